@@ -1,0 +1,227 @@
+package pgtx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Defaults of Config; a zero field means the default.
+const (
+	DefaultAcquireTimeout           = 2 * time.Second
+	DefaultStatementTimeout         = 5 * time.Second
+	DefaultIdleInTransactionTimeout = 10 * time.Second
+	DefaultCommitTimeout            = 5 * time.Second
+	DefaultRollbackTimeout          = 2 * time.Second
+)
+
+// Config configures a Pool. It must be created by ParseConfig; the zero value
+// of each pgtx field means its documented default, and the embedded
+// pgxpool.Config works as in pgxpool (MaxConns, ConnConfig, hooks...).
+type Config struct {
+	*pgxpool.Config
+
+	// AcquireTimeout bounds the wait for a pool connection in Transaction.
+	// When it fires while the caller's context is still live, Transaction
+	// returns an error matching ErrAcquireTimeout and does not retry. When the
+	// caller's context ends first, its error wins. 0 means
+	// DefaultAcquireTimeout (2s); negative means only the caller's context
+	// bounds the wait.
+	AcquireTimeout time.Duration
+
+	// StatementTimeout is the server's statement_timeout, sent as a session
+	// parameter when each connection starts, so every statement (plain pool
+	// queries too) has a server-side limit at no per-transaction cost. A
+	// statement_timeout given in the connection string wins over the default
+	// but not over an explicit value here. 0 means DefaultStatementTimeout
+	// (5s); negative leaves the server's setting alone. Round to milliseconds.
+	StatementTimeout time.Duration
+
+	// IdleInTransactionTimeout is the server's
+	// idle_in_transaction_session_timeout, a session parameter: the server
+	// ends a session left idle inside a transaction (by a caller that died
+	// between statements) after this long. 0 means
+	// DefaultIdleInTransactionTimeout (10s); negative leaves the server's
+	// setting alone.
+	IdleInTransactionTimeout time.Duration
+
+	// CommitTimeout bounds COMMIT. COMMIT runs on a context the caller's
+	// cancellation cannot interrupt (an interrupted COMMIT has an unknown
+	// outcome); this is its own limit. When it fires, the outcome is unknown
+	// and the error matches ErrCommitUnknown. 0 means DefaultCommitTimeout
+	// (5s); negative is refused.
+	CommitTimeout time.Duration
+
+	// RollbackTimeout bounds ROLLBACK, which also runs on a context the
+	// caller's cancellation cannot interrupt, so a dead request context does
+	// not cost the pool its connection. If it fires, the connection is
+	// closed. 0 means DefaultRollbackTimeout (2s); negative is refused.
+	RollbackTimeout time.Duration
+
+	// Retry says how Transaction runs transactions again; its zero value is
+	// the documented default of every field.
+	Retry RetryPolicy
+
+	// parsed is the pgxpool.Config ParseConfig made, to tell a Config that
+	// came from ParseConfig from one that did not.
+	parsed *pgxpool.Config
+}
+
+// ParseConfig parses connString (a URL or keyword/value DSN, as pgxpool)
+// into a Config with every pgtx field at its default.
+func ParseConfig(connString string) (*Config, error) {
+	pc, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, err
+	}
+	return &Config{Config: pc, parsed: pc}, nil
+}
+
+// New creates a Pool from connString with the default configuration. Like
+// pgxpool.New it does not connect until a connection is needed.
+func New(ctx context.Context, connString string) (*Pool, error) {
+	cfg, err := ParseConfig(connString)
+	if err != nil {
+		return nil, err
+	}
+	return NewWithConfig(ctx, cfg)
+}
+
+// settings is a Config resolved to its effective values.
+type settings struct {
+	acquireTimeout  time.Duration // <= 0: none
+	commitTimeout   time.Duration
+	rollbackTimeout time.Duration
+	retry           RetryPolicy
+}
+
+// validate reports a Config NewWithConfig cannot use.
+func (c *Config) validate() error {
+	switch {
+	case c == nil:
+		return &invalidArgError{msg: "nil Config"}
+	case c.Config == nil || c.parsed == nil:
+		return &invalidArgError{msg: "Config must be created by ParseConfig"}
+	case c.Config != c.parsed:
+		return &invalidArgError{msg: "Config.Config was replaced; create the Config with ParseConfig and change its fields"}
+	case c.ConnConfig == nil:
+		return &invalidArgError{msg: "Config.ConnConfig is nil"}
+	case c.MaxConns < 1:
+		return &invalidArgError{msg: fmt.Sprintf("MaxConns must be at least 1, got %d", c.MaxConns)}
+	case c.MinConns < 0 || c.MinConns > c.MaxConns:
+		return &invalidArgError{msg: fmt.Sprintf("MinConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinConns)}
+	case c.MinIdleConns < 0 || c.MinIdleConns > c.MaxConns:
+		return &invalidArgError{msg: fmt.Sprintf("MinIdleConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinIdleConns)}
+	case c.CommitTimeout < 0:
+		return &invalidArgError{msg: "CommitTimeout must not be negative"}
+	case c.RollbackTimeout < 0:
+		return &invalidArgError{msg: "RollbackTimeout must not be negative"}
+	}
+	return c.Retry.validate()
+}
+
+// Pool is a pgxpool.Pool with pgtx's session limits installed on every
+// connection. Query, QueryRow, Exec, SendBatch, CopyFrom and Stat work as in
+// pgxpool. Pool.Begin, BeginTx and Acquire on the embedded pgxpool.Pool
+// bypass Transaction's guarantees (no retries, no bounded acquire, no COMMIT
+// classification); use Transaction for transactions.
+type Pool struct {
+	*pgxpool.Pool
+
+	settings settings
+	clock    clock
+}
+
+// NewWithConfig creates a Pool from cfg, which must come from ParseConfig. An
+// invalid cfg is an error matching ErrInvalidArgument, never a panic. cfg is
+// not modified and may be reused.
+func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	pc := cfg.Config.Copy()
+	if pc.ConnConfig.RuntimeParams == nil {
+		pc.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	setSessionParam(pc.ConnConfig.RuntimeParams, "statement_timeout", cfg.StatementTimeout, DefaultStatementTimeout)
+	setSessionParam(pc.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", cfg.IdleInTransactionTimeout, DefaultIdleInTransactionTimeout)
+
+	pool, err := newPgxpool(ctx, pc)
+	if err != nil {
+		return nil, err
+	}
+	return &Pool{
+		Pool: pool,
+		settings: settings{
+			acquireTimeout:  durDefault(cfg.AcquireTimeout, DefaultAcquireTimeout),
+			commitTimeout:   durDefault(cfg.CommitTimeout, DefaultCommitTimeout),
+			rollbackTimeout: durDefault(cfg.RollbackTimeout, DefaultRollbackTimeout),
+			retry:           cfg.Retry.withDefaults(),
+		},
+		clock: realClock{},
+	}, nil
+}
+
+// newPgxpool calls pgxpool.NewWithConfig, turning a panic on a config it
+// rejects into an error.
+func newPgxpool(ctx context.Context, pc *pgxpool.Config) (pool *pgxpool.Pool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			pool, err = nil, &invalidArgError{msg: fmt.Sprintf("pgxpool rejected the config: %v", r)}
+		}
+	}()
+	return pgxpool.NewWithConfig(ctx, pc)
+}
+
+// setSessionParam sets a server parameter, in milliseconds, to be sent at
+// connect. An explicit v wins; with v == 0 a value already in params (from
+// the connection string) wins over def; a negative v leaves params alone.
+func setSessionParam(params map[string]string, name string, v, def time.Duration) {
+	switch {
+	case v < 0:
+		return
+	case v == 0:
+		if _, ok := params[name]; ok {
+			return
+		}
+		v = def
+	}
+	params[name] = strconv.FormatInt(durationMillis(v), 10)
+}
+
+// durationMillis rounds d up to whole milliseconds, so a positive timeout
+// never becomes 0 (which Postgres reads as "no limit").
+func durationMillis(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
+}
+
+// Close closes the pool and waits for its connections to close.
+func (p *Pool) Close() {
+	p.Pool.Close()
+}
+
+// errAcquireTimeoutCause marks the acquire context's own timeout.
+var errAcquireTimeoutCause = errors.New("pgtx: acquire timeout")
+
+// acquire takes a connection, waiting at most the acquire timeout. When that
+// timeout (not ctx) ends the wait, the error matches ErrAcquireTimeout.
+func (p *Pool) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	if p.settings.acquireTimeout <= 0 {
+		return p.Pool.Acquire(ctx)
+	}
+	actx, cancel := context.WithTimeoutCause(ctx, p.settings.acquireTimeout, errAcquireTimeoutCause)
+	defer cancel()
+	conn, err := p.Pool.Acquire(actx)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errAcquireTimeoutCause) {
+		return nil, &acquireTimeoutError{timeout: p.settings.acquireTimeout}
+	}
+	return conn, err
+}

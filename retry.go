@@ -1,0 +1,239 @@
+package pgtx
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+)
+
+// Defaults of RetryPolicy; a zero field means the default.
+const (
+	DefaultMaxRetries          = 10
+	DefaultMaxAdaptiveRetries  = 2
+	DefaultBaseBackoff         = 100 * time.Millisecond
+	DefaultMaxBackoff          = 10 * time.Second
+	DefaultConflictBaseBackoff = 2 * time.Millisecond
+	DefaultConflictMaxBackoff  = 100 * time.Millisecond
+)
+
+// RetryPolicy says how often and how far apart Transaction runs a transaction
+// again. The zero value is the documented default of every field.
+type RetryPolicy struct {
+	// MaxRetries caps the retries of a call after conflicts (40001, 40P01)
+	// and connections lost before COMMIT, as long as no overload error has
+	// been seen. 0 means DefaultMaxRetries (10); negative means none.
+	MaxRetries int
+
+	// MaxAdaptiveRetries caps the retries after an overload error (53300,
+	// 57P03, a pooler's admission error). Once an overload error has been
+	// seen, it caps every later retry of the call whatever its cause: the
+	// call's total retry limit becomes MaxAdaptiveRetries. 0 means
+	// DefaultMaxAdaptiveRetries (2); negative means no overload retries.
+	MaxAdaptiveRetries int
+
+	// Jitter returns a value in [0, 1) that scales every backoff (full
+	// jitter). nil means math/rand/v2. Values outside [0, 1) are clamped. It
+	// must be safe for concurrent use.
+	Jitter func() float64
+
+	// BaseBackoff and MaxBackoff shape the overload backoff:
+	// jitter * min(MaxBackoff, BaseBackoff * 2^attempt), attempt counted from
+	// 1 over all retries of the call. 0 means DefaultBaseBackoff (100ms) and
+	// DefaultMaxBackoff (10s).
+	BaseBackoff time.Duration
+	MaxBackoff  time.Duration
+
+	// ConflictBaseBackoff and ConflictMaxBackoff shape the short pause after a
+	// conflict or a lost connection, with the same formula. Conflicts clear
+	// in milliseconds; the jitter keeps two colliding transactions from
+	// colliding again. 0 means DefaultConflictBaseBackoff (2ms) and
+	// DefaultConflictMaxBackoff (100ms).
+	ConflictBaseBackoff time.Duration
+	ConflictMaxBackoff  time.Duration
+}
+
+// validate reports a policy that cannot be applied.
+func (p RetryPolicy) validate() error {
+	if p.BaseBackoff < 0 || p.MaxBackoff < 0 || p.ConflictBaseBackoff < 0 || p.ConflictMaxBackoff < 0 {
+		return &invalidArgError{msg: "RetryPolicy backoff durations must not be negative"}
+	}
+	return nil
+}
+
+// withDefaults returns p with every zero field set to its default.
+func (p RetryPolicy) withDefaults() RetryPolicy {
+	p.MaxRetries = intDefault(p.MaxRetries, DefaultMaxRetries)
+	p.MaxAdaptiveRetries = intDefault(p.MaxAdaptiveRetries, DefaultMaxAdaptiveRetries)
+	p.BaseBackoff = durDefault(p.BaseBackoff, DefaultBaseBackoff)
+	p.MaxBackoff = durDefault(p.MaxBackoff, DefaultMaxBackoff)
+	p.ConflictBaseBackoff = durDefault(p.ConflictBaseBackoff, DefaultConflictBaseBackoff)
+	p.ConflictMaxBackoff = durDefault(p.ConflictMaxBackoff, DefaultConflictMaxBackoff)
+	if p.Jitter == nil {
+		p.Jitter = rand.Float64
+	}
+	return p
+}
+
+// intDefault maps 0 to def and a negative value to 0 (none).
+func intDefault(v, def int) int {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
+func durDefault(v, def time.Duration) time.Duration {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// backoff returns jitter * min(maxBackoff, base * 2^attempt), the spec's
+// formula, for attempt >= 1. jitter is clamped to [0, 1].
+func backoff(jitter float64, base, maxBackoff time.Duration, attempt int) time.Duration {
+	if jitter <= 0 || base <= 0 || maxBackoff <= 0 {
+		return 0
+	}
+	if jitter > 1 {
+		jitter = 1
+	}
+	d := maxBackoff
+	if attempt < 62 {
+		// base * 2^attempt, saturating at maxBackoff without overflow.
+		if exp := base << uint(attempt); exp>>uint(attempt) == base && exp > 0 && exp < maxBackoff {
+			d = exp
+		}
+	}
+	return time.Duration(jitter * float64(d))
+}
+
+// retryState is the per-call state of the retry loop.
+type retryState struct {
+	// retries counts all retries of the call so far (the spec's attempt).
+	retries int
+	// overloadSeen sticks once any attempt failed with an overload error.
+	overloadSeen bool
+}
+
+// decision is what the loop does after a failed attempt.
+type decision struct {
+	retry   bool
+	backoff time.Duration
+	// reason says why the call ends when retry is false.
+	reason stopReason
+}
+
+type stopReason int
+
+const (
+	stopNotRetryable stopReason = iota // the class is never retried
+	stopCapReached                     // MaxRetries or MaxAdaptiveRetries reached
+	stopDeadline                       // the backoff would end past the deadline
+)
+
+// next decides whether a call that failed with an error of class c runs
+// again, and after how long. maxRetries is the conflict/lost-connection cap
+// for this call (the policy's or the per-call override, already resolved).
+// It follows the spec's pseudocode: the retry counter counts every retry; an
+// overload makes MaxAdaptiveRetries the cap of the call from then on; a
+// backoff that would end past the deadline ends the call at once.
+func (p *RetryPolicy) next(st *retryState, c Class, maxRetries int, now time.Time, deadline time.Time, hasDeadline bool) decision {
+	if !c.Retryable() {
+		return decision{reason: stopNotRetryable}
+	}
+	st.retries++
+	if c == ClassOverload {
+		st.overloadSeen = true
+	}
+	allowed := maxRetries
+	if st.overloadSeen {
+		allowed = p.MaxAdaptiveRetries
+	}
+	if st.retries > allowed {
+		return decision{reason: stopCapReached}
+	}
+	base, maxB := p.ConflictBaseBackoff, p.ConflictMaxBackoff
+	if c == ClassOverload {
+		base, maxB = p.BaseBackoff, p.MaxBackoff
+	}
+	d := backoff(clampJitter(p.Jitter()), base, maxB, st.retries)
+	if hasDeadline && now.Add(d).After(deadline) {
+		return decision{reason: stopDeadline}
+	}
+	return decision{retry: true, backoff: d}
+}
+
+func clampJitter(j float64) float64 {
+	switch {
+	case j != j || j < 0: // NaN or negative
+		return 0
+	case j >= 1:
+		return 1
+	}
+	return j
+}
+
+// clock is the time seam of the retry loop: the real clock in production, a
+// fake in unit tests.
+type clock interface {
+	Now() time.Time
+	// Sleep waits d or until ctx ends, and returns ctx.Err() in that case.
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// retryLoop runs attempts of one call until one succeeds or the policy ends
+// the call. Each attempt has released its connection (and rolled back) before
+// it returns, so the loop never sleeps holding a connection.
+type retryLoop struct {
+	policy     *RetryPolicy
+	clock      clock
+	maxRetries int
+}
+
+// attemptFunc runs one whole attempt and returns its error and class.
+type attemptFunc func(ctx context.Context) (Class, error)
+
+// run returns nil after a successful attempt, or the last attempt's error.
+// When ctx ended the call, the error matches ctx.Err() as well.
+func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
+	var st retryState
+	deadline, hasDeadline := ctx.Deadline()
+	for {
+		class, err := attempt(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return withContextErr(ctx, err)
+		}
+		d := l.policy.next(&st, class, l.maxRetries, l.clock.Now(), deadline, hasDeadline)
+		if !d.retry {
+			return err
+		}
+		if l.clock.Sleep(ctx, d.backoff) != nil {
+			return withContextErr(ctx, err)
+		}
+	}
+}

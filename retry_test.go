@@ -1,0 +1,295 @@
+package pgtx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// fakeClock is the clock seam of unit tests: Sleep advances Now at once and
+// records the pause.
+type fakeClock struct {
+	now    time.Time
+	sleeps []time.Duration
+}
+
+func (c *fakeClock) Now() time.Time { return c.now }
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.sleeps = append(c.sleeps, d)
+	c.now = c.now.Add(d)
+	return nil
+}
+
+func (c *fakeClock) total() time.Duration {
+	var t time.Duration
+	for _, d := range c.sleeps {
+		t += d
+	}
+	return t
+}
+
+func pgErr(code string) error { return &pgconn.PgError{Code: code, Message: "test " + code} }
+
+// scripted returns an attemptFunc that fails with errs in order, then
+// succeeds, and counts its calls.
+func scripted(calls *int, errs ...error) attemptFunc {
+	return func(context.Context) (Class, error) {
+		i := *calls
+		*calls++
+		if i < len(errs) {
+			return Classify(errs[i]), errs[i]
+		}
+		return ClassNone, nil
+	}
+}
+
+func repeat(err error, n int) []error {
+	out := make([]error, n)
+	for i := range out {
+		out[i] = err
+	}
+	return out
+}
+
+func constJitter(j float64) func() float64 { return func() float64 { return j } }
+
+func newLoop(p RetryPolicy, clk clock) *retryLoop {
+	p = p.withDefaults()
+	return &retryLoop{policy: &p, clock: clk, maxRetries: p.MaxRetries}
+}
+
+func TestRetryLoopAttempts(t *testing.T) {
+	conflict, deadlock, overload := pgErr(CodeSerializationFailure), pgErr(CodeDeadlockDetected), pgErr(CodeTooManyConnections)
+	lost := fmt.Errorf("read: %w", pgconn.ErrConnClosed)
+	tests := []struct {
+		name         string
+		policy       RetryPolicy
+		errs         []error
+		wantAttempts int
+		wantErr      error // nil: success
+	}{
+		{"success first time", RetryPolicy{}, nil, 1, nil},
+		{"conflict retried then succeeds", RetryPolicy{}, repeat(conflict, 3), 4, nil},
+		{"deadlock retried", RetryPolicy{}, []error{deadlock}, 2, nil},
+		{"conflicts capped at MaxRetries default 10", RetryPolicy{}, repeat(conflict, 20), 11, conflict},
+		{"conflicts capped at MaxRetries 3", RetryPolicy{MaxRetries: 3}, repeat(conflict, 20), 4, conflict},
+		{"negative MaxRetries: no conflict retry", RetryPolicy{MaxRetries: -1}, repeat(conflict, 20), 1, conflict},
+		{"lost connection retried", RetryPolicy{}, []error{lost, lost}, 3, nil},
+		{"overload tried 3 times by default", RetryPolicy{}, repeat(overload, 20), 3, overload},
+		{"overload MaxAdaptiveRetries 5", RetryPolicy{MaxAdaptiveRetries: 5}, repeat(overload, 20), 6, overload},
+		{"negative MaxAdaptiveRetries: no overload retry", RetryPolicy{MaxAdaptiveRetries: -1}, repeat(overload, 20), 1, overload},
+		{"overload then conflicts stops at 3 attempts", RetryPolicy{}, append([]error{overload}, repeat(conflict, 20)...), 3, conflict},
+		{"conflicts then overload: the cap applies to all retries", RetryPolicy{}, append(repeat(conflict, 4), overload, overload), 5, overload},
+		{"overload cap sticks after a conflict", RetryPolicy{MaxAdaptiveRetries: 3}, []error{overload, conflict, conflict, conflict, conflict}, 4, conflict},
+		{"unique violation not retried", RetryPolicy{}, []error{pgErr("23505")}, 1, pgErr("23505")},
+		{"statement timeout not retried", RetryPolicy{}, []error{pgErr(CodeQueryCanceled)}, 1, pgErr(CodeQueryCanceled)},
+		{"NonRetryable conflict not retried", RetryPolicy{}, []error{NonRetryable(conflict)}, 1, conflict},
+		{"ambiguous commit not retried", RetryPolicy{}, []error{&commitUnknownError{err: pgconn.ErrConnClosed}}, 1, ErrCommitUnknown},
+		{"acquire timeout not retried", RetryPolicy{}, []error{&acquireTimeoutError{timeout: time.Second}}, 1, ErrAcquireTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &fakeClock{now: time.Unix(1000, 0)}
+			calls := 0
+			err := newLoop(tt.policy, clk).run(context.Background(), scripted(&calls, tt.errs...))
+			if calls != tt.wantAttempts {
+				t.Errorf("attempts = %d, want %d", calls, tt.wantAttempts)
+			}
+			switch {
+			case tt.wantErr == nil && err != nil:
+				t.Errorf("err = %v, want nil", err)
+			case tt.wantErr != nil && !errors.Is(err, tt.wantErr) && SQLState(err) != SQLState(tt.wantErr):
+				t.Errorf("err = %v, want %v", err, tt.wantErr)
+			}
+			if got, want := len(clk.sleeps), tt.wantAttempts-1; got != want {
+				t.Errorf("sleeps = %d, want one per retry (%d)", got, want)
+			}
+		})
+	}
+}
+
+func TestOverloadBackoffFormula(t *testing.T) {
+	// backoff = jitter * min(MaxBackoff, BaseBackoff * 2^attempt), attempt from 1.
+	tests := []struct {
+		jitter float64
+		want   []time.Duration
+	}{
+		{1, []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond}},
+		{0.5, []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond}},
+		{0, []time.Duration{0, 0, 0, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.jitter), func(t *testing.T) {
+			clk := &fakeClock{now: time.Unix(1000, 0)}
+			calls := 0
+			overload := pgErr(CodeCannotConnectNow)
+			err := newLoop(RetryPolicy{MaxAdaptiveRetries: 4, Jitter: constJitter(tt.jitter)}, clk).
+				run(context.Background(), scripted(&calls, repeat(overload, 10)...))
+			if SQLState(err) != CodeCannotConnectNow {
+				t.Fatalf("err = %v", err)
+			}
+			if fmt.Sprint(clk.sleeps) != fmt.Sprint(tt.want) {
+				t.Errorf("sleeps = %v, want %v", clk.sleeps, tt.want)
+			}
+		})
+	}
+}
+
+// TestSpecTimingDifference is the spec's timing test in unit form: with
+// jitter 0 the two retries cost nothing, with jitter ~1 they cost 0.2s+0.4s.
+func TestSpecTimingDifference(t *testing.T) {
+	run := func(j float64) time.Duration {
+		clk := &fakeClock{now: time.Unix(1000, 0)}
+		calls := 0
+		_ = newLoop(RetryPolicy{Jitter: constJitter(j)}, clk).
+			run(context.Background(), scripted(&calls, repeat(pgErr(CodeTooManyConnections), 10)...))
+		if calls != 3 {
+			t.Fatalf("attempts = %d, want 3", calls)
+		}
+		return clk.total()
+	}
+	diff := run(0.999999) - run(0)
+	if diff < 599*time.Millisecond || diff > 600*time.Millisecond {
+		t.Errorf("jitter 1 vs 0 differ by %v, want ~0.6s", diff)
+	}
+}
+
+func TestBackoffCap(t *testing.T) {
+	tests := []struct {
+		attempt int
+		want    time.Duration
+	}{
+		{1, 200 * time.Millisecond},
+		{6, 6400 * time.Millisecond},
+		{7, 10 * time.Second},
+		{40, 10 * time.Second},
+		{100, 10 * time.Second},
+		{1 << 30, 10 * time.Second},
+	}
+	for _, tt := range tests {
+		if got := backoff(1, DefaultBaseBackoff, DefaultMaxBackoff, tt.attempt); got != tt.want {
+			t.Errorf("backoff(attempt %d) = %v, want %v", tt.attempt, got, tt.want)
+		}
+	}
+}
+
+func TestConflictBackoffIsShort(t *testing.T) {
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	calls := 0
+	_ = newLoop(RetryPolicy{Jitter: constJitter(1)}, clk).
+		run(context.Background(), scripted(&calls, repeat(pgErr(CodeSerializationFailure), 50)...))
+	for i, d := range clk.sleeps {
+		if d > DefaultConflictMaxBackoff {
+			t.Errorf("conflict pause %d = %v, above %v", i+1, d, DefaultConflictMaxBackoff)
+		}
+	}
+	if clk.sleeps[0] != 4*time.Millisecond {
+		t.Errorf("first conflict pause = %v, want 4ms (2ms * 2^1)", clk.sleeps[0])
+	}
+}
+
+func TestJitterClamped(t *testing.T) {
+	tests := []struct {
+		name   string
+		jitter float64
+		want   time.Duration
+	}{
+		{"negative", -3, 0},
+		{"above one", 7, 200 * time.Millisecond},
+		{"NaN", zero() / zero(), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &fakeClock{now: time.Unix(1000, 0)}
+			calls := 0
+			_ = newLoop(RetryPolicy{MaxAdaptiveRetries: 1, Jitter: constJitter(tt.jitter)}, clk).
+				run(context.Background(), scripted(&calls, repeat(pgErr(CodeTooManyConnections), 5)...))
+			if len(clk.sleeps) != 1 || clk.sleeps[0] != tt.want {
+				t.Errorf("sleeps = %v, want [%v]", clk.sleeps, tt.want)
+			}
+		})
+	}
+}
+
+func zero() float64 { return 0 }
+
+func TestDeadlineBailOut(t *testing.T) {
+	// The deadline is 150ms after the fake now: a 200ms overload pause
+	// (jitter 1) would end past it, so the call returns the last database
+	// error at once without sleeping.
+	deadline := time.Now().Add(time.Hour)
+	clk := &fakeClock{now: deadline.Add(-150 * time.Millisecond)}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	calls := 0
+	err := newLoop(RetryPolicy{Jitter: constJitter(1)}, clk).run(ctx, scripted(&calls, repeat(pgErr(CodeTooManyConnections), 5)...))
+	if calls != 1 || len(clk.sleeps) != 0 {
+		t.Errorf("attempts = %d, sleeps = %v; want 1 attempt and no sleep", calls, clk.sleeps)
+	}
+	if SQLState(err) != CodeTooManyConnections {
+		t.Errorf("err = %v, want the 53300", err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v: the deadline had not passed, it must not look like it had", err)
+	}
+
+	// With jitter 0.5 the first pause (100ms) fits, the second (200ms) does not.
+	clk = &fakeClock{now: deadline.Add(-150 * time.Millisecond)}
+	calls = 0
+	_ = newLoop(RetryPolicy{Jitter: constJitter(0.5)}, clk).run(ctx, scripted(&calls, repeat(pgErr(CodeTooManyConnections), 5)...))
+	if calls != 2 || fmt.Sprint(clk.sleeps) != "[100ms]" {
+		t.Errorf("attempts = %d, sleeps = %v; want 2 attempts and [100ms]", calls, clk.sleeps)
+	}
+	if clk.Now().After(deadline) {
+		t.Errorf("slept past the deadline")
+	}
+}
+
+func TestContextEndsDuringCall(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	attempt := func(context.Context) (Class, error) {
+		calls++
+		cancel() // the caller goes away during the first attempt
+		return ClassConflict, pgErr(CodeSerializationFailure)
+	}
+	err := newLoop(RetryPolicy{}, &fakeClock{now: time.Unix(1000, 0)}).run(ctx, attempt)
+	if calls != 1 {
+		t.Errorf("attempts = %d, want 1", calls)
+	}
+	if !errors.Is(err, context.Canceled) || SQLState(err) != CodeSerializationFailure {
+		t.Errorf("err = %v, want both context.Canceled and the 40001", err)
+	}
+}
+
+func TestPerCallMaxRetries(t *testing.T) {
+	for _, tt := range []struct{ perCall, want int }{{0, 11}, {2, 3}, {-1, 1}} {
+		p := RetryPolicy{}.withDefaults()
+		l := &retryLoop{policy: &p, clock: &fakeClock{}, maxRetries: p.MaxRetries}
+		if tt.perCall != 0 {
+			l.maxRetries = intDefault(tt.perCall, 0)
+		}
+		calls := 0
+		_ = l.run(context.Background(), scripted(&calls, repeat(pgErr(CodeDeadlockDetected), 50)...))
+		if calls != tt.want {
+			t.Errorf("per-call MaxRetries %d: attempts = %d, want %d", tt.perCall, calls, tt.want)
+		}
+	}
+}
+
+func TestRetryPolicyValidate(t *testing.T) {
+	if err := (RetryPolicy{BaseBackoff: -1}).validate(); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("negative BaseBackoff: err = %v", err)
+	}
+	if err := (RetryPolicy{MaxRetries: -1, MaxAdaptiveRetries: -5}).validate(); err != nil {
+		t.Errorf("negative caps mean none and are valid: %v", err)
+	}
+}

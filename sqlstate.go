@@ -1,0 +1,204 @@
+package pgtx
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"syscall"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// SQLSTATE codes pgtx classifies. The full list is in the PostgreSQL manual,
+// appendix "PostgreSQL Error Codes".
+const (
+	// Class 40: transaction rollback. The whole transaction may run again.
+	CodeSerializationFailure = "40001"
+	CodeDeadlockDetected     = "40P01"
+
+	// Class 53 and 57P03: the server sheds load.
+	CodeTooManyConnections = "53300"
+	CodeCannotConnectNow   = "57P03"
+
+	// Class 08 and the 57P0x shutdown codes: the connection is gone.
+	CodeConnectionException                  = "08000"
+	CodeConnectionDoesNotExist               = "08003"
+	CodeConnectionFailure                    = "08006"
+	CodeSQLClientUnableToEstablishConnection = "08001"
+	CodeSQLServerRejectedConnection          = "08004"
+	CodeProtocolViolation                    = "08P01"
+	CodeAdminShutdown                        = "57P01"
+	CodeCrashShutdown                        = "57P02"
+
+	// Timeouts: never retried, a statement that took too long takes too long again.
+	CodeQueryCanceled                   = "57014"
+	CodeIdleInTransactionSessionTimeout = "25P03"
+	CodeTransactionTimeout              = "25P04"
+)
+
+// Class is what pgtx does with an error: retry the whole transaction, back off,
+// give up, or report an unknown outcome.
+type Class int
+
+// The error classes of pgtx, in the order of DESIGN.md.
+const (
+	// ClassNone is the class of a nil error.
+	ClassNone Class = iota
+	// ClassConflict is 40001 serialization_failure and 40P01 deadlock_detected:
+	// someone else committed, so the whole transaction runs again after a short
+	// jittered pause, up to RetryPolicy.MaxRetries times.
+	ClassConflict
+	// ClassOverload is the server (or a pooler in front of it) shedding load:
+	// 53300 too_many_connections, 57P03 cannot_connect_now and the pooler
+	// equivalents. Retried with exponential backoff and full jitter, at most
+	// RetryPolicy.MaxAdaptiveRetries times.
+	ClassOverload
+	// ClassConnectionLost is a connection that died before COMMIT was sent
+	// (08xxx, 57P01, 57P02, reset, refused, EOF, pgconn.ErrConnClosed). Nothing
+	// was committed, so the transaction runs again on a fresh connection.
+	ClassConnectionLost
+	// ClassAmbiguous is a connection lost while COMMIT was in flight: the
+	// transaction may or may not have committed. Never retried; the error
+	// matches ErrCommitUnknown.
+	ClassAmbiguous
+	// ClassTimeout is 57014 query_canceled, 25P03, 25P04, a context error or
+	// ErrAcquireTimeout. Never retried: what took too long takes too long again.
+	ClassTimeout
+	// ClassPermanent is everything else: constraint, syntax and data errors,
+	// the caller's own errors and errors wrapped by NonRetryable.
+	ClassPermanent
+)
+
+// String returns the lower-case name of the class, as used in traces and
+// metrics.
+func (c Class) String() string {
+	switch c {
+	case ClassNone:
+		return "none"
+	case ClassConflict:
+		return "conflict"
+	case ClassOverload:
+		return "overload"
+	case ClassConnectionLost:
+		return "connection_lost"
+	case ClassAmbiguous:
+		return "ambiguous"
+	case ClassTimeout:
+		return "timeout"
+	case ClassPermanent:
+		return "permanent"
+	}
+	return "unknown"
+}
+
+// Retryable reports whether pgtx runs a transaction again after an error of
+// class c.
+func (c Class) Retryable() bool {
+	return c == ClassConflict || c == ClassOverload || c == ClassConnectionLost
+}
+
+// SQLState returns the SQLSTATE of the first *pgconn.PgError found in err's
+// tree (wrapped or joined errors included), or "" when there is none.
+func SQLState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// IsRetryable reports whether Transaction would run the transaction again
+// after err (caps and deadlines aside).
+func IsRetryable(err error) bool {
+	return Classify(err).Retryable()
+}
+
+// Classify returns the class of err as Transaction sees it outside of COMMIT.
+// It looks through wrapped and joined errors. The precedence is: NonRetryable
+// and ErrCommitUnknown first (they are explicit decisions), then context
+// errors and ErrAcquireTimeout (the caller's budget is spent), then the
+// SQLSTATE of the first PgError, then network-level failures, then permanent.
+func Classify(err error) Class {
+	if err == nil {
+		return ClassNone
+	}
+	if errors.Is(err, errNonRetryableMarker) {
+		return ClassPermanent
+	}
+	if errors.Is(err, ErrCommitUnknown) {
+		return ClassAmbiguous
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrAcquireTimeout) {
+		return ClassTimeout
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return classifyPgError(pgErr)
+	}
+	if isConnectionLost(err) {
+		return ClassConnectionLost
+	}
+	return ClassPermanent
+}
+
+// classifyPgError maps one server error to its class.
+func classifyPgError(e *pgconn.PgError) Class {
+	switch e.Code {
+	case CodeSerializationFailure, CodeDeadlockDetected:
+		return ClassConflict
+	case CodeTooManyConnections, CodeCannotConnectNow:
+		return ClassOverload
+	case CodeConnectionException, CodeConnectionDoesNotExist, CodeConnectionFailure,
+		CodeSQLClientUnableToEstablishConnection, CodeSQLServerRejectedConnection,
+		CodeAdminShutdown, CodeCrashShutdown:
+		return ClassConnectionLost
+	case CodeQueryCanceled, CodeIdleInTransactionSessionTimeout, CodeTransactionTimeout:
+		return ClassTimeout
+	case CodeProtocolViolation:
+		if isPoolerOverloadMessage(e.Message) {
+			return ClassOverload
+		}
+		return ClassPermanent
+	}
+	if e.Code == "" && isPoolerOverloadMessage(e.Message) {
+		return ClassOverload
+	}
+	return ClassPermanent
+}
+
+// isPoolerOverloadMessage recognises PgBouncer's load-shedding messages. They
+// are sent with SQLSTATE 08P01 (protocol_violation) or none, so the message
+// text is the only signal; these strings are PgBouncer's own and are matched
+// exactly (as prefixes), never our own errors.
+func isPoolerOverloadMessage(msg string) bool {
+	for _, p := range poolerOverloadMessages {
+		if len(msg) >= len(p) && msg[:len(p)] == p {
+			return true
+		}
+	}
+	return false
+}
+
+var poolerOverloadMessages = [...]string{
+	"no more connections allowed", // max_client_conn reached
+	"query_wait_timeout",          // waited too long for a server connection
+	"pgbouncer cannot connect to server",
+	"server login has been failing", // server_login_retry in effect
+}
+
+// isConnectionLost reports network-level failures: the connection is gone or
+// could not be made, and no server error says why.
+func isConnectionLost(err error) bool {
+	if errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED) {
+		return true
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return true
+	}
+	var opErr *net.OpError
+	return errors.As(err, &opErr)
+}

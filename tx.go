@@ -1,0 +1,262 @@
+package pgtx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Isolation is a transaction isolation level. It is a closed set: the SQL it
+// stands for is chosen by pgtx, never taken from the caller. The zero value
+// is not a level: Transaction refuses it, so a forgotten field never silently
+// means something else.
+type Isolation int
+
+// The isolation levels of PostgreSQL. READ UNCOMMITTED is absent: PostgreSQL
+// runs it as READ COMMITTED.
+const (
+	ReadCommitted Isolation = iota + 1
+	RepeatableRead
+	Serializable
+)
+
+// String returns the SQL name of the level, or "Isolation(n)" for a value
+// that is not one.
+func (i Isolation) String() string {
+	switch i {
+	case ReadCommitted:
+		return "READ COMMITTED"
+	case RepeatableRead:
+		return "REPEATABLE READ"
+	case Serializable:
+		return "SERIALIZABLE"
+	}
+	return "Isolation(" + strconv.Itoa(int(i)) + ")"
+}
+
+func (i Isolation) valid() bool { return i >= ReadCommitted && i <= Serializable }
+
+// TxOptions are the per-call settings of TransactionWithOptions. The zero
+// value of each field but Isolation means "as configured on the Pool".
+type TxOptions struct {
+	// Isolation is the isolation level; required.
+	Isolation Isolation
+
+	// ReadOnly begins the transaction READ ONLY.
+	ReadOnly bool
+
+	// Deferrable begins the transaction DEFERRABLE. PostgreSQL gives it
+	// effect only for SERIALIZABLE READ ONLY transactions, which then wait
+	// for a safe snapshot and can never fail with 40001.
+	Deferrable bool
+
+	// StatementTimeout, when positive, limits every statement of this
+	// transaction: it is sent as SET LOCAL statement_timeout in the same
+	// round trip as BEGIN. 0 keeps the session's statement_timeout
+	// (Config.StatementTimeout); negative lifts the limit for this
+	// transaction (SET LOCAL statement_timeout = 0).
+	StatementTimeout time.Duration
+
+	// MaxRetries overrides RetryPolicy.MaxRetries for this call: 0 keeps
+	// the pool's, negative means no conflict or lost-connection retries.
+	MaxRetries int
+
+	// Label names the call in traces and metrics (e.g. "transfer").
+	Label string
+}
+
+// Transaction runs fn in a transaction on a connection from pool and commits
+// it. It is TransactionWithOptions with only the isolation level set.
+//
+// On a serialization failure (40001) or deadlock (40P01) the whole
+// transaction runs again — a new BEGIN, fn again, a new COMMIT — after a
+// short jittered pause. On an overload error it backs off exponentially with
+// full jitter. If the connection is lost before COMMIT it runs again on a
+// fresh connection. If the connection is lost while COMMIT is in flight the
+// outcome is unknown: the error matches ErrCommitUnknown and fn is not run
+// again. Timeouts (57014, context errors, ErrAcquireTimeout) and all other
+// errors end the call. fn must therefore be safe to run more than once: no
+// side effects outside the transaction.
+//
+// fn receives ctx and a pgx.Tx; it must not call Commit or Rollback. When
+// ctx ends the call, errors.Is(err, ctx.Err()) holds. A panic in fn rolls
+// back, releases the connection and propagates unchanged.
+func Transaction(ctx context.Context, pool *Pool, iso Isolation, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return TransactionWithOptions(ctx, pool, TxOptions{Isolation: iso}, fn)
+}
+
+// TransactionWithOptions is Transaction with per-call options: read-only and
+// deferrable transactions, a statement timeout for this transaction only, a
+// retry cap and a label. Bad input (an unknown isolation level, a nil pool, a
+// nil fn) is an error matching ErrInvalidArgument and sends nothing.
+func TransactionWithOptions(ctx context.Context, pool *Pool, opts TxOptions, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if err := validateCall(ctx, pool, opts, fn); err != nil {
+		return err
+	}
+	a := txAttempt{pool: pool, begin: beginSQL(opts), fn: fn}
+	loop := retryLoop{
+		policy:     &pool.settings.retry,
+		clock:      pool.clock,
+		maxRetries: pool.settings.retry.MaxRetries,
+	}
+	if opts.MaxRetries != 0 {
+		loop.maxRetries = intDefault(opts.MaxRetries, 0)
+	}
+	return loop.run(ctx, a.run)
+}
+
+func validateCall(ctx context.Context, pool *Pool, opts TxOptions, fn func(context.Context, pgx.Tx) error) error {
+	switch {
+	case ctx == nil:
+		return &invalidArgError{msg: "nil context"}
+	case pool == nil || pool.Pool == nil:
+		return &invalidArgError{msg: "nil pool"}
+	case fn == nil:
+		return &invalidArgError{msg: "nil fn"}
+	case !opts.Isolation.valid():
+		return &invalidArgError{msg: fmt.Sprintf("unknown isolation level %d: use ReadCommitted, RepeatableRead or Serializable", int(opts.Isolation))}
+	}
+	return nil
+}
+
+// beginSQLs holds every BEGIN statement pgtx sends without a per-call
+// timeout, indexed by isolation, read-only and deferrable, so a transaction
+// does not allocate to build it.
+var beginSQLs = func() (s [Serializable + 1][2][2]string) {
+	for iso := ReadCommitted; iso <= Serializable; iso++ {
+		for ro := range 2 {
+			for def := range 2 {
+				q := "begin isolation level " + iso.String()
+				if ro == 1 {
+					q += " read only"
+				}
+				if def == 1 {
+					q += " deferrable"
+				}
+				s[iso][ro][def] = q
+			}
+		}
+	}
+	return s
+}()
+
+// beginSQL renders the statement that opens the transaction. A per-call
+// statement timeout rides in the same simple-protocol query as BEGIN (one
+// round trip); its value is an integer, never caller text.
+func beginSQL(opts TxOptions) string {
+	q := beginSQLs[opts.Isolation][b2i(opts.ReadOnly)][b2i(opts.Deferrable)]
+	switch {
+	case opts.StatementTimeout > 0:
+		q += "; set local statement_timeout = " + strconv.FormatInt(durationMillis(opts.StatementTimeout), 10)
+	case opts.StatementTimeout < 0:
+		q += "; set local statement_timeout = 0"
+	}
+	return q
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// txAttempt is one call's attempt: acquire, BEGIN, fn, COMMIT, release.
+type txAttempt struct {
+	pool  *Pool
+	begin string
+	fn    func(context.Context, pgx.Tx) error
+}
+
+// run performs one attempt. It returns only after the connection has been
+// rolled back (if needed) and released, so the retry loop never sleeps while
+// holding a connection.
+func (a *txAttempt) run(ctx context.Context) (Class, error) {
+	conn, err := a.pool.acquire(ctx)
+	if err != nil {
+		return Classify(err), err
+	}
+	defer conn.Release()
+	if err := ctx.Err(); err != nil {
+		// The deadline passed while waiting for the connection: do not begin
+		// a transaction nobody will read.
+		return ClassTimeout, err
+	}
+
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.begin})
+	if err != nil {
+		return Classify(err), err
+	}
+	done := false
+	defer func() {
+		if !done {
+			// Runs on an error and on a panic in fn (which then goes on up
+			// the stack unchanged): roll back on a context the caller's
+			// cancellation cannot interrupt. A failed rollback closes the
+			// connection, and Release then discards it.
+			a.rollback(ctx, tx)
+		}
+	}()
+
+	if err := a.fn(ctx, tx); err != nil {
+		return classifyFnError(err, conn), err
+	}
+
+	done = true
+	return a.commit(ctx, tx)
+}
+
+// classifyFnError classifies an error returned by fn. A network-level error
+// only counts as a lost connection when the transaction's connection is in
+// fact gone: fn may return a network error from some other system, which
+// must not make pgtx run the transaction again.
+func classifyFnError(err error, conn *pgxpool.Conn) Class {
+	c := Classify(err)
+	if c == ClassConnectionLost && !conn.Conn().IsClosed() {
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) {
+			return ClassPermanent
+		}
+	}
+	return c
+}
+
+// commit sends COMMIT on a context the caller's cancellation cannot
+// interrupt, bounded by the pool's CommitTimeout, and classifies the result:
+// a server error is definitive (40001 at COMMIT is a conflict and retried);
+// anything else leaves the outcome unknown.
+func (a *txAttempt) commit(ctx context.Context, tx pgx.Tx) (Class, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.pool.settings.commitTimeout)
+	defer cancel()
+	err := tx.Commit(cctx)
+	if err == nil {
+		return ClassNone, nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return Classify(err), err
+	}
+	if errors.Is(err, pgx.ErrTxCommitRollback) {
+		// The server answered ROLLBACK: the transaction had failed inside fn
+		// (an error fn swallowed). Definitive, and not retried.
+		return ClassPermanent, err
+	}
+	// Not trusting pgconn.SafeToRetry here: pgx can report a COMMIT that
+	// reached a dead connection as pgconn.ErrConnClosed. Any failure without
+	// a server answer is ambiguous.
+	return ClassAmbiguous, &commitUnknownError{err: err}
+}
+
+// rollback rolls tx back on a context that the caller's cancellation cannot
+// interrupt, bounded by the pool's RollbackTimeout.
+func (a *txAttempt) rollback(ctx context.Context, tx pgx.Tx) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.pool.settings.rollbackTimeout)
+	defer cancel()
+	_ = tx.Rollback(rctx) // on failure pgx closes the connection; Release discards it
+}

@@ -1,0 +1,106 @@
+package pgtx
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// countingListener accepts TCP connections and counts them, so a test can
+// prove that nothing was sent to the "server".
+func countingListener(t *testing.T) (addr string, accepted *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted = new(atomic.Int64)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			_ = c.Close()
+		}
+	}()
+	t.Cleanup(func() { _ = ln.Close(); <-done })
+	return ln.Addr().String(), accepted
+}
+
+func TestTransactionBadInputSendsNothing(t *testing.T) {
+	addr, accepted := countingListener(t)
+	pool, err := New(context.Background(), "postgres://u@"+addr+"/db?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	fn := func(context.Context, pgx.Tx) error { t.Error("fn ran"); return nil }
+	tests := []struct {
+		name string
+		call func() error
+	}{
+		{"zero isolation", func() error { return Transaction(context.Background(), pool, 0, fn) }},
+		{"unknown isolation", func() error { return Transaction(context.Background(), pool, Isolation(42), fn) }},
+		{"negative isolation", func() error { return Transaction(context.Background(), pool, Isolation(-1), fn) }},
+		{"nil pool", func() error { return Transaction(context.Background(), nil, Serializable, fn) }},
+		{"zero Pool", func() error { return Transaction(context.Background(), &Pool{}, Serializable, fn) }},
+		{"nil fn", func() error { return Transaction(context.Background(), pool, Serializable, nil) }},
+		//lint:ignore SA1012 a nil context is the bad input under test
+		{"nil context", func() error { return Transaction(nil, pool, Serializable, fn) }},
+		{"zero options", func() error { return TransactionWithOptions(context.Background(), pool, TxOptions{}, fn) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Errorf("err = %v, want ErrInvalidArgument", err)
+			}
+		})
+	}
+	if n := accepted.Load(); n != 0 {
+		t.Errorf("%d connections were opened for bad input", n)
+	}
+}
+
+func TestBeginSQL(t *testing.T) {
+	tests := []struct {
+		opts TxOptions
+		want string
+	}{
+		{TxOptions{Isolation: ReadCommitted}, "begin isolation level READ COMMITTED"},
+		{TxOptions{Isolation: RepeatableRead, ReadOnly: true}, "begin isolation level REPEATABLE READ read only"},
+		{TxOptions{Isolation: Serializable, ReadOnly: true, Deferrable: true}, "begin isolation level SERIALIZABLE read only deferrable"},
+		{TxOptions{Isolation: Serializable, StatementTimeout: 1500 * time.Millisecond}, "begin isolation level SERIALIZABLE; set local statement_timeout = 1500"},
+		{TxOptions{Isolation: Serializable, StatementTimeout: 10 * time.Microsecond}, "begin isolation level SERIALIZABLE; set local statement_timeout = 1"},
+		{TxOptions{Isolation: ReadCommitted, StatementTimeout: -1}, "begin isolation level READ COMMITTED; set local statement_timeout = 0"},
+	}
+	for _, tt := range tests {
+		if got := beginSQL(tt.opts); got != tt.want {
+			t.Errorf("beginSQL(%+v) = %q, want %q", tt.opts, got, tt.want)
+		}
+	}
+}
+
+func TestIsolationString(t *testing.T) {
+	for iso, want := range map[Isolation]string{ReadCommitted: "READ COMMITTED", RepeatableRead: "REPEATABLE READ", Serializable: "SERIALIZABLE", 0: "Isolation(0)", 9: "Isolation(9)"} {
+		if got := iso.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", int(iso), got, want)
+		}
+	}
+}
+
+func TestBeginSQLDoesNotAllocate(t *testing.T) {
+	opts := TxOptions{Isolation: Serializable}
+	if n := testing.AllocsPerRun(100, func() { _ = beginSQL(opts) }); n != 0 {
+		t.Errorf("beginSQL allocates %v times without a per-call timeout", n)
+	}
+}
