@@ -66,6 +66,10 @@ type Config struct {
 	// the documented default of every field.
 	Retry RetryPolicy
 
+	// Tracer, when set, receives an event at the start and end of every
+	// attempt of every Transaction call.
+	Tracer Tracer
+
 	// parsed is the pgxpool.Config ParseConfig made, to tell a Config that
 	// came from ParseConfig from one that did not.
 	parsed *pgxpool.Config
@@ -97,6 +101,7 @@ type settings struct {
 	commitTimeout   time.Duration
 	rollbackTimeout time.Duration
 	retry           RetryPolicy
+	tracer          Tracer
 }
 
 // validate reports a Config NewWithConfig cannot use.
@@ -161,6 +166,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 			commitTimeout:   durDefault(cfg.CommitTimeout, DefaultCommitTimeout),
 			rollbackTimeout: durDefault(cfg.RollbackTimeout, DefaultRollbackTimeout),
 			retry:           cfg.Retry.withDefaults(),
+			tracer:          cfg.Tracer,
 		},
 		clock: realClock{},
 	}, nil

@@ -210,6 +210,9 @@ type retryLoop struct {
 	policy     *RetryPolicy
 	clock      clock
 	maxRetries int
+	tracer     Tracer
+	label      string
+	isolation  Isolation
 }
 
 // attemptFunc runs one whole attempt and returns its error and class.
@@ -220,15 +223,28 @@ type attemptFunc func(ctx context.Context) (Class, error)
 func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 	var st retryState
 	deadline, hasDeadline := ctx.Deadline()
-	for {
-		class, err := attempt(ctx)
-		if err == nil {
-			return nil
+	for n := 1; ; n++ {
+		actx, start := ctx, time.Time{}
+		if l.tracer != nil {
+			start = l.clock.Now()
+			actx = l.tracer.TraceAttemptStart(ctx, TraceAttemptStartData{Label: l.label, Isolation: l.isolation, Attempt: n})
 		}
-		if ctx.Err() != nil {
-			return withContextErr(ctx, err)
+		class, err := attempt(actx)
+		var d decision
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			err = withContextErr(ctx, err)
+		default:
+			d = l.policy.next(&st, class, l.maxRetries, l.clock.Now(), deadline, hasDeadline)
 		}
-		d := l.policy.next(&st, class, l.maxRetries, l.clock.Now(), deadline, hasDeadline)
+		if l.tracer != nil {
+			l.tracer.TraceAttemptEnd(actx, TraceAttemptEndData{
+				Label: l.label, Isolation: l.isolation, Attempt: n,
+				Err: err, Class: class, Duration: l.clock.Now().Sub(start),
+				Retry: d.retry, Backoff: d.backoff,
+			})
+		}
 		if !d.retry {
 			return err
 		}

@@ -104,6 +104,9 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, opts TxOptions, fn 
 		policy:     &pool.settings.retry,
 		clock:      pool.clock,
 		maxRetries: pool.settings.retry.MaxRetries,
+		tracer:     pool.settings.tracer,
+		label:      opts.Label,
+		isolation:  opts.Isolation,
 	}
 	if opts.MaxRetries != 0 {
 		loop.maxRetries = intDefault(opts.MaxRetries, 0)

@@ -1,0 +1,260 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx"
+)
+
+func TestBadInputSendsNothing(t *testing.T) {
+	ctx := testCtx(t)
+	pool := newPool(t, newDB(t), nil)
+	fn := func(context.Context, pgx.Tx) error { t.Error("fn ran"); return nil }
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{"zero isolation", pgtx.Transaction(ctx, pool, 0, fn)},
+		{"unknown isolation", pgtx.Transaction(ctx, pool, pgtx.Isolation(17), fn)},
+		{"nil pool", pgtx.Transaction(ctx, nil, pgtx.Serializable, fn)},
+		{"nil fn", pgtx.Transaction(ctx, pool, pgtx.Serializable, nil)},
+	}
+	for _, tt := range tests {
+		if !errors.Is(tt.err, pgtx.ErrInvalidArgument) {
+			t.Errorf("%s: err = %v, want ErrInvalidArgument", tt.name, tt.err)
+		}
+	}
+	if n := pool.Stat().TotalConns(); n != 0 {
+		t.Errorf("%d connections opened for bad input", n)
+	}
+}
+
+func TestPanicRollsBackReleasesAndRepanics(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := newDB(t)
+	pool := newPool(t, dsn, func(c *pgtx.Config) { c.MaxConns = 1 })
+	mustExec(t, ctx, pool, "create table t (id int primary key)")
+	type boom struct{ n int }
+	var recovered any
+	func() {
+		defer func() { recovered = recover() }()
+		_ = pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "insert into t values (1)"); err != nil {
+				return err
+			}
+			panic(boom{n: 42})
+		})
+	}()
+	if b, ok := recovered.(boom); !ok || b.n != 42 {
+		t.Fatalf("recovered %#v, want the original panic value", recovered)
+	}
+	if n := queryInt(t, ctx, directConn(t, dsn), "select count(*) from t"); n != 0 {
+		t.Errorf("rows = %d, want 0: a panic rolls back", n)
+	}
+	if s := pool.Stat(); s.AcquiredConns() != 0 {
+		t.Errorf("acquired = %d: the connection was not released", s.AcquiredConns())
+	}
+	// The only connection is usable again: the pool is not stuck.
+	if err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "insert into t values (2)")
+		return err
+	}); err != nil {
+		t.Fatalf("after the panic: %v", err)
+	}
+}
+
+func TestAcquireTimeout(t *testing.T) {
+	ctx := testCtx(t)
+	pool := newPool(t, newDB(t), func(c *pgtx.Config) {
+		c.MaxConns = 1
+		c.AcquireTimeout = 200 * time.Millisecond
+	})
+	held, err := pool.Acquire(ctx) // the pool's only connection
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release()
+	fn := func(context.Context, pgx.Tx) error { t.Error("fn ran without a connection"); return nil }
+
+	t.Run("acquire timeout fires", func(t *testing.T) {
+		start := time.Now()
+		err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, fn)
+		if !errors.Is(err, pgtx.ErrAcquireTimeout) {
+			t.Fatalf("err = %v, want ErrAcquireTimeout", err)
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v must not claim the caller's deadline passed", err)
+		}
+		if time.Since(start) < 200*time.Millisecond {
+			t.Errorf("returned before the acquire timeout")
+		}
+		if pool.Stat().CanceledAcquireCount() != 1 {
+			t.Errorf("acquire attempts = %d, want 1: an acquire timeout is not retried", pool.Stat().CanceledAcquireCount())
+		}
+	})
+	t.Run("caller's deadline first: the context error wins", func(t *testing.T) {
+		cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		err := pgtx.Transaction(cctx, pool, pgtx.ReadCommitted, fn)
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, pgtx.ErrAcquireTimeout) {
+			t.Fatalf("err = %v, want context.DeadlineExceeded and not ErrAcquireTimeout", err)
+		}
+	})
+}
+
+// TestContextEndedCallMatchesCtxErr: when the caller's context ends the call
+// mid-statement, errors.Is(err, ctx.Err()) holds and it is not retried.
+func TestContextEndedCallMatchesCtxErr(t *testing.T) {
+	pool := newPool(t, newDB(t), nil)
+	tests := []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(testCtx(t), 200*time.Millisecond) }, context.DeadlineExceeded},
+		{"cancel", func() (context.Context, context.CancelFunc) {
+			ctx, cancel := context.WithCancel(testCtx(t))
+			time.AfterFunc(200*time.Millisecond, cancel)
+			return ctx, cancel
+		}, context.Canceled},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := tt.ctx()
+			defer cancel()
+			var attempts counter
+			err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+				attempts.inc()
+				_, err := tx.Exec(ctx, "select pg_sleep(3)")
+				return err
+			})
+			if !errors.Is(err, tt.want) || !errors.Is(err, ctx.Err()) {
+				t.Fatalf("err = %v, want errors.Is(err, %v)", err, tt.want)
+			}
+			if attempts.get() != 1 {
+				t.Errorf("attempts = %d, want 1", attempts.get())
+			}
+		})
+	}
+}
+
+// TestRollbackSurvivesCancelledContext: fn fails after the caller's context
+// was cancelled; the rollback still runs (on a context the cancellation
+// cannot interrupt) and the connection goes back to the pool, not closed.
+func TestRollbackSurvivesCancelledContext(t *testing.T) {
+	dsn := newDB(t)
+	pool := newPool(t, dsn, func(c *pgtx.Config) { c.MaxConns = 1 })
+	mustExec(t, testCtx(t), pool, "create table t (id int primary key)")
+	if err := pool.Ping(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "insert into t values (1)"); err != nil {
+			return err
+		}
+		cancel()
+		return errors.New("caller gave up")
+	})
+	if err == nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want the caller's error and context.Canceled", err)
+	}
+	if n := queryInt(t, testCtx(t), directConn(t, dsn), "select count(*) from t"); n != 0 {
+		t.Errorf("rows = %d, want 0", n)
+	}
+	s := pool.Stat()
+	if s.TotalConns() != 1 || s.NewConnsCount() != 1 || s.AcquiredConns() != 0 {
+		t.Errorf("total = %d, new = %d, acquired = %d: the connection must survive the dead context", s.TotalConns(), s.NewConnsCount(), s.AcquiredConns())
+	}
+}
+
+func TestTransactionModes(t *testing.T) {
+	ctx := testCtx(t)
+	pool := newPool(t, newDB(t), nil)
+	mustExec(t, ctx, pool, "create table t (id int primary key)")
+	tests := []struct {
+		name                          string
+		opts                          pgtx.TxOptions
+		wantIso, wantRO, wantDeferred string
+	}{
+		{"read committed", pgtx.TxOptions{Isolation: pgtx.ReadCommitted}, "read committed", "off", "off"},
+		{"repeatable read", pgtx.TxOptions{Isolation: pgtx.RepeatableRead}, "repeatable read", "off", "off"},
+		{"serializable", pgtx.TxOptions{Isolation: pgtx.Serializable}, "serializable", "off", "off"},
+		{"serializable read only deferrable", pgtx.TxOptions{Isolation: pgtx.Serializable, ReadOnly: true, Deferrable: true}, "serializable", "on", "on"},
+		{"repeatable read read only with timeout", pgtx.TxOptions{Isolation: pgtx.RepeatableRead, ReadOnly: true, StatementTimeout: time.Second}, "repeatable read", "on", "off"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := pgtx.TransactionWithOptions(ctx, pool, tt.opts, func(ctx context.Context, tx pgx.Tx) error {
+				var iso, ro, def string
+				err := tx.QueryRow(ctx, "select current_setting('transaction_isolation'), current_setting('transaction_read_only'), current_setting('transaction_deferrable')").Scan(&iso, &ro, &def)
+				if err != nil {
+					return err
+				}
+				if iso != tt.wantIso || ro != tt.wantRO || def != tt.wantDeferred {
+					t.Errorf("got %s/%s/%s, want %s/%s/%s", iso, ro, def, tt.wantIso, tt.wantRO, tt.wantDeferred)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	t.Run("read-only write fails with 25006, not retried", func(t *testing.T) {
+		var attempts counter
+		err := pgtx.TransactionWithOptions(ctx, pool, pgtx.TxOptions{Isolation: pgtx.ReadCommitted, ReadOnly: true}, func(ctx context.Context, tx pgx.Tx) error {
+			attempts.inc()
+			_, err := tx.Exec(ctx, "insert into t values (1)")
+			return err
+		})
+		if pgtx.SQLState(err) != "25006" || attempts.get() != 1 {
+			t.Errorf("err = %v, attempts = %d; want 25006 once", err, attempts.get())
+		}
+	})
+	t.Run("per-call MaxRetries", func(t *testing.T) {
+		var attempts counter
+		err := pgtx.TransactionWithOptions(ctx, pool, pgtx.TxOptions{Isolation: pgtx.Serializable, MaxRetries: 2, Label: "capped"}, func(ctx context.Context, tx pgx.Tx) error {
+			attempts.inc()
+			_, err := tx.Exec(ctx, raise("40P01"))
+			return err
+		})
+		if pgtx.SQLState(err) != "40P01" || attempts.get() != 3 {
+			t.Errorf("err = %v, attempts = %d; want 40P01 after 3 attempts", err, attempts.get())
+		}
+	})
+}
+
+// TestLostIdleConnectionRetried: the server ends the pool's idle connection
+// (pg_terminate_backend, as a restart or failover would); the next
+// Transaction finds it dead at BEGIN and runs on a fresh connection.
+func TestLostIdleConnectionRetried(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := newDB(t)
+	pool := newPool(t, dsn, func(c *pgtx.Config) { c.MaxConns = 1 })
+	mustExec(t, ctx, pool, "create table t (id int primary key)")
+	var pid int
+	if err := pool.QueryRow(ctx, "select pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	admin := directConn(t, dsn)
+	if _, err := admin.Exec(ctx, "select pg_terminate_backend($1, 5000)", pid); err != nil {
+		t.Fatal(err)
+	}
+	var attempts counter
+	err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		attempts.inc()
+		_, err := tx.Exec(ctx, "insert into t values (1)")
+		return err
+	})
+	if err != nil {
+		t.Fatalf("err = %v: a connection lost before COMMIT must be retried", err)
+	}
+	if n := queryInt(t, ctx, admin, "select count(*) from t"); n != 1 {
+		t.Errorf("rows = %d, want 1", n)
+	}
+}

@@ -1,0 +1,88 @@
+package integration
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/internal/pgtest"
+)
+
+// testCtx returns a context bounded well under the test binary's timeout, so a
+// broken promise fails the test instead of hanging it.
+func testCtx(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// newDB creates a fresh database for the test and returns its DSN.
+func newDB(t *testing.T) string {
+	t.Helper()
+	return pgtest.NewDatabase(t)
+}
+
+// newPool opens a pgtx pool on dsn, with mutate applied to its Config, and
+// closes it at cleanup.
+func newPool(t *testing.T, dsn string, mutate func(*pgtx.Config)) *pgtx.Pool {
+	t.Helper()
+	cfg, err := pgtx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	if mutate != nil {
+		mutate(cfg)
+	}
+	pool, err := pgtx.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("NewWithConfig: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// directConn opens a plain pgx connection (no pgtx, no proxy) to check what
+// the server really holds.
+func directConn(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(testCtx(t), dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+func mustExec(t *testing.T, ctx context.Context, db interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}, sql string, args ...any) {
+	t.Helper()
+	if _, err := db.Exec(ctx, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func queryInt(t *testing.T, ctx context.Context, conn *pgx.Conn, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := conn.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
+}
+
+// counter counts fn's runs (attempts) across goroutines.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) inc() int64 { return c.n.Add(1) }
+func (c *counter) get() int64 { return c.n.Load() }
+
+// raise returns a statement that fails with the given SQLSTATE.
+func raise(code string) string {
+	return "do $$ begin raise exception 'injected %', '" + code + "' using errcode = '" + code + "'; end $$"
+}
