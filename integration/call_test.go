@@ -115,7 +115,9 @@ func TestContextEndedCallMatchesCtxErr(t *testing.T) {
 		ctx  func() (context.Context, context.CancelFunc)
 		want error
 	}{
-		{"deadline", func() (context.Context, context.CancelFunc) { return context.WithTimeout(testCtx(t), 200*time.Millisecond) }, context.DeadlineExceeded},
+		{"deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(testCtx(t), 200*time.Millisecond)
+		}, context.DeadlineExceeded},
 		{"cancel", func() (context.Context, context.CancelFunc) {
 			ctx, cancel := context.WithCancel(testCtx(t))
 			time.AfterFunc(200*time.Millisecond, cancel)
