@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -628,6 +629,7 @@ func TestProxyCloseLeavesNoGoroutines(t *testing.T) {
 	dsn := NewDatabase(t)
 	ctx := proxyTestContext(t)
 	ignore := goleak.IgnoreCurrent()
+	fdsBefore := openFDs()
 
 	p, err := StartProxy(srv.Addr())
 	if err != nil {
@@ -660,7 +662,6 @@ func TestProxyCloseLeavesNoGoroutines(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
-	defer raw.Close()
 	slow := open()
 	p.SetLatency(time.Hour)
 	done := make(chan error, 1)
@@ -679,10 +680,26 @@ func TestProxyCloseLeavesNoGoroutines(t *testing.T) {
 	for _, c := range conns {
 		_ = c.Close(ctx)
 	}
+	_ = raw.Close()
 	if s := p.Stats(); s.Active != 0 {
 		t.Errorf("stats %+v: want no active connections after Close", s)
 	}
+	// VerifyNone also waits for pgx's background closing of the cut
+	// connection, which holds a socket until it returns.
 	goleak.VerifyNone(t, ignore)
+	if fdsAfter := openFDs(); fdsAfter > fdsBefore {
+		t.Errorf("%d file descriptors open after Close, %d before", fdsAfter, fdsBefore)
+	}
+}
+
+// openFDs counts this process's open file descriptors, or returns -1 where
+// /proc/self/fd is not available.
+func openFDs() int {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	return len(entries)
 }
 
 // fakeUpstream is a server that records what each connection sent until
