@@ -66,6 +66,36 @@ type Config struct {
 	// the documented default of every field.
 	Retry RetryPolicy
 
+	// CancelMode is how a running statement is stopped when its context
+	// ends; the zero value is CancelModePool. See CancelMode for the
+	// trade-offs. pgtx installs its own ConnConfig.BuildContextWatcherHandler
+	// on every connection; one set on the Config is replaced.
+	CancelMode CancelMode
+
+	// CancelGrace bounds a cancellation: if the statement has not returned
+	// this long after its context ended (the cancel was lost, the server is
+	// unreachable), the connection's socket deadline passes, the call
+	// returns and the connection is discarded. Nothing waits longer. 0 means
+	// DefaultCancelGrace (2s); negative is refused.
+	CancelGrace time.Duration
+
+	// CancelPoolSize is the maximum size of the cancel pool
+	// (CancelModePool), which keeps one connection open from the start. 0
+	// means DefaultCancelPoolSize (2); negative is refused.
+	CancelPoolSize int32
+
+	// CancelConnString, when set, is the connection string of the cancel
+	// pool; by default it reaches the main pool's server as the same role.
+	// Set it to reach the server directly when the main pool goes through a
+	// proxy, or to use a role that is a member of pg_signal_backend. It
+	// must reach the same server: backends are matched by pid and
+	// backend_start.
+	CancelConnString string
+
+	// CancelConnectTimeout bounds a connect of the cancel pool. 0 means
+	// DefaultCancelConnectTimeout (1s); negative is refused.
+	CancelConnectTimeout time.Duration
+
 	// Tracer, when set, receives an event at the start and end of every
 	// attempt of every Transaction call.
 	Tracer Tracer
@@ -125,6 +155,10 @@ func (c *Config) validate() error {
 		return &invalidArgError{msg: "CommitTimeout must not be negative"}
 	case c.RollbackTimeout < 0:
 		return &invalidArgError{msg: "RollbackTimeout must not be negative"}
+	case c.CancelMode < CancelModePool || c.CancelMode > CancelModeClose:
+		return &invalidArgError{msg: "unknown " + c.CancelMode.String()}
+	case c.CancelGrace < 0 || c.CancelPoolSize < 0 || c.CancelConnectTimeout < 0:
+		return &invalidArgError{msg: "CancelGrace, CancelPoolSize and CancelConnectTimeout must not be negative"}
 	}
 	return c.Retry.validate()
 }
@@ -139,6 +173,7 @@ type Pool struct {
 
 	settings settings
 	clock    clock
+	cancel   *canceller
 }
 
 // NewWithConfig creates a Pool from cfg, which must come from ParseConfig. An
@@ -155,12 +190,18 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	setSessionParam(pc.ConnConfig.RuntimeParams, "statement_timeout", cfg.StatementTimeout, DefaultStatementTimeout)
 	setSessionParam(pc.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", cfg.IdleInTransactionTimeout, DefaultIdleInTransactionTimeout)
 
-	pool, err := newPgxpool(ctx, pc)
+	canceller, err := newCanceller(ctx, cfg, pc)
 	if err != nil {
 		return nil, err
 	}
+	pool, err := newPgxpool(ctx, pc)
+	if err != nil {
+		canceller.close()
+		return nil, err
+	}
 	return &Pool{
-		Pool: pool,
+		Pool:   pool,
+		cancel: canceller,
 		settings: settings{
 			acquireTimeout:  durDefault(cfg.AcquireTimeout, DefaultAcquireTimeout),
 			commitTimeout:   durDefault(cfg.CommitTimeout, DefaultCommitTimeout),
@@ -209,9 +250,13 @@ func durationMillis(d time.Duration) int64 {
 	return ms
 }
 
-// Close closes the pool and waits for its connections to close.
+// Close closes the pool, waits for its connections to close and for
+// in-flight cancels to finish, then closes the cancel pool.
 func (p *Pool) Close() {
 	p.Pool.Close()
+	if p.cancel != nil {
+		p.cancel.close()
+	}
 }
 
 // errAcquireTimeoutCause marks the acquire context's own timeout.

@@ -38,7 +38,12 @@ func countingListener(t *testing.T) (addr string, accepted *atomic.Int64) {
 
 func TestTransactionBadInputSendsNothing(t *testing.T) {
 	addr, accepted := countingListener(t)
-	pool, err := New(context.Background(), "postgres://u@"+addr+"/db?sslmode=disable")
+	cfg, err := ParseConfig("postgres://u@" + addr + "/db?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.CancelMode = CancelModeProtocol // no warm cancel-pool connection to count
+	pool, err := NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 // testCtx returns a context bounded well under the test binary's timeout, so a
 // broken promise fails the test instead of hanging it.
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -22,14 +22,14 @@ func testCtx(t *testing.T) context.Context {
 }
 
 // newDB creates a fresh database for the test and returns its DSN.
-func newDB(t *testing.T) string {
+func newDB(t testing.TB) string {
 	t.Helper()
 	return pgtest.NewDatabase(t)
 }
 
 // newPool opens a pgtx pool on dsn, with mutate applied to its Config, and
 // closes it at cleanup.
-func newPool(t *testing.T, dsn string, mutate func(*pgtx.Config)) *pgtx.Pool {
+func newPool(t testing.TB, dsn string, mutate func(*pgtx.Config)) *pgtx.Pool {
 	t.Helper()
 	cfg, err := pgtx.ParseConfig(dsn)
 	if err != nil {
@@ -48,7 +48,7 @@ func newPool(t *testing.T, dsn string, mutate func(*pgtx.Config)) *pgtx.Pool {
 
 // directConn opens a plain pgx connection (no pgtx, no proxy) to check what
 // the server really holds.
-func directConn(t *testing.T, dsn string) *pgx.Conn {
+func directConn(t testing.TB, dsn string) *pgx.Conn {
 	t.Helper()
 	conn, err := pgx.Connect(testCtx(t), dsn)
 	if err != nil {

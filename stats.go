@@ -1,0 +1,104 @@
+package pgtx
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Stats is a snapshot of a Pool's statistics.
+type Stats struct {
+	// Pool is the main pool's pgxpool statistics.
+	Pool *pgxpool.Stat
+	// CancelPool is the cancel pool's; nil unless CancelMode is
+	// CancelModePool.
+	CancelPool *pgxpool.Stat
+	// Cancels counts the statements cancelled because their context ended.
+	Cancels CancelStats
+}
+
+// CancelStats counts cancellations by outcome.
+type CancelStats struct {
+	// Sent counts cancels sent to the server (over the cancel pool or with
+	// the protocol cancel request).
+	Sent int64
+	// Signalled counts pg_cancel_backend calls that signalled the backend.
+	Signalled int64
+	// NotFound counts cancels whose backend (pid and backend_start) no
+	// longer existed: nothing was signalled.
+	NotFound int64
+	// PoolErrors counts cancels the cancel pool could not deliver (it could
+	// not connect, or was not allowed to cancel), which then fell back.
+	PoolErrors int64
+	// Protocol counts cancels delivered with the protocol cancel request,
+	// in CancelModeProtocol or as the fallback of CancelModePool.
+	Protocol int64
+	// Closed counts connections closed instead of cancelled: in
+	// CancelModeClose, when every other way failed, or when the context
+	// ended before the connection was ready.
+	Closed int64
+	// Latency is the time from the context's end to the cancel's answer.
+	Latency LatencyStats
+}
+
+// LatencyStats summarises durations.
+type LatencyStats struct {
+	Count int64
+	Total time.Duration
+	Max   time.Duration
+}
+
+// Mean returns Total / Count, or 0 when Count is 0.
+func (l LatencyStats) Mean() time.Duration {
+	if l.Count == 0 {
+		return 0
+	}
+	return l.Total / time.Duration(l.Count)
+}
+
+// latencyCounter accumulates a LatencyStats without locks.
+type latencyCounter struct {
+	count, total, max atomic.Int64
+}
+
+func (l *latencyCounter) observe(d time.Duration) {
+	l.count.Add(1)
+	l.total.Add(int64(d))
+	for {
+		m := l.max.Load()
+		if int64(d) <= m || l.max.CompareAndSwap(m, int64(d)) {
+			return
+		}
+	}
+}
+
+func (l *latencyCounter) snapshot() LatencyStats {
+	return LatencyStats{Count: l.count.Load(), Total: time.Duration(l.total.Load()), Max: time.Duration(l.max.Load())}
+}
+
+// cancelCounters is the live form of CancelStats.
+type cancelCounters struct {
+	sent, signalled, notFound, poolErrors, protocol, closed atomic.Int64
+	latency                                                 latencyCounter
+}
+
+func (c *cancelCounters) snapshot() CancelStats {
+	return CancelStats{
+		Sent: c.sent.Load(), Signalled: c.signalled.Load(), NotFound: c.notFound.Load(),
+		PoolErrors: c.poolErrors.Load(), Protocol: c.protocol.Load(), Closed: c.closed.Load(),
+		Latency: c.latency.snapshot(),
+	}
+}
+
+// Stats returns a snapshot of the pool's statistics.
+func (p *Pool) Stats() Stats {
+	s := Stats{Pool: p.Pool.Stat()}
+	if p.cancel != nil {
+		s.Cancels = p.cancel.stats.snapshot()
+		if p.cancel.pool != nil {
+			s.CancelPool = p.cancel.pool.Stat()
+		}
+	}
+	return s
+}
