@@ -87,10 +87,11 @@ const poolUnhealthyFor = time.Second
 // pool, the statistics, and the goroutines of in-flight cancels, which it
 // owns and waits for on close.
 type canceller struct {
-	mode  CancelMode
-	grace time.Duration
-	pool  *pgxpool.Pool // CancelModePool only
-	stats cancelCounters
+	mode   CancelMode
+	grace  time.Duration
+	pool   *pgxpool.Pool // CancelModePool only
+	stats  cancelCounters
+	tracer CancelTracer // nil: no events
 
 	// unhealthyUntil (unix nanoseconds) skips the cancel pool after a
 	// failure to reach it.
@@ -103,6 +104,7 @@ type canceller struct {
 // connecting, one connection kept warm) in CancelModePool.
 func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config) (*canceller, error) {
 	c := &canceller{mode: cfg.CancelMode, grace: durDefault(cfg.CancelGrace, DefaultCancelGrace)}
+	c.tracer, _ = cfg.Tracer.(CancelTracer)
 	if c.mode == CancelModePool {
 		cp, err := cancelPoolConfig(cfg, mainCfg)
 		if err != nil {
@@ -214,12 +216,12 @@ type cancelHandler struct {
 // HandleCancel is called when the context of a running statement ends. It
 // arms the grace fallback (a deadline on the socket, so the call returns even
 // if the cancel never takes effect) and sends the cancel asynchronously.
-func (h *cancelHandler) HandleCancel(context.Context) {
+func (h *cancelHandler) HandleCancel(ctx context.Context) {
 	now := time.Now()
 	start := h.backendStart.Load()
 	if h.c.mode == CancelModeClose || (h.c.mode == CancelModePool && start == 0) {
-		_ = h.netConn.SetDeadline(now)
-		h.c.stats.closed.Add(1)
+		h.closeNow()
+		h.c.finish(ctx, h.pgConn.PID(), CancelClosed, false, now)
 		return
 	}
 	deadline := now.Add(h.c.grace)
@@ -229,8 +231,8 @@ func (h *cancelHandler) HandleCancel(context.Context) {
 	go func() {
 		defer h.c.wg.Done()
 		defer close(h.done)
-		h.send(deadline, start)
-		h.c.stats.latency.observe(time.Since(now))
+		outcome, fellBack := h.send(deadline, start)
+		h.c.finish(ctx, h.pgConn.PID(), outcome, fellBack, now)
 	}()
 }
 
@@ -247,27 +249,27 @@ func (h *cancelHandler) HandleUnwatchAfterCancel() {
 
 // send cancels the statement: over the cancel pool, else with the protocol
 // cancel request, else by closing the connection.
-func (h *cancelHandler) send(deadline time.Time, backendStart int64) {
+func (h *cancelHandler) send(deadline time.Time, backendStart int64) (outcome CancelOutcome, fellBack bool) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	h.c.stats.sent.Add(1)
 	if h.c.mode == CancelModePool {
-		done, err := h.c.viaPool(ctx, h.pgConn.PID(), backendStart)
-		if done {
-			return
+		if outcome, ok := h.c.viaPool(ctx, h.pgConn.PID(), backendStart); ok {
+			return outcome, false
 		}
 		h.c.stats.poolErrors.Add(1)
-		_ = err // the fallback below is the answer to any cancel-pool failure
+		fellBack = true
 		if ctx.Err() != nil {
 			h.closeNow()
-			return
+			return CancelClosed, true
 		}
 	}
 	if err := h.pgConn.CancelRequest(ctx); err == nil {
 		h.c.stats.protocol.Add(1)
-		return
+		return CancelProtocol, fellBack
 	}
 	h.closeNow()
+	return CancelClosed, true
 }
 
 // closeNow is the last fallback: the socket's deadline passes now, so the
@@ -277,30 +279,37 @@ func (h *cancelHandler) closeNow() {
 	h.c.stats.closed.Add(1)
 }
 
-// viaPool runs pg_cancel_backend over the cancel pool. done reports that the
+// finish records a finished cancellation and reports it to the tracer.
+func (c *canceller) finish(ctx context.Context, pid uint32, outcome CancelOutcome, fellBack bool, began time.Time) {
+	latency := time.Since(began)
+	c.stats.latency.observe(latency)
+	if c.tracer != nil {
+		c.tracer.TraceCancel(ctx, TraceCancelData{PID: pid, Mode: c.mode, Outcome: outcome, FellBack: fellBack, Latency: latency})
+	}
+}
+
+// viaPool runs pg_cancel_backend over the cancel pool. ok reports that the
 // cancel pool answered (the backend was signalled, or it no longer exists
 // and nothing was); otherwise the caller falls back.
-func (c *canceller) viaPool(ctx context.Context, pid uint32, backendStart int64) (done bool, err error) {
+func (c *canceller) viaPool(ctx context.Context, pid uint32, backendStart int64) (outcome CancelOutcome, ok bool) {
 	if time.Now().UnixNano() < c.unhealthyUntil.Load() {
-		return false, errCancelPoolUnhealthy
+		return 0, false
 	}
 	var signalled bool
-	err = c.pool.QueryRow(ctx, cancelSQL, pid, time.UnixMicro(backendStart)).Scan(&signalled)
+	err := c.pool.QueryRow(ctx, cancelSQL, pid, time.UnixMicro(backendStart)).Scan(&signalled)
 	switch {
 	case err == nil && signalled:
 		c.stats.signalled.Add(1)
-		return true, nil
+		return CancelSignalled, true
 	case err == nil || errors.Is(err, pgx.ErrNoRows):
 		// The backend is gone (or was never this one): nothing to cancel,
 		// and nobody else's statement was touched.
 		c.stats.notFound.Add(1)
-		return true, nil
+		return CancelNotFound, true
 	}
 	// Unreachable, refusing connections (53300), or not allowed to cancel:
 	// skip the cancel pool for a moment rather than pay for it on every
 	// cancel of a storm.
 	c.unhealthyUntil.Store(time.Now().Add(poolUnhealthyFor).UnixNano())
-	return false, err
+	return 0, false
 }
-
-var errCancelPoolUnhealthy = errors.New("pgtx: cancel pool recently failed to connect")

@@ -52,9 +52,9 @@ func TestCancelNeverSignalsAStranger(t *testing.T) {
 			}()
 			waitActive(t, ctx, pool, pid)
 			before := pool.Stats().Cancels
-			done, err := pool.cancel.viaPool(ctx, pid, tt.backendStart.UnixMicro())
-			if !done || err != nil {
-				t.Fatalf("viaPool: done %v, err %v", done, err)
+			outcome, ok := pool.cancel.viaPool(ctx, pid, tt.backendStart.UnixMicro())
+			if want := map[bool]CancelOutcome{true: CancelSignalled, false: CancelNotFound}[tt.wantCanceled]; !ok || outcome != want {
+				t.Fatalf("viaPool: %v %v, want %v", outcome, ok, want)
 			}
 			err = <-running
 			if canceled := SQLState(err) == CodeQueryCanceled; canceled != tt.wantCanceled {

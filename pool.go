@@ -174,6 +174,7 @@ type Pool struct {
 	settings settings
 	clock    clock
 	cancel   *canceller
+	budget   *retryBudget
 }
 
 // NewWithConfig creates a Pool from cfg, which must come from ParseConfig. An
@@ -209,7 +210,8 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 			retry:           cfg.Retry.withDefaults(),
 			tracer:          cfg.Tracer,
 		},
-		clock: realClock{},
+		clock:  realClock{},
+		budget: newRetryBudget(cfg.Retry.Budget, time.Now()),
 	}, nil
 }
 

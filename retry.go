@@ -50,6 +50,10 @@ type RetryPolicy struct {
 	// DefaultConflictMaxBackoff (100ms).
 	ConflictBaseBackoff time.Duration
 	ConflictMaxBackoff  time.Duration
+
+	// Budget bounds the overload and lost-connection retries of the whole
+	// pool; its zero value is on, with the defaults of RetryBudget.
+	Budget RetryBudget
 }
 
 // validate reports a policy that cannot be applied.
@@ -57,7 +61,7 @@ func (p RetryPolicy) validate() error {
 	if p.BaseBackoff < 0 || p.MaxBackoff < 0 || p.ConflictBaseBackoff < 0 || p.ConflictMaxBackoff < 0 {
 		return &invalidArgError{msg: "RetryPolicy backoff durations must not be negative"}
 	}
-	return nil
+	return p.Budget.validate()
 }
 
 // withDefaults returns p with every zero field set to its default.
@@ -133,6 +137,7 @@ const (
 	stopNotRetryable stopReason = iota // the class is never retried
 	stopCapReached                     // MaxRetries or MaxAdaptiveRetries reached
 	stopDeadline                       // the backoff would end past the deadline
+	stopBudget                         // the retry budget is spent
 )
 
 // next decides whether a call that failed with an error of class c runs
@@ -210,7 +215,8 @@ type retryLoop struct {
 	policy     *RetryPolicy
 	clock      clock
 	maxRetries int
-	tracer     Tracer
+	budget     *retryBudget // nil: no budget
+	tracer     Tracer       // nil: no events
 	label      string
 	isolation  Isolation
 }
@@ -218,38 +224,73 @@ type retryLoop struct {
 // attemptFunc runs one whole attempt and returns its error and class.
 type attemptFunc func(ctx context.Context) (Class, error)
 
+// budgeted reports whether retries of class c draw on the retry budget.
+func budgeted(c Class) bool { return c == ClassOverload || c == ClassConnectionLost }
+
 // run returns nil after a successful attempt, or the last attempt's error.
 // When ctx ended the call, the error matches ctx.Err() as well.
 func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 	var st retryState
 	deadline, hasDeadline := ctx.Deadline()
+	callCtx, callStart := ctx, time.Time{}
+	txTracer, _ := l.tracer.(TransactionTracer)
+	if l.tracer != nil {
+		callStart = l.clock.Now()
+		if txTracer != nil {
+			callCtx = txTracer.TraceTransactionStart(ctx, TraceTransactionStartData{Label: l.label, Isolation: l.isolation})
+		}
+	}
 	for n := 1; ; n++ {
-		actx, start := ctx, time.Time{}
+		actx, start := callCtx, time.Time{}
 		if l.tracer != nil {
 			start = l.clock.Now()
-			actx = l.tracer.TraceAttemptStart(ctx, TraceAttemptStartData{Label: l.label, Isolation: l.isolation, Attempt: n})
+			actx = l.tracer.TraceAttemptStart(callCtx, TraceAttemptStartData{Label: l.label, Isolation: l.isolation, Attempt: n})
 		}
 		class, err := attempt(actx)
 		var d decision
 		switch {
 		case err == nil:
+			if l.budget != nil {
+				l.budget.success(l.clock.Now())
+			}
 		case ctx.Err() != nil:
 			err = withContextErr(ctx, err)
 		default:
 			d = l.policy.next(&st, class, l.maxRetries, l.clock.Now(), deadline, hasDeadline)
+			if d.retry && l.budget != nil && budgeted(class) && !l.budget.withdraw(l.clock.Now()) {
+				d = decision{reason: stopBudget}
+				err = &budgetExhaustedError{err: err}
+				if bt, ok := l.tracer.(RetryBudgetTracer); ok {
+					bt.TraceRetryBudgetExhausted(actx, TraceRetryBudgetData{Label: l.label, Attempt: n, Err: err, Class: class})
+				}
+			}
 		}
 		if l.tracer != nil {
+			now := l.clock.Now()
 			l.tracer.TraceAttemptEnd(actx, TraceAttemptEndData{
 				Label: l.label, Isolation: l.isolation, Attempt: n,
-				Err: err, Class: class, Duration: l.clock.Now().Sub(start),
+				Err: err, Class: class, Duration: now.Sub(start),
 				Retry: d.retry, Backoff: d.backoff,
 			})
+			if !d.retry && txTracer != nil {
+				txTracer.TraceTransactionEnd(callCtx, TraceTransactionEndData{
+					Label: l.label, Isolation: l.isolation, Attempts: n,
+					Err: err, Class: Classify(err), Duration: now.Sub(callStart),
+				})
+			}
 		}
 		if !d.retry {
 			return err
 		}
 		if l.clock.Sleep(ctx, d.backoff) != nil {
-			return withContextErr(ctx, err)
+			err = withContextErr(ctx, err)
+			if txTracer != nil {
+				txTracer.TraceTransactionEnd(callCtx, TraceTransactionEndData{
+					Label: l.label, Isolation: l.isolation, Attempts: n,
+					Err: err, Class: ClassTimeout, Duration: l.clock.Now().Sub(callStart),
+				})
+			}
+			return err
 		}
 	}
 }

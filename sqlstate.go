@@ -109,9 +109,11 @@ func SQLState(err error) string {
 }
 
 // IsRetryable reports whether Transaction would run the transaction again
-// after err (caps and deadlines aside).
+// after err (caps and deadlines aside). An error Transaction already gave up
+// on because the retry budget was spent is not retryable: retrying it in an
+// outer loop would defeat the budget.
 func IsRetryable(err error) bool {
-	return Classify(err).Retryable()
+	return Classify(err).Retryable() && !errors.Is(err, ErrRetryBudgetExhausted)
 }
 
 // Classify returns the class of err as Transaction sees it outside of COMMIT.

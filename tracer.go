@@ -46,3 +46,97 @@ type TraceAttemptEndData struct {
 	Retry   bool
 	Backoff time.Duration
 }
+
+// TransactionTracer is an optional interface of a Config.Tracer: it also
+// receives one event at the start and one at the end of every Transaction
+// call. The context TraceTransactionStart returns is the parent of every
+// attempt's context, so a span started there spans all attempts.
+type TransactionTracer interface {
+	TraceTransactionStart(ctx context.Context, data TraceTransactionStartData) context.Context
+	TraceTransactionEnd(ctx context.Context, data TraceTransactionEndData)
+}
+
+// TraceTransactionStartData describes a call about to start.
+type TraceTransactionStartData struct {
+	Label     string
+	Isolation Isolation
+}
+
+// TraceTransactionEndData describes a finished call.
+type TraceTransactionEndData struct {
+	Label     string
+	Isolation Isolation
+	// Attempts is how many attempts the call made.
+	Attempts int
+	// Err is the call's error (nil when it committed) and Class its class.
+	Err   error
+	Class Class
+	// Duration is the call's wall time, backoffs included.
+	Duration time.Duration
+}
+
+// CancelTracer is an optional interface of a Config.Tracer: it receives an
+// event for every statement cancelled because its context ended, once the
+// cancel has finished.
+type CancelTracer interface {
+	TraceCancel(ctx context.Context, data TraceCancelData)
+}
+
+// CancelOutcome is how a cancellation ended.
+type CancelOutcome int
+
+// The outcomes of a cancellation.
+const (
+	// CancelSignalled: pg_cancel_backend signalled the backend.
+	CancelSignalled CancelOutcome = iota + 1
+	// CancelNotFound: the backend (pid and backend_start) no longer existed;
+	// nothing was signalled.
+	CancelNotFound
+	// CancelProtocol: the protocol cancel request was delivered.
+	CancelProtocol
+	// CancelClosed: the connection was closed instead.
+	CancelClosed
+)
+
+// String returns the outcome's name.
+func (o CancelOutcome) String() string {
+	switch o {
+	case CancelSignalled:
+		return "signalled"
+	case CancelNotFound:
+		return "not_found"
+	case CancelProtocol:
+		return "protocol"
+	case CancelClosed:
+		return "closed"
+	}
+	return "unknown"
+}
+
+// TraceCancelData describes a finished cancellation.
+type TraceCancelData struct {
+	// PID is the backend's process id.
+	PID     uint32
+	Mode    CancelMode
+	Outcome CancelOutcome
+	// FellBack reports that the cancel pool failed and a fallback was used.
+	FellBack bool
+	// Latency is the time from the context's end to the cancel's answer.
+	Latency time.Duration
+}
+
+// RetryBudgetTracer is an optional interface of a Config.Tracer: it receives
+// an event when the retry budget refuses a retry.
+type RetryBudgetTracer interface {
+	TraceRetryBudgetExhausted(ctx context.Context, data TraceRetryBudgetData)
+}
+
+// TraceRetryBudgetData describes a refused retry.
+type TraceRetryBudgetData struct {
+	Label   string
+	Attempt int
+	// Err is the attempt's error, which the call returns (marked with
+	// ErrRetryBudgetExhausted), and Class its class.
+	Err   error
+	Class Class
+}

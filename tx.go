@@ -104,6 +104,7 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, opts TxOptions, fn 
 		policy:     &pool.settings.retry,
 		clock:      pool.clock,
 		maxRetries: pool.settings.retry.MaxRetries,
+		budget:     pool.budget,
 		tracer:     pool.settings.tracer,
 		label:      opts.Label,
 		isolation:  opts.Isolation,

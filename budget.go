@@ -1,0 +1,164 @@
+package pgtx
+
+import (
+	"errors"
+	"sync"
+	"time"
+)
+
+// ErrRetryBudgetExhausted is matched (errors.Is) by the error Transaction
+// returns when an overload or lost-connection retry was refused because the
+// pool's retry budget was spent. The error also wraps the last database
+// error, which stays reachable with errors.As.
+var ErrRetryBudgetExhausted = errors.New("pgtx: retry budget exhausted")
+
+// Defaults of RetryBudget.
+const (
+	DefaultBudgetRatio        = 0.2
+	DefaultBudgetMinPerSecond = 10
+	DefaultBudgetWindow       = 10 * time.Second
+)
+
+// RetryBudget bounds the overload and lost-connection retries of a whole
+// Pool, so that per-call retries cannot add up to a retry storm when a
+// database sheds load: over the last Window, such retries may not exceed
+// Ratio times the calls that succeeded, plus a floor of MinPerSecond retries
+// per second (a token bucket holding at most one second's worth, full at the
+// start), so a quiet or just-started client can still retry. It is the shape
+// of Finagle's RetryBudget, counted over successes. Conflict retries (40001,
+// 40P01) are not budgeted: a conflict means someone else committed, the
+// database is making progress.
+//
+// The zero value is the default: on, Ratio 0.2, MinPerSecond 10, Window 10s.
+type RetryBudget struct {
+	// Disabled switches the budget off: only the per-call caps apply.
+	Disabled bool
+	// Ratio is the share of recent successful calls that may be retried.
+	// 0 means DefaultBudgetRatio (0.2); negative is refused.
+	Ratio float64
+	// MinPerSecond is the floor: retries allowed per second of the window
+	// whatever the successes. 0 means DefaultBudgetMinPerSecond (10);
+	// negative means no floor.
+	MinPerSecond float64
+	// Window is how far back successes and retries count. 0 means
+	// DefaultBudgetWindow (10s); negative is refused.
+	Window time.Duration
+}
+
+func (b RetryBudget) validate() error {
+	if b.Ratio < 0 || b.Window < 0 || b.Ratio != b.Ratio || b.MinPerSecond != b.MinPerSecond {
+		return &invalidArgError{msg: "RetryBudget: Ratio and Window must not be negative"}
+	}
+	return nil
+}
+
+// budgetBuckets is the number of slices of the window.
+const budgetBuckets = 10
+
+// retryBudget is the live budget of a Pool: a sliding window of
+// budgetBuckets buckets counting successes and the retries they paid for,
+// and a token bucket for the floor.
+type retryBudget struct {
+	ratio, floor float64
+	window       time.Duration
+	width        time.Duration // of a bucket
+
+	mu          sync.Mutex
+	started     time.Time
+	buckets     [budgetBuckets]budgetBucket
+	floorTokens float64
+	floorCap    float64   // one second's worth, at least one retry
+	floorAt     time.Time // when floorTokens was last refilled
+}
+
+type budgetBucket struct {
+	index     int64 // which slice of time the counts belong to
+	successes int64
+	retries   int64 // retries paid for by successes (not by the floor)
+}
+
+// newRetryBudget returns the budget of b, or nil when it is disabled.
+func newRetryBudget(b RetryBudget, now time.Time) *retryBudget {
+	if b.Disabled {
+		return nil
+	}
+	rb := &retryBudget{
+		ratio:   b.Ratio,
+		floor:   b.MinPerSecond,
+		window:  durDefault(b.Window, DefaultBudgetWindow),
+		started: now,
+		floorAt: now,
+	}
+	if rb.ratio == 0 {
+		rb.ratio = DefaultBudgetRatio
+	}
+	switch {
+	case rb.floor == 0:
+		rb.floor = DefaultBudgetMinPerSecond
+	case rb.floor < 0:
+		rb.floor = 0
+	}
+	if rb.floor > 0 {
+		rb.floorCap = max(rb.floor, 1)
+	}
+	rb.floorTokens = rb.floorCap
+	rb.width = max(rb.window/budgetBuckets, 1)
+	return rb
+}
+
+// bucket returns the bucket for now, emptied if it held an older slice.
+// b.mu must be held.
+func (b *retryBudget) bucket(now time.Time) *budgetBucket {
+	idx := int64(now.Sub(b.started) / b.width)
+	bk := &b.buckets[idx%budgetBuckets]
+	if bk.index != idx {
+		*bk = budgetBucket{index: idx}
+	}
+	return bk
+}
+
+// success records a successful call.
+func (b *retryBudget) success(now time.Time) {
+	b.mu.Lock()
+	b.bucket(now).successes++
+	b.mu.Unlock()
+}
+
+// withdraw takes one retry from the budget, or reports that it is spent.
+func (b *retryBudget) withdraw(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	cur := b.bucket(now)
+	var successes, retries int64
+	for i := range b.buckets {
+		if bk := &b.buckets[i]; bk.index > cur.index-budgetBuckets && bk.index <= cur.index {
+			successes += bk.successes
+			retries += bk.retries
+		}
+	}
+	if float64(retries+1) <= b.ratio*float64(successes) {
+		cur.retries++
+		return true
+	}
+	if elapsed := now.Sub(b.floorAt); elapsed > 0 {
+		b.floorTokens = min(b.floorCap, b.floorTokens+b.floor*elapsed.Seconds())
+		b.floorAt = now
+	}
+	if b.floorTokens >= 1 {
+		b.floorTokens--
+		return true
+	}
+	return false
+}
+
+// budgetExhaustedError marks the last error of a call whose retry the budget
+// refused.
+type budgetExhaustedError struct{ err error }
+
+func (e *budgetExhaustedError) Error() string {
+	return ErrRetryBudgetExhausted.Error() + ": " + e.err.Error()
+}
+func (e *budgetExhaustedError) Unwrap() error { return e.err }
+func (e *budgetExhaustedError) Is(target error) bool {
+	return target == ErrRetryBudgetExhausted
+}
