@@ -27,7 +27,6 @@ const (
 	CodeConnectionFailure                    = "08006"
 	CodeSQLClientUnableToEstablishConnection = "08001"
 	CodeSQLServerRejectedConnection          = "08004"
-	CodeProtocolViolation                    = "08P01"
 	CodeAdminShutdown                        = "57P01"
 	CodeCrashShutdown                        = "57P02"
 
@@ -157,36 +156,11 @@ func classifyPgError(e *pgconn.PgError) Class {
 		return ClassConnectionLost
 	case CodeQueryCanceled, CodeIdleInTransactionSessionTimeout, CodeTransactionTimeout:
 		return ClassTimeout
-	case CodeProtocolViolation:
-		if isPoolerOverloadMessage(e.Message) {
-			return ClassOverload
-		}
-		return ClassPermanent
 	}
-	if e.Code == "" && isPoolerOverloadMessage(e.Message) {
-		return ClassOverload
+	if c, ok := classifyPoolerError(e); ok {
+		return c
 	}
 	return ClassPermanent
-}
-
-// isPoolerOverloadMessage recognises PgBouncer's load-shedding messages. They
-// are sent with SQLSTATE 08P01 (protocol_violation) or none, so the message
-// text is the only signal; these strings are PgBouncer's own and are matched
-// exactly (as prefixes), never our own errors.
-func isPoolerOverloadMessage(msg string) bool {
-	for _, p := range poolerOverloadMessages {
-		if len(msg) >= len(p) && msg[:len(p)] == p {
-			return true
-		}
-	}
-	return false
-}
-
-var poolerOverloadMessages = [...]string{
-	"no more connections allowed", // max_client_conn reached
-	"query_wait_timeout",          // waited too long for a server connection
-	"pgbouncer cannot connect to server",
-	"server login has been failing", // server_login_retry in effect
 }
 
 // isConnectionLost reports network-level failures: the connection is gone or

@@ -243,7 +243,9 @@ func (a *txAttempt) commit(ctx context.Context, tx pgx.Tx) (Class, error) {
 		return ClassNone, nil
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	if errors.As(err, &pgErr) && !endsSession(pgErr) {
+		// A server error that leaves the session alive is definitive: the
+		// transaction did not commit (40001 at COMMIT is a conflict).
 		return Classify(err), err
 	}
 	if errors.Is(err, pgx.ErrTxCommitRollback) {
@@ -253,8 +255,25 @@ func (a *txAttempt) commit(ctx context.Context, tx pgx.Tx) (Class, error) {
 	}
 	// Not trusting pgconn.SafeToRetry here: pgx can report a COMMIT that
 	// reached a dead connection as pgconn.ErrConnClosed. Any failure without
-	// a server answer is ambiguous.
+	// a server answer is ambiguous, and so is an answer that ended the
+	// session: a FATAL during COMMIT (57P01 while waiting for synchronous
+	// replication, a pooler killing the server connection) may come after
+	// the commit record was written.
 	return ClassAmbiguous, &commitUnknownError{err: err}
+}
+
+// endsSession reports a server error that ended the session (FATAL or PANIC,
+// or a connection-lost code): at COMMIT its outcome is unknown.
+func endsSession(e *pgconn.PgError) bool {
+	switch e.SeverityUnlocalized {
+	case "FATAL", "PANIC":
+		return true
+	case "":
+		if e.Severity == "FATAL" || e.Severity == "PANIC" {
+			return true
+		}
+	}
+	return classifyPgError(e) == ClassConnectionLost
 }
 
 // rollback rolls tx back on a context that the caller's cancellation cannot

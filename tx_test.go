@@ -3,12 +3,15 @@ package pgtx
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // countingListener accepts TCP connections and counts them, so a test can
@@ -107,5 +110,55 @@ func TestBeginSQLDoesNotAllocate(t *testing.T) {
 	opts := TxOptions{Isolation: Serializable}
 	if n := testing.AllocsPerRun(100, func() { _ = beginSQL(opts) }); n != 0 {
 		t.Errorf("beginSQL allocates %v times without a per-call timeout", n)
+	}
+}
+
+// commitTx is a pgx.Tx whose Commit returns a chosen error.
+type commitTx struct {
+	pgx.Tx
+	err error
+}
+
+func (c commitTx) Commit(context.Context) error { return c.err }
+
+func TestCommitClassification(t *testing.T) {
+	fatal := func(code, msg string) error {
+		return &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: code, Message: msg}
+	}
+	errorSev := func(code string) error {
+		return &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: code}
+	}
+	tests := []struct {
+		name          string
+		err           error
+		want          Class
+		wantAmbiguous bool
+	}{
+		{"committed", nil, ClassNone, false},
+		{"40001 at commit is a conflict", errorSev("40001"), ClassConflict, false},
+		{"23505 at commit (deferred constraint)", errorSev("23505"), ClassPermanent, false},
+		{"57014 at commit (deferred trigger cancelled)", errorSev("57014"), ClassTimeout, false},
+		{"commit answered ROLLBACK", pgx.ErrTxCommitRollback, ClassPermanent, false},
+		{"conn closed", pgconn.ErrConnClosed, ClassAmbiguous, true},
+		{"EOF", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), ClassAmbiguous, true},
+		{"our commit timeout", fmt.Errorf("timeout: %w", context.DeadlineExceeded), ClassAmbiguous, true},
+		{"FATAL 57P01 during sync-rep wait", fatal("57P01", "terminating connection due to administrator command"), ClassAmbiguous, true},
+		{"ERROR 08006", errorSev("08006"), ClassAmbiguous, true},
+		{"pooler killed the server connection", fatal("08P01", "query timeout"), ClassAmbiguous, true},
+	}
+	a := &txAttempt{pool: &Pool{settings: settings{commitTimeout: time.Second}}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			class, err := a.commit(context.Background(), commitTx{err: tt.err})
+			if class != tt.want {
+				t.Errorf("class = %v, want %v", class, tt.want)
+			}
+			if got := errors.Is(err, ErrCommitUnknown); got != tt.wantAmbiguous {
+				t.Errorf("errors.Is(err, ErrCommitUnknown) = %v, want %v (err %v)", got, tt.wantAmbiguous, err)
+			}
+			if tt.err != nil && !errors.Is(err, tt.err) {
+				t.Errorf("err = %v lost the original %v", err, tt.err)
+			}
+		})
 	}
 }
