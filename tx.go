@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"time"
 
@@ -204,7 +205,7 @@ func (a *txAttempt) run(ctx context.Context) (Class, error) {
 			// the stack unchanged): roll back on a context the caller's
 			// cancellation cannot interrupt. A failed rollback closes the
 			// connection, and Release then discards it.
-			a.rollback(ctx, tx)
+			a.rollback(ctx, tx, conn.Conn().PgConn().Conn())
 		}
 	}()
 
@@ -213,7 +214,7 @@ func (a *txAttempt) run(ctx context.Context) (Class, error) {
 	}
 
 	done = true
-	return a.commit(ctx, tx)
+	return a.commit(ctx, tx, conn.Conn().PgConn().Conn())
 }
 
 // classifyFnError classifies an error returned by fn. A network-level error
@@ -232,13 +233,15 @@ func classifyFnError(err error, conn *pgxpool.Conn) Class {
 }
 
 // commit sends COMMIT on a context the caller's cancellation cannot
-// interrupt, bounded by the pool's CommitTimeout, and classifies the result:
+// interrupt, bounded by the pool's CommitTimeout (a deadline on the
+// connection's socket nc: when it passes, the read fails and pgx closes the
+// connection), and classifies the result:
 // a server error is definitive (40001 at COMMIT is a conflict and retried);
 // anything else leaves the outcome unknown.
-func (a *txAttempt) commit(ctx context.Context, tx pgx.Tx) (Class, error) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.pool.settings.commitTimeout)
-	defer cancel()
-	err := tx.Commit(cctx)
+func (a *txAttempt) commit(ctx context.Context, tx pgx.Tx, nc net.Conn) (Class, error) {
+	_ = nc.SetDeadline(time.Now().Add(a.pool.settings.commitTimeout))
+	err := tx.Commit(uncancellable(ctx))
+	_ = nc.SetDeadline(time.Time{})
 	if err == nil {
 		return ClassNone, nil
 	}
@@ -277,9 +280,20 @@ func endsSession(e *pgconn.PgError) bool {
 }
 
 // rollback rolls tx back on a context that the caller's cancellation cannot
-// interrupt, bounded by the pool's RollbackTimeout.
-func (a *txAttempt) rollback(ctx context.Context, tx pgx.Tx) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.pool.settings.rollbackTimeout)
-	defer cancel()
-	_ = tx.Rollback(rctx) // on failure pgx closes the connection; Release discards it
+// interrupt, bounded by the pool's RollbackTimeout (a deadline on the
+// connection's socket nc).
+func (a *txAttempt) rollback(ctx context.Context, tx pgx.Tx, nc net.Conn) {
+	_ = nc.SetDeadline(time.Now().Add(a.pool.settings.rollbackTimeout))
+	_ = tx.Rollback(uncancellable(ctx)) // on failure pgx closes the connection; Release discards it
+	_ = nc.SetDeadline(time.Time{})
+}
+
+// uncancellable returns ctx without its cancellation (values kept, for
+// tracers). A context that cannot be cancelled is returned as is, so pgx does
+// not watch it either.
+func uncancellable(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
 }

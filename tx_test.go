@@ -147,9 +147,11 @@ func TestCommitClassification(t *testing.T) {
 		{"pooler killed the server connection", fatal("08P01", "query timeout"), ClassAmbiguous, true},
 	}
 	a := &txAttempt{pool: &Pool{settings: settings{commitTimeout: time.Second}}}
+	nc, peer := net.Pipe()
+	t.Cleanup(func() { _ = nc.Close(); _ = peer.Close() })
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			class, err := a.commit(context.Background(), commitTx{err: tt.err})
+			class, err := a.commit(context.Background(), commitTx{err: tt.err}, nc)
 			if class != tt.want {
 				t.Errorf("class = %v, want %v", class, tt.want)
 			}

@@ -1,0 +1,659 @@
+package pgtxslog_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/pgtxslog"
+)
+
+// recorder is a slog.Handler that stores the records it is given. Records
+// from loggers derived with WithAttrs or WithGroup are not expected.
+type recorder struct {
+	min slog.Level
+
+	mu      sync.Mutex
+	records []slog.Record
+	ctxs    []context.Context
+}
+
+func (h *recorder) Enabled(_ context.Context, l slog.Level) bool { return l >= h.min }
+
+func (h *recorder) Handle(ctx context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.records = append(h.records, r.Clone())
+	h.ctxs = append(h.ctxs, ctx)
+	return nil
+}
+
+func (h *recorder) WithAttrs([]slog.Attr) slog.Handler { panic("recorder: WithAttrs") }
+func (h *recorder) WithGroup(string) slog.Handler      { panic("recorder: WithGroup") }
+
+// newRecorder returns a handler enabled from min and a Tracer writing to it.
+func newRecorder(min slog.Level, opts *pgtxslog.Options) (*recorder, *pgtxslog.Tracer) {
+	h := &recorder{min: min}
+	return h, pgtxslog.New(slog.New(h), opts)
+}
+
+// line is what a test expects of a record: its level, message and all its
+// attributes, rendered with slog.Value.String.
+type line struct {
+	level slog.Level
+	msg   string
+	attrs map[string]string
+}
+
+// lines returns the records as lines.
+func (h *recorder) lines(t *testing.T) []line {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]line, 0, len(h.records))
+	for _, r := range h.records {
+		l := line{level: r.Level, msg: r.Message, attrs: map[string]string{}}
+		r.Attrs(func(a slog.Attr) bool {
+			if _, dup := l.attrs[a.Key]; dup {
+				t.Errorf("%q: attribute %q twice", r.Message, a.Key)
+			}
+			l.attrs[a.Key] = a.Value.Resolve().String()
+			return true
+		})
+		out = append(out, l)
+	}
+	return out
+}
+
+// assertLines checks that h received exactly want.
+func assertLines(t *testing.T, h *recorder, want ...line) {
+	t.Helper()
+	got := h.lines(t)
+	if len(got) != len(want) {
+		t.Fatalf("got %d lines %v, want %d %v", len(got), got, len(want), want)
+	}
+	for i := range want {
+		g, w := got[i], want[i]
+		if g.level != w.level || g.msg != w.msg {
+			t.Errorf("line %d: got %v %q, want %v %q", i, g.level, g.msg, w.level, w.msg)
+		}
+		for k, v := range w.attrs {
+			if gv, ok := g.attrs[k]; !ok {
+				t.Errorf("line %d (%q): attribute %q missing, want %q", i, g.msg, k, v)
+			} else if gv != v {
+				t.Errorf("line %d (%q): %s = %q, want %q", i, g.msg, k, gv, v)
+			}
+		}
+		for k, v := range g.attrs {
+			if _, ok := w.attrs[k]; !ok {
+				t.Errorf("line %d (%q): unexpected attribute %s = %q", i, g.msg, k, v)
+			}
+		}
+	}
+}
+
+func pgErr(code string) *pgconn.PgError {
+	return &pgconn.PgError{Severity: "ERROR", Code: code, Message: "boom"}
+}
+
+// errText renders err as the handler receives it.
+func errText(err error) string { return slog.AnyValue(err).String() }
+
+var (
+	errConflict     = pgErr(pgtx.CodeSerializationFailure)
+	errDeadlock     = pgErr(pgtx.CodeDeadlockDetected)
+	errOverload     = pgErr(pgtx.CodeTooManyConnections)
+	errConnLost     = pgErr(pgtx.CodeAdminShutdown)
+	errUnique       = pgErr("23505")
+	errDiskFull     = pgErr("53100")
+	errInternal     = pgErr("XX000")
+	errStmtTimeout  = pgErr(pgtx.CodeQueryCanceled)
+	errSyntax       = pgErr("42601")
+	errCommitLost   = fmt.Errorf("%w: %w", pgtx.ErrCommitUnknown, io.ErrUnexpectedEOF)
+	errBudget       = fmt.Errorf("%w: %w", pgtx.ErrRetryBudgetExhausted, errOverload)
+	errCaller       = errors.New("insufficient funds")
+	errCanceled     = fmt.Errorf("%w: %w", context.Canceled, errStmtTimeout)
+	errDeadline     = fmt.Errorf("%w: %w", context.DeadlineExceeded, errStmtTimeout)
+	errNonRetryable = pgtx.NonRetryable(errConflict)
+)
+
+func TestTraceAttemptEnd(t *testing.T) {
+	t.Parallel()
+	end := func(err error, retry bool, backoff time.Duration) pgtx.TraceAttemptEndData {
+		return pgtx.TraceAttemptEndData{
+			Label: "transfer", Isolation: pgtx.Serializable, Attempt: 2,
+			Err: err, Class: pgtx.Classify(err), Duration: 12 * time.Millisecond,
+			Retry: retry, Backoff: backoff,
+		}
+	}
+	retry := func(level slog.Level, class, code string, err error, backoff string) line {
+		return line{level, pgtxslog.MsgRetry, map[string]string{
+			"pgtx.label": "transfer", "pgtx.isolation": "SERIALIZABLE", "pgtx.attempt": "2",
+			"pgtx.class": class, "pgtx.sqlstate": code, "pgtx.err": errText(err),
+			"pgtx.backoff": backoff, "pgtx.duration": "12ms",
+		}}
+	}
+	tests := []struct {
+		name string
+		opts *pgtxslog.Options
+		data pgtx.TraceAttemptEndData
+		want []line
+	}{
+		{
+			name: "conflict retry at debug",
+			data: end(errConflict, true, 3*time.Millisecond),
+			want: []line{retry(slog.LevelDebug, "conflict", "40001", errConflict, "3ms")},
+		},
+		{
+			name: "deadlock retry at debug",
+			data: end(errDeadlock, true, time.Millisecond),
+			want: []line{retry(slog.LevelDebug, "conflict", "40P01", errDeadlock, "1ms")},
+		},
+		{
+			name: "overload retry at warn with backoff",
+			data: end(errOverload, true, 250*time.Millisecond),
+			want: []line{retry(slog.LevelWarn, "overload", "53300", errOverload, "250ms")},
+		},
+		{
+			name: "connection lost retry at warn",
+			data: end(errConnLost, true, 0),
+			want: []line{retry(slog.LevelWarn, "connection_lost", "57P01", errConnLost, "0s")},
+		},
+		{
+			name: "connection lost without sqlstate",
+			data: end(io.ErrUnexpectedEOF, true, 0),
+			want: []line{{slog.LevelWarn, pgtxslog.MsgRetry, map[string]string{
+				"pgtx.label": "transfer", "pgtx.isolation": "SERIALIZABLE", "pgtx.attempt": "2",
+				"pgtx.class": "connection_lost", "pgtx.err": errText(io.ErrUnexpectedEOF),
+				"pgtx.backoff": "0s", "pgtx.duration": "12ms",
+			}}},
+		},
+		{
+			name: "last attempt not logged by default",
+			data: end(errUnique, false, 0),
+		},
+		{
+			name: "committed attempt not logged by default",
+			data: end(nil, false, 0),
+		},
+		{
+			name: "last failed attempt with LogAttempts",
+			opts: &pgtxslog.Options{LogAttempts: true},
+			data: end(errUnique, false, 0),
+			want: []line{{slog.LevelDebug, pgtxslog.MsgAttempt, map[string]string{
+				"pgtx.label": "transfer", "pgtx.isolation": "SERIALIZABLE", "pgtx.attempt": "2",
+				"pgtx.class": "permanent", "pgtx.sqlstate": "23505", "pgtx.err": errText(errUnique),
+				"pgtx.duration": "12ms",
+			}}},
+		},
+		{
+			name: "committed attempt with LogAttempts at its level",
+			opts: &pgtxslog.Options{LogAttempts: true, Attempt: slog.LevelInfo},
+			data: end(nil, false, 0),
+			want: []line{{slog.LevelInfo, pgtxslog.MsgAttempt, map[string]string{
+				"pgtx.label": "transfer", "pgtx.isolation": "SERIALIZABLE", "pgtx.attempt": "2",
+				"pgtx.duration": "12ms",
+			}}},
+		},
+		{
+			name: "retry with LogAttempts is one line",
+			opts: &pgtxslog.Options{LogAttempts: true},
+			data: end(errConflict, true, 3*time.Millisecond),
+			want: []line{retry(slog.LevelDebug, "conflict", "40001", errConflict, "3ms")},
+		},
+		{
+			name: "conflict level overridden",
+			opts: &pgtxslog.Options{RetryConflict: slog.LevelInfo},
+			data: end(errConflict, true, 3*time.Millisecond),
+			want: []line{retry(slog.LevelInfo, "conflict", "40001", errConflict, "3ms")},
+		},
+		{
+			name: "overload retry off",
+			opts: &pgtxslog.Options{RetryOverload: pgtxslog.LevelOff},
+			data: end(errOverload, true, time.Second),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h, tr := newRecorder(slog.LevelDebug, tt.opts)
+			tr.TraceAttemptEnd(context.Background(), tt.data)
+			assertLines(t, h, tt.want...)
+		})
+	}
+}
+
+func TestTraceTransactionEnd(t *testing.T) {
+	t.Parallel()
+	end := func(label string, err error) pgtx.TraceTransactionEndData {
+		class := pgtx.Classify(err)
+		return pgtx.TraceTransactionEndData{
+			Label: label, Isolation: pgtx.ReadCommitted, Attempts: 3,
+			Err: err, Class: class, Duration: 1500 * time.Millisecond,
+		}
+	}
+	failed := func(level slog.Level, class, code string, err error) line {
+		l := line{level, pgtxslog.MsgFailed, map[string]string{
+			"pgtx.label": "pay", "pgtx.isolation": "READ COMMITTED", "pgtx.attempts": "3",
+			"pgtx.class": class, "pgtx.err": errText(err), "pgtx.duration": "1.5s",
+		}}
+		if code != "" {
+			l.attrs["pgtx.sqlstate"] = code
+		}
+		return l
+	}
+	tests := []struct {
+		name string
+		opts *pgtxslog.Options
+		data pgtx.TraceTransactionEndData
+		want []line
+	}{
+		{
+			name: "success not logged by default",
+			data: end("pay", nil),
+		},
+		{
+			name: "success logged with LogSuccess",
+			opts: &pgtxslog.Options{LogSuccess: true},
+			data: end("pay", nil),
+			want: []line{{slog.LevelDebug, pgtxslog.MsgSucceeded, map[string]string{
+				"pgtx.label": "pay", "pgtx.isolation": "READ COMMITTED",
+				"pgtx.attempts": "3", "pgtx.duration": "1.5s",
+			}}},
+		},
+		{
+			name: "success without label",
+			opts: &pgtxslog.Options{LogSuccess: true, Succeeded: slog.LevelInfo},
+			data: end("", nil),
+			want: []line{{slog.LevelInfo, pgtxslog.MsgSucceeded, map[string]string{
+				"pgtx.isolation": "READ COMMITTED", "pgtx.attempts": "3", "pgtx.duration": "1.5s",
+			}}},
+		},
+		{
+			name: "commit unknown at error",
+			data: end("pay", errCommitLost),
+			want: []line{{slog.LevelError, pgtxslog.MsgCommitUnknown, map[string]string{
+				"pgtx.label": "pay", "pgtx.isolation": "READ COMMITTED", "pgtx.attempts": "3",
+				"pgtx.class": "ambiguous", "pgtx.err": errText(errCommitLost), "pgtx.duration": "1.5s",
+			}}},
+		},
+		{
+			name: "commit unknown wrapped in NonRetryable still at error",
+			data: end("pay", pgtx.NonRetryable(errCommitLost)),
+			want: []line{{slog.LevelError, pgtxslog.MsgCommitUnknown, map[string]string{
+				"pgtx.label": "pay", "pgtx.isolation": "READ COMMITTED", "pgtx.attempts": "3",
+				"pgtx.class": "ambiguous", "pgtx.err": errText(errCommitLost), "pgtx.duration": "1.5s",
+			}}},
+		},
+		{
+			name: "conflict retries ran out at warn",
+			data: end("pay", errConflict),
+			want: []line{failed(slog.LevelWarn, "conflict", "40001", errConflict)},
+		},
+		{
+			name: "overload retries ran out at warn",
+			data: end("pay", errOverload),
+			want: []line{failed(slog.LevelWarn, "overload", "53300", errOverload)},
+		},
+		{
+			name: "statement timeout at warn",
+			data: end("pay", errStmtTimeout),
+			want: []line{failed(slog.LevelWarn, "timeout", "57014", errStmtTimeout)},
+		},
+		{
+			name: "deadline at warn",
+			data: end("pay", errDeadline),
+			want: []line{failed(slog.LevelWarn, "timeout", "57014", errDeadline)},
+		},
+		{
+			name: "acquire timeout at warn",
+			data: end("pay", pgtx.ErrAcquireTimeout),
+			want: []line{failed(slog.LevelWarn, "timeout", "", pgtx.ErrAcquireTimeout)},
+		},
+		{
+			name: "caller cancelled at debug",
+			data: end("pay", errCanceled),
+			want: []line{failed(slog.LevelDebug, "timeout", "57014", errCanceled)},
+		},
+		{
+			name: "constraint violation at debug",
+			data: end("pay", errUnique),
+			want: []line{failed(slog.LevelDebug, "permanent", "23505", errUnique)},
+		},
+		{
+			name: "syntax error at debug",
+			data: end("pay", errSyntax),
+			want: []line{failed(slog.LevelDebug, "permanent", "42601", errSyntax)},
+		},
+		{
+			name: "caller error at debug",
+			data: end("pay", errCaller),
+			want: []line{failed(slog.LevelDebug, "permanent", "", errCaller)},
+		},
+		{
+			name: "NonRetryable conflict at debug",
+			data: end("pay", errNonRetryable),
+			want: []line{failed(slog.LevelDebug, "permanent", "40001", errNonRetryable)},
+		},
+		{
+			name: "disk full at error",
+			data: end("pay", errDiskFull),
+			want: []line{failed(slog.LevelError, "permanent", "53100", errDiskFull)},
+		},
+		{
+			name: "internal error at error",
+			data: end("pay", errInternal),
+			want: []line{failed(slog.LevelError, "permanent", "XX000", errInternal)},
+		},
+		{
+			name: "budget refusal not logged again",
+			data: end("pay", errBudget),
+		},
+		{
+			name: "permanent level overridden",
+			opts: &pgtxslog.Options{FailedPermanent: slog.LevelInfo},
+			data: end("pay", errUnique),
+			want: []line{failed(slog.LevelInfo, "permanent", "23505", errUnique)},
+		},
+		{
+			name: "commit unknown off",
+			opts: &pgtxslog.Options{CommitUnknown: pgtxslog.LevelOff},
+			data: end("pay", errCommitLost),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h, tr := newRecorder(slog.LevelDebug, tt.opts)
+			tr.TraceTransactionEnd(context.Background(), tt.data)
+			assertLines(t, h, tt.want...)
+		})
+	}
+}
+
+func TestTraceRetryBudgetExhausted(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		opts *pgtxslog.Options
+		data pgtx.TraceRetryBudgetData
+		want []line
+	}{
+		{
+			name: "overload refusal at warn",
+			data: pgtx.TraceRetryBudgetData{Label: "pay", Attempt: 2, Err: errBudget, Class: pgtx.ClassOverload},
+			want: []line{{slog.LevelWarn, pgtxslog.MsgBudgetExhausted, map[string]string{
+				"pgtx.label": "pay", "pgtx.attempt": "2", "pgtx.class": "overload",
+				"pgtx.sqlstate": "53300", "pgtx.err": errText(errBudget),
+			}}},
+		},
+		{
+			name: "connection lost refusal without label",
+			data: pgtx.TraceRetryBudgetData{Attempt: 1, Err: io.EOF, Class: pgtx.ClassConnectionLost},
+			want: []line{{slog.LevelWarn, pgtxslog.MsgBudgetExhausted, map[string]string{
+				"pgtx.attempt": "1", "pgtx.class": "connection_lost", "pgtx.err": errText(io.EOF),
+			}}},
+		},
+		{
+			name: "level overridden",
+			opts: &pgtxslog.Options{BudgetExhausted: slog.LevelError},
+			data: pgtx.TraceRetryBudgetData{Attempt: 1, Err: io.EOF, Class: pgtx.ClassConnectionLost},
+			want: []line{{slog.LevelError, pgtxslog.MsgBudgetExhausted, map[string]string{
+				"pgtx.attempt": "1", "pgtx.class": "connection_lost", "pgtx.err": errText(io.EOF),
+			}}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h, tr := newRecorder(slog.LevelDebug, tt.opts)
+			tr.TraceRetryBudgetExhausted(context.Background(), tt.data)
+			assertLines(t, h, tt.want...)
+		})
+	}
+}
+
+// TestBudgetRefusalIsOneLine replays the events of a call the budget
+// refused, in pgtx's order: one line in all.
+func TestBudgetRefusalIsOneLine(t *testing.T) {
+	t.Parallel()
+	h, tr := newRecorder(slog.LevelDebug, nil)
+	ctx := context.Background()
+	ctx = tr.TraceTransactionStart(ctx, pgtx.TraceTransactionStartData{Label: "pay", Isolation: pgtx.Serializable})
+	actx := tr.TraceAttemptStart(ctx, pgtx.TraceAttemptStartData{Label: "pay", Isolation: pgtx.Serializable, Attempt: 1})
+	tr.TraceRetryBudgetExhausted(actx, pgtx.TraceRetryBudgetData{Label: "pay", Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload})
+	tr.TraceAttemptEnd(actx, pgtx.TraceAttemptEndData{Label: "pay", Isolation: pgtx.Serializable, Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload})
+	tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Label: "pay", Isolation: pgtx.Serializable, Attempts: 1, Err: errBudget, Class: pgtx.Classify(errBudget)})
+	assertLines(t, h, line{slog.LevelWarn, pgtxslog.MsgBudgetExhausted, map[string]string{
+		"pgtx.label": "pay", "pgtx.attempt": "1", "pgtx.class": "overload",
+		"pgtx.sqlstate": "53300", "pgtx.err": errText(errBudget),
+	}})
+}
+
+func TestTraceCancel(t *testing.T) {
+	t.Parallel()
+	cancelLine := func(level slog.Level, mode, outcome, fellBack string) line {
+		return line{level, pgtxslog.MsgCancel, map[string]string{
+			"pgtx.pid": "4242", "pgtx.cancel.mode": mode, "pgtx.cancel.outcome": outcome,
+			"pgtx.cancel.fell_back": fellBack, "pgtx.cancel.latency": "800µs",
+		}}
+	}
+	data := func(mode pgtx.CancelMode, outcome pgtx.CancelOutcome, fellBack bool) pgtx.TraceCancelData {
+		return pgtx.TraceCancelData{PID: 4242, Mode: mode, Outcome: outcome, FellBack: fellBack, Latency: 800 * time.Microsecond}
+	}
+	tests := []struct {
+		name string
+		opts *pgtxslog.Options
+		data pgtx.TraceCancelData
+		want []line
+	}{
+		{
+			name: "signalled at debug",
+			data: data(pgtx.CancelModePool, pgtx.CancelSignalled, false),
+			want: []line{cancelLine(slog.LevelDebug, "pool", "signalled", "false")},
+		},
+		{
+			name: "backend gone at debug",
+			data: data(pgtx.CancelModePool, pgtx.CancelNotFound, false),
+			want: []line{cancelLine(slog.LevelDebug, "pool", "not_found", "false")},
+		},
+		{
+			name: "protocol mode at debug",
+			data: data(pgtx.CancelModeProtocol, pgtx.CancelProtocol, false),
+			want: []line{cancelLine(slog.LevelDebug, "protocol", "protocol", "false")},
+		},
+		{
+			name: "close mode at debug",
+			data: data(pgtx.CancelModeClose, pgtx.CancelClosed, false),
+			want: []line{cancelLine(slog.LevelDebug, "close", "closed", "false")},
+		},
+		{
+			name: "pool fell back to protocol at warn",
+			data: data(pgtx.CancelModePool, pgtx.CancelProtocol, true),
+			want: []line{cancelLine(slog.LevelWarn, "pool", "protocol", "true")},
+		},
+		{
+			name: "pool fell back to close at warn",
+			data: data(pgtx.CancelModePool, pgtx.CancelClosed, true),
+			want: []line{cancelLine(slog.LevelWarn, "pool", "closed", "true")},
+		},
+		{
+			name: "closed in pool mode without fallback flag at warn",
+			data: data(pgtx.CancelModePool, pgtx.CancelClosed, false),
+			want: []line{cancelLine(slog.LevelWarn, "pool", "closed", "false")},
+		},
+		{
+			name: "protocol mode closed at warn",
+			data: data(pgtx.CancelModeProtocol, pgtx.CancelClosed, true),
+			want: []line{cancelLine(slog.LevelWarn, "protocol", "closed", "true")},
+		},
+		{
+			name: "fallback level overridden",
+			opts: &pgtxslog.Options{CancelFallback: slog.LevelError},
+			data: data(pgtx.CancelModePool, pgtx.CancelProtocol, true),
+			want: []line{cancelLine(slog.LevelError, "pool", "protocol", "true")},
+		},
+		{
+			name: "cancel off",
+			opts: &pgtxslog.Options{Cancel: pgtxslog.LevelOff},
+			data: data(pgtx.CancelModePool, pgtx.CancelSignalled, false),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h, tr := newRecorder(slog.LevelDebug, tt.opts)
+			tr.TraceCancel(context.Background(), tt.data)
+			assertLines(t, h, tt.want...)
+		})
+	}
+}
+
+type ctxKey struct{}
+
+func TestStartReturnsContextUnchanged(t *testing.T) {
+	t.Parallel()
+	h, tr := newRecorder(slog.LevelDebug, &pgtxslog.Options{LogSuccess: true, LogAttempts: true})
+	ctx := context.WithValue(context.Background(), ctxKey{}, "trace-1")
+	if got := tr.TraceTransactionStart(ctx, pgtx.TraceTransactionStartData{Label: "x", Isolation: pgtx.Serializable}); got != ctx {
+		t.Errorf("TraceTransactionStart returned another context")
+	}
+	if got := tr.TraceAttemptStart(ctx, pgtx.TraceAttemptStartData{Label: "x", Isolation: pgtx.Serializable, Attempt: 1}); got != ctx {
+		t.Errorf("TraceAttemptStart returned another context")
+	}
+	assertLines(t, h)
+}
+
+// TestHookContextReachesHandler checks that each line is handled with the
+// context of its hook, where a handler finds trace ids.
+func TestHookContextReachesHandler(t *testing.T) {
+	t.Parallel()
+	h, tr := newRecorder(slog.LevelDebug, &pgtxslog.Options{LogSuccess: true})
+	ctx := context.WithValue(context.Background(), ctxKey{}, "trace-1")
+	tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Attempt: 1, Err: errConflict, Class: pgtx.ClassConflict, Retry: true})
+	tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Attempts: 2})
+	tr.TraceRetryBudgetExhausted(ctx, pgtx.TraceRetryBudgetData{Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload})
+	tr.TraceCancel(ctx, pgtx.TraceCancelData{PID: 1, Outcome: pgtx.CancelSignalled})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.ctxs) != 4 {
+		t.Fatalf("got %d lines, want 4", len(h.ctxs))
+	}
+	for i, c := range h.ctxs {
+		if c.Value(ctxKey{}) != "trace-1" {
+			t.Errorf("line %d (%q): handler did not get the hook's context", i, h.records[i].Message)
+		}
+	}
+}
+
+// TestDisabledLevelLogsNothing drives every kind of line into a handler
+// enabled from Error: only the Error lines get through.
+func TestDisabledLevelLogsNothing(t *testing.T) {
+	t.Parallel()
+	h, tr := newRecorder(slog.LevelError, &pgtxslog.Options{LogSuccess: true, LogAttempts: true})
+	ctx := context.Background()
+	for _, err := range []error{errConflict, errOverload, errConnLost} {
+		tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Attempt: 1, Err: err, Class: pgtx.Classify(err), Retry: true})
+	}
+	tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Attempt: 1, Err: errUnique, Class: pgtx.ClassPermanent})
+	for _, err := range []error{nil, errConflict, errStmtTimeout, errCanceled, errUnique, errCaller} {
+		tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Attempts: 1, Err: err, Class: pgtx.Classify(err)})
+	}
+	tr.TraceRetryBudgetExhausted(ctx, pgtx.TraceRetryBudgetData{Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload})
+	tr.TraceCancel(ctx, pgtx.TraceCancelData{Mode: pgtx.CancelModePool, Outcome: pgtx.CancelSignalled})
+	tr.TraceCancel(ctx, pgtx.TraceCancelData{Mode: pgtx.CancelModePool, Outcome: pgtx.CancelProtocol, FellBack: true})
+	assertLines(t, h)
+
+	tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Attempts: 1, Err: errCommitLost, Class: pgtx.ClassAmbiguous})
+	tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Attempts: 1, Err: errDiskFull, Class: pgtx.ClassPermanent})
+	got := h.lines(t)
+	if len(got) != 2 || got[0].msg != pgtxslog.MsgCommitUnknown || got[1].msg != pgtxslog.MsgFailed {
+		t.Errorf("Error lines: got %v, want commit unknown then failed", got)
+	}
+}
+
+// TestDisabledLevelAllocs checks that a line whose level the handler
+// disables costs no allocation.
+func TestDisabledLevelAllocs(t *testing.T) {
+	h, tr := newRecorder(slog.LevelError, &pgtxslog.Options{LogSuccess: true, LogAttempts: true})
+	ctx := context.Background()
+	tests := []struct {
+		name string
+		fn   func()
+	}{
+		{"TraceAttemptEnd conflict retry", func() {
+			tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Label: "x", Isolation: pgtx.Serializable, Attempt: 1, Err: errConflict, Class: pgtx.ClassConflict, Retry: true, Backoff: time.Millisecond})
+		}},
+		{"TraceAttemptEnd overload retry", func() {
+			tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Label: "x", Isolation: pgtx.Serializable, Attempt: 1, Err: errOverload, Class: pgtx.ClassOverload, Retry: true, Backoff: time.Second})
+		}},
+		{"TraceAttemptEnd last attempt", func() {
+			tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Label: "x", Isolation: pgtx.Serializable, Attempt: 1, Err: errUnique, Class: pgtx.ClassPermanent})
+		}},
+		{"TraceTransactionEnd success", func() {
+			tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Label: "x", Isolation: pgtx.Serializable, Attempts: 1})
+		}},
+		{"TraceTransactionEnd constraint violation", func() {
+			tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Label: "x", Isolation: pgtx.Serializable, Attempts: 1, Err: errUnique, Class: pgtx.ClassPermanent})
+		}},
+		{"TraceTransactionEnd timeout", func() {
+			tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Label: "x", Isolation: pgtx.Serializable, Attempts: 1, Err: errDeadline, Class: pgtx.ClassTimeout})
+		}},
+		{"TraceRetryBudgetExhausted", func() {
+			tr.TraceRetryBudgetExhausted(ctx, pgtx.TraceRetryBudgetData{Label: "x", Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload})
+		}},
+		{"TraceCancel fallback", func() {
+			tr.TraceCancel(ctx, pgtx.TraceCancelData{PID: 1, Mode: pgtx.CancelModePool, Outcome: pgtx.CancelClosed, FellBack: true})
+		}},
+		{"TraceAttemptStart", func() {
+			_ = tr.TraceAttemptStart(ctx, pgtx.TraceAttemptStartData{Label: "x", Isolation: pgtx.Serializable, Attempt: 1})
+		}},
+		{"TraceTransactionStart", func() {
+			_ = tr.TraceTransactionStart(ctx, pgtx.TraceTransactionStartData{Label: "x", Isolation: pgtx.Serializable})
+		}},
+	}
+	for _, tt := range tests {
+		if allocs := testing.AllocsPerRun(100, tt.fn); allocs != 0 {
+			t.Errorf("%s: %v allocations per run at a disabled level, want 0", tt.name, allocs)
+		}
+	}
+	assertLines(t, h)
+}
+
+// TestLevelVar checks that a *slog.LevelVar level is read at each event.
+func TestLevelVar(t *testing.T) {
+	t.Parallel()
+	var lv slog.LevelVar // Info
+	h, tr := newRecorder(slog.LevelInfo, &pgtxslog.Options{RetryConflict: &lv})
+	data := pgtx.TraceAttemptEndData{Attempt: 1, Err: errConflict, Class: pgtx.ClassConflict, Retry: true}
+	tr.TraceAttemptEnd(context.Background(), data)
+	lv.Set(slog.LevelDebug)
+	tr.TraceAttemptEnd(context.Background(), data)
+	got := h.lines(t)
+	if len(got) != 1 || got[0].level != slog.LevelInfo {
+		t.Errorf("got %v, want one Info line", got)
+	}
+}
+
+// TestNilLoggerUsesDefault checks that a nil logger writes to slog.Default()
+// as it is at the time of the event. It changes the default logger, so it
+// does not run in parallel.
+func TestNilLoggerUsesDefault(t *testing.T) {
+	old := slog.Default()
+	t.Cleanup(func() { slog.SetDefault(old) })
+	tr := pgtxslog.New(nil, nil)
+	h := &recorder{min: slog.LevelDebug}
+	slog.SetDefault(slog.New(h))
+	tr.TraceAttemptEnd(context.Background(), pgtx.TraceAttemptEndData{Attempt: 1, Err: errOverload, Class: pgtx.ClassOverload, Retry: true})
+	got := h.lines(t)
+	if len(got) != 1 || got[0].msg != pgtxslog.MsgRetry || got[0].level != slog.LevelWarn {
+		t.Errorf("got %v, want one Warn retry line", got)
+	}
+}
