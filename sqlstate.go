@@ -49,12 +49,12 @@ const (
 	// jittered pause, up to RetryPolicy.MaxRetries times.
 	ClassConflict
 	// ClassOverload is the server (or a pooler in front of it) shedding load:
-	// 53300 too_many_connections, 57P03 cannot_connect_now and the pooler
-	// equivalents. Retried with exponential backoff and full jitter, at most
+	// 53300 too_many_connections, 57P03 cannot_connect_now, the pooler
+	// equivalents, and a refused connection (a server restarting). Retried with exponential backoff and full jitter, at most
 	// RetryPolicy.MaxAdaptiveRetries times.
 	ClassOverload
 	// ClassConnectionLost is a connection that died before COMMIT was sent
-	// (08xxx, 57P01, 57P02, reset, refused, EOF, pgconn.ErrConnClosed). Nothing
+	// (08xxx, 57P01, 57P02, reset, EOF, pgconn.ErrConnClosed). Nothing
 	// was committed, so the transaction runs again on a fresh connection.
 	ClassConnectionLost
 	// ClassAmbiguous is a connection lost while COMMIT was in flight: the
@@ -137,6 +137,11 @@ func Classify(err error) Class {
 	if errors.As(err, &pgErr) {
 		return classifyPgError(pgErr)
 	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		// Nobody listens: the server is restarting or down. Back off as
+		// from an overloaded server instead of hammering its port.
+		return ClassOverload
+	}
 	if isConnectionLost(err) {
 		return ClassConnectionLost
 	}
@@ -167,8 +172,7 @@ func classifyPgError(e *pgconn.PgError) Class {
 // could not be made, and no server error says why.
 func isConnectionLost(err error) bool {
 	if errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) ||
-		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED) {
+		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED) {
 		return true
 	}
 	var connectErr *pgconn.ConnectError

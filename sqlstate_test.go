@@ -59,7 +59,7 @@ func TestClassify(t *testing.T) {
 		{"EOF", io.EOF, ClassConnectionLost},
 		{"unexpected EOF", io.ErrUnexpectedEOF, ClassConnectionLost},
 		{"reset", &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, ClassConnectionLost},
-		{"refused", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, ClassConnectionLost},
+		{"refused: the server is restarting", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, ClassOverload},
 		{"broken pipe", fmt.Errorf("write: %w", syscall.EPIPE), ClassConnectionLost},
 		{"context canceled", context.Canceled, ClassTimeout},
 		{"deadline", context.DeadlineExceeded, ClassTimeout},
