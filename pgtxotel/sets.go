@@ -1,0 +1,168 @@
+package pgtxotel
+
+import (
+	"github.com/pgtx-go/pgtx"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// labelSets holds everything precomputed for one label: the span name and
+// the measurement options of every class, so that recording builds no
+// attribute set.
+type labelSets struct {
+	spanName string
+	label    attribute.KeyValue
+	hasLabel bool
+	// start are the span start options by isolation level (numIsolations-1
+	// for a level pgtx does not define).
+	start [numIsolations][]trace.SpanStartOption
+
+	classAdd [numClasses][]metric.AddOption    // label + class
+	classRec [numClasses][]metric.RecordOption // label + class
+	// txAdd and txRec are indexed by [failed][class].
+	txAdd         [2][numClasses][]metric.AddOption
+	txRec         [2][numClasses][]metric.RecordOption
+	commitUnknown []metric.AddOption // label only
+}
+
+// newLabelSets precomputes the span name and measurement options of label.
+func (t *Tracer) newLabelSets(label string) *labelSets {
+	ls := &labelSets{spanName: spanName}
+	base := append([]attribute.KeyValue(nil), t.attrs...)
+	if label != "" {
+		ls.spanName = spanName + " " + label
+		ls.label = keyLabel.String(label)
+		ls.hasLabel = true
+		base = append(base, ls.label)
+	}
+	opt := func(kvs ...attribute.KeyValue) metric.MeasurementOption {
+		all := make([]attribute.KeyValue, 0, len(base)+len(kvs))
+		all = append(append(all, base...), kvs...)
+		return metric.WithAttributeSet(attribute.NewSet(all...))
+	}
+	for ci := range numClasses {
+		class := keyClass.String(classNames[ci])
+		o := opt(class)
+		ls.classAdd[ci] = []metric.AddOption{o}
+		ls.classRec[ci] = []metric.RecordOption{o}
+		for failed, outcome := range [2]string{outcomeCommitted, outcomeFailed} {
+			o := opt(keyOutcome.String(outcome), class)
+			ls.txAdd[failed][ci] = []metric.AddOption{o}
+			ls.txRec[failed][ci] = []metric.RecordOption{o}
+		}
+	}
+	ls.commitUnknown = []metric.AddOption{opt()}
+	for ii := range numIsolations {
+		ls.start[ii] = t.startOptions(isolationName(ii), ls.label, ls.hasLabel)
+	}
+	return ls
+}
+
+// startOptions returns the options of a call's span.
+func (t *Tracer) startOptions(isolation string, label attribute.KeyValue, hasLabel bool) []trace.SpanStartOption {
+	attrs := make([]attribute.KeyValue, 0, len(t.spanAttrs)+2)
+	attrs = append(attrs, t.spanAttrs...)
+	attrs = append(attrs, keyIsolation.String(isolation))
+	if hasLabel {
+		attrs = append(attrs, label)
+	}
+	return []trace.SpanStartOption{clientKind, trace.WithAttributes(attrs...)}
+}
+
+var clientKind = trace.WithSpanKind(trace.SpanKindClient)
+
+// numIsolations is the number of pgtx isolation levels plus one slot for
+// a value that is not one.
+const numIsolations = int(pgtx.Serializable) + 1
+
+func isolationIndex(i pgtx.Isolation) int {
+	if i < pgtx.ReadCommitted || i > pgtx.Serializable {
+		return 0
+	}
+	return int(i)
+}
+
+// isolationName is the value of pgtx.isolation by slot.
+func isolationName(i int) string {
+	if i == 0 {
+		return "unknown"
+	}
+	return pgtx.Isolation(i).String()
+}
+
+// sets returns the precomputed options of label, building them on first use,
+// or t.overflow past the first maxLabels labels.
+func (t *Tracer) sets(label string) *labelSets {
+	if label == "" {
+		return t.noLabel
+	}
+	if ls, ok := (*t.labels.Load())[label]; ok {
+		return ls
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := *t.labels.Load()
+	if ls, ok := old[label]; ok {
+		return ls
+	}
+	if len(old) >= maxLabels {
+		return t.overflow
+	}
+	ls := t.newLabelSets(label)
+	m := make(map[string]*labelSets, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[label] = ls
+	t.labels.Store(&m)
+	return ls
+}
+
+// The cancel tables' dimensions: outcomes 1..4 plus 0 for an unknown one,
+// modes 0..2 plus 3 for an unknown one.
+const (
+	numOutcomes = int(pgtx.CancelClosed) + 1
+	numModes    = int(pgtx.CancelModeClose) + 2
+)
+
+func outcomeIndex(o pgtx.CancelOutcome) int {
+	if o < pgtx.CancelSignalled || o > pgtx.CancelClosed {
+		return 0
+	}
+	return int(o)
+}
+
+func modeIndex(m pgtx.CancelMode) int {
+	if m < pgtx.CancelModePool || m > pgtx.CancelModeClose {
+		return numModes - 1
+	}
+	return int(m)
+}
+
+// cancelOutcomeName and cancelModeName are the attribute values by slot.
+func cancelOutcomeName(i int) string { return pgtx.CancelOutcome(i).String() }
+
+func cancelModeName(i int) string {
+	if i == numModes-1 {
+		return "unknown"
+	}
+	return pgtx.CancelMode(i).String()
+}
+
+// initCancelSets precomputes the options of the cancel metrics.
+func (t *Tracer) initCancelSets() {
+	for oi := range numOutcomes {
+		for mi := range numModes {
+			for fb := range 2 {
+				kvs := append(append([]attribute.KeyValue(nil), t.attrs...),
+					keyCancelOutcome.String(cancelOutcomeName(oi)),
+					keyCancelMode.String(cancelModeName(mi)),
+					keyCancelFellBack.Bool(fb == 1))
+				o := metric.WithAttributeSet(attribute.NewSet(kvs...))
+				t.cancelAdd[oi][mi][fb] = []metric.AddOption{o}
+				t.cancelRec[oi][mi][fb] = []metric.RecordOption{o}
+			}
+		}
+	}
+}

@@ -1,0 +1,381 @@
+package pgtxotel
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pgtx-go/pgtx"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// ScopeName is the instrumentation scope of the Tracer's tracer and meter.
+const ScopeName = "github.com/pgtx-go/pgtx/pgtxotel"
+
+// Span, event and attribute names.
+const (
+	spanName           = "pgtx.transaction"
+	eventAttempt       = "pgtx.attempt"
+	eventBudget        = "pgtx.retry_budget_exhausted"
+	eventCancel        = "pgtx.cancel"
+	keyDBSystemName    = attribute.Key("db.system.name")
+	keyDBStatusCode    = attribute.Key("db.response.status_code")
+	keyErrorType       = attribute.Key("error.type")
+	keyLabel           = attribute.Key("pgtx.label")
+	keyIsolation       = attribute.Key("pgtx.isolation")
+	keyAttempt         = attribute.Key("pgtx.attempt")
+	keyAttempts        = attribute.Key("pgtx.attempts")
+	keyClass           = attribute.Key("pgtx.class")
+	keyOutcome         = attribute.Key("pgtx.outcome")
+	keyRetry           = attribute.Key("pgtx.retry")
+	keyBackoffMS       = attribute.Key("pgtx.backoff_ms")
+	keyDurationMS      = attribute.Key("pgtx.duration_ms")
+	keyCommitUnknown   = attribute.Key("pgtx.commit_unknown")
+	keyBudgetExhausted = attribute.Key("pgtx.retry_budget_exhausted")
+	keyCancelOutcome   = attribute.Key("pgtx.cancel.outcome")
+	keyCancelMode      = attribute.Key("pgtx.cancel.mode")
+	keyCancelFellBack  = attribute.Key("pgtx.cancel.fell_back")
+	keyCancelLatencyMS = attribute.Key("pgtx.cancel.latency_ms")
+	keyCancelPID       = attribute.Key("pgtx.cancel.pid")
+
+	outcomeCommitted = "committed"
+	outcomeFailed    = "failed"
+)
+
+// maxLabels bounds the distinct labels that get their own metric series;
+// further labels share otherLabel.
+const (
+	maxLabels  = 256
+	otherLabel = "_other"
+)
+
+// durationBuckets are the histogram boundaries, in seconds: from a
+// millisecond (a conflict backoff) to ten seconds (the overload backoff cap,
+// the default timeouts).
+var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+var dbSystem = keyDBSystemName.String("postgresql")
+
+// numClasses is the number of pgtx classes plus one slot for a class pgtx
+// does not (yet) define.
+const numClasses = int(pgtx.ClassPermanent) + 2
+
+// classIndex maps c to its slot in the per-class tables.
+func classIndex(c pgtx.Class) int {
+	if c < pgtx.ClassNone || c > pgtx.ClassPermanent {
+		return numClasses - 1
+	}
+	return int(c)
+}
+
+// classNames are the values of pgtx.class and error.type by slot.
+var classNames = func() [numClasses]string {
+	var n [numClasses]string
+	for i := range n {
+		n[i] = pgtx.Class(i).String()
+	}
+	n[numClasses-1] = pgtx.Class(-1).String()
+	return n
+}()
+
+// Tracer reports pgtx calls as OpenTelemetry spans and metrics. It
+// implements pgtx.Tracer, pgtx.TransactionTracer, pgtx.CancelTracer and
+// pgtx.RetryBudgetTracer; set it as pgtx.Config.Tracer. The package
+// documentation lists its spans, events and metrics. A Tracer is safe for
+// concurrent use and may be shared by several pools.
+type Tracer struct {
+	tracer    trace.Tracer
+	spanAttrs []attribute.KeyValue // db.system.name and those of WithAttributes
+	attrs     []attribute.KeyValue // those of WithAttributes
+
+	transactions    metric.Int64Counter
+	duration        metric.Float64Histogram
+	attempts        metric.Int64Counter
+	retries         metric.Int64Counter
+	backoff         metric.Float64Histogram
+	commitUnknown   metric.Int64Counter
+	budgetExhausted metric.Int64Counter
+	cancels         metric.Int64Counter
+	cancelLatency   metric.Float64Histogram
+
+	// noLabel holds the measurement options of calls without a label;
+	// labels those of labelled calls, copied on write so that lookups take
+	// no lock and allocate nothing.
+	noLabel *labelSets
+	labels  atomic.Pointer[map[string]*labelSets]
+	mu      sync.Mutex // serialises writers of labels
+	// overflow is shared by the labels past the first maxLabels.
+	overflow *labelSets
+
+	// cancelAdd[outcome][mode][fellBack] and cancelRec are the measurement
+	// options of the cancel metrics.
+	cancelAdd [numOutcomes][numModes][2][]metric.AddOption
+	cancelRec [numOutcomes][numModes][2][]metric.RecordOption
+}
+
+// Compile-time checks of the interfaces pgtx looks for.
+var (
+	_ pgtx.Tracer            = (*Tracer)(nil)
+	_ pgtx.TransactionTracer = (*Tracer)(nil)
+	_ pgtx.CancelTracer      = (*Tracer)(nil)
+	_ pgtx.RetryBudgetTracer = (*Tracer)(nil)
+)
+
+// config is what the Options set.
+type config struct {
+	tp    trace.TracerProvider
+	mp    metric.MeterProvider
+	attrs []attribute.KeyValue
+}
+
+// Option configures a Tracer made by New.
+type Option func(*config)
+
+// WithTracerProvider sets the provider of the Tracer's spans. The default is
+// otel.GetTracerProvider() at the time New is called.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tp = tp }
+}
+
+// WithMeterProvider sets the provider of the Tracer's metrics. The default is
+// otel.GetMeterProvider() at the time New is called.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) { c.mp = mp }
+}
+
+// WithAttributes adds attrs to every span and every measurement of the
+// Tracer, for instance semconv's db.namespace or server.address to tell
+// pools apart. Calls accumulate.
+func WithAttributes(attrs ...attribute.KeyValue) Option {
+	return func(c *config) { c.attrs = append(c.attrs, attrs...) }
+}
+
+// New returns a Tracer. It returns an error if one of its metric instruments
+// cannot be created; the Tracer is then nil.
+func New(opts ...Option) (*Tracer, error) {
+	var c config
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&c)
+		}
+	}
+	if c.tp == nil {
+		c.tp = otel.GetTracerProvider()
+	}
+	if c.mp == nil {
+		c.mp = otel.GetMeterProvider()
+	}
+	t := &Tracer{
+		tracer:    c.tp.Tracer(ScopeName),
+		spanAttrs: append([]attribute.KeyValue{dbSystem}, c.attrs...),
+		attrs:     c.attrs,
+	}
+	if err := t.initInstruments(c.mp.Meter(ScopeName)); err != nil {
+		return nil, err
+	}
+	t.noLabel = t.newLabelSets("")
+	t.overflow = t.newLabelSets(otherLabel)
+	empty := map[string]*labelSets{}
+	t.labels.Store(&empty)
+	t.initCancelSets()
+	return t, nil
+}
+
+// initInstruments creates the metric instruments.
+func (t *Tracer) initInstruments(m metric.Meter) error {
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		i, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return i
+	}
+	histogram := func(name, desc string) metric.Float64Histogram {
+		i, err := m.Float64Histogram(name, metric.WithUnit("s"), metric.WithDescription(desc),
+			metric.WithExplicitBucketBoundaries(durationBuckets...))
+		errs = append(errs, err)
+		return i
+	}
+	t.transactions = counter("pgtx.transactions", "{transaction}", "Transaction calls ended, by outcome and class.")
+	t.duration = histogram("pgtx.transaction.duration", "Wall time of a Transaction call, backoffs included.")
+	t.attempts = counter("pgtx.attempts", "{attempt}", "Attempts of Transaction calls, by the class of their result.")
+	t.retries = counter("pgtx.retries", "{retry}", "Attempts followed by another, by the class of the error that caused the retry.")
+	t.backoff = histogram("pgtx.backoff", "Pause before a retry.")
+	t.commitUnknown = counter("pgtx.commit_unknown", "{transaction}", "Transaction calls whose COMMIT outcome is unknown.")
+	t.budgetExhausted = counter("pgtx.retry_budget.exhausted", "{retry}", "Retries refused by the pool's retry budget.")
+	t.cancels = counter("pgtx.cancels", "{cancel}", "Statements cancelled because their context ended, by outcome.")
+	t.cancelLatency = histogram("pgtx.cancel.latency", "Time from a context's end to the cancel's answer.")
+	if err := errors.Join(errs...); err != nil {
+		return errors.Join(errors.New("pgtxotel: creating metric instruments"), err)
+	}
+	return nil
+}
+
+// spanKey is the context key of the call's span. pgtx hands the context
+// TraceTransactionStart returned to the other methods; the key makes sure
+// they only ever touch (and end) a span this Tracer started, never a span of
+// the caller's.
+type spanKey struct{}
+
+// callSpan returns the recording span TraceTransactionStart put in ctx, or
+// nil.
+func callSpan(ctx context.Context) trace.Span {
+	span, _ := ctx.Value(spanKey{}).(trace.Span)
+	return span
+}
+
+// TraceTransactionStart starts the call's span, a child of the span in ctx,
+// and returns ctx with it, so the attempts and the spans of pgx's tracers
+// nest under it.
+func (t *Tracer) TraceTransactionStart(ctx context.Context, data pgtx.TraceTransactionStartData) context.Context {
+	ls := t.sets(data.Label)
+	name, opts := ls.spanName, ls.start[isolationIndex(data.Isolation)]
+	if ls == t.overflow {
+		name = spanName + " " + data.Label
+		opts = t.startOptions(isolationName(isolationIndex(data.Isolation)), keyLabel.String(data.Label), true)
+	}
+	ctx, span := t.tracer.Start(ctx, name, opts...)
+	if !span.IsRecording() {
+		// Sampled out: nothing to add to it, and ending it is a no-op.
+		return ctx
+	}
+	return context.WithValue(ctx, spanKey{}, span)
+}
+
+// TraceAttemptStart returns ctx unchanged: attempts are events on the call's
+// span, not spans of their own.
+func (t *Tracer) TraceAttemptStart(ctx context.Context, _ pgtx.TraceAttemptStartData) context.Context {
+	return ctx
+}
+
+// TraceAttemptEnd adds a "pgtx.attempt" event to the call's span and counts
+// the attempt, and the retry if one follows.
+func (t *Tracer) TraceAttemptEnd(ctx context.Context, data pgtx.TraceAttemptEndData) {
+	ls := t.sets(data.Label)
+	ci := classIndex(data.Class)
+	t.attempts.Add(ctx, 1, ls.classAdd[ci]...)
+	if data.Retry {
+		t.retries.Add(ctx, 1, ls.classAdd[ci]...)
+		t.backoff.Record(ctx, data.Backoff.Seconds(), ls.classRec[ci]...)
+	}
+
+	span := callSpan(ctx)
+	if span == nil {
+		return
+	}
+	var buf [10]attribute.KeyValue
+	attrs := append(buf[:0],
+		keyAttempt.Int(data.Attempt),
+		keyClass.String(classNames[ci]),
+		keyRetry.Bool(data.Retry),
+		keyBackoffMS.Float64(milliseconds(data.Backoff)),
+		keyDurationMS.Float64(milliseconds(data.Duration)),
+	)
+	if data.Err != nil {
+		attrs = appendErrorAttrs(attrs, data.Err, classNames[ci])
+	}
+	span.AddEvent(eventAttempt, trace.WithAttributes(attrs...))
+}
+
+// TraceTransactionEnd records the call's outcome on its span, ends the span
+// and counts the call.
+func (t *Tracer) TraceTransactionEnd(ctx context.Context, data pgtx.TraceTransactionEndData) {
+	ls := t.sets(data.Label)
+	class, failed := data.Class, 0
+	if data.Err != nil {
+		failed = 1
+		if class == pgtx.ClassNone {
+			class = pgtx.Classify(data.Err)
+		}
+	}
+	ci := classIndex(class)
+	t.transactions.Add(ctx, 1, ls.txAdd[failed][ci]...)
+	t.duration.Record(ctx, data.Duration.Seconds(), ls.txRec[failed][ci]...)
+	if data.Err != nil && errors.Is(data.Err, pgtx.ErrCommitUnknown) {
+		t.commitUnknown.Add(ctx, 1, ls.commitUnknown...)
+	}
+
+	span := callSpan(ctx)
+	if span == nil {
+		return
+	}
+	if data.Err == nil {
+		span.SetAttributes(keyAttempts.Int(data.Attempts))
+		span.End()
+		return
+	}
+	var buf [6]attribute.KeyValue
+	attrs := append(buf[:0], keyAttempts.Int(data.Attempts))
+	span.SetAttributes(appendErrorAttrs(attrs, data.Err, classNames[ci])...)
+	span.RecordError(data.Err)
+	span.SetStatus(codes.Error, data.Err.Error())
+	span.End()
+}
+
+// TraceRetryBudgetExhausted adds a "pgtx.retry_budget_exhausted" event to the
+// call's span and counts the refused retry.
+func (t *Tracer) TraceRetryBudgetExhausted(ctx context.Context, data pgtx.TraceRetryBudgetData) {
+	ci := classIndex(data.Class)
+	t.budgetExhausted.Add(ctx, 1, t.sets(data.Label).classAdd[ci]...)
+
+	span := callSpan(ctx)
+	if span == nil {
+		return
+	}
+	var buf [3]attribute.KeyValue
+	attrs := append(buf[:0], keyAttempt.Int(data.Attempt), keyClass.String(classNames[ci]))
+	if code := pgtx.SQLState(data.Err); code != "" {
+		attrs = append(attrs, keyDBStatusCode.String(code))
+	}
+	span.AddEvent(eventBudget, trace.WithAttributes(attrs...))
+}
+
+// TraceCancel counts the cancellation and, if the span in ctx (the cancelled
+// statement's) is still recording, adds a "pgtx.cancel" event to it. It may
+// be called after the statement returned, from another goroutine.
+func (t *Tracer) TraceCancel(ctx context.Context, data pgtx.TraceCancelData) {
+	oi, mi, fb := outcomeIndex(data.Outcome), modeIndex(data.Mode), 0
+	if data.FellBack {
+		fb = 1
+	}
+	t.cancels.Add(ctx, 1, t.cancelAdd[oi][mi][fb]...)
+	t.cancelLatency.Record(ctx, data.Latency.Seconds(), t.cancelRec[oi][mi][fb]...)
+
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	span.AddEvent(eventCancel, trace.WithAttributes(
+		keyCancelOutcome.String(cancelOutcomeName(oi)),
+		keyCancelMode.String(cancelModeName(mi)),
+		keyCancelFellBack.Bool(data.FellBack),
+		keyCancelLatencyMS.Float64(milliseconds(data.Latency)),
+		keyCancelPID.Int64(int64(data.PID)),
+	))
+}
+
+// appendErrorAttrs appends the attributes describing a failed attempt or
+// call: error.type, the SQLSTATE and the markers pgtx puts on errors.
+func appendErrorAttrs(attrs []attribute.KeyValue, err error, class string) []attribute.KeyValue {
+	attrs = append(attrs, keyErrorType.String(class))
+	if code := pgtx.SQLState(err); code != "" {
+		attrs = append(attrs, keyDBStatusCode.String(code))
+	}
+	if errors.Is(err, pgtx.ErrCommitUnknown) {
+		attrs = append(attrs, keyCommitUnknown.Bool(true))
+	}
+	if errors.Is(err, pgtx.ErrRetryBudgetExhausted) {
+		attrs = append(attrs, keyBudgetExhausted.Bool(true))
+	}
+	return attrs
+}
+
+// milliseconds returns d in milliseconds, with its fraction.
+func milliseconds(d time.Duration) float64 {
+	return float64(d) / float64(time.Millisecond)
+}
