@@ -96,6 +96,12 @@ type Config struct {
 	// DefaultCancelConnectTimeout (1s); negative is refused.
 	CancelConnectTimeout time.Duration
 
+	// MaxWaiters bounds the callers of Transaction waiting for a
+	// connection: when that many already wait, the call fails at once with
+	// ErrQueueFull instead of joining the queue (a bulkhead's bounded queue).
+	// 0 means no bound; negative is refused.
+	MaxWaiters int
+
 	// Tracer, when set, receives an event at the start and end of every
 	// attempt of every Transaction call.
 	Tracer Tracer
@@ -157,6 +163,8 @@ func (c *Config) validate() error {
 		return &invalidArgError{msg: "RollbackTimeout must not be negative"}
 	case c.CancelMode < CancelModePool || c.CancelMode > CancelModeClose:
 		return &invalidArgError{msg: "unknown " + c.CancelMode.String()}
+	case c.MaxWaiters < 0:
+		return &invalidArgError{msg: "MaxWaiters must not be negative"}
 	case c.CancelGrace < 0 || c.CancelPoolSize < 0 || c.CancelConnectTimeout < 0:
 		return &invalidArgError{msg: "CancelGrace, CancelPoolSize and CancelConnectTimeout must not be negative"}
 	}
@@ -175,6 +183,7 @@ type Pool struct {
 	clock    clock
 	cancel   *canceller
 	budget   *retryBudget
+	queue    *queue
 }
 
 // NewWithConfig creates a Pool from cfg, which must come from ParseConfig. An
@@ -191,6 +200,8 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	setSessionParam(pc.ConnConfig.RuntimeParams, "statement_timeout", cfg.StatementTimeout, DefaultStatementTimeout)
 	setSessionParam(pc.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", cfg.IdleInTransactionTimeout, DefaultIdleInTransactionTimeout)
 
+	q := &queue{maxWaiters: int64(cfg.MaxWaiters)}
+	installPoolTracer(pc, q)
 	canceller, err := newCanceller(ctx, cfg, pc)
 	if err != nil {
 		return nil, err
@@ -212,6 +223,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		},
 		clock:  realClock{},
 		budget: newRetryBudget(cfg.Retry.Budget, time.Now()),
+		queue:  q,
 	}, nil
 }
 
@@ -265,8 +277,24 @@ func (p *Pool) Close() {
 var errAcquireTimeoutCause = errors.New("pgtx: acquire timeout")
 
 // acquire takes a connection, waiting at most the acquire timeout. When that
-// timeout (not ctx) ends the wait, the error matches ErrAcquireTimeout.
+// timeout (not ctx) ends the wait, the error matches ErrAcquireTimeout; when
+// MaxWaiters callers already wait, it fails at once with ErrQueueFull.
 func (p *Pool) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	q := p.queue
+	if q.maxWaiters > 0 && q.waiters.Load() >= q.maxWaiters {
+		q.queueFull.Add(1)
+		return nil, ErrQueueFull
+	}
+	start := p.clock.Now()
+	conn, err := p.acquireBounded(ctx)
+	q.acquireWait.observe(p.clock.Now().Sub(start))
+	if errors.Is(err, ErrAcquireTimeout) {
+		q.acquireTimeouts.Add(1)
+	}
+	return conn, err
+}
+
+func (p *Pool) acquireBounded(ctx context.Context) (*pgxpool.Conn, error) {
 	if p.settings.acquireTimeout <= 0 {
 		return p.Pool.Acquire(ctx)
 	}

@@ -61,8 +61,9 @@ const (
 	// transaction may or may not have committed. Never retried; the error
 	// matches ErrCommitUnknown.
 	ClassAmbiguous
-	// ClassTimeout is 57014 query_canceled, 25P03, 25P04, a context error or
-	// ErrAcquireTimeout. Never retried: what took too long takes too long again.
+	// ClassTimeout is 57014 query_canceled, 25P03, 25P04, a context error,
+	// ErrAcquireTimeout or ErrQueueFull. Never retried: what took too long
+	// takes too long again, and a full pool queue is the pool shedding load.
 	ClassTimeout
 	// ClassPermanent is everything else: constraint, syntax and data errors,
 	// the caller's own errors and errors wrapped by NonRetryable.
@@ -130,7 +131,8 @@ func Classify(err error) Class {
 	if errors.Is(err, ErrCommitUnknown) {
 		return ClassAmbiguous
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrAcquireTimeout) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrAcquireTimeout) ||
+		errors.Is(err, ErrQueueFull) {
 		return ClassTimeout
 	}
 	var pgErr *pgconn.PgError

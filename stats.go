@@ -16,6 +16,31 @@ type Stats struct {
 	CancelPool *pgxpool.Stat
 	// Cancels counts the statements cancelled because their context ended.
 	Cancels CancelStats
+
+	// Waiters is the queue depth: acquires of a connection in progress now,
+	// on every path (Transaction and the pool's query methods). Above 0
+	// callers wait: the pool cannot serve the arrival rate at the current
+	// query latency. Alert on it, not on utilisation.
+	Waiters int64
+	// AcquireWait is the distribution of Transaction's waits for a
+	// connection.
+	AcquireWait Histogram
+	// AcquireTimeouts counts Transaction's waits ended by AcquireTimeout.
+	AcquireTimeouts int64
+	// QueueFull counts calls refused at once because MaxWaiters callers
+	// were waiting.
+	QueueFull int64
+	// Calls counts Transaction calls started.
+	Calls int64
+	// Held and HoldTime count the attempts that held a connection and gave
+	// it back, and their total hold time (BEGIN to release): HoldTime/Held is
+	// the mean time a transaction keeps a connection.
+	Held     int64
+	HoldTime time.Duration
+	// InFlight is the number of attempts holding a connection now, and
+	// OldestInFlight the age of the oldest of them.
+	InFlight       int
+	OldestInFlight time.Duration
 }
 
 // CancelStats counts cancellations by outcome.
@@ -93,7 +118,18 @@ func (c *cancelCounters) snapshot() CancelStats {
 
 // Stats returns a snapshot of the pool's statistics.
 func (p *Pool) Stats() Stats {
-	s := Stats{Pool: p.Pool.Stat()}
+	q := p.queue
+	s := Stats{
+		Pool:            p.Pool.Stat(),
+		Waiters:         q.waiters.Load(),
+		AcquireWait:     q.acquireWait.snapshot(),
+		AcquireTimeouts: q.acquireTimeouts.Load(),
+		QueueFull:       q.queueFull.Load(),
+		Calls:           q.calls.Load(),
+		Held:            q.held.Load(),
+		HoldTime:        time.Duration(q.holdTime.Load()),
+	}
+	s.InFlight, s.OldestInFlight = q.inflight.snapshot(time.Now())
 	if p.cancel != nil {
 		s.Cancels = p.cancel.stats.snapshot()
 		if p.cancel.pool != nil {

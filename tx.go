@@ -100,6 +100,7 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, opts TxOptions, fn 
 	if err := validateCall(ctx, pool, opts, fn); err != nil {
 		return err
 	}
+	pool.queue.calls.Add(1)
 	a := txAttempt{pool: pool, begin: beginSQL(opts), fn: fn}
 	loop := retryLoop{
 		policy:     &pool.settings.retry,
@@ -187,7 +188,15 @@ func (a *txAttempt) run(ctx context.Context) (Class, error) {
 	if err != nil {
 		return Classify(err), err
 	}
-	defer conn.Release()
+	q := a.pool.queue
+	held := a.pool.clock.Now()
+	slot := q.inflight.add(held)
+	defer func() {
+		conn.Release()
+		q.inflight.remove(slot)
+		q.held.Add(1)
+		q.holdTime.Add(int64(a.pool.clock.Now().Sub(held)))
+	}()
 	if err := ctx.Err(); err != nil {
 		// The deadline passed while waiting for the connection: do not begin
 		// a transaction nobody will read.

@@ -1,0 +1,220 @@
+package pgtx
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrQueueFull is matched (errors.Is) by the error Transaction returns at
+// once, without waiting, when Config.MaxWaiters callers already wait for a
+// connection of the pool. It is not retried: it is the pool shedding load.
+var ErrQueueFull = errors.New("pgtx: too many callers waiting for a pool connection")
+
+// queue is what a Pool knows about the wait for its connections and the
+// transactions that hold them: pgxpool counts neither waiters nor hold times.
+type queue struct {
+	// waiters counts acquires in progress on every path (Transaction and
+	// the pool's query methods), through pgxpool's acquire tracer.
+	waiters    atomic.Int64
+	maxWaiters int64 // 0: unbounded
+
+	acquireWait     histogram // Transaction's acquires
+	acquireTimeouts atomic.Int64
+	queueFull       atomic.Int64
+
+	calls    atomic.Int64 // Transaction calls started
+	held     atomic.Int64 // attempts that held a connection and released it
+	holdTime atomic.Int64 // their total hold time, in nanoseconds
+
+	inflight inflightSet
+}
+
+// poolTracer is installed as the pgxpool's tracer to count waiters. It is
+// taken off every connection again in BeforeConnect, so queries pay nothing
+// for it; the caller's tracer, if any, keeps receiving everything.
+type poolTracer struct {
+	q           *queue
+	user        pgx.QueryTracer
+	userAcquire pgxpool.AcquireTracer
+	userRelease pgxpool.ReleaseTracer
+}
+
+func newPoolTracer(q *queue, user pgx.QueryTracer) *poolTracer {
+	t := &poolTracer{q: q, user: user}
+	t.userAcquire, _ = user.(pgxpool.AcquireTracer)
+	t.userRelease, _ = user.(pgxpool.ReleaseTracer)
+	return t
+}
+
+// TraceQueryStart and TraceQueryEnd only make poolTracer a pgx.QueryTracer,
+// which ConnConfig.Tracer must be; connections never call them (see
+// installPoolTracer).
+func (t *poolTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (t *poolTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (t *poolTracer) TraceAcquireStart(ctx context.Context, p *pgxpool.Pool, d pgxpool.TraceAcquireStartData) context.Context {
+	t.q.waiters.Add(1)
+	if t.userAcquire != nil {
+		ctx = t.userAcquire.TraceAcquireStart(ctx, p, d)
+	}
+	return ctx
+}
+
+func (t *poolTracer) TraceAcquireEnd(ctx context.Context, p *pgxpool.Pool, d pgxpool.TraceAcquireEndData) {
+	t.q.waiters.Add(-1)
+	if t.userAcquire != nil {
+		t.userAcquire.TraceAcquireEnd(ctx, p, d)
+	}
+}
+
+func (t *poolTracer) TraceRelease(p *pgxpool.Pool, d pgxpool.TraceReleaseData) {
+	if t.userRelease != nil {
+		t.userRelease.TraceRelease(p, d)
+	}
+}
+
+// installPoolTracer makes pc's pool count its waiters, and gives every
+// connection the caller's own tracer back before it connects.
+func installPoolTracer(pc *pgxpool.Config, q *queue) {
+	user := pc.ConnConfig.Tracer
+	pc.ConnConfig.Tracer = newPoolTracer(q, user)
+	userBeforeConnect := pc.BeforeConnect
+	pc.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
+		cc.Tracer = user
+		if userBeforeConnect != nil {
+			return userBeforeConnect(ctx, cc)
+		}
+		return nil
+	}
+}
+
+// inflightSet records when each attempt holding a connection started, in a
+// slot it keeps until release, so the oldest can be found without
+// allocating per transaction.
+type inflightSet struct {
+	mu     sync.Mutex
+	starts []int64 // unix nanoseconds; 0 = free slot
+	free   []int
+}
+
+// add records a start and returns its slot.
+func (s *inflightSet) add(now time.Time) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.free); n > 0 {
+		slot := s.free[n-1]
+		s.free = s.free[:n-1]
+		s.starts[slot] = now.UnixNano()
+		return slot
+	}
+	s.starts = append(s.starts, now.UnixNano())
+	return len(s.starts) - 1
+}
+
+// remove frees a slot.
+func (s *inflightSet) remove(slot int) {
+	s.mu.Lock()
+	s.starts[slot] = 0
+	s.free = append(s.free, slot)
+	s.mu.Unlock()
+}
+
+// snapshot returns how many attempts hold a connection and the age of the
+// oldest.
+func (s *inflightSet) snapshot(now time.Time) (n int, oldest time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.starts {
+		if st == 0 {
+			continue
+		}
+		n++
+		if age := time.Duration(now.UnixNano() - st); age > oldest {
+			oldest = age
+		}
+	}
+	return n, oldest
+}
+
+// histogramBounds are the upper bounds of the buckets of every Histogram.
+var histogramBounds = [...]time.Duration{
+	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond,
+	25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
+	500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second,
+}
+
+// Histogram is a distribution of durations in fixed buckets.
+type Histogram struct {
+	// Bounds are the upper bounds of the buckets, ascending; a last bucket
+	// holds what is above the last bound.
+	Bounds []time.Duration
+	// Counts has one count per bucket: len(Bounds)+1.
+	Counts []int64
+	// Count and Sum are the number and the total of the observations.
+	Count int64
+	Sum   time.Duration
+}
+
+// Mean returns Sum / Count, or 0 when Count is 0.
+func (h Histogram) Mean() time.Duration {
+	if h.Count == 0 {
+		return 0
+	}
+	return h.Sum / time.Duration(h.Count)
+}
+
+// Quantile returns the upper bound of the bucket that holds the q-quantile
+// (0 < q <= 1): an estimate from above. Above the last bound it returns the
+// last bound. It returns 0 for an empty histogram.
+func (h Histogram) Quantile(q float64) time.Duration {
+	if h.Count == 0 || len(h.Counts) != len(h.Bounds)+1 {
+		return 0
+	}
+	rank := int64(q*float64(h.Count) + 0.5)
+	rank = max(rank, 1)
+	var seen int64
+	for i, c := range h.Counts {
+		seen += c
+		if seen >= rank {
+			if i < len(h.Bounds) {
+				return h.Bounds[i]
+			}
+			break
+		}
+	}
+	return h.Bounds[len(h.Bounds)-1]
+}
+
+// histogram is the live, lock-free form of Histogram.
+type histogram struct {
+	counts [len(histogramBounds) + 1]atomic.Int64
+	count  atomic.Int64
+	sum    atomic.Int64
+}
+
+func (h *histogram) observe(d time.Duration) {
+	i := 0
+	for i < len(histogramBounds) && d > histogramBounds[i] {
+		i++
+	}
+	h.counts[i].Add(1)
+	h.count.Add(1)
+	h.sum.Add(int64(d))
+}
+
+func (h *histogram) snapshot() Histogram {
+	s := Histogram{Bounds: histogramBounds[:], Counts: make([]int64, len(h.counts))}
+	for i := range h.counts {
+		s.Counts[i] = h.counts[i].Load()
+	}
+	s.Count, s.Sum = h.count.Load(), time.Duration(h.sum.Load())
+	return s
+}
