@@ -52,29 +52,16 @@ func (b RetryBudget) validate() error {
 	return nil
 }
 
-// budgetBuckets is the number of slices of the window.
-const budgetBuckets = 10
-
-// retryBudget is the live budget of a Pool: a sliding window of
-// budgetBuckets buckets counting successes and the retries they paid for,
-// and a token bucket for the floor.
+// retryBudget is the live budget of a Pool: a rolling window counting
+// successes and the retries they paid for, and a token bucket for the floor.
 type retryBudget struct {
 	ratio, floor float64
-	window       time.Duration
-	width        time.Duration // of a bucket
 
 	mu          sync.Mutex
-	started     time.Time
-	buckets     [budgetBuckets]budgetBucket
-	floorTokens float64
+	window      rolling   // counts: successes, retries paid for by successes
+	floorTokens float64   // the floor's token bucket
 	floorCap    float64   // one second's worth, at least one retry
 	floorAt     time.Time // when floorTokens was last refilled
-}
-
-type budgetBucket struct {
-	index     int64 // which slice of time the counts belong to
-	successes int64
-	retries   int64 // retries paid for by successes (not by the floor)
 }
 
 // newRetryBudget returns the budget of b, or nil when it is disabled.
@@ -82,13 +69,8 @@ func newRetryBudget(b RetryBudget, now time.Time) *retryBudget {
 	if b.Disabled {
 		return nil
 	}
-	rb := &retryBudget{
-		ratio:   b.Ratio,
-		floor:   b.MinPerSecond,
-		window:  durDefault(b.Window, DefaultBudgetWindow),
-		started: now,
-		floorAt: now,
-	}
+	rb := &retryBudget{ratio: b.Ratio, floor: b.MinPerSecond, floorAt: now}
+	rb.window.init(durDefault(b.Window, DefaultBudgetWindow), now)
 	if rb.ratio == 0 {
 		rb.ratio = DefaultBudgetRatio
 	}
@@ -102,25 +84,13 @@ func newRetryBudget(b RetryBudget, now time.Time) *retryBudget {
 		rb.floorCap = max(rb.floor, 1)
 	}
 	rb.floorTokens = rb.floorCap
-	rb.width = max(rb.window/budgetBuckets, 1)
 	return rb
-}
-
-// bucket returns the bucket for now, emptied if it held an older slice.
-// b.mu must be held.
-func (b *retryBudget) bucket(now time.Time) *budgetBucket {
-	idx := int64(now.Sub(b.started) / b.width)
-	bk := &b.buckets[idx%budgetBuckets]
-	if bk.index != idx {
-		*bk = budgetBucket{index: idx}
-	}
-	return bk
 }
 
 // success records a successful call.
 func (b *retryBudget) success(now time.Time) {
 	b.mu.Lock()
-	b.bucket(now).successes++
+	b.window.add(now, 1, 0, 0)
 	b.mu.Unlock()
 }
 
@@ -128,16 +98,9 @@ func (b *retryBudget) success(now time.Time) {
 func (b *retryBudget) withdraw(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	cur := b.bucket(now)
-	var successes, retries int64
-	for i := range b.buckets {
-		if bk := &b.buckets[i]; bk.index > cur.index-budgetBuckets && bk.index <= cur.index {
-			successes += bk.successes
-			retries += bk.retries
-		}
-	}
+	successes, retries, _ := b.window.sums(now)
 	if float64(retries+1) <= b.ratio*float64(successes) {
-		cur.retries++
+		b.window.add(now, 0, 1, 0)
 		return true
 	}
 	if elapsed := now.Sub(b.floorAt); elapsed > 0 {

@@ -102,6 +102,12 @@ type Config struct {
 	// 0 means no bound; negative is refused.
 	MaxWaiters int
 
+	// Breaker, when set, puts a circuit breaker in front of the pool's
+	// Transaction calls: for a database the application can do without (a
+	// read replica, an analytics store), never the primary. See
+	// BreakerConfig.
+	Breaker *BreakerConfig
+
 	// Tracer, when set, receives an event at the start and end of every
 	// attempt of every Transaction call.
 	Tracer Tracer
@@ -163,6 +169,8 @@ func (c *Config) validate() error {
 		return &invalidArgError{msg: "RollbackTimeout must not be negative"}
 	case c.CancelMode < CancelModePool || c.CancelMode > CancelModeClose:
 		return &invalidArgError{msg: "unknown " + c.CancelMode.String()}
+	case c.Breaker != nil && c.Breaker.validate() != nil:
+		return c.Breaker.validate()
 	case c.MaxWaiters < 0:
 		return &invalidArgError{msg: "MaxWaiters must not be negative"}
 	case c.CancelGrace < 0 || c.CancelPoolSize < 0 || c.CancelConnectTimeout < 0:
@@ -184,6 +192,7 @@ type Pool struct {
 	cancel   *canceller
 	budget   *retryBudget
 	queue    *queue
+	breaker  *Breaker // nil: none
 }
 
 // NewWithConfig creates a Pool from cfg, which must come from ParseConfig. An
@@ -202,6 +211,17 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 
 	q := &queue{maxWaiters: int64(cfg.MaxWaiters)}
 	installPoolTracer(pc, q)
+	var breaker *Breaker
+	if cfg.Breaker != nil {
+		bc := *cfg.Breaker
+		if bt, ok := cfg.Tracer.(BreakerTracer); ok && bc.Tracer == nil {
+			bc.Tracer = bt
+		}
+		var err error
+		if breaker, err = NewBreaker(bc); err != nil {
+			return nil, err
+		}
+	}
 	canceller, err := newCanceller(ctx, cfg, pc)
 	if err != nil {
 		return nil, err
@@ -221,9 +241,10 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 			retry:           cfg.Retry.withDefaults(),
 			tracer:          cfg.Tracer,
 		},
-		clock:  realClock{},
-		budget: newRetryBudget(cfg.Retry.Budget, time.Now()),
-		queue:  q,
+		clock:   realClock{},
+		budget:  newRetryBudget(cfg.Retry.Budget, time.Now()),
+		queue:   q,
+		breaker: breaker,
 	}, nil
 }
 

@@ -41,6 +41,9 @@ type Stats struct {
 	// OldestInFlight the age of the oldest of them.
 	InFlight       int
 	OldestInFlight time.Duration
+
+	// Breaker is the pool's circuit breaker; nil when it has none.
+	Breaker *BreakerStats
 }
 
 // CancelStats counts cancellations by outcome.
@@ -130,6 +133,10 @@ func (p *Pool) Stats() Stats {
 		HoldTime:        time.Duration(q.holdTime.Load()),
 	}
 	s.InFlight, s.OldestInFlight = q.inflight.snapshot(time.Now())
+	if p.breaker != nil {
+		bs := p.breaker.Stats()
+		s.Breaker = &bs
+	}
 	if p.cancel != nil {
 		s.Cancels = p.cancel.stats.snapshot()
 		if p.cancel.pool != nil {

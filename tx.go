@@ -68,6 +68,10 @@ type TxOptions struct {
 	// the pool's, negative means no conflict or lost-connection retries.
 	MaxRetries int
 
+	// MaxAdaptiveRetries overrides RetryPolicy.MaxAdaptiveRetries for this
+	// call: 0 keeps the pool's, negative means no overload retries.
+	MaxAdaptiveRetries int
+
 	// Label names the call in traces and metrics (e.g. "transfer").
 	Label string
 }
@@ -114,7 +118,23 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, opts TxOptions, fn 
 	if opts.MaxRetries != 0 {
 		loop.maxRetries = intDefault(opts.MaxRetries, 0)
 	}
-	return loop.run(ctx, a.run)
+	if opts.MaxAdaptiveRetries != 0 {
+		policy := pool.settings.retry
+		policy.MaxAdaptiveRetries = intDefault(opts.MaxAdaptiveRetries, 0)
+		loop.policy = &policy
+	}
+	b := pool.breaker
+	if b == nil {
+		return loop.run(ctx, a.run)
+	}
+	t, err := b.allow()
+	if err != nil {
+		return err
+	}
+	start := pool.clock.Now()
+	err = loop.run(ctx, a.run)
+	b.record(t, ctx, err, pool.clock.Now().Sub(start))
+	return err
 }
 
 func validateCall(ctx context.Context, pool *Pool, opts TxOptions, fn func(context.Context, pgx.Tx) error) error {
