@@ -139,7 +139,10 @@ func TestReplicaRouterNoFallbackOnCallerErrors(t *testing.T) {
 	if err := router.Read(ctx, func(context.Context, pgx.Tx) error { return notFound }); !errors.Is(err, notFound) {
 		t.Fatalf("err = %v", err)
 	}
-	err = router.Read(ctx, func(ctx context.Context, tx pgx.Tx) error { _, err := tx.Exec(ctx, "select * from missing"); return err })
+	err = router.Read(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "select * from missing")
+		return err
+	})
 	if pgtx.SQLState(err) != "42P01" {
 		t.Fatalf("err = %v", err)
 	}
