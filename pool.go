@@ -102,6 +102,20 @@ type Config struct {
 	// 0 means no bound; negative is refused.
 	MaxWaiters int
 
+	// ResolveCommits resolves ambiguous COMMITs: the transaction id is
+	// captured in the same round trip as COMMIT, and when the connection is
+	// lost during COMMIT a fresh connection asks pg_xact_status: committed
+	// means success, aborted means the transaction runs again, anything else
+	// is ErrCommitUnknown. A transaction that wrote nothing is run again.
+	// Needs PostgreSQL 13+. It cannot see through a failover to a replica
+	// that had not received the commit (it would answer "aborted" or not
+	// know the id). Off by default.
+	ResolveCommits bool
+
+	// ResolveTimeout bounds a resolution. 0 means DefaultResolveTimeout
+	// (5s); negative is refused.
+	ResolveTimeout time.Duration
+
 	// Breaker, when set, puts a circuit breaker in front of the pool's
 	// Transaction calls: for a database the application can do without (a
 	// read replica, an analytics store), never the primary. See
@@ -144,6 +158,8 @@ type settings struct {
 	rollbackTimeout time.Duration
 	retry           RetryPolicy
 	tracer          Tracer
+	resolveCommits  bool
+	resolveTimeout  time.Duration
 }
 
 // validate reports a Config NewWithConfig cannot use.
@@ -171,6 +187,8 @@ func (c *Config) validate() error {
 		return &invalidArgError{msg: "unknown " + c.CancelMode.String()}
 	case c.Breaker != nil && c.Breaker.validate() != nil:
 		return c.Breaker.validate()
+	case c.ResolveTimeout < 0:
+		return &invalidArgError{msg: "ResolveTimeout must not be negative"}
 	case c.MaxWaiters < 0:
 		return &invalidArgError{msg: "MaxWaiters must not be negative"}
 	case c.CancelGrace < 0 || c.CancelPoolSize < 0 || c.CancelConnectTimeout < 0:
@@ -193,6 +211,7 @@ type Pool struct {
 	budget   *retryBudget
 	queue    *queue
 	breaker  *Breaker // nil: none
+	resolved resolveCounters
 }
 
 // NewWithConfig creates a Pool from cfg, which must come from ParseConfig. An
@@ -240,6 +259,8 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 			rollbackTimeout: durDefault(cfg.RollbackTimeout, DefaultRollbackTimeout),
 			retry:           cfg.Retry.withDefaults(),
 			tracer:          cfg.Tracer,
+			resolveCommits:  cfg.ResolveCommits,
+			resolveTimeout:  durDefault(cfg.ResolveTimeout, DefaultResolveTimeout),
 		},
 		clock:   realClock{},
 		budget:  newRetryBudget(cfg.Retry.Budget, time.Now()),

@@ -44,6 +44,10 @@ type Stats struct {
 
 	// Breaker is the pool's circuit breaker; nil when it has none.
 	Breaker *BreakerStats
+
+	// Resolved counts the resolutions of ambiguous COMMITs
+	// (Config.ResolveCommits).
+	Resolved ResolveStats
 }
 
 // CancelStats counts cancellations by outcome.
@@ -131,6 +135,7 @@ func (p *Pool) Stats() Stats {
 		Calls:           q.calls.Load(),
 		Held:            q.held.Load(),
 		HoldTime:        time.Duration(q.holdTime.Load()),
+		Resolved:        p.resolved.snapshot(),
 	}
 	s.InFlight, s.OldestInFlight = q.inflight.snapshot(time.Now())
 	if p.breaker != nil {

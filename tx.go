@@ -105,7 +105,7 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, opts TxOptions, fn 
 		return err
 	}
 	pool.queue.calls.Add(1)
-	a := txAttempt{pool: pool, begin: beginSQL(opts), fn: fn}
+	a := txAttempt{pool: pool, begin: beginSQL(opts), fn: fn, resolve: pool.settings.resolveCommits && !opts.ReadOnly}
 	loop := retryLoop{
 		policy:     &pool.settings.retry,
 		clock:      pool.clock,
@@ -195,9 +195,10 @@ func b2i(b bool) int {
 
 // txAttempt is one call's attempt: acquire, BEGIN, fn, COMMIT, release.
 type txAttempt struct {
-	pool  *Pool
-	begin string
-	fn    func(context.Context, pgx.Tx) error
+	pool    *Pool
+	begin   string
+	fn      func(context.Context, pgx.Tx) error
+	resolve bool // commit with the transaction id, to resolve a lost COMMIT
 }
 
 // run performs one attempt. It returns only after the connection has been
@@ -243,6 +244,9 @@ func (a *txAttempt) run(ctx context.Context) (Class, error) {
 	}
 
 	done = true
+	if a.resolve {
+		return a.commitResolving(ctx, conn.Conn().PgConn(), conn.Conn().PgConn().Conn())
+	}
 	return a.commit(ctx, tx, conn.Conn().PgConn().Conn())
 }
 

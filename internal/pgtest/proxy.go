@@ -91,6 +91,7 @@ type Proxy struct {
 
 	accepted, refused, active      atomic.Int64
 	cutsAfter, cutsBefore, cutsAll atomic.Int64
+	cutsOnReply                    atomic.Int64
 	statements                     atomic.Int64
 }
 
@@ -113,6 +114,8 @@ type ProxyStats struct {
 	CutsBeforeForward int64
 	// CutsAll counts connections cut by CutAll.
 	CutsAll int64
+	// CutsOnCommitReply counts connections cut by a CutOnCommitReply rule.
+	CutsOnCommitReply int64
 	// Statements counts simple-protocol Query messages plus
 	// extended-protocol Parse messages seen from clients.
 	Statements int64
@@ -272,6 +275,16 @@ func (p *Proxy) CutOnCommit(n int) {
 	p.CutAfterForward(IsCommit, n)
 }
 
+// CutOnCommitReply arms a rule that lets a COMMIT reach the server and run,
+// relays everything the server sends before its answer, then drops the
+// answer (CommandComplete "COMMIT") and cuts the connection: the transaction
+// has committed and the client learns nothing of it. This is the ambiguous
+// COMMIT whose resolution must say "committed". The rule fires on the next n
+// such answers across all connections; n <= 0 keeps it armed.
+func (p *Proxy) CutOnCommitReply(n int) {
+	p.addRule(cutOnReply, nil, n)
+}
+
 // RefuseNew sets whether new client connections are refused. While on,
 // connections are accepted and closed at once, so the client sees end of
 // stream or a reset while connecting; established connections are not
@@ -329,6 +342,7 @@ func (p *Proxy) Stats() ProxyStats {
 		CutsAfterForward:  p.cutsAfter.Load(),
 		CutsBeforeForward: p.cutsBefore.Load(),
 		CutsAll:           p.cutsAll.Load(),
+		CutsOnCommitReply: p.cutsOnReply.Load(),
 		Statements:        p.statements.Load(),
 	}
 }
@@ -870,7 +884,52 @@ func (pc *proxyConn) relay(server net.Conn) {
 	if !pc.relayStartup(sbr) {
 		return
 	}
+	pc.relayMessages(sbr)
+}
+
+// relayMessages forwards framed server messages until the server side ends.
+// It reads whole only the small CommandComplete messages, to let a
+// CutOnCommitReply rule drop a COMMIT's answer; everything else is streamed.
+func (pc *proxyConn) relayMessages(sbr *bufio.Reader) {
 	buf := make([]byte, 32<<10)
+	for {
+		hdr, err := sbr.Peek(5)
+		if err != nil {
+			pc.toClient(hdr)
+			return
+		}
+		typ := hdr[0]
+		n := int(int32(binary.BigEndian.Uint32(hdr[1:])))
+		if n < 4 {
+			pc.relayRaw(sbr, buf) // not framing we understand: pass bytes on
+			return
+		}
+		if typ == 'C' && n <= 64 {
+			m := make([]byte, 1+n)
+			if k, err := io.ReadFull(sbr, m); err != nil {
+				pc.toClient(m[:k])
+				return
+			}
+			if tag, _, _ := cstring(m[5:]); tag == "COMMIT" && pc.p.fire(cutOnReply, tag) {
+				pc.cut(&pc.p.cutsOnReply) // the answer is dropped; the relay drains the server
+				continue
+			}
+			pc.toClient(m)
+			continue
+		}
+		for left := 1 + n; left > 0; {
+			k, err := sbr.Read(buf[:min(left, len(buf))])
+			pc.toClient(buf[:k])
+			if err != nil {
+				return
+			}
+			left -= k
+		}
+	}
+}
+
+// relayRaw copies server bytes to the client until the server side ends.
+func (pc *proxyConn) relayRaw(sbr *bufio.Reader, buf []byte) {
 	for {
 		n, err := sbr.Read(buf)
 		pc.toClient(buf[:n])

@@ -14,6 +14,8 @@ const (
 	cutAfter ruleKind = iota
 	// cutBefore cuts the connection instead of forwarding the statement.
 	cutBefore
+	// cutOnReply drops the server's answer to a COMMIT and cuts.
+	cutOnReply
 )
 
 // rule is one armed fault. Its fields other than match and kind are guarded
