@@ -1,0 +1,176 @@
+package pgtx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// FuzzClassify feeds random SQLSTATEs, messages and severities, wrapped,
+// joined and marked in random ways, and checks the classification's
+// invariants: it never panics; wrapping keeps the class; NonRetryable makes
+// anything permanent; a context error joined in makes it a timeout; an
+// ambiguous commit is never retryable; SQLState finds the code through any
+// wrapping.
+func FuzzClassify(f *testing.F) {
+	for _, seed := range []struct {
+		code, msg, sev string
+		depth          uint8
+		shape          uint8
+	}{
+		{"40001", "could not serialize access", "ERROR", 0, 0},
+		{"40P01", "deadlock detected", "ERROR", 2, 1},
+		{"53300", "sorry, too many clients already", "FATAL", 1, 2},
+		{"57P03", "the database system is starting up", "FATAL", 0, 3},
+		{"08P01", "no more connections allowed (max_client_conn)", "FATAL", 3, 0},
+		{"08P01", "query_wait_timeout", "ERROR", 0, 4},
+		{"57014", "canceling statement due to statement timeout", "ERROR", 1, 5},
+		{"23505", "duplicate key value", "ERROR", 0, 6},
+		{"", "", "", 0, 7},
+		{"XX000", "(EMAXCONN) max client connections reached, limit: 10", "FATAL", 0, 0},
+	} {
+		f.Add(seed.code, seed.msg, seed.sev, seed.depth, seed.shape)
+	}
+	f.Fuzz(func(t *testing.T, code, msg, sev string, depth, shape uint8) {
+		base := &pgconn.PgError{Code: code, Message: msg, Severity: sev, SeverityUnlocalized: sev}
+		want := Classify(base)
+		if want == ClassNone || want == ClassAmbiguous {
+			t.Fatalf("a server error classified %v", want)
+		}
+		var err error = base
+		for i := range int(depth % 8) {
+			err = fmt.Errorf("layer %d: %w", i, err)
+		}
+		if got := Classify(err); got != want {
+			t.Fatalf("wrapping changed the class: %v -> %v", want, got)
+		}
+		if SQLState(err) != code {
+			t.Fatalf("SQLState(%v) = %q, want %q", err, SQLState(err), code)
+		}
+		switch shape % 8 {
+		case 1: // joined with a caller error that is not a database error
+			if got := Classify(errors.Join(errors.New("caller"), err)); got != want {
+				t.Fatalf("joining a caller error changed the class: %v -> %v", want, got)
+			}
+		case 2:
+			if got := Classify(NonRetryable(err)); got != ClassPermanent {
+				t.Fatalf("NonRetryable: %v", got)
+			}
+		case 3:
+			if got := Classify(errors.Join(err, context.DeadlineExceeded)); got != ClassTimeout {
+				t.Fatalf("a deadline joined in: %v", got)
+			}
+		case 4:
+			ce := &commitUnknownError{err: err}
+			if Classify(ce) != ClassAmbiguous || IsRetryable(ce) || !errors.Is(ce, ErrCommitUnknown) {
+				t.Fatalf("an ambiguous commit must stay ambiguous and not retryable")
+			}
+		case 5:
+			be := &budgetExhaustedError{err: err}
+			if IsRetryable(be) || SQLState(be) != code {
+				t.Fatalf("a budget-refused error must not be retryable and keep its code")
+			}
+		case 6:
+			if got := Classify(withContextErr(cancelledCtx, err)); got != ClassTimeout {
+				t.Fatalf("a call ended by its context: %v", got)
+			}
+		case 7:
+			if got := Classify(errors.Join(io.EOF, err)); got != want {
+				t.Fatalf("a server error wins over a joined EOF: %v -> %v", want, got)
+			}
+		}
+	})
+}
+
+var cancelledCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// classFromByte maps a fuzzed byte to an attempt's error.
+func errFromByte(b byte) error {
+	switch b % 6 {
+	case 0:
+		return pgErr(CodeSerializationFailure)
+	case 1:
+		return pgErr(CodeDeadlockDetected)
+	case 2:
+		return pgErr(CodeTooManyConnections)
+	case 3:
+		return pgconn.ErrConnClosed
+	case 4:
+		return pgErr(CodeCannotConnectNow)
+	}
+	return nil // success
+}
+
+// FuzzRetryDecision runs the retry loop over random sequences of attempt
+// outcomes, caps, jitters and deadlines on a fake clock, and checks the
+// contract: attempts never exceed the caps (MaxRetries while no overload has
+// been seen, MaxAdaptiveRetries for every retry after one was); no pause ends
+// past the deadline; every retry is paired with exactly one pause; a call that
+// stops early returns the last error.
+func FuzzRetryDecision(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 5}, int8(0), int8(0), 0.5, uint16(0))
+	f.Add([]byte{2, 0, 0, 0, 0}, int8(0), int8(0), 1.0, uint16(0))
+	f.Add([]byte{0, 0, 0, 0, 2, 2}, int8(3), int8(4), 0.9, uint16(250))
+	f.Add([]byte{2, 2, 2, 2, 2, 2, 2}, int8(-1), int8(6), 0.99, uint16(1000))
+	f.Add([]byte{3, 3, 1, 4, 0}, int8(1), int8(-1), 0.1, uint16(30))
+	f.Fuzz(func(t *testing.T, seq []byte, maxRetries, maxAdaptive int8, jitter float64, deadlineMs uint16) {
+		if len(seq) > 64 {
+			seq = seq[:64]
+		}
+		policy := RetryPolicy{MaxRetries: int(maxRetries), MaxAdaptiveRetries: int(maxAdaptive), Jitter: constJitter(jitter)}.withDefaults()
+		start := time.Now().Add(time.Hour)
+		clk := &fakeClock{now: start}
+		ctx := context.Background()
+		deadline := start.Add(time.Duration(deadlineMs) * time.Millisecond)
+		if deadlineMs > 0 {
+			var cancel context.CancelFunc
+			// The real deadline is an hour and more away; the fake clock
+			// reaches it only through the loop's own pauses.
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
+		l := &retryLoop{policy: &policy, clock: clk, maxRetries: policy.MaxRetries}
+		var outcomes []error
+		overloadSeen := false
+		err := l.run(ctx, func(context.Context) (Class, error) {
+			i := len(outcomes)
+			var e error
+			if i < len(seq) {
+				e = errFromByte(seq[i])
+			}
+			if i > 0 { // this attempt is retry number i
+				cap := policy.MaxRetries
+				if overloadSeen {
+					cap = policy.MaxAdaptiveRetries
+				}
+				if i > cap {
+					t.Fatalf("retry %d exceeds the cap %d (overload seen %v, sequence %v)", i, cap, overloadSeen, seq[:i])
+				}
+			}
+			if Classify(e) == ClassOverload {
+				overloadSeen = true
+			}
+			outcomes = append(outcomes, e)
+			return Classify(e), e
+		})
+		if len(clk.sleeps) != len(outcomes)-1 {
+			t.Fatalf("%d attempts but %d pauses", len(outcomes), len(clk.sleeps))
+		}
+		if deadlineMs > 0 && clk.now.After(deadline) {
+			t.Fatalf("slept past the deadline: %v > %v", clk.now.Sub(start), deadline.Sub(start))
+		}
+		last := outcomes[len(outcomes)-1]
+		if (err == nil) != (last == nil) || (err != nil && !errors.Is(err, last)) {
+			t.Fatalf("returned %v, last attempt ended with %v", err, last)
+		}
+	})
+}

@@ -1,0 +1,263 @@
+package pgtxprom
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultNamespace is the namespace of the metrics unless WithNamespace says
+// otherwise.
+const DefaultNamespace = "pgtx"
+
+// Label names and values.
+const (
+	labelPool    = "pool"
+	labelState   = "state"
+	labelOutcome = "outcome"
+	labelReason  = "reason"
+
+	stateAcquired     = "acquired"
+	stateIdle         = "idle"
+	stateConstructing = "constructing"
+)
+
+// config is what the Options set.
+type config struct {
+	namespace string
+}
+
+// Option configures a Collector made by NewCollector.
+type Option func(*config)
+
+// WithNamespace sets the prefix of every metric name, "pgtx" by default. An
+// empty namespace leaves the names without a prefix (pool_waiters, ...).
+func WithNamespace(ns string) Option {
+	return func(c *config) { c.namespace = ns }
+}
+
+// namedPool is a pool and its name, the value of the pool label.
+type namedPool struct {
+	name string
+	pool *pgtx.Pool
+}
+
+// Collector exports the statistics of pgtx pools as Prometheus metrics. It
+// implements prometheus.Collector and reads each pool's Stats once per
+// collection. It is safe for concurrent use. The package documentation lists
+// its metrics.
+type Collector struct {
+	pools []namedPool // sorted by name
+	descs []*prometheus.Desc
+
+	waiters, acquireWait, acquireTimeouts, queueFull *prometheus.Desc
+
+	connections, maxConnections                    *prometheus.Desc
+	acquires, emptyAcquires, emptyAcquireWait      *prometheus.Desc
+	canceledAcquires, newConnections, destroyedCon *prometheus.Desc
+
+	calls, inFlight, oldestInFlight, holdSeconds, holds *prometheus.Desc
+
+	cancels, cancelPoolErrors, cancelLatency        *prometheus.Desc
+	cancelPoolConnections, cancelPoolMaxConnections *prometheus.Desc
+
+	breakerState, breakerRejected, breakerOpens *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*Collector)(nil)
+
+// NewCollector returns a Collector over pools, whose keys become the values
+// of the pool label. The map is copied: pools added to it later are not
+// reported. It panics if a pool is nil, as prometheus.MustRegister does on a
+// programming error. Register the Collector with a prometheus.Registerer;
+// unregister it before closing its pools, or it keeps reporting their last
+// counters.
+func NewCollector(pools map[string]*pgtx.Pool, opts ...Option) *Collector {
+	cfg := config{namespace: DefaultNamespace}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&cfg)
+		}
+	}
+	c := &Collector{pools: make([]namedPool, 0, len(pools))}
+	for name, p := range pools {
+		if p == nil {
+			panic(fmt.Sprintf("pgtxprom: NewCollector: pool %q is nil", name))
+		}
+		c.pools = append(c.pools, namedPool{name: name, pool: p})
+	}
+	sort.Slice(c.pools, func(i, j int) bool { return c.pools[i].name < c.pools[j].name })
+
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		d := prometheus.NewDesc(prometheus.BuildFQName(cfg.namespace, "", name), help,
+			append([]string{labelPool}, labels...), nil)
+		c.descs = append(c.descs, d)
+		return d
+	}
+	c.waiters = desc("pool_waiters",
+		"Acquires of a pool connection in progress now: the queue depth. Alert on it staying above 0, not on utilisation.")
+	c.acquireWait = desc("pool_acquire_wait_seconds",
+		"Waits of Transaction for a pool connection.")
+	c.acquireTimeouts = desc("pool_acquire_timeouts_total",
+		"Waits of Transaction for a pool connection ended by the acquire timeout.")
+	c.queueFull = desc("pool_queue_full_total",
+		"Transaction calls refused at once because MaxWaiters callers were waiting for a connection.")
+
+	c.connections = desc("pool_connections",
+		"Connections of the pool, by state.", labelState)
+	c.maxConnections = desc("pool_max_connections",
+		"Maximum size of the pool.")
+	c.acquires = desc("pool_acquires_total",
+		"Successful acquires of a pool connection.")
+	c.emptyAcquires = desc("pool_empty_acquires_total",
+		"Successful acquires that waited for a connection to be released or constructed.")
+	c.emptyAcquireWait = desc("pool_empty_acquire_wait_seconds_total",
+		"Time the successful acquires that found the pool empty waited.")
+	c.canceledAcquires = desc("pool_canceled_acquires_total",
+		"Acquires of a pool connection ended by their context.")
+	c.newConnections = desc("pool_new_connections_total",
+		"Connections the pool opened.")
+	c.destroyedCon = desc("pool_destroyed_connections_total",
+		"Connections the pool closed because of MaxConnLifetime (max_lifetime) or MaxConnIdleTime (max_idle).", labelReason)
+
+	c.calls = desc("transactions_calls_total",
+		"Transaction calls started.")
+	c.inFlight = desc("transactions_in_flight",
+		"Transaction attempts holding a connection now.")
+	c.oldestInFlight = desc("transaction_oldest_in_flight_seconds",
+		"Age of the oldest Transaction attempt holding a connection now, 0 when there is none.")
+	c.holdSeconds = desc("connection_hold_seconds_total",
+		"Total time Transaction attempts held a connection, from BEGIN to release.")
+	c.holds = desc("connection_holds_total",
+		"Transaction attempts that held a connection and released it.")
+
+	c.cancels = desc("cancels_total",
+		"Statements cancelled because their context ended, by outcome.", labelOutcome)
+	c.cancelPoolErrors = desc("cancel_pool_errors_total",
+		"Cancels the cancel pool could not deliver, which then fell back.")
+	c.cancelLatency = desc("cancel_latency_seconds",
+		"Time from a context's end to the cancel's answer.")
+	c.cancelPoolConnections = desc("cancel_pool_connections",
+		"Connections of the cancel pool, by state.", labelState)
+	c.cancelPoolMaxConnections = desc("cancel_pool_max_connections",
+		"Maximum size of the cancel pool.")
+
+	c.breakerState = desc("breaker_state",
+		"State of the pool's circuit breaker: 0 closed, 1 half-open, 2 open.")
+	c.breakerRejected = desc("breaker_rejected_total",
+		"Transaction calls the circuit breaker refused because it was open.")
+	c.breakerOpens = desc("breaker_opens_total",
+		"Times the circuit breaker opened.")
+	return c
+}
+
+// Describe sends the descriptors of every metric the Collector can report.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+// Collect reads each pool's Stats once and sends its metrics.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	for _, np := range c.pools {
+		c.collectPool(ch, np.name, np.pool.Stats())
+	}
+}
+
+// collectPool sends the metrics of one pool's statistics.
+func (c *Collector) collectPool(ch chan<- prometheus.Metric, name string, s pgtx.Stats) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{name}, labels...)...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{name}, labels...)...)
+	}
+
+	gauge(c.waiters, float64(s.Waiters))
+	count, sum, buckets := histogramBuckets(s.AcquireWait)
+	ch <- prometheus.MustNewConstHistogram(c.acquireWait, count, sum, buckets, name)
+	counter(c.acquireTimeouts, float64(s.AcquireTimeouts))
+	counter(c.queueFull, float64(s.QueueFull))
+
+	if ps := s.Pool; ps != nil {
+		connections(gauge, c.connections, ps)
+		gauge(c.maxConnections, float64(ps.MaxConns()))
+		counter(c.acquires, float64(ps.AcquireCount()))
+		counter(c.emptyAcquires, float64(ps.EmptyAcquireCount()))
+		counter(c.emptyAcquireWait, ps.EmptyAcquireWaitTime().Seconds())
+		counter(c.canceledAcquires, float64(ps.CanceledAcquireCount()))
+		counter(c.newConnections, float64(ps.NewConnsCount()))
+		counter(c.destroyedCon, float64(ps.MaxLifetimeDestroyCount()), "max_lifetime")
+		counter(c.destroyedCon, float64(ps.MaxIdleDestroyCount()), "max_idle")
+	}
+
+	counter(c.calls, float64(s.Calls))
+	gauge(c.inFlight, float64(s.InFlight))
+	gauge(c.oldestInFlight, s.OldestInFlight.Seconds())
+	counter(c.holdSeconds, s.HoldTime.Seconds())
+	counter(c.holds, float64(s.Held))
+
+	cs := s.Cancels
+	counter(c.cancels, float64(cs.Signalled), pgtx.CancelSignalled.String())
+	counter(c.cancels, float64(cs.NotFound), pgtx.CancelNotFound.String())
+	counter(c.cancels, float64(cs.Protocol), pgtx.CancelProtocol.String())
+	counter(c.cancels, float64(cs.Closed), pgtx.CancelClosed.String())
+	counter(c.cancelPoolErrors, float64(cs.PoolErrors))
+	ch <- prometheus.MustNewConstSummary(c.cancelLatency, uint64(max(cs.Latency.Count, 0)), cs.Latency.Total.Seconds(), nil, name)
+	if ps := s.CancelPool; ps != nil {
+		connections(gauge, c.cancelPoolConnections, ps)
+		gauge(c.cancelPoolMaxConnections, float64(ps.MaxConns()))
+	}
+
+	if bs := s.Breaker; bs != nil {
+		gauge(c.breakerState, breakerStateValue(bs.State))
+		counter(c.breakerRejected, float64(bs.Rejected))
+		counter(c.breakerOpens, float64(bs.Opened))
+	}
+}
+
+// breakerStateValue is the value of the breaker_state gauge: 0 closed, 1
+// half-open, 2 open, in the order of increasing trouble (pgtx.BreakerState
+// numbers them otherwise); -1 for a state this package does not know.
+func breakerStateValue(s pgtx.BreakerState) float64 {
+	switch s {
+	case pgtx.BreakerClosed:
+		return 0
+	case pgtx.BreakerHalfOpen:
+		return 1
+	case pgtx.BreakerOpen:
+		return 2
+	}
+	return -1
+}
+
+// connections sends a pool's connections by state.
+func connections(gauge func(*prometheus.Desc, float64, ...string), d *prometheus.Desc, ps *pgxpool.Stat) {
+	gauge(d, float64(ps.AcquiredConns()), stateAcquired)
+	gauge(d, float64(ps.IdleConns()), stateIdle)
+	gauge(d, float64(ps.ConstructingConns()), stateConstructing)
+}
+
+// histogramBuckets returns the count, the sum in seconds and the cumulative
+// buckets, keyed by upper bound in seconds, of h. The count is the total of
+// h's buckets (the overflow bucket included) rather than h.Count, so that it
+// is never below the last cumulative bucket even when the snapshot caught an
+// observation half-recorded.
+func histogramBuckets(h pgtx.Histogram) (count uint64, sum float64, buckets map[float64]uint64) {
+	buckets = make(map[float64]uint64, len(h.Bounds))
+	var cum uint64
+	for i, b := range h.Bounds {
+		if i < len(h.Counts) {
+			cum += uint64(max(h.Counts[i], 0))
+		}
+		buckets[b.Seconds()] = cum
+	}
+	for i := len(h.Bounds); i < len(h.Counts); i++ {
+		cum += uint64(max(h.Counts[i], 0))
+	}
+	return cum, h.Sum.Seconds(), buckets
+}

@@ -1,0 +1,655 @@
+package pgtxprom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// offlineDSN points at a port nothing listens on: pools connect lazily, so
+// one made from it works for Stats and fails every acquire at once.
+const offlineDSN = "postgres://pgtx@127.0.0.1:1/pgtx?connect_timeout=1"
+
+// newOfflinePool returns a pool that never reached a server, with maxConns
+// connections at most and no cancel pool (CancelModeProtocol), so that it
+// starts no background connect. It is closed when the test ends.
+func newOfflinePool(t *testing.T, maxConns int32) *pgtx.Pool {
+	t.Helper()
+	return newOfflinePoolWith(t, func(cfg *pgtx.Config) { cfg.MaxConns = maxConns })
+}
+
+// newOfflinePoolWith is newOfflinePool with the configuration edited by
+// edit.
+func newOfflinePoolWith(t *testing.T, edit func(*pgtx.Config)) *pgtx.Pool {
+	t.Helper()
+	cfg, err := pgtx.ParseConfig(offlineDSN)
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	cfg.CancelMode = pgtx.CancelModeProtocol
+	edit(cfg)
+	pool, err := pgtx.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("NewWithConfig: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// newOfflineCollector returns a Collector over two offline pools: "a" with 3
+// connections at most and "b" with 7.
+func newOfflineCollector(t *testing.T, opts ...Option) *Collector {
+	t.Helper()
+	return NewCollector(map[string]*pgtx.Pool{
+		"b": newOfflinePool(t, 7),
+		"a": newOfflinePool(t, 3),
+	}, opts...)
+}
+
+func TestCollectZeroStats(t *testing.T) {
+	c := newOfflineCollector(t)
+	tests := []struct {
+		name   string
+		metric string
+		want   string
+	}{
+		{
+			name:   "no waiters",
+			metric: "pgtx_pool_waiters",
+			want: `
+# HELP pgtx_pool_waiters Acquires of a pool connection in progress now: the queue depth. Alert on it staying above 0, not on utilisation.
+# TYPE pgtx_pool_waiters gauge
+pgtx_pool_waiters{pool="a"} 0
+pgtx_pool_waiters{pool="b"} 0
+`,
+		},
+		{
+			name:   "max connections as configured",
+			metric: "pgtx_pool_max_connections",
+			want: `
+# HELP pgtx_pool_max_connections Maximum size of the pool.
+# TYPE pgtx_pool_max_connections gauge
+pgtx_pool_max_connections{pool="a"} 3
+pgtx_pool_max_connections{pool="b"} 7
+`,
+		},
+		{
+			name:   "connections by state",
+			metric: "pgtx_pool_connections",
+			want: `
+# HELP pgtx_pool_connections Connections of the pool, by state.
+# TYPE pgtx_pool_connections gauge
+pgtx_pool_connections{pool="a",state="acquired"} 0
+pgtx_pool_connections{pool="a",state="constructing"} 0
+pgtx_pool_connections{pool="a",state="idle"} 0
+pgtx_pool_connections{pool="b",state="acquired"} 0
+pgtx_pool_connections{pool="b",state="constructing"} 0
+pgtx_pool_connections{pool="b",state="idle"} 0
+`,
+		},
+		{
+			name:   "cancels by outcome",
+			metric: "pgtx_cancels_total",
+			want: `
+# HELP pgtx_cancels_total Statements cancelled because their context ended, by outcome.
+# TYPE pgtx_cancels_total counter
+pgtx_cancels_total{outcome="closed",pool="a"} 0
+pgtx_cancels_total{outcome="not_found",pool="a"} 0
+pgtx_cancels_total{outcome="protocol",pool="a"} 0
+pgtx_cancels_total{outcome="signalled",pool="a"} 0
+pgtx_cancels_total{outcome="closed",pool="b"} 0
+pgtx_cancels_total{outcome="not_found",pool="b"} 0
+pgtx_cancels_total{outcome="protocol",pool="b"} 0
+pgtx_cancels_total{outcome="signalled",pool="b"} 0
+`,
+		},
+		{
+			name:   "cancel latency summary",
+			metric: "pgtx_cancel_latency_seconds",
+			want: `
+# HELP pgtx_cancel_latency_seconds Time from a context's end to the cancel's answer.
+# TYPE pgtx_cancel_latency_seconds summary
+pgtx_cancel_latency_seconds_sum{pool="a"} 0
+pgtx_cancel_latency_seconds_count{pool="a"} 0
+pgtx_cancel_latency_seconds_sum{pool="b"} 0
+pgtx_cancel_latency_seconds_count{pool="b"} 0
+`,
+		},
+		{
+			name:   "empty acquire wait histogram",
+			metric: "pgtx_pool_acquire_wait_seconds",
+			want:   "\n# HELP pgtx_pool_acquire_wait_seconds Waits of Transaction for a pool connection.\n# TYPE pgtx_pool_acquire_wait_seconds histogram\n" + emptyHistogram("pgtx_pool_acquire_wait_seconds", "a") + emptyHistogram("pgtx_pool_acquire_wait_seconds", "b"),
+		},
+		{
+			name:   "no transactions",
+			metric: "pgtx_transactions_calls_total",
+			want: `
+# HELP pgtx_transactions_calls_total Transaction calls started.
+# TYPE pgtx_transactions_calls_total counter
+pgtx_transactions_calls_total{pool="a"} 0
+pgtx_transactions_calls_total{pool="b"} 0
+`,
+		},
+		{
+			name:   "destroyed connections by reason",
+			metric: "pgtx_pool_destroyed_connections_total",
+			want: `
+# HELP pgtx_pool_destroyed_connections_total Connections the pool closed because of MaxConnLifetime (max_lifetime) or MaxConnIdleTime (max_idle).
+# TYPE pgtx_pool_destroyed_connections_total counter
+pgtx_pool_destroyed_connections_total{pool="a",reason="max_idle"} 0
+pgtx_pool_destroyed_connections_total{pool="a",reason="max_lifetime"} 0
+pgtx_pool_destroyed_connections_total{pool="b",reason="max_idle"} 0
+pgtx_pool_destroyed_connections_total{pool="b",reason="max_lifetime"} 0
+`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := testutil.CollectAndCompare(c, strings.NewReader(tt.want), tt.metric); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// emptyHistogram is the exposition of an empty acquire wait histogram of
+// pool.
+func emptyHistogram(name, pool string) string {
+	var b strings.Builder
+	for _, le := range []string{"0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1", "2.5", "5", "10", "+Inf"} {
+		fmt.Fprintf(&b, "%s_bucket{pool=%q,le=%q} 0\n", name, pool, le)
+	}
+	fmt.Fprintf(&b, "%s_sum{pool=%q} 0\n%s_count{pool=%q} 0\n", name, pool, name, pool)
+	return b.String()
+}
+
+func TestCollectAndCount(t *testing.T) {
+	c := newOfflineCollector(t)
+	tests := []struct {
+		metric string
+		want   int // series of two pools
+	}{
+		{"pgtx_pool_waiters", 2},
+		{"pgtx_pool_acquire_wait_seconds", 2},
+		{"pgtx_pool_acquire_timeouts_total", 2},
+		{"pgtx_pool_queue_full_total", 2},
+		{"pgtx_pool_connections", 6},
+		{"pgtx_pool_max_connections", 2},
+		{"pgtx_pool_acquires_total", 2},
+		{"pgtx_pool_empty_acquires_total", 2},
+		{"pgtx_pool_empty_acquire_wait_seconds_total", 2},
+		{"pgtx_pool_canceled_acquires_total", 2},
+		{"pgtx_pool_new_connections_total", 2},
+		{"pgtx_pool_destroyed_connections_total", 4},
+		{"pgtx_transactions_calls_total", 2},
+		{"pgtx_transactions_in_flight", 2},
+		{"pgtx_transaction_oldest_in_flight_seconds", 2},
+		{"pgtx_connection_hold_seconds_total", 2},
+		{"pgtx_connection_holds_total", 2},
+		{"pgtx_cancels_total", 8},
+		{"pgtx_cancel_pool_errors_total", 2},
+		{"pgtx_cancel_latency_seconds", 2},
+		// No cancel pool in CancelModeProtocol.
+		{"pgtx_cancel_pool_connections", 0},
+		{"pgtx_cancel_pool_max_connections", 0},
+		// No circuit breaker.
+		{"pgtx_breaker_state", 0},
+		{"pgtx_breaker_rejected_total", 0},
+		{"pgtx_breaker_opens_total", 0},
+	}
+	total := 0
+	for _, tt := range tests {
+		total += tt.want
+		t.Run(tt.metric, func(t *testing.T) {
+			if got := testutil.CollectAndCount(c, tt.metric); got != tt.want {
+				t.Errorf("CollectAndCount(%s) = %d, want %d", tt.metric, got, tt.want)
+			}
+		})
+	}
+	if got := testutil.CollectAndCount(c); got != total {
+		t.Errorf("CollectAndCount() = %d, want %d: a metric is missing from the table", got, total)
+	}
+}
+
+func TestCollectorLint(t *testing.T) {
+	tests := []struct {
+		name string
+		c    func(t *testing.T) *Collector
+	}{
+		{"two pools", func(t *testing.T) *Collector { return newOfflineCollector(t) }},
+		{"no pool", func(*testing.T) *Collector { return NewCollector(nil) }},
+		{"namespace", func(t *testing.T) *Collector { return newOfflineCollector(t, WithNamespace("app")) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			problems, err := testutil.CollectAndLint(tt.c(t))
+			if err != nil {
+				t.Fatalf("CollectAndLint: %v", err)
+			}
+			for _, p := range problems {
+				t.Errorf("lint: %s: %s", p.Metric, p.Text)
+			}
+		})
+	}
+}
+
+func TestWithNamespace(t *testing.T) {
+	pool := newOfflinePool(t, 2)
+	tests := []struct {
+		name string
+		opts []Option
+		want string
+	}{
+		{"default", nil, "pgtx_pool_waiters"},
+		{"nil option", []Option{nil}, "pgtx_pool_waiters"},
+		{"custom", []Option{WithNamespace("app")}, "app_pool_waiters"},
+		{"empty", []Option{WithNamespace("")}, "pool_waiters"},
+		{"last wins", []Option{WithNamespace("x"), WithNamespace("y")}, "y_pool_waiters"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := NewCollector(map[string]*pgtx.Pool{"main": pool}, tt.opts...)
+			if got := testutil.CollectAndCount(c, tt.want); got != 1 {
+				t.Errorf("CollectAndCount(%s) = %d, want 1", tt.want, got)
+			}
+		})
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	c := newOfflineCollector(t)
+	ch := make(chan *prometheus.Desc, 64)
+	c.Describe(ch)
+	close(ch)
+	var n int
+	for d := range ch {
+		n++
+		if !strings.Contains(d.String(), `fqName: "pgtx_`) {
+			t.Errorf("descriptor outside the namespace: %v", d)
+		}
+	}
+	if n != len(c.descs) || n == 0 {
+		t.Errorf("Describe sent %d descriptors, want %d", n, len(c.descs))
+	}
+	// A pedantic registry checks every collected metric against the
+	// descriptors.
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Errorf("Gather: %v", err)
+	}
+}
+
+func TestNewCollectorNilPoolPanics(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), `"broken"`) {
+			t.Errorf("recovered %v, want a panic naming the pool", r)
+		}
+	}()
+	NewCollector(map[string]*pgtx.Pool{"broken": nil})
+}
+
+func TestNewCollectorCopiesMap(t *testing.T) {
+	pools := map[string]*pgtx.Pool{"a": newOfflinePool(t, 1)}
+	c := NewCollector(pools)
+	pools["b"] = newOfflinePool(t, 1)
+	if got := testutil.CollectAndCount(c, "pgtx_pool_waiters"); got != 1 {
+		t.Errorf("pool added to the map after NewCollector reported: %d series, want 1", got)
+	}
+}
+
+// TestCollectorBreaker drives circuit breakers with calls that cannot
+// connect: each opens after one failure; one stays open for an hour, the
+// other goes half-open at once.
+func TestCollectorBreaker(t *testing.T) {
+	newPool := func(openFor time.Duration) *pgtx.Pool {
+		return newOfflinePoolWith(t, func(cfg *pgtx.Config) {
+			cfg.Retry.MaxRetries, cfg.Retry.MaxAdaptiveRetries = -1, -1
+			cfg.Breaker = &pgtx.BreakerConfig{ConsecutiveFailures: 1, OpenFor: openFor}
+		})
+	}
+	open, halfOpen := newPool(time.Hour), newPool(time.Nanosecond)
+	c := NewCollector(map[string]*pgtx.Pool{"open": open, "half": halfOpen})
+	call := func(pool *pgtx.Pool) error {
+		return pgtx.Transaction(context.Background(), pool, pgtx.ReadCommitted, func(context.Context, pgx.Tx) error { return nil })
+	}
+	const header = `
+# HELP pgtx_breaker_state State of the pool's circuit breaker: 0 closed, 1 half-open, 2 open.
+# TYPE pgtx_breaker_state gauge
+# HELP pgtx_breaker_rejected_total Transaction calls the circuit breaker refused because it was open.
+# TYPE pgtx_breaker_rejected_total counter
+# HELP pgtx_breaker_opens_total Times the circuit breaker opened.
+# TYPE pgtx_breaker_opens_total counter
+`
+	steps := []struct {
+		name string
+		do   func(t *testing.T)
+		want string
+	}{
+		{
+			name: "closed",
+			do:   func(*testing.T) {},
+			want: `
+pgtx_breaker_state{pool="half"} 0
+pgtx_breaker_state{pool="open"} 0
+pgtx_breaker_rejected_total{pool="half"} 0
+pgtx_breaker_rejected_total{pool="open"} 0
+pgtx_breaker_opens_total{pool="half"} 0
+pgtx_breaker_opens_total{pool="open"} 0
+`,
+		},
+		{
+			name: "a failure opens both",
+			do: func(t *testing.T) {
+				for _, p := range []*pgtx.Pool{open, halfOpen} {
+					if err := call(p); err == nil || errors.Is(err, pgtx.ErrCircuitOpen) {
+						t.Fatalf("Transaction = %v, want a connect error", err)
+					}
+				}
+				time.Sleep(time.Millisecond) // past the half-open pool's OpenFor
+			},
+			want: `
+pgtx_breaker_state{pool="half"} 1
+pgtx_breaker_state{pool="open"} 2
+pgtx_breaker_rejected_total{pool="half"} 0
+pgtx_breaker_rejected_total{pool="open"} 0
+pgtx_breaker_opens_total{pool="half"} 1
+pgtx_breaker_opens_total{pool="open"} 1
+`,
+		},
+		{
+			name: "the open breaker refuses",
+			do: func(t *testing.T) {
+				if err := call(open); !errors.Is(err, pgtx.ErrCircuitOpen) {
+					t.Fatalf("Transaction = %v, want ErrCircuitOpen", err)
+				}
+			},
+			want: `
+pgtx_breaker_state{pool="half"} 1
+pgtx_breaker_state{pool="open"} 2
+pgtx_breaker_rejected_total{pool="half"} 0
+pgtx_breaker_rejected_total{pool="open"} 1
+pgtx_breaker_opens_total{pool="half"} 1
+pgtx_breaker_opens_total{pool="open"} 1
+`,
+		},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			st.do(t)
+			err := testutil.CollectAndCompare(c, strings.NewReader(header+st.want),
+				"pgtx_breaker_state", "pgtx_breaker_rejected_total", "pgtx_breaker_opens_total")
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Errorf("CollectAndLint = %v, %v", problems, err)
+	}
+}
+
+func TestBreakerStateValue(t *testing.T) {
+	tests := []struct {
+		state pgtx.BreakerState
+		want  float64
+	}{
+		{pgtx.BreakerClosed, 0},
+		{pgtx.BreakerHalfOpen, 1},
+		{pgtx.BreakerOpen, 2},
+		{pgtx.BreakerState(42), -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.state.String(), func(t *testing.T) {
+			if got := breakerStateValue(tt.state); got != tt.want {
+				t.Errorf("breakerStateValue(%v) = %g, want %g", tt.state, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestHistogramBuckets(t *testing.T) {
+	bounds := []time.Duration{time.Millisecond, 10 * time.Millisecond, time.Second}
+	tests := []struct {
+		name        string
+		h           pgtx.Histogram
+		wantCount   uint64
+		wantSum     float64
+		wantBuckets map[float64]uint64
+	}{
+		{
+			name:        "empty",
+			h:           pgtx.Histogram{Bounds: bounds, Counts: make([]int64, 4)},
+			wantBuckets: map[float64]uint64{0.001: 0, 0.01: 0, 1: 0},
+		},
+		{
+			name:        "cumulative, overflow in the count",
+			h:           pgtx.Histogram{Bounds: bounds, Counts: []int64{1, 2, 3, 4}, Count: 10, Sum: 5500 * time.Millisecond},
+			wantCount:   10,
+			wantSum:     5.5,
+			wantBuckets: map[float64]uint64{0.001: 1, 0.01: 3, 1: 6},
+		},
+		{
+			// The snapshot reads the buckets before the count: the count
+			// follows the buckets.
+			name:        "count behind the buckets",
+			h:           pgtx.Histogram{Bounds: bounds, Counts: []int64{0, 2, 0, 1}, Count: 2, Sum: time.Second},
+			wantCount:   3,
+			wantSum:     1,
+			wantBuckets: map[float64]uint64{0.001: 0, 0.01: 2, 1: 2},
+		},
+		{
+			name:        "counts shorter than the bounds",
+			h:           pgtx.Histogram{Bounds: bounds, Counts: []int64{4}, Count: 4},
+			wantCount:   4,
+			wantBuckets: map[float64]uint64{0.001: 4, 0.01: 4, 1: 4},
+		},
+		{
+			name:        "zero value",
+			wantBuckets: map[float64]uint64{},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			count, sum, buckets := histogramBuckets(tt.h)
+			if count != tt.wantCount || math.Abs(sum-tt.wantSum) > 1e-9 {
+				t.Errorf("count, sum = %d, %g; want %d, %g", count, sum, tt.wantCount, tt.wantSum)
+			}
+			if fmt.Sprint(buckets) != fmt.Sprint(tt.wantBuckets) {
+				t.Errorf("buckets = %v, want %v", buckets, tt.wantBuckets)
+			}
+		})
+	}
+}
+
+// TestCollectorWithServer runs transactions on a real server and reads their
+// traces in the gathered metrics: calls, waits, holds, a waiter queued behind
+// a held connection, and a cancelled statement.
+func TestCollectorWithServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg, err := pgtx.ParseConfig(pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	cfg.MaxConns = 1 // a second caller has to wait
+	cfg.AcquireTimeout = 30 * time.Second
+	pool, err := pgtx.NewWithConfig(ctx, cfg) // CancelModePool: a cancel pool
+	if err != nil {
+		t.Fatalf("NewWithConfig: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(map[string]*pgtx.Pool{"main": pool}))
+
+	noop := func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "select 1")
+		return err
+	}
+	const calls = 3
+	for range calls {
+		if err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, noop); err != nil {
+			t.Fatalf("Transaction: %v", err)
+		}
+	}
+	for _, tt := range []struct {
+		metric string
+		labels []string
+		want   float64
+	}{
+		{"pgtx_transactions_calls_total", nil, calls},
+		{"pgtx_pool_acquire_wait_seconds", nil, calls}, // sample count
+		{"pgtx_connection_holds_total", nil, calls},
+		{"pgtx_pool_acquires_total", nil, calls},
+		{"pgtx_pool_new_connections_total", nil, 1},
+		{"pgtx_pool_connections", []string{"state", "idle"}, 1},
+		{"pgtx_pool_connections", []string{"state", "acquired"}, 0},
+		{"pgtx_pool_max_connections", nil, 1},
+		{"pgtx_transactions_in_flight", nil, 0},
+		{"pgtx_pool_waiters", nil, 0},
+		{"pgtx_cancel_pool_max_connections", nil, pgtx.DefaultCancelPoolSize},
+	} {
+		if got := value(t, reg, tt.metric, tt.labels...); got != tt.want {
+			t.Errorf("%s%v = %g, want %g", tt.metric, tt.labels, got, tt.want)
+		}
+	}
+	if got := value(t, reg, "pgtx_connection_hold_seconds_total"); got <= 0 {
+		t.Errorf("pgtx_connection_hold_seconds_total = %g, want > 0", got)
+	}
+
+	t.Run("waiter", func(t *testing.T) {
+		held, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		releaseHolder := func() { once.Do(func() { close(release) }) }
+		defer releaseHolder() // also when the test fails: Close waits for the connection
+		errs := make(chan error, 2)
+		go func() {
+			errs <- pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+				close(held)
+				<-release
+				return noop(ctx, tx)
+			})
+		}()
+		<-held
+		go func() { errs <- pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, noop) }()
+		eventually(t, reg, "pgtx_pool_waiters", 1)
+		if got := value(t, reg, "pgtx_transactions_in_flight"); got != 1 {
+			t.Errorf("pgtx_transactions_in_flight = %g, want 1", got)
+		}
+		if got := value(t, reg, "pgtx_transaction_oldest_in_flight_seconds"); got <= 0 {
+			t.Errorf("pgtx_transaction_oldest_in_flight_seconds = %g, want > 0", got)
+		}
+		releaseHolder()
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Errorf("Transaction: %v", err)
+			}
+		}
+		eventually(t, reg, "pgtx_pool_waiters", 0)
+		if got := value(t, reg, "pgtx_transactions_calls_total"); got != calls+2 {
+			t.Errorf("pgtx_transactions_calls_total = %g, want %d", got, calls+2)
+		}
+	})
+
+	t.Run("cancel", func(t *testing.T) {
+		sctx, scancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer scancel()
+		err := pgtx.Transaction(sctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "select pg_sleep(10)")
+			return err
+		})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Transaction = %v, want the context's deadline", err)
+		}
+		eventually(t, reg, "pgtx_cancel_latency_seconds", 1) // sample count
+		if got := value(t, reg, "pgtx_cancels_total", "outcome", "signalled"); got != 1 {
+			t.Errorf(`pgtx_cancels_total{outcome="signalled"} = %g, want 1`, got)
+		}
+		if got := value(t, reg, "pgtx_cancel_pool_connections", "state", "idle") +
+			value(t, reg, "pgtx_cancel_pool_connections", "state", "acquired"); got < 1 {
+			t.Errorf("pgtx_cancel_pool_connections = %g, want at least 1", got)
+		}
+	})
+}
+
+// value gathers reg and returns the value of the series of metric whose
+// labels include the given name/value pairs: a counter's or gauge's value, a
+// histogram's or summary's sample count. It fails the test when there is no
+// such series.
+func value(t *testing.T, reg prometheus.Gatherer, metric string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather: %v", err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != metric {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if !hasLabels(m, labels) {
+				continue
+			}
+			switch mf.GetType() {
+			case dto.MetricType_COUNTER:
+				return m.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				return m.GetGauge().GetValue()
+			case dto.MetricType_HISTOGRAM:
+				return float64(m.GetHistogram().GetSampleCount())
+			case dto.MetricType_SUMMARY:
+				return float64(m.GetSummary().GetSampleCount())
+			}
+		}
+	}
+	t.Fatalf("no series %s%v", metric, labels)
+	return 0
+}
+
+// hasLabels reports whether m has the label name/value pairs of kv.
+func hasLabels(m *dto.Metric, kv []string) bool {
+	for i := 0; i+1 < len(kv); i += 2 {
+		found := false
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == kv[i] && lp.GetValue() == kv[i+1] {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// eventually waits up to ten seconds for metric (unlabelled beyond pool) to
+// reach want.
+func eventually(t *testing.T, reg prometheus.Gatherer, metric string, want float64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := value(t, reg, metric)
+		if got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %g after 10s, want %g", metric, got, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,96 @@
+// Package pgtxprom exports the statistics of pgtx pools (pgtx.Pool.Stats) as
+// Prometheus metrics.
+//
+// A Collector reads the statistics of one or more pools each time it is
+// collected; nothing is counted in the transactions' path. Register it once,
+// after creating the pools:
+//
+//	reg := prometheus.NewRegistry()
+//	reg.MustRegister(pgtxprom.NewCollector(map[string]*pgtx.Pool{"main": pool}))
+//	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+//
+// Every metric has the label pool, the pool's name in the map given to
+// NewCollector. A bulkhead (one pgtx.Pool per class of work, so that a slow
+// class cannot take the connections of the others) is one Collector over all
+// its pools, each under the name of its class:
+//
+//	pgtxprom.NewCollector(map[string]*pgtx.Pool{"interactive": web, "batch": jobs})
+//
+// For a pgtx.Bulkheads, map each of its Classes to its Pool.
+//
+// Pool names must be unique in a registry: two Collectors reporting the same
+// name make Gather fail with duplicate series. To tell apart the pools of
+// several databases or services, wrap the registerer with
+// prometheus.WrapRegistererWith and a constant label.
+//
+// # Metrics
+//
+// The names below are under the namespace "pgtx" (WithNamespace changes it).
+// Durations are in seconds; counters count from the pool's creation.
+//
+// The wait for a connection:
+//
+//   - pgtx_pool_waiters (gauge): the queue depth, acquires of a pool
+//     connection in progress now (Transaction and the pool's query methods).
+//     Alert on it staying above 0, not on utilisation: a pool whose
+//     connections are all in use serves its load as long as nobody waits,
+//     and callers that wait mean the pool cannot serve the arrival rate at
+//     the current query latency. For example:
+//     max_over_time(pgtx_pool_waiters[5m]) > 0 for several minutes.
+//   - pgtx_pool_acquire_wait_seconds (histogram): Transaction's waits for a
+//     connection, from 1ms to 10s.
+//   - pgtx_pool_acquire_timeouts_total (counter): waits ended by
+//     Config.AcquireTimeout.
+//   - pgtx_pool_queue_full_total (counter): calls refused at once because
+//     Config.MaxWaiters callers were waiting (the bulkhead shedding load).
+//
+// The connections, from pgxpool:
+//
+//   - pgtx_pool_connections{state="acquired|idle|constructing"} (gauge).
+//   - pgtx_pool_max_connections (gauge): the pool's MaxConns.
+//   - pgtx_pool_acquires_total (counter): successful acquires.
+//   - pgtx_pool_empty_acquires_total (counter): successful acquires that
+//     waited for a connection to be released or constructed.
+//   - pgtx_pool_empty_acquire_wait_seconds_total (counter): the time those
+//     acquires waited.
+//   - pgtx_pool_canceled_acquires_total (counter): acquires ended by their
+//     context.
+//   - pgtx_pool_new_connections_total (counter): connections opened.
+//   - pgtx_pool_destroyed_connections_total{reason="max_lifetime|max_idle"}
+//     (counter): connections closed by MaxConnLifetime or MaxConnIdleTime.
+//
+// The transactions:
+//
+//   - pgtx_transactions_calls_total (counter): Transaction calls started.
+//   - pgtx_transactions_in_flight (gauge): attempts holding a connection now.
+//   - pgtx_transaction_oldest_in_flight_seconds (gauge): the age of the
+//     oldest of them, 0 when there is none. A value that keeps growing is a
+//     transaction that does not end.
+//   - pgtx_connection_hold_seconds_total and pgtx_connection_holds_total
+//     (counters): the attempts that held a connection and gave it back, and
+//     their total hold time (BEGIN to release). The rate of the first over
+//     the rate of the second is the mean hold time.
+//
+// The cancellations of statements whose context ended:
+//
+//   - pgtx_cancels_total{outcome="signalled|not_found|protocol|closed"}
+//     (counter): signalled, the cancel pool's pg_cancel_backend signalled
+//     the backend; not_found, the backend had already gone; protocol, a
+//     protocol cancel request was sent; closed, the connection was closed
+//     instead.
+//   - pgtx_cancel_pool_errors_total (counter): cancels the cancel pool could
+//     not deliver, which then fell back.
+//   - pgtx_cancel_latency_seconds (summary, count and sum only): the time
+//     from a context's end to the cancel's answer.
+//   - pgtx_cancel_pool_connections{state="acquired|idle|constructing"} and
+//     pgtx_cancel_pool_max_connections (gauges): the cancel pool's
+//     connections, only when the pool has one (CancelModePool).
+//
+// The circuit breaker, only when the pool has one (Config.Breaker):
+//
+//   - pgtx_breaker_state (gauge): 0 closed, 1 half-open, 2 open. Alert on it
+//     being 2: calls fail at once with pgtx.ErrCircuitOpen.
+//   - pgtx_breaker_rejected_total (counter): calls refused while it was
+//     open.
+//   - pgtx_breaker_opens_total (counter): the times it opened.
+package pgtxprom

@@ -1,0 +1,43 @@
+package pgtxprom_test
+
+import (
+	"context"
+	"log"
+	"net/http"
+	"os"
+
+	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/pgtxprom"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Example registers a Collector over a bulkhead of two pools, one per class
+// of work, and serves the metrics on /metrics. Alert on pgtx_pool_waiters
+// staying above 0.
+func Example() {
+	ctx := context.Background()
+	web, err := pgtx.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	defer web.Close()
+	jobs, err := pgtx.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	defer jobs.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		pgtxprom.NewCollector(map[string]*pgtx.Pool{"interactive": web, "batch": jobs}),
+	)
+	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	if err := http.ListenAndServe(":9090", nil); err != nil {
+		log.Print(err)
+	}
+}
