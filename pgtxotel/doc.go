@@ -72,4 +72,11 @@
 // Labels should be a small fixed set of names (they become metric series):
 // after the first 256 distinct labels, further ones are reported in metrics
 // as pgtx.label="_other" (spans keep the real label).
+//
+// # Pool metrics
+//
+// RegisterPoolMetrics adds observable instruments over a pool's Stats: the
+// queue depth (pgtx.pool.waiters — alert on it staying above 0), connections
+// by state, acquire timeouts, in-flight transactions and the age of the
+// oldest, and the circuit breaker's state.
 package pgtxotel

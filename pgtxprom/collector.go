@@ -65,6 +65,8 @@ type Collector struct {
 	cancelPoolConnections, cancelPoolMaxConnections *prometheus.Desc
 
 	breakerState, breakerRejected, breakerOpens *prometheus.Desc
+
+	resolutions *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -151,6 +153,9 @@ func NewCollector(pools map[string]*pgtx.Pool, opts ...Option) *Collector {
 		"Transaction calls the circuit breaker refused because it was open.")
 	c.breakerOpens = desc("breaker_opens_total",
 		"Times the circuit breaker opened.")
+
+	c.resolutions = desc("commit_resolutions_total",
+		"Ambiguous COMMITs resolved (Config.ResolveCommits), by result: committed, aborted, not_applied, unknown.", "result")
 	return c
 }
 
@@ -212,6 +217,12 @@ func (c *Collector) collectPool(ch chan<- prometheus.Metric, name string, s pgtx
 		connections(gauge, c.cancelPoolConnections, ps)
 		gauge(c.cancelPoolMaxConnections, float64(ps.MaxConns()))
 	}
+
+	rs := s.Resolved
+	counter(c.resolutions, float64(rs.Committed), "committed")
+	counter(c.resolutions, float64(rs.Aborted), "aborted")
+	counter(c.resolutions, float64(rs.NotApplied), "not_applied")
+	counter(c.resolutions, float64(rs.Unknown), "unknown")
 
 	if bs := s.Breaker; bs != nil {
 		gauge(c.breakerState, breakerStateValue(bs.State))

@@ -208,6 +208,7 @@ func TestCollectAndCount(t *testing.T) {
 		{"pgtx_breaker_state", 0},
 		{"pgtx_breaker_rejected_total", 0},
 		{"pgtx_breaker_opens_total", 0},
+		{"pgtx_commit_resolutions_total", 8},
 	}
 	total := 0
 	for _, tt := range tests {
