@@ -8,6 +8,29 @@
 //		return err
 //	})
 //
+// # Open a pool
+//
+// New and NewWithConfig build a Pool: a *pgxpool.Pool (Query, Exec,
+// SendBatch, CopyFrom and Stat work as usual) with pgtx's limits installed on
+// every connection. Start from ParseConfig and change fields; a zero field
+// means its documented default:
+//
+//	cfg, err := pgtx.ParseConfig(os.Getenv("DATABASE_URL"))
+//	cfg.MaxConns = 20
+//	cfg.StatementTimeout = 2 * time.Second
+//	pool, err := pgtx.NewWithConfig(ctx, cfg)
+//	defer pool.Close()
+//
+// # Run a transaction
+//
+// Transaction takes an Isolation (ReadCommitted, RepeatableRead,
+// Serializable; the zero value is refused). TransactionWithOptions adds read
+// only, deferrable, a statement timeout for this transaction (sent with
+// BEGIN, no extra round trip), per-call retry caps and a label for traces.
+// fn receives a pgx.Tx, so sqlc's Queries.WithTx(tx) works unchanged; it must
+// not call Commit or Rollback, and it may run more than once, so it must not
+// have side effects outside the transaction.
+//
 // # What is retried
 //
 // The whole transaction (a new BEGIN, fn again, a new COMMIT) runs again after
@@ -16,29 +39,40 @@
 // also runs again, on a fresh connection, when the connection was lost before
 // COMMIT was sent. Overload errors (53300 too_many_connections, 57P03
 // cannot_connect_now, the pooler equivalents, and a refused connection while
-// the server restarts) are retried at most
-// RetryPolicy.MaxAdaptiveRetries times (default 2) with
-// jitter * min(10s, 100ms * 2^attempt); once one has been seen, that cap
-// applies to every later retry of the call. A retry whose pause would end
-// past the context's deadline is not attempted.
+// the server restarts) are retried at most RetryPolicy.MaxAdaptiveRetries
+// times (default 2) with jitter * min(10s, 100ms * 2^attempt); once one has
+// been seen, that cap applies to every later retry of the call. A retry whose
+// pause would end past the context's deadline is not attempted. Overload and
+// lost-connection retries of the whole pool are bounded by a RetryBudget.
 //
 // # What is never retried
 //
 // Timeouts (57014 query_canceled, 25P03, 25P04, context errors,
-// ErrAcquireTimeout): what took too long takes too long again. A COMMIT whose
-// connection was lost while it was in flight: the error matches
-// ErrCommitUnknown, because the transaction may have committed. Constraint,
-// syntax and data errors, the caller's own errors, and errors wrapped with
+// ErrAcquireTimeout, ErrQueueFull): what took too long takes too long again.
+// A COMMIT whose connection was lost while it was in flight: the error
+// matches ErrCommitUnknown, because the transaction may have committed
+// (Config.ResolveCommits asks the server what happened). Constraint, syntax
+// and data errors, the caller's own errors, and errors wrapped with
 // NonRetryable.
+//
+// # When the context ends
+//
+// The running statement is cancelled on the server (pg_cancel_backend over a
+// small cancel pool, matched by pid and backend_start), its locks are
+// released at once, and the connection is kept; it is not used again until
+// the cancel has finished. This holds for Transaction and for the Pool's
+// query methods. See CancelMode for pgbouncer and the other modes.
 //
 // # Bounded waits
 //
 // Every connection starts with statement_timeout (default 5s) and
 // idle_in_transaction_session_timeout (default 10s) as session parameters, so
 // plain pool queries have the server-side limit too. The wait for a pool
-// connection is bounded by Config.AcquireTimeout (default 2s). COMMIT and
-// ROLLBACK run on contexts the caller's cancellation cannot interrupt,
-// bounded by their own timeouts.
+// connection is bounded by Config.AcquireTimeout (default 2s) and, with
+// Config.MaxWaiters, by the length of the queue. COMMIT and ROLLBACK run on
+// contexts the caller's cancellation cannot interrupt, bounded by their own
+// timeouts. A cancel that does not take effect within CancelGrace closes the
+// connection.
 //
 // # Errors
 //
@@ -46,6 +80,24 @@
 // errors.Is finds the caller's own errors, and errors.Is(err, ctx.Err())
 // holds when the context ended the call. Classify, SQLState and IsRetryable
 // tell what pgtx makes of an error.
+//
+// # Optional databases, bulkheads, storms
+//
+// Config.Breaker puts a circuit breaker (failures, failure ratio, slow-call
+// ratio) in front of a pool used as an optional dependency, and
+// ReplicaRouter reads from replicas behind their breakers with a fallback to
+// the primary. NewBulkheads gives each operation class a pool of its own.
+// Pool.Stats reports the queue depth (callers waiting for a connection),
+// which pgxpool does not, and Diagnose tells a timeout storm from a traffic
+// spike.
+//
+// # Observability
+//
+// Config.Tracer receives an event at the start and end of every attempt,
+// and optionally of every call (TransactionTracer), every cancel
+// (CancelTracer), budget refusal (RetryBudgetTracer) and breaker state change
+// (BreakerTracer). The sub-packages pgtxslog, pgtxotel and pgtxprom adapt
+// them to log/slog, OpenTelemetry and Prometheus.
 //
 // Pool.Begin, BeginTx and Acquire on the embedded pgxpool.Pool bypass
 // Transaction's guarantees.

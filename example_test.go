@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -85,4 +86,52 @@ func ExampleClassify() {
 	//            timeout          retried: false
 	// 40P01      permanent        retried: false
 	//            connection_lost  retried: true
+}
+
+func ExampleBreaker() {
+	br, err := pgtx.NewBreaker(pgtx.BreakerConfig{Name: "analytics", ConsecutiveFailures: 3, OpenFor: time.Minute})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	lost := fmt.Errorf("read: %w", pgconn.ErrConnClosed) // what a dead analytics store returns
+	for i := 1; i <= 4; i++ {
+		err := br.Do(context.Background(), func(ctx context.Context) error { return lost })
+		fmt.Printf("call %d: open=%v state=%v\n", i, errors.Is(err, pgtx.ErrCircuitOpen), br.State())
+	}
+	// Output:
+	// call 1: open=false state=closed
+	// call 2: open=false state=closed
+	// call 3: open=false state=open
+	// call 4: open=true state=open
+}
+
+// retryLogger is a minimal pgtx.Tracer: it reports every retry.
+type retryLogger struct{}
+
+func (retryLogger) TraceAttemptStart(ctx context.Context, _ pgtx.TraceAttemptStartData) context.Context {
+	return ctx
+}
+
+func (retryLogger) TraceAttemptEnd(_ context.Context, d pgtx.TraceAttemptEndData) {
+	if d.Retry {
+		fmt.Printf("%s: attempt %d failed (%v), retrying in %v\n", d.Label, d.Attempt, d.Class, d.Backoff)
+	}
+}
+
+func ExampleTracer() {
+	cfg, err := pgtx.ParseConfig(os.Getenv("DATABASE_URL"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	cfg.Tracer = retryLogger{} // or pgtxslog.New(logger, nil), pgtxotel.New()
+	pool, err := pgtx.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	_ = pgtx.TransactionWithOptions(context.Background(), pool, pgtx.TxOptions{Isolation: pgtx.Serializable, Label: "transfer"},
+		func(ctx context.Context, tx pgx.Tx) error { return nil })
 }
