@@ -38,8 +38,8 @@
 // with full jitter, at most RetryPolicy.MaxRetries times (default 10). It
 // also runs again, on a fresh connection, when the connection was lost before
 // COMMIT was sent. Overload errors (53300 too_many_connections, 57P03
-// cannot_connect_now, the pooler equivalents, and a refused connection while
-// the server restarts) are retried at most RetryPolicy.MaxAdaptiveRetries
+// cannot_connect_now, the pooler equivalents, and a connection that cannot be
+// made while the server restarts) are retried at most RetryPolicy.MaxAdaptiveRetries
 // times (default 2) with jitter * min(10s, 100ms * 2^attempt); once one has
 // been seen, that cap applies to every later retry of the call. A retry whose
 // pause would end past the context's deadline is not attempted. Overload and

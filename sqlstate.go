@@ -50,7 +50,8 @@ const (
 	ClassConflict
 	// ClassOverload is the server (or a pooler in front of it) shedding load:
 	// 53300 too_many_connections, 57P03 cannot_connect_now, the pooler
-	// equivalents, and a refused connection (a server restarting). Retried with exponential backoff and full jitter, at most
+	// equivalents, and a connection that could not be made (refused, or
+	// closed while connecting: a server restarting, a pooler not admitting). Retried with exponential backoff and full jitter, at most
 	// RetryPolicy.MaxAdaptiveRetries times.
 	ClassOverload
 	// ClassConnectionLost is a connection that died before COMMIT was sent
@@ -139,9 +140,12 @@ func Classify(err error) Class {
 	if errors.As(err, &pgErr) {
 		return classifyPgError(pgErr)
 	}
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		// Nobody listens: the server is restarting or down. Back off as
-		// from an overloaded server instead of hammering its port.
+	var connectErr *pgconn.ConnectError
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &connectErr) {
+		// No connection could be made (refused, or reset or closed while
+		// connecting) and no server error says why: the server is
+		// restarting or down, or a pooler in front of it is not admitting.
+		// Back off as from an overloaded server instead of hammering it.
 		return ClassOverload
 	}
 	if isConnectionLost(err) {
@@ -175,10 +179,6 @@ func classifyPgError(e *pgconn.PgError) Class {
 func isConnectionLost(err error) bool {
 	if errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED) {
-		return true
-	}
-	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) {
 		return true
 	}
 	var opErr *net.OpError

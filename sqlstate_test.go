@@ -76,7 +76,7 @@ func TestClassify(t *testing.T) {
 		{"NonRetryable 40001", NonRetryable(pgErr("40001")), ClassPermanent},
 		{"wrapped NonRetryable", fmt.Errorf("x: %w", NonRetryable(pgErr("40P01"))), ClassPermanent},
 		{"joined NonRetryable", errors.Join(pgErr("40001"), NonRetryable(errCaller)), ClassPermanent},
-		{"connect error", &pgconn.ConnectError{}, ClassConnectionLost},
+		{"connect error without a server error", &pgconn.ConnectError{}, ClassOverload},
 		{"pgconn timeout with deadline", fmt.Errorf("timeout: %w", context.DeadlineExceeded), ClassTimeout},
 	}
 	for _, tt := range tests {

@@ -1,0 +1,516 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/internal/pgtest"
+)
+
+var (
+	chaosDur  = flag.Duration("chaos.dur", 15*time.Second, "how long each of TestChaosBank's two runs injects faults")
+	chaosSeed = flag.Uint64("chaos.seed", 0, "seed of TestChaosBank's workload and fault schedule; 0 picks one (it is logged)")
+)
+
+// The bank of TestChaosBank.
+const (
+	chaosAccounts       = 20
+	chaosInitialBalance = 1000
+	chaosMaxAmount      = 50
+	chaosWorkers        = 8
+	chaosPoolConns      = 8
+	chaosMaxConnections = 40 // the server's, so a burst of connections can fill it
+	chaosCallTimeout    = 10 * time.Second
+	chaosAfterCalls     = 20 // transfers that must all succeed once the faults stop
+	chaosAppName        = "pgtx-chaos"
+)
+
+// errChaosInsufficientFunds is fn's own error: the transfer is declined.
+var errChaosInsufficientFunds = errors.New("insufficient funds")
+
+// chaosOutcome is what a Transaction call reported.
+type chaosOutcome int
+
+const (
+	chaosCommitted chaosOutcome = iota // nil: the transfer must be in the ledger once
+	chaosUnknown                       // ErrCommitUnknown: in the ledger at most once
+	chaosDeclined                      // fn's own error: not in the ledger
+	chaosFailed                        // any other error: not in the ledger
+)
+
+// chaosCall is one transfer, as asked for and as reported.
+type chaosCall struct {
+	id       string
+	from, to int32
+	amount   int64
+	outcome  chaosOutcome
+	err      error
+	runs     int           // how many times fn ran
+	took     time.Duration // the call's wall time
+}
+
+// TestChaosBank is the "nothing lost under faults" test. Eight workers move
+// money between twenty accounts through pgtx.Transaction, each transfer
+// recording its unique id in a ledger in the same transaction, while a fault
+// goroutine cuts connections before BEGIN, before and after an UPDATE, before
+// COMMIT, after COMMIT is forwarded and instead of COMMIT's answer, adds
+// latency, refuses new connections, terminates backends, fills the server's
+// connection slots and restarts the server once. Failed calls are recorded,
+// never retried by the test. Afterwards the ledger and the balances must
+// agree with what every call reported: total unchanged, every success in the
+// ledger once, every ambiguous COMMIT at most once, every other failure
+// absent, and every account's balance explained by the ledger. It runs with
+// ResolveCommits off and on; with it on, no resolution may be wrong.
+//
+// -chaos.dur sets the length of each run, -chaos.seed the seed.
+func TestChaosBank(t *testing.T) {
+	if testing.Short() {
+		t.Skip("chaos runs take -chaos.dur each")
+	}
+	seed := *chaosSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (-chaos.seed=%d repeats the workload and the order of the faults, not their timing); %v of faults per run",
+		seed, seed, *chaosDur)
+	tests := []struct {
+		name    string
+		resolve bool
+	}{
+		{"ResolveCommitsOff", false},
+		{"ResolveCommitsOn", true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			runChaosBank(t, tt.resolve, seed+uint64(i), *chaosDur)
+		})
+	}
+}
+
+// runChaosBank is one run of TestChaosBank on a server of its own.
+func runChaosBank(t *testing.T, resolve bool, seed uint64, dur time.Duration) {
+	// Every wait of the run is bounded by ctx: the faults, the calls in
+	// flight when they stop (each has its own deadline), the checks.
+	ctx, cancel := context.WithTimeout(context.Background(), dur+3*time.Minute)
+	defer cancel()
+
+	srv := pgtest.Dedicated(t, pgtest.Options{Settings: map[string]string{
+		"max_connections": strconv.Itoa(chaosMaxConnections),
+	}})
+	direct := pgtest.NewDatabaseOn(t, srv)
+	proxy := pgtest.NewProxy(t, srv.Addr())
+	through, err := proxy.DSN(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	setupChaosBank(t, ctx, direct)
+	pool := newPool(t, through, func(c *pgtx.Config) {
+		c.MaxConns = chaosPoolConns
+		c.ConnConfig.RuntimeParams["application_name"] = chaosAppName // what the injector terminates
+		c.ConnConfig.ConnectTimeout = 3 * time.Second
+		c.AcquireTimeout = 3 * time.Second
+		c.ResolveCommits = resolve
+		// A lost connection is retried after at most 100ms; the proxy
+		// refuses connections, and the server restarts, for up to about a
+		// second.
+		c.Retry.MaxRetries = 20
+		// Overload (53300 from a full server, 57P03 while it starts) backs
+		// off 100ms·2^n: eight retries span seconds.
+		c.Retry.MaxAdaptiveRetries = 8
+	})
+
+	proxyBefore := proxy.Stats()
+	start := time.Now()
+	runCtx, stop := context.WithTimeout(ctx, dur)
+	defer stop()
+	in := newChaosInjector(t, srv, proxy, direct, seed)
+	results := make([][]chaosCall, chaosWorkers)
+	var wg sync.WaitGroup
+	wg.Go(func() { in.run(ctx, runCtx, dur) })
+	for w := range chaosWorkers {
+		wg.Go(func() { results[w] = chaosWorker(ctx, runCtx, pool, w, seed) })
+	}
+	joined := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(joined)
+	}()
+	// A call lasts at most its deadline plus COMMIT's, the resolution's and
+	// ROLLBACK's own bounds: a minute after the run is far beyond that.
+	overdue := time.NewTimer(dur + time.Minute)
+	defer overdue.Stop()
+	select {
+	case <-joined:
+	case <-overdue.C:
+		t.Fatalf("the workers or the fault injector had not returned a minute after the run ended")
+	}
+	elapsed := time.Since(start)
+	proxyAfter := proxy.Stats()
+
+	// The faults have stopped (the injector reset the proxy): the pool must
+	// serve normally. A transfer from an account the run has emptied is
+	// declined, which is serving too.
+	var calls []chaosCall
+	for _, r := range results {
+		calls = append(calls, r...)
+	}
+	during := len(calls)
+	for i := range chaosAfterCalls {
+		from, to := int32(i%chaosAccounts)+1, int32((i+1)%chaosAccounts)+1
+		c := chaosTransfer(ctx, pool, pgtx.Serializable, fmt.Sprintf("after-%d", i), from, to, 1)
+		if c.outcome != chaosCommitted && c.outcome != chaosDeclined {
+			t.Errorf("after the faults, transfer %s failed (fn ran %d times): %v", c.id, c.runs, c.err)
+		}
+		calls = append(calls, c)
+	}
+
+	tally := verifyChaosBank(t, direct, calls)
+	res := pool.Stats().Resolved
+
+	// What happened, for the log.
+	t.Logf("run: %v of faults, %v in all; %d calls (%.0f/s) during the faults, %d after; fn ran %d times, %d calls ran it more than once",
+		dur, elapsed.Round(time.Millisecond), during, float64(during)/elapsed.Seconds(), len(calls)-during, tally.runs, tally.rerun)
+	t.Logf("faults injected: %s", chaosCounts(in.injected))
+	if len(in.skipped) > 0 {
+		t.Logf("faults skipped (nothing to act on, or the admin connection failed): %s", chaosCounts(in.skipped))
+	}
+	t.Logf("proxy: %d cut before forwarding, %d cut after forwarding, %d COMMIT answers dropped, %d cut by CutAll, %d connections refused",
+		proxyAfter.CutsBeforeForward-proxyBefore.CutsBeforeForward, proxyAfter.CutsAfterForward-proxyBefore.CutsAfterForward,
+		proxyAfter.CutsOnCommitReply-proxyBefore.CutsOnCommitReply, proxyAfter.CutsAll-proxyBefore.CutsAll,
+		proxyAfter.Refused-proxyBefore.Refused)
+	t.Logf("server full: %d times filled to 53300 (%d direct connections opened); restart took %v",
+		in.full, in.hogs, in.restart.Round(time.Millisecond))
+	t.Logf("outcomes: %s", chaosCounts(tally.outcomes))
+	for _, kind := range slices.Sorted(maps.Keys(tally.samples)) {
+		t.Logf("  e.g. %s: %v", kind, tally.samples[kind])
+	}
+	t.Logf("call latency: p50 %v, p99 %v, max %v", tally.quantile(0.5).Round(time.Microsecond),
+		tally.quantile(0.99).Round(time.Microsecond), tally.quantile(1).Round(time.Microsecond))
+	t.Logf("ambiguous COMMITs reported: %d (%d in the ledger, %d not)", tally.unknownApplied+tally.unknownAbsent,
+		tally.unknownApplied, tally.unknownAbsent)
+	if tally.unknownSafe > 0 {
+		t.Logf("  pgconn.SafeToRetry calls %d of the %d in the ledger safe to retry: pgtx is right not to trust it at COMMIT",
+			tally.unknownSafe, tally.unknownApplied)
+	}
+	for _, err := range tally.unknownSamples {
+		t.Logf("  e.g. %s", strings.ReplaceAll(err.Error(), "\n", " | "))
+	}
+
+	if resolve {
+		resolved := res.Committed + res.Aborted + res.NotApplied
+		share := 0.0
+		if n := resolved + res.Unknown; n > 0 {
+			share = 100 * float64(resolved) / float64(n)
+		}
+		t.Logf("resolutions: committed %d, aborted %d, not applied %d, unknown %d: %d of %d ambiguous COMMITs resolved (%.0f%%); wrong resolutions %d",
+			res.Committed, res.Aborted, res.NotApplied, res.Unknown, resolved, resolved+res.Unknown, share, tally.wrong)
+		if got := int64(tally.unknownApplied + tally.unknownAbsent); got != res.Unknown {
+			t.Errorf("%d calls returned ErrCommitUnknown, Stats().Resolved.Unknown = %d: every unresolved COMMIT, and only those, must end its call with ErrCommitUnknown",
+				got, res.Unknown)
+		}
+		if res.NotApplied != 0 {
+			t.Errorf("Stats().Resolved.NotApplied = %d: every transfer writes, so every one has a transaction id", res.NotApplied)
+		}
+	} else {
+		t.Logf("wrong outcomes (lost or phantom transfers): %d", tally.wrong)
+		if res != (pgtx.ResolveStats{}) {
+			t.Errorf("Stats().Resolved = %+v with ResolveCommits off, want zeros", res)
+		}
+	}
+
+	// A run that injected nothing, or committed nothing, proves nothing.
+	if len(in.injected) == 0 || tally.outcomes["committed"] == 0 {
+		t.Errorf("the run injected %d kinds of fault and committed %d transfers: it proves nothing",
+			len(in.injected), tally.outcomes["committed"])
+	}
+	if dur >= 5*time.Second && in.injected["server restart"] != 1 {
+		t.Errorf("the server restarted %d times, want once", in.injected["server restart"])
+	}
+}
+
+// setupChaosBank creates the accounts, each with chaosInitialBalance, and the
+// empty ledger.
+func setupChaosBank(t *testing.T, ctx context.Context, dsn string) {
+	t.Helper()
+	conn := directConn(t, dsn)
+	mustExec(t, ctx, conn, "create table accounts (id int primary key, balance bigint not null)")
+	mustExec(t, ctx, conn, `create table ledger (
+		transfer_id text primary key,
+		src int not null references accounts,
+		dst int not null references accounts,
+		amount bigint not null check (amount > 0))`)
+	mustExec(t, ctx, conn, "insert into accounts select i, $1 from generate_series(1, $2::int) i", chaosInitialBalance, chaosAccounts)
+	if err := conn.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// chaosWorker makes transfers between random accounts until runCtx ends,
+// each call with its own deadline under ctx (so the last call finishes
+// rather than being cut short), and returns every call's outcome. Even
+// workers use SERIALIZABLE, odd ones READ COMMITTED.
+func chaosWorker(ctx, runCtx context.Context, pool *pgtx.Pool, w int, seed uint64) []chaosCall {
+	rng := rand.New(rand.NewPCG(seed, uint64(w)+1))
+	iso := pgtx.ReadCommitted
+	if w%2 == 0 {
+		iso = pgtx.Serializable
+	}
+	var calls []chaosCall
+	for n := 0; runCtx.Err() == nil; n++ {
+		from := rng.Int32N(chaosAccounts) + 1
+		to := rng.Int32N(chaosAccounts-1) + 1
+		if to >= from {
+			to++
+		}
+		calls = append(calls, chaosTransfer(ctx, pool, iso, fmt.Sprintf("w%d-%d", w, n), from, to, 1+rng.Int64N(chaosMaxAmount)))
+	}
+	return calls
+}
+
+// chaosTransfer moves amount from one account to another in one
+// Transaction call and records the transfer in the ledger under id. Both
+// rows are locked in id order, so READ COMMITTED transfers cannot deadlock;
+// a transfer the balance does not cover is declined with fn's own error.
+func chaosTransfer(ctx context.Context, pool *pgtx.Pool, iso pgtx.Isolation, id string, from, to int32, amount int64) chaosCall {
+	c := chaosCall{id: id, from: from, to: to, amount: amount}
+	cctx, cancel := context.WithTimeout(ctx, chaosCallTimeout)
+	defer cancel()
+	start := time.Now()
+	c.err = pgtx.TransactionWithOptions(cctx, pool, pgtx.TxOptions{Isolation: iso, Label: "transfer"}, func(ctx context.Context, tx pgx.Tx) error {
+		c.runs++
+		rows, _ := tx.Query(ctx, "select id, balance from accounts where id = any($1) order by id for update", []int32{from, to})
+		var (
+			acct    int32
+			balance int64
+			covered bool
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&acct, &balance}, func() error {
+			if acct == from {
+				covered = balance >= amount
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if !covered {
+			return errChaosInsufficientFunds
+		}
+		if _, err := tx.Exec(ctx, "update accounts set balance = balance - $2 where id = $1", from, amount); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "update accounts set balance = balance + $2 where id = $1", to, amount); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "insert into ledger (transfer_id, src, dst, amount) values ($1, $2, $3, $4)", id, from, to, amount)
+		return err
+	})
+	c.took = time.Since(start)
+	switch {
+	case c.err == nil:
+		c.outcome = chaosCommitted
+	case errors.Is(c.err, pgtx.ErrCommitUnknown):
+		c.outcome = chaosUnknown
+	case errors.Is(c.err, errChaosInsufficientFunds):
+		c.outcome = chaosDeclined
+	default:
+		c.outcome = chaosFailed
+	}
+	return c
+}
+
+// chaosTally is what the checks counted.
+type chaosTally struct {
+	outcomes       map[string]int   // calls by outcome (failures by kind)
+	runs, rerun    int              // fn runs in all; calls that ran fn more than once
+	unknownApplied int              // ErrCommitUnknown calls whose transfer is in the ledger
+	unknownAbsent  int              // ErrCommitUnknown calls whose transfer is not
+	wrong          int              // lost or phantom transfers: must be 0
+	samples        map[string]error // the first error of each failure kind
+	unknownSamples []error          // the first few ErrCommitUnknown errors
+	// unknownSafe counts ErrCommitUnknown calls in the ledger whose error
+	// pgconn.SafeToRetry calls safe to retry: a retry loop trusting it would
+	// have applied them twice.
+	unknownSafe int
+	took        []time.Duration // every call's wall time, sorted
+}
+
+// verifyChaosBank checks the server's ledger and balances, read over a
+// direct connection, against every call's outcome, and fails t for each
+// disagreement.
+func verifyChaosBank(t *testing.T, dsn string, calls []chaosCall) chaosTally {
+	t.Helper()
+	ctx := testCtx(t)
+	conn := directConn(t, dsn)
+
+	type entry struct {
+		from, to int32
+		amount   int64
+	}
+	ledger := make(map[string]entry)
+	var (
+		id string
+		e  entry
+	)
+	rows, _ := conn.Query(ctx, "select transfer_id, src, dst, amount from ledger")
+	if _, err := pgx.ForEachRow(rows, []any{&id, &e.from, &e.to, &e.amount}, func() error {
+		ledger[id] = e
+		return nil
+	}); err != nil {
+		t.Fatalf("read the ledger: %v", err)
+	}
+	balances := make(map[int32]int64)
+	var (
+		acct    int32
+		balance int64
+	)
+	rows, _ = conn.Query(ctx, "select id, balance from accounts")
+	if _, err := pgx.ForEachRow(rows, []any{&acct, &balance}, func() error {
+		balances[acct] = balance
+		return nil
+	}); err != nil {
+		t.Fatalf("read the balances: %v", err)
+	}
+
+	// Money is neither made nor lost, and every account's balance is its
+	// initial balance moved by exactly the ledger's transfers: each ledger
+	// row was applied once, with its balance change, and nothing else was.
+	var total int64
+	for _, b := range balances {
+		total += b
+	}
+	if want := int64(chaosAccounts * chaosInitialBalance); total != want || len(balances) != chaosAccounts {
+		t.Errorf("total balance %d over %d accounts, want %d over %d", total, len(balances), want, chaosAccounts)
+	}
+	want := make(map[int32]int64, chaosAccounts)
+	for i := range int32(chaosAccounts) {
+		want[i+1] = chaosInitialBalance
+	}
+	for _, e := range ledger {
+		want[e.from] -= e.amount
+		want[e.to] += e.amount
+	}
+	for a, b := range balances {
+		if b != want[a] {
+			t.Errorf("account %d holds %d; the ledger says %d", a, b, want[a])
+		}
+	}
+
+	// Every call's report agrees with the ledger.
+	tally := chaosTally{outcomes: make(map[string]int), samples: make(map[string]error)}
+	made := make(map[string]bool, len(calls))
+	for _, c := range calls {
+		if made[c.id] {
+			t.Fatalf("transfer id %s used twice: the test is broken", c.id)
+		}
+		made[c.id] = true
+		tally.runs += c.runs
+		tally.took = append(tally.took, c.took)
+		if c.runs > 1 {
+			tally.rerun++
+		}
+		e, present := ledger[c.id]
+		if present && e != (entry{c.from, c.to, c.amount}) {
+			t.Errorf("ledger row %s is %+v, but the call asked for %d → %d, %d", c.id, e, c.from, c.to, c.amount)
+		}
+		switch c.outcome {
+		case chaosCommitted:
+			tally.outcomes["committed"]++
+			if !present {
+				tally.wrong++
+				t.Errorf("LOST: transfer %s was reported committed (fn ran %d times) but is not in the ledger", c.id, c.runs)
+			}
+		case chaosUnknown:
+			tally.outcomes["commit unknown"]++
+			if len(tally.unknownSamples) < 4 {
+				tally.unknownSamples = append(tally.unknownSamples, c.err)
+			}
+			if present {
+				tally.unknownApplied++
+				if pgconn.SafeToRetry(c.err) {
+					tally.unknownSafe++
+				}
+			} else {
+				tally.unknownAbsent++
+			}
+		case chaosDeclined:
+			tally.outcomes["insufficient funds"]++
+			if present {
+				tally.wrong++
+				t.Errorf("PHANTOM: transfer %s was declined but is in the ledger", c.id)
+			}
+		case chaosFailed:
+			kind := chaosFailureKind(c.err)
+			tally.outcomes["failed: "+kind]++
+			if tally.samples[kind] == nil {
+				tally.samples[kind] = c.err
+			}
+			if present {
+				tally.wrong++
+				hint := ""
+				if pgtx.SQLState(c.err) == "23505" {
+					hint = " (23505: fn ran again after a COMMIT that had applied)"
+				}
+				t.Errorf("PHANTOM: transfer %s failed (%s, fn ran %d times) but is in the ledger%s: %v", c.id, kind, c.runs, hint, c.err)
+			}
+		}
+	}
+	for id := range ledger {
+		if !made[id] {
+			t.Errorf("the ledger holds %s, which no call made", id)
+		}
+	}
+	slices.Sort(tally.took)
+	return tally
+}
+
+// quantile returns the q-quantile of the sorted durations ds, 0 when empty.
+func (t chaosTally) quantile(q float64) time.Duration {
+	if len(t.took) == 0 {
+		return 0
+	}
+	return t.took[min(len(t.took)-1, int(q*float64(len(t.took))))]
+}
+
+// chaosFailureKind names a failed call's error for the counts: its class
+// and SQLSTATE, and whether the retry budget, the acquire timeout or the
+// call's deadline ended it.
+func chaosFailureKind(err error) string {
+	kind := pgtx.Classify(err).String()
+	switch {
+	case errors.Is(err, pgtx.ErrRetryBudgetExhausted):
+		kind = "retry budget exhausted after " + kind
+	case errors.Is(err, pgtx.ErrAcquireTimeout):
+		kind = "acquire timeout"
+	case errors.Is(err, context.DeadlineExceeded):
+		kind = "call deadline"
+	}
+	if code := pgtx.SQLState(err); code != "" {
+		kind += " " + code
+	}
+	return kind
+}
+
+// chaosCounts formats counts as "name n, name n" in name order.
+func chaosCounts(m map[string]int) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d", k, m[k])
+	}
+	return b.String()
+}
