@@ -12,8 +12,8 @@ const (
 	DefaultMaxAdaptiveRetries  = 2
 	DefaultBaseBackoff         = 100 * time.Millisecond
 	DefaultMaxBackoff          = 10 * time.Second
-	DefaultConflictBaseBackoff = 2 * time.Millisecond
-	DefaultConflictMaxBackoff  = 100 * time.Millisecond
+	DefaultConflictBaseBackoff = 5 * time.Millisecond
+	DefaultConflictMaxBackoff  = 500 * time.Millisecond
 )
 
 // RetryPolicy says how often and how far apart Transaction runs a transaction
@@ -46,8 +46,10 @@ type RetryPolicy struct {
 	// ConflictBaseBackoff and ConflictMaxBackoff shape the short pause after a
 	// conflict or a lost connection, with the same formula. Conflicts clear
 	// in milliseconds; the jitter keeps two colliding transactions from
-	// colliding again. 0 means DefaultConflictBaseBackoff (2ms) and
-	// DefaultConflictMaxBackoff (100ms).
+	// colliding again, and the cap lets ten retries outlast a hot row
+	// (bench/RESULTS.md: with a 100ms cap, calls gave up at 32 workers). 0
+	// means DefaultConflictBaseBackoff (5ms) and DefaultConflictMaxBackoff
+	// (500ms).
 	ConflictBaseBackoff time.Duration
 	ConflictMaxBackoff  time.Duration
 

@@ -191,8 +191,8 @@ func TestConflictBackoffIsShort(t *testing.T) {
 			t.Errorf("conflict pause %d = %v, above %v", i+1, d, DefaultConflictMaxBackoff)
 		}
 	}
-	if clk.sleeps[0] != 4*time.Millisecond {
-		t.Errorf("first conflict pause = %v, want 4ms (2ms * 2^1)", clk.sleeps[0])
+	if clk.sleeps[0] != 10*time.Millisecond {
+		t.Errorf("first conflict pause = %v, want 10ms (5ms * 2^1)", clk.sleeps[0])
 	}
 }
 

@@ -53,7 +53,7 @@ func TestTracerOneEndPerStart(t *testing.T) {
 		retry   bool
 		backoff time.Duration
 	}{
-		{ClassConflict, true, 4 * time.Millisecond},
+		{ClassConflict, true, 10 * time.Millisecond},
 		{ClassOverload, true, 400 * time.Millisecond},
 		{ClassConflict, false, 0}, // overload seen: the cap of 2 retries is reached
 	}
