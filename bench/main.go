@@ -1,0 +1,272 @@
+// Command bench measures pgtx side by side with the alternatives users choose
+// between — pgx.BeginTxFunc without retry, a hand-written whole-transaction
+// retry loop (immediate, and with full-jitter backoff), and cockroach-go's
+// crdbpgxv5.ExecuteTx — in one run on one server.
+//
+// It uses DATABASE_URL when set, otherwise it starts a throwaway PostgreSQL
+// (internal/pgtest) and removes it at the end:
+//
+//	cd bench && go run .                               # every scenario, default durations
+//	cd bench && go run . -dur 1s overhead contention   # the short CI run
+//	cd bench && go run . -dur 10s contention           # longer cells
+//
+// Scenarios: overhead, contention, cancel, overload, timeout (all by
+// default), and backoff, a side experiment on pgtx's conflict backoff that
+// runs only when named. Within a scenario the contenders run alternately, in
+// rounds, so that machine noise hits all of them alike. The tables go to
+// standard output as markdown (and to -md), the data to -json, and the
+// contention chart to -svg.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx/internal/pgtest"
+)
+
+// options are the command-line settings every scenario sees.
+type options struct {
+	dur          time.Duration // measured time per cell (contender × setting)
+	rounds       int           // slices each cell is cut into, interleaved
+	cancels      int           // cancel scenario: cancels per contender
+	admit        int           // overload scenario: statements the server admits at once
+	conflictBase time.Duration // pgtx's ConflictBaseBackoff in contention (0: default)
+	conflictMax  time.Duration // pgtx's ConflictMaxBackoff in contention (0: default)
+	deadlock     time.Duration // deadlock_timeout for the transfer scenarios (0: the server's)
+	sweep        []backoffSetting
+	jsonPath     string
+	mdPath       string
+	svgPath      string
+	cpuProfile   string
+	replot       string
+}
+
+// env is what a scenario runs against.
+type env struct {
+	opts  options
+	dsn   string
+	admin *pgxpool.Pool // setup and checks, never measured
+}
+
+// scenario is one benchmark of the program.
+type scenario struct {
+	name    string
+	what    string
+	byDflt  bool
+	measure func(ctx context.Context, e *env) (result, error)
+}
+
+// scenarios lists the benchmarks in the order they run.
+var scenarios = []scenario{
+	{"overhead", "one-statement transaction, 1 and 8 workers: tx/s against pgx.BeginTxFunc", true, overhead},
+	{"contention", "SERIALIZABLE transfers on 10 hot accounts, 8 and 32 workers, ordered and random updates", true, contention},
+	{"cancel", "a deadline ends a statement holding a row lock: time to return, to release, reconnects", true, cancelBench},
+	{"overload", "open-loop arrivals at 2x capacity against a server-side admission limit (53300)", true, overload},
+	{"timeout", "slow and fast classes: one shared pool vs per-class pools (bulkheads)", true, timeoutStorm},
+	{"backoff", "side experiment: pgtx's conflict backoff settings (-sweep) against the full-jitter loop", false, backoffSweep},
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the program; it returns the exit status: 0, 1 on a failure, 2 on
+// bad usage (a bad flag, value or scenario name).
+func run(args []string, stdout, stderr io.Writer) int {
+	opts, names, err := parseArgs(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 2
+	}
+	if opts.replot != "" {
+		if err := replot(opts.replot, opts.svgPath); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		return 0
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if opts.cpuProfile != "" {
+		f, err := os.Create(opts.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	baseline := runtime.NumGoroutine()
+	if err := runScenarios(ctx, opts, names, stdout, stderr); err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	if err := checkGoroutines(baseline, stderr); err != nil {
+		fmt.Fprintln(stderr, "bench:", err)
+		return 1
+	}
+	return 0
+}
+
+// checkGoroutines waits a little for the goroutines the run started to end,
+// and fails with their stacks when some did not: every goroutine the
+// benchmark starts must be joined, and every pool closed.
+func checkGoroutines(baseline int, stderr io.Writer) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > baseline {
+		if time.Now().After(deadline) {
+			_ = pprof.Lookup("goroutine").WriteTo(stderr, 1)
+			return fmt.Errorf("goroutines leaked: %d running, %d at the start", runtime.NumGoroutine(), baseline)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// parseArgs parses the flags and the scenario names; with no names, every
+// default scenario runs.
+func parseArgs(args []string, stderr io.Writer) (options, []string, error) {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.DurationVar(&o.dur, "dur", 2*time.Second, "measured time per cell (contender × setting); each scenario's default run stays under a minute")
+	fs.IntVar(&o.rounds, "rounds", 4, "slices each cell is cut into; the contenders alternate slice by slice")
+	fs.IntVar(&o.cancels, "cancels", 0, "cancel scenario: cancels per contender (0: 20 per second of -dur)")
+	fs.IntVar(&o.admit, "admit", 4, "overload scenario: statements the server admits at once")
+	fs.DurationVar(&o.conflictBase, "conflict-base", 0, "pgtx RetryPolicy.ConflictBaseBackoff for contention (0: the library default)")
+	fs.DurationVar(&o.conflictMax, "conflict-max", 0, "pgtx RetryPolicy.ConflictMaxBackoff for contention (0: the library default)")
+	fs.DurationVar(&o.deadlock, "deadlock-timeout", 100*time.Millisecond, "deadlock_timeout of the database during contention and backoff (0: leave the server's, usually 1s)")
+	sweep := fs.String("sweep", "2ms/100ms,2ms/500ms,5ms/500ms,10ms/1s", "backoff scenario: pgtx conflict backoffs to try, base/max,... (at most 4)")
+	fs.StringVar(&o.jsonPath, "json", "results.json", "write the results as JSON here (empty: don't)")
+	fs.StringVar(&o.mdPath, "md", "", "also write the markdown report here")
+	fs.StringVar(&o.svgPath, "svg", "contention.svg", "write the contention chart here when contention runs (empty: don't)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run here")
+	fs.StringVar(&o.replot, "replot", "", "only redraw -svg from the contention data of this JSON results file, and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: go run . [flags] [scenario...]\n\nscenarios:\n")
+		for _, s := range scenarios {
+			dflt := ""
+			if !s.byDflt {
+				dflt = " (only when named)"
+			}
+			fmt.Fprintf(stderr, "  %-11s %s%s\n", s.name, s.what, dflt)
+		}
+		fmt.Fprintf(stderr, "\nflags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return o, nil, err
+	}
+	switch {
+	case o.dur <= 0:
+		return o, nil, fmt.Errorf("-dur must be positive, got %v", o.dur)
+	case o.rounds < 1:
+		return o, nil, fmt.Errorf("-rounds must be at least 1, got %d", o.rounds)
+	case o.cancels < 0:
+		return o, nil, fmt.Errorf("-cancels must not be negative, got %d", o.cancels)
+	case o.admit < 1:
+		return o, nil, fmt.Errorf("-admit must be at least 1, got %d", o.admit)
+	case o.deadlock < 0:
+		return o, nil, fmt.Errorf("-deadlock-timeout must not be negative, got %v", o.deadlock)
+	case o.conflictBase < 0 || o.conflictMax < 0:
+		return o, nil, errors.New("-conflict-base and -conflict-max must not be negative")
+	}
+	var err error
+	if o.sweep, err = parseSweep(*sweep); err != nil {
+		return o, nil, fmt.Errorf("-sweep: %w", err)
+	}
+	if o.cancels == 0 {
+		o.cancels = max(5, int(20*o.dur.Seconds()))
+	}
+	names := fs.Args()
+	for i, n := range names {
+		names[i] = strings.ToLower(n)
+		if !slices.ContainsFunc(scenarios, func(s scenario) bool { return s.name == names[i] }) {
+			fs.Usage()
+			return o, nil, fmt.Errorf("unknown scenario %q", n)
+		}
+	}
+	return o, names, nil
+}
+
+// runScenarios starts or finds the server, runs the chosen scenarios in the
+// order of the scenarios list, and writes the reports.
+func runScenarios(ctx context.Context, opts options, names []string, stdout, stderr io.Writer) error {
+	dsn, cleanup, err := pgtest.DatabaseURL(ctx)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	admin, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	e := &env{opts: opts, dsn: dsn, admin: admin}
+	m := describeMachine(ctx, admin, redacted(dsn))
+	fmt.Fprintf(stderr, "bench: %s on %s; %v per cell in %d rounds\n", m.Postgres, m.Server, opts.dur, opts.rounds)
+
+	var results []result
+	for _, s := range scenarios {
+		if len(names) == 0 && !s.byDflt || len(names) > 0 && !slices.Contains(names, s.name) {
+			continue
+		}
+		fmt.Fprintf(stderr, "bench: %s: %s\n", s.name, s.what)
+		start := time.Now()
+		r, err := s.measure(ctx, e)
+		if err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+		r.Name, r.Duration = s.name, time.Since(start)
+		fmt.Fprintf(stderr, "bench: %s done in %.1fs\n", s.name, r.Duration.Seconds())
+		results = append(results, r)
+		if s.name == "contention" && opts.svgPath != "" {
+			if err := os.WriteFile(opts.svgPath, contentionChart(r.Data.([]contentionRow)), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	writeMarkdown(stdout, m, results)
+	if opts.mdPath != "" {
+		f, err := os.Create(opts.mdPath)
+		if err != nil {
+			return err
+		}
+		writeMarkdown(f, m, results)
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	if opts.jsonPath != "" {
+		return writeJSON(opts.jsonPath, m, results)
+	}
+	return nil
+}
+
+// redacted names the server without its credentials.
+func redacted(dsn string) string {
+	if cfg, err := pgx.ParseConfig(dsn); err == nil {
+		return fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
+	}
+	return "the database"
+}
