@@ -12,8 +12,6 @@ import (
 	"github.com/pgtx-go/pgtx"
 )
 
-var ErrInsufficientFunds = errors.New("insufficient funds")
-
 // withdraw is repository code: a read-modify-write that conflicts under
 // SERIALIZABLE when two run at once. pgtx runs the loser again as a whole.
 func withdraw(ctx context.Context, pool *pgtx.Pool, account, amount int64) error {
