@@ -309,6 +309,9 @@ func durationMillis(d time.Duration) int64 {
 // Close closes the pool, waits for its connections to close and for
 // in-flight cancels to finish, then closes the cancel pool.
 func (p *Pool) Close() {
+	if p == nil || p.Pool == nil {
+		return // a Pool not made by New or NewWithConfig: nothing to close
+	}
 	p.Pool.Close()
 	if p.cancel != nil {
 		p.cancel.close()

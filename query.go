@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // The query methods of Pool are those of pgxpool.Pool with one difference:
@@ -15,6 +16,9 @@ import (
 
 // Exec is pgxpool.Pool.Exec; see the note on the query methods above.
 func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if p == nil || p.Pool == nil {
+		return pgconn.CommandTag{}, errPoolNotOpened
+	}
 	tag, err := p.Pool.Exec(ctx, sql, args...)
 	return tag, withContextErr(ctx, err)
 }
@@ -22,6 +26,9 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 // Query is pgxpool.Pool.Query; the returned Rows' Err and Scan match
 // ctx.Err() when the context ended the statement.
 func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if p == nil || p.Pool == nil {
+		return errRows{err: errPoolNotOpened}, errPoolNotOpened
+	}
 	rows, err := p.Pool.Query(ctx, sql, args...)
 	if ctx.Done() == nil {
 		return rows, err
@@ -32,6 +39,9 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 // QueryRow is pgxpool.Pool.QueryRow; Scan's error matches ctx.Err() when the
 // context ended the statement.
 func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if p == nil || p.Pool == nil {
+		return errRows{err: errPoolNotOpened}
+	}
 	row := p.Pool.QueryRow(ctx, sql, args...)
 	if ctx.Done() == nil {
 		return row
@@ -42,6 +52,9 @@ func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // SendBatch is pgxpool.Pool.SendBatch; the errors of the returned
 // BatchResults match ctx.Err() when the context ended the batch.
 func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if p == nil || p.Pool == nil {
+		return pgx.FailedBatchResults(b, errPoolNotOpened)
+	}
 	br := p.Pool.SendBatch(ctx, b)
 	if ctx.Done() == nil {
 		return br
@@ -52,6 +65,9 @@ func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 // CopyFrom is pgxpool.Pool.CopyFrom; see the note on the query methods
 // above.
 func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
+	if p == nil || p.Pool == nil {
+		return 0, errPoolNotOpened
+	}
 	n, err := p.Pool.CopyFrom(ctx, tableName, columnNames, rowSrc)
 	return n, withContextErr(ctx, err)
 }
@@ -89,3 +105,21 @@ func (b *ctxBatchResults) Query() (pgx.Rows, error) {
 func (b *ctxBatchResults) QueryRow() pgx.Row { return ctxRow{row: b.br.QueryRow(), ctx: b.ctx} }
 func (b *ctxBatchResults) Close() error      { return withContextErr(b.ctx, b.br.Close()) }
 func (b *ctxBatchResults) Tx() pgx.Tx        { return b.br.Tx() }
+
+// errPoolNotOpened is the error of every method of a Pool that New or
+// NewWithConfig did not make (a zero Pool).
+var errPoolNotOpened = &invalidArgError{msg: "the Pool was not created by New or NewWithConfig"}
+
+// errRows is the pgx.Rows (and pgx.Row) of a query that could not start.
+type errRows struct{ err error }
+
+func (r errRows) Close()                                       {}
+func (r errRows) Err() error                                   { return r.err }
+func (r errRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
+func (r errRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
+func (r errRows) Next() bool                                   { return false }
+func (r errRows) Scan(...any) error                            { return r.err }
+func (r errRows) Values() ([]any, error)                       { return nil, r.err }
+func (r errRows) RawValues() [][]byte                          { return nil }
+func (r errRows) Conn() *pgx.Conn                              { return nil }
+func (r errRows) TypeMap() *pgtype.Map                         { return nil }

@@ -125,6 +125,9 @@ func (c *cancelCounters) snapshot() CancelStats {
 
 // Stats returns a snapshot of the pool's statistics.
 func (p *Pool) Stats() Stats {
+	if p == nil || p.Pool == nil || p.queue == nil { // a Pool not made by New or NewWithConfig
+		return Stats{}
+	}
 	q := p.queue
 	s := Stats{
 		Pool:            p.Pool.Stat(),

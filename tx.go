@@ -143,6 +143,8 @@ func validateCall(ctx context.Context, pool *Pool, opts TxOptions, fn func(conte
 		return &invalidArgError{msg: "nil context"}
 	case pool == nil || pool.Pool == nil:
 		return &invalidArgError{msg: "nil pool"}
+	case pool.queue == nil:
+		return errPoolNotOpened
 	case fn == nil:
 		return &invalidArgError{msg: "nil fn"}
 	case !opts.Isolation.valid():

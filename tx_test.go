@@ -61,6 +61,7 @@ func TestTransactionBadInputSendsNothing(t *testing.T) {
 		{"negative isolation", func() error { return Transaction(context.Background(), pool, Isolation(-1), fn) }},
 		{"nil pool", func() error { return Transaction(context.Background(), nil, Serializable, fn) }},
 		{"zero Pool", func() error { return Transaction(context.Background(), &Pool{}, Serializable, fn) }},
+		{"Pool not made by New", func() error { return Transaction(context.Background(), &Pool{Pool: pool.Pool}, Serializable, fn) }},
 		{"nil fn", func() error { return Transaction(context.Background(), pool, Serializable, nil) }},
 		//lint:ignore SA1012 a nil context is the bad input under test
 		{"nil context", func() error { return Transaction(nil, pool, Serializable, fn) }},
@@ -162,5 +163,40 @@ func TestCommitClassification(t *testing.T) {
 				t.Errorf("err = %v lost the original %v", err, tt.err)
 			}
 		})
+	}
+}
+
+// TestZeroPoolIsAnErrorNotAPanic: every method of a Pool that New did not
+// make returns ErrInvalidArgument (or nothing to do), never a panic.
+func TestZeroPoolIsAnErrorNotAPanic(t *testing.T) {
+	ctx := context.Background()
+	p := &Pool{}
+	if _, err := p.Exec(ctx, "select 1"); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Exec: %v", err)
+	}
+	rows, err := p.Query(ctx, "select 1")
+	if !errors.Is(err, ErrInvalidArgument) || rows.Next() || !errors.Is(rows.Err(), ErrInvalidArgument) {
+		t.Errorf("Query: %v", err)
+	}
+	rows.Close()
+	var n int
+	if err := p.QueryRow(ctx, "select 1").Scan(&n); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("QueryRow: %v", err)
+	}
+	if err := p.SendBatch(ctx, &pgx.Batch{}).Close(); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("SendBatch: %v", err)
+	}
+	if _, err := p.CopyFrom(ctx, pgx.Identifier{"t"}, []string{"a"}, pgx.CopyFromRows(nil)); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("CopyFrom: %v", err)
+	}
+	if s := p.Stats(); s.Pool != nil {
+		t.Errorf("Stats: %+v", s)
+	}
+	p.Close()
+	var nilPool *Pool
+	_ = nilPool.Stats()
+	nilPool.Close()
+	if _, err := nilPool.Exec(ctx, "select 1"); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Exec on a nil Pool: %v", err)
 	}
 }
