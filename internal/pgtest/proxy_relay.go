@@ -10,9 +10,10 @@ import (
 )
 
 // relay copies server bytes to the client until the server side ends, then
-// closes both sockets. Until the first ReadyForQuery it follows the
-// server's message framing to learn the backend's BackendKeyData (see
-// holdCancel); after that it copies raw bytes.
+// closes both sockets. Until the first ReadyForQuery it records the
+// backend's BackendKeyData (see holdCancel); after that it forwards message
+// by message (relayMessages), so a CutOnCommitReply rule can drop a COMMIT's
+// answer.
 func (pc *proxyConn) relay(server net.Conn) {
 	defer pc.p.wg.Done()
 	defer close(pc.relayDone)
