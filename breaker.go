@@ -187,28 +187,17 @@ func newBreaker(cfg BreakerConfig, clk clock) (*Breaker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	cfg.ConsecutiveFailures = intDefault(cfg.ConsecutiveFailures, DefaultBreakerConsecutiveFailures)
-	cfg.FailureRatio = ratioDefault(cfg.FailureRatio, DefaultBreakerFailureRatio)
-	cfg.SlowCallRatio = ratioDefault(cfg.SlowCallRatio, DefaultBreakerSlowCallRatio)
+	cfg.ConsecutiveFailures = defaultOrNone(cfg.ConsecutiveFailures, DefaultBreakerConsecutiveFailures)
+	cfg.FailureRatio = defaultOrNone(cfg.FailureRatio, DefaultBreakerFailureRatio)
+	cfg.SlowCallRatio = defaultOrNone(cfg.SlowCallRatio, DefaultBreakerSlowCallRatio)
 	cfg.SlowCallThreshold = durDefault(cfg.SlowCallThreshold, DefaultBreakerSlowCallThreshold)
-	cfg.MinCalls = intDefault(cfg.MinCalls, DefaultBreakerMinCalls)
+	cfg.MinCalls = defaultOrNone(cfg.MinCalls, DefaultBreakerMinCalls)
 	cfg.Window = durDefault(cfg.Window, DefaultBreakerWindow)
 	cfg.OpenFor = durDefault(cfg.OpenFor, DefaultBreakerOpenFor)
-	cfg.HalfOpenProbes = intDefault(cfg.HalfOpenProbes, DefaultBreakerHalfOpenProbes)
+	cfg.HalfOpenProbes = defaultOrNone(cfg.HalfOpenProbes, DefaultBreakerHalfOpenProbes)
 	b := &Breaker{cfg: cfg, clock: clk}
 	b.window.init(cfg.Window, clk.Now())
 	return b, nil
-}
-
-// ratioDefault maps 0 to def and a negative ratio to 0 (rule off).
-func ratioDefault(v, def float64) float64 {
-	switch {
-	case v == 0:
-		return def
-	case v < 0:
-		return 0
-	}
-	return v
 }
 
 // Do runs fn through the breaker: at once ErrCircuitOpen when it is open,

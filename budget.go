@@ -69,17 +69,12 @@ func newRetryBudget(b RetryBudget, now time.Time) *retryBudget {
 	if b.Disabled {
 		return nil
 	}
-	rb := &retryBudget{ratio: b.Ratio, floor: b.MinPerSecond, floorAt: now}
+	rb := &retryBudget{
+		ratio:   defaultOrNone(b.Ratio, DefaultBudgetRatio),
+		floor:   defaultOrNone(b.MinPerSecond, DefaultBudgetMinPerSecond),
+		floorAt: now,
+	}
 	rb.window.init(durDefault(b.Window, DefaultBudgetWindow), now)
-	if rb.ratio == 0 {
-		rb.ratio = DefaultBudgetRatio
-	}
-	switch {
-	case rb.floor == 0:
-		rb.floor = DefaultBudgetMinPerSecond
-	case rb.floor < 0:
-		rb.floor = 0
-	}
 	if rb.floor > 0 {
 		rb.floorCap = max(rb.floor, 1)
 	}

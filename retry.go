@@ -68,8 +68,8 @@ func (p RetryPolicy) validate() error {
 
 // withDefaults returns p with every zero field set to its default.
 func (p RetryPolicy) withDefaults() RetryPolicy {
-	p.MaxRetries = intDefault(p.MaxRetries, DefaultMaxRetries)
-	p.MaxAdaptiveRetries = intDefault(p.MaxAdaptiveRetries, DefaultMaxAdaptiveRetries)
+	p.MaxRetries = defaultOrNone(p.MaxRetries, DefaultMaxRetries)
+	p.MaxAdaptiveRetries = defaultOrNone(p.MaxAdaptiveRetries, DefaultMaxAdaptiveRetries)
 	p.BaseBackoff = durDefault(p.BaseBackoff, DefaultBaseBackoff)
 	p.MaxBackoff = durDefault(p.MaxBackoff, DefaultMaxBackoff)
 	p.ConflictBaseBackoff = durDefault(p.ConflictBaseBackoff, DefaultConflictBaseBackoff)
@@ -80,8 +80,9 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	return p
 }
 
-// intDefault maps 0 to def and a negative value to 0 (none).
-func intDefault(v, def int) int {
+// defaultOrNone maps 0 to def and a negative value to 0 (none): the rule of
+// every count, ratio and rate of a config.
+func defaultOrNone[T int | float64](v, def T) T {
 	switch {
 	case v == 0:
 		return def

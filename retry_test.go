@@ -275,7 +275,7 @@ func TestPerCallMaxRetries(t *testing.T) {
 		p := RetryPolicy{}.withDefaults()
 		l := &retryLoop{policy: &p, clock: &fakeClock{}, maxRetries: p.MaxRetries}
 		if tt.perCall != 0 {
-			l.maxRetries = intDefault(tt.perCall, 0)
+			l.maxRetries = defaultOrNone(tt.perCall, 0)
 		}
 		calls := 0
 		_ = l.run(context.Background(), scripted(&calls, repeat(pgErr(CodeDeadlockDetected), 50)...))

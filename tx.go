@@ -116,11 +116,11 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, opts TxOptions, fn 
 		isolation:  opts.Isolation,
 	}
 	if opts.MaxRetries != 0 {
-		loop.maxRetries = intDefault(opts.MaxRetries, 0)
+		loop.maxRetries = defaultOrNone(opts.MaxRetries, 0)
 	}
 	if opts.MaxAdaptiveRetries != 0 {
 		policy := pool.settings.retry
-		policy.MaxAdaptiveRetries = intDefault(opts.MaxAdaptiveRetries, 0)
+		policy.MaxAdaptiveRetries = defaultOrNone(opts.MaxAdaptiveRetries, 0)
 		loop.policy = &policy
 	}
 	b := pool.breaker
