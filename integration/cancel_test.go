@@ -190,14 +190,26 @@ func TestPlainQueriesCancelledOnServer(t *testing.T) {
 }
 
 // TestNoBleed: a cancel at a random moment (0-3ms) of a short statement, then
-// at once another statement on the same single connection, 1000 times. The
-// next statement never gets a late cancel (57014).
+// at once another statement on the same single connection, 1000 times, in
+// every CancelMode. The next statement never gets a late cancel (57014).
 func TestNoBleed(t *testing.T) {
 	ctx := testCtx(t)
-	pool := newPool(t, newDB(t), func(c *pgtx.Config) { c.MaxConns = 1 })
-	rng := rand.New(rand.NewPCG(1, 2))
-	spurious, cancelled := 0, 0
-	for range 1000 {
+	dsn := newDB(t)
+	for _, mode := range []pgtx.CancelMode{pgtx.CancelModePool, pgtx.CancelModeProtocol, pgtx.CancelModeClose} {
+		t.Run(mode.String(), func(t *testing.T) {
+			pool := newPool(t, dsn, func(c *pgtx.Config) { c.MaxConns = 1; c.CancelMode = mode })
+			noBleed(t, ctx, pool, 1000, 1)
+		})
+	}
+}
+
+// noBleed runs rounds of a randomly timed cancel followed at once by a
+// statement on the same pool, and fails the test if any of those statements
+// got 57014 or if nothing was cancelled.
+func noBleed(t *testing.T, ctx context.Context, pool *pgtx.Pool, rounds int, seed uint64) (cancelled, spurious int) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 2))
+	for range rounds {
 		cctx, cancel := context.WithTimeout(ctx, time.Duration(rng.IntN(3000))*time.Microsecond)
 		_, err := pool.Exec(cctx, "select pg_sleep(0.002)")
 		cancel()
@@ -213,13 +225,14 @@ func TestNoBleed(t *testing.T) {
 		}
 	}
 	s := pool.Stats()
-	t.Logf("1000 rounds: %d cancelled, %d spurious 57014; cancels %+v; new connections %d", cancelled, spurious, s.Cancels, s.Pool.NewConnsCount())
+	t.Logf("%d rounds: %d cancelled, %d spurious 57014; cancels %+v; new connections %d", rounds, cancelled, spurious, s.Cancels, s.Pool.NewConnsCount())
 	if spurious != 0 {
 		t.Errorf("%d statements were hit by a cancel meant for the one before", spurious)
 	}
 	if cancelled == 0 {
 		t.Errorf("no statement was cancelled: the test did not test anything")
 	}
+	return cancelled, spurious
 }
 
 // TestCancelFallbacks: with the cancel pool unreachable, the protocol cancel

@@ -1,0 +1,187 @@
+package pgtx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// fatal08P01 is an error as PgBouncer sends it: FATAL, SQLSTATE 08P01, its
+// own text or the server's relayed.
+func fatal08P01(msg string) error {
+	return &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "08P01", Message: msg}
+}
+
+// TestPoolerAndUnavailableClasses: PgBouncer's real texts (1.18 and later),
+// the server's overload errors it relays under 08P01, a server that refuses
+// connections (its own class), and errors no retry can fix (permanent at
+// once).
+func TestPoolerAndUnavailableClasses(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	noSocket := &net.OpError{Op: "dial", Net: "unix", Err: os.NewSyscallError("connect", syscall.ENOENT)}
+	noHost := &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "db.invalid", IsNotFound: true}}
+	tests := []struct {
+		name string
+		err  error
+		want Class
+	}{
+		{"pgbouncer database removed (KILL)", fatal08P01("database removed"), ClassConnectionLost},
+		{"pgbouncer admin forced disconnect (1.24+)", fatal08P01("admin forced disconnect"), ClassConnectionLost},
+		{"pgbouncer client_idle_timeout", fatal08P01("client_idle_timeout"), ClassConnectionLost},
+		{"relayed 53300 sorry", fatal08P01("sorry, too many clients already"), ClassOverload},
+		{"relayed 53300 reserved slots (PG 15)", fatal08P01("remaining connection slots are reserved for non-replication superuser connections"), ClassOverload},
+		{"relayed 53300 reserved slots (PG 16)", fatal08P01("remaining connection slots are reserved for roles with the SUPERUSER attribute"), ClassOverload},
+		{"relayed 53300 per role", fatal08P01(`too many connections for role "app"`), ClassOverload},
+		{"relayed 53300 per database", fatal08P01(`too many connections for database "app"`), ClassOverload},
+		{"relayed 57P03 starting up", fatal08P01("the database system is starting up"), ClassOverload},
+		{"relayed 57P03 shutting down", fatal08P01("the database system is shutting down"), ClassOverload},
+		{"pgbouncer 1.18 login retry", fatal08P01("server login has been failing, try again later (server_login_retry)"), ClassOverload},
+		{"pgbouncer no such database", fatal08P01("no such database: app"), ClassPermanent},
+		{"refused: unavailable", refused, ClassUnavailable},
+		{"no such socket file", noSocket, ClassPermanent},
+		{"no such host", noHost, ClassPermanent},
+		{"28P01 bad password", pgErr("28P01"), ClassPermanent},
+		{"28000 no pg_hba entry", pgErr("28000"), ClassPermanent},
+		{"3D000 no such database", pgErr("3D000"), ClassPermanent},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Classify(tt.err); got != tt.want {
+				t.Errorf("Classify(%v) = %v, want %v", tt.err, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestUnavailableBacksOffAsOverload: a refused connection is retried with
+// the spec's backoff and cap, and is reported under its own class.
+func TestUnavailableBacksOffAsOverload(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	l := newLoop(RetryPolicy{Jitter: constJitter(1)}, clk)
+	calls := 0
+	err := l.run(context.Background(), scripted(&calls, repeat(refused, 10)...))
+	if calls != 1+DefaultMaxAdaptiveRetries || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("calls %d, err %v; want %d calls ending with the refusal", calls, err, 1+DefaultMaxAdaptiveRetries)
+	}
+	if want := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}; fmt.Sprint(clk.sleeps) != fmt.Sprint(want) {
+		t.Errorf("sleeps %v, want the spec's %v", clk.sleeps, want)
+	}
+}
+
+// TestBudgetRefusalLeadsWithCause: the message of a refused retry starts
+// with what went wrong, not with the budget.
+func TestBudgetRefusalLeadsWithCause(t *testing.T) {
+	cause := errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+	err := error(&budgetExhaustedError{err: cause})
+	if !strings.HasPrefix(err.Error(), cause.Error()) {
+		t.Errorf("message %q does not lead with the cause", err)
+	}
+	if !errors.Is(err, ErrRetryBudgetExhausted) || !errors.Is(err, cause) {
+		t.Errorf("err %v must match ErrRetryBudgetExhausted and keep the cause", err)
+	}
+}
+
+// TestDisabledClassStaysOffAfterOverload: the spec's cap replaces the
+// count limit once an overload was seen, but a class the caller switched
+// off is never retried.
+func TestDisabledClassStaysOffAfterOverload(t *testing.T) {
+	overload, conflict := pgErr(CodeTooManyConnections), pgErr(CodeSerializationFailure)
+	tests := []struct {
+		name         string
+		maxRetries   int // the loop's resolved conflict cap: 0 is off
+		policy       RetryPolicy
+		errs         []error
+		wantAttempts int
+	}{
+		{"conflicts off: a 40001 after an overload ends the call", 0, RetryPolicy{}, []error{overload, conflict, conflict}, 2},
+		{"overload off: an overload after a conflict ends the call", 10, RetryPolicy{MaxAdaptiveRetries: -1}, []error{conflict, overload, overload}, 2},
+		{"both on: the adaptive cap applies to all", 10, RetryPolicy{}, []error{overload, conflict, conflict, conflict}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newLoop(tt.policy, &fakeClock{now: time.Unix(1000, 0)})
+			l.maxRetries = tt.maxRetries
+			calls := 0
+			_ = l.run(context.Background(), scripted(&calls, tt.errs...))
+			if calls != tt.wantAttempts {
+				t.Errorf("attempts = %d, want %d", calls, tt.wantAttempts)
+			}
+		})
+	}
+}
+
+// TestContextErrorOnlyWhenItEndedTheCall: an ambiguous COMMIT or a
+// permanent error that races the caller's cancellation keeps its class and
+// does not match the context's error; an error the loop would have retried,
+// or a cancelled statement, does.
+func TestContextErrorOnlyWhenItEndedTheCall(t *testing.T) {
+	tests := []struct {
+		name      string
+		err       error
+		wantCtx   bool
+		wantClass Class
+	}{
+		{"ambiguous commit", &commitUnknownError{err: pgconn.ErrConnClosed}, false, ClassAmbiguous},
+		{"unique violation", pgErr("23505"), false, ClassPermanent},
+		{"caller error", errCaller, false, ClassPermanent},
+		{"conflict the loop would retry", pgErr(CodeSerializationFailure), true, ClassTimeout},
+		{"statement cancelled", pgErr(CodeQueryCanceled), true, ClassTimeout},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			l := newLoop(RetryPolicy{}, &fakeClock{now: time.Unix(1000, 0)})
+			err := l.run(ctx, func(context.Context) (Class, error) {
+				cancel() // the caller gives up while the attempt ends
+				return Classify(tt.err), tt.err
+			})
+			if got := errors.Is(err, context.Canceled); got != tt.wantCtx {
+				t.Errorf("errors.Is(err, context.Canceled) = %v, want %v (err %v)", got, tt.wantCtx, err)
+			}
+			if got := Classify(err); got != tt.wantClass {
+				t.Errorf("Classify(err) = %v, want %v", got, tt.wantClass)
+			}
+			if !errors.Is(err, tt.err) {
+				t.Errorf("err %v lost the attempt's error", err)
+			}
+		})
+	}
+}
+
+// TestBreakerPanickingProbe: a half-open probe that panics counts as the
+// probe's failure and frees its slot; the panic still propagates. Before,
+// the slot stayed taken and the breaker refused every call forever.
+func TestBreakerPanickingProbe(t *testing.T) {
+	b, clk, _ := fakeBreaker(t, BreakerConfig{ConsecutiveFailures: 1, FailureRatio: -1, SlowCallRatio: -1})
+	ctx := context.Background()
+	_ = call(b, clk, ctx, time.Millisecond, errLost)
+	clk.now = clk.now.Add(DefaultBreakerOpenFor)
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("recovered %v, want the probe's own panic", r)
+			}
+		}()
+		_ = b.Do(ctx, func(context.Context) error { panic("boom") })
+	}()
+	if s := b.State(); s != BreakerOpen {
+		t.Errorf("state after a panicking probe = %v, want open (the probe failed)", s)
+	}
+	clk.now = clk.now.Add(10 * DefaultBreakerOpenFor)
+	if err := call(b, clk, ctx, time.Millisecond, nil); err != nil {
+		t.Fatalf("a healthy call after 10x OpenFor: %v; the breaker is wedged", err)
+	}
+	if s := b.State(); s != BreakerClosed {
+		t.Errorf("state = %v, want closed after a healthy probe", s)
+	}
+}

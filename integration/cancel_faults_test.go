@@ -1,0 +1,204 @@
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/internal/pgtest"
+)
+
+// warmCancel cancels one statement so the cancel path (its pool connection)
+// is established before a fault is put on it.
+func warmCancel(t *testing.T, ctx context.Context, pool *pgtx.Pool) {
+	t.Helper()
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := pool.Exec(cctx, "select pg_sleep(10)"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("warm-up cancel: %v", err)
+	}
+}
+
+// TestUnconfirmedPoolCancelNeverReused: the pg_cancel_backend query of
+// CancelModePool is written, but its answer does not come back within the
+// grace (1.5s of latency on the cancel pool's route only); the cancelled
+// statement meanwhile ends by itself. The connection must not be reused:
+// the signal that arrives later would cancel the next borrower's statement.
+func TestUnconfirmedPoolCancelNeverReused(t *testing.T) {
+	ctx := testCtx(t)
+	direct := newDB(t)
+	cancelProxy := pgtest.NewProxy(t, pgtest.Shared(t).Addr())
+	cancelDSN, err := cancelProxy.DSN(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := newPool(t, direct, func(c *pgtx.Config) {
+		c.MaxConns = 1
+		c.CancelGrace = 500 * time.Millisecond
+		c.CancelConnString = cancelDSN
+	})
+	warmCancel(t, ctx, pool)
+	before := pool.Stats()
+	cancelProxy.SetLatency(1500 * time.Millisecond)
+
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, _ = pool.Exec(cctx, "select pg_sleep(0.3)") // ends by itself before the grace
+	cancel()
+	assertNextBorrowerUntouched(t, ctx, pool, before)
+}
+
+// assertNextBorrowerUntouched runs the next borrower's 2s statement, long
+// enough for a late cancel to land in it, and checks that it was not
+// cancelled and that the connection of the unconfirmed cancel was destroyed
+// and counted as closed.
+func assertNextBorrowerUntouched(t *testing.T, ctx context.Context, pool *pgtx.Pool, before pgtx.Stats) {
+	t.Helper()
+	start := time.Now()
+	_, err := pool.Exec(ctx, "select pg_sleep(2)")
+	if pgtx.SQLState(err) == pgtx.CodeQueryCanceled {
+		t.Fatalf("the next borrower's statement got 57014 after %v: a late cancel hit it", time.Since(start).Round(time.Millisecond))
+	}
+	if err != nil {
+		t.Fatalf("next borrower: %v", err)
+	}
+	s := pool.Stats()
+	if got := s.Cancels.Closed - before.Cancels.Closed; got != 1 {
+		t.Errorf("Cancels.Closed grew by %d, want 1 (the connection of the unconfirmed cancel)", got)
+	}
+	if got := s.Pool.NewConnsCount() - before.Pool.NewConnsCount(); got != 1 {
+		t.Errorf("new connections: %d, want 1: the connection must be replaced, not reused", got)
+	}
+}
+
+// TestCancelPoolBusyIsNotUnhealthy: a storm of simultaneous cancels on a
+// cancel pool of one slow connection. Cancels that find the cancel pool busy
+// fall back to the protocol cancel; that does not mark the cancel pool
+// unhealthy, so the next cancel goes through it again.
+func TestCancelPoolBusyIsNotUnhealthy(t *testing.T) {
+	ctx := testCtx(t)
+	direct := newDB(t)
+	cancelProxy := pgtest.NewProxy(t, pgtest.Shared(t).Addr())
+	cancelDSN, err := cancelProxy.DSN(direct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const storm = 8
+	pool := newPool(t, direct, func(c *pgtx.Config) {
+		c.MaxConns = storm
+		c.CancelPoolSize = 1
+		c.CancelGrace = time.Second
+		c.CancelConnString = cancelDSN
+	})
+	warmCancel(t, ctx, pool)
+	cancelProxy.SetLatency(200 * time.Millisecond)
+
+	deadline := time.Now().Add(100 * time.Millisecond)
+	var wg sync.WaitGroup
+	for range storm {
+		wg.Go(func() {
+			cctx, cancel := context.WithDeadline(ctx, deadline)
+			defer cancel()
+			_, _ = pool.Exec(cctx, "select pg_sleep(10)")
+		})
+	}
+	wg.Wait()
+	mid := pool.Stats()
+	warmCancel(t, ctx, pool)
+	after := pool.Stats()
+	t.Logf("storm of %d cancels: %+v", storm, mid.Cancels)
+	if after.Cancels.Signalled != mid.Cancels.Signalled+1 {
+		t.Errorf("the cancel after the storm was not signalled through the cancel pool (protocol %d -> %d): a busy pool was taken for an unhealthy one",
+			mid.Cancels.Protocol, after.Cancels.Protocol)
+	}
+}
+
+// testRole creates a login role with a unique name for the test, gives it
+// what the statements of the test need, and drops it in cleanup. It returns
+// the role's name and dsn with the user replaced by it.
+func testRole(t *testing.T, ctx context.Context, admin *pgx.Conn, dsn, prefix, grants string) (string, string) {
+	t.Helper()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	name := prefix + "_" + hex.EncodeToString(b)
+	mustExec(t, ctx, admin, "create role "+name+" login "+grants)
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), dsn)
+		if err != nil {
+			return
+		}
+		defer c.Close(context.Background())
+		_, _ = c.Exec(context.Background(), "drop owned by "+name)
+		_, _ = c.Exec(context.Background(), "drop role "+name)
+	})
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.User(name)
+	return name, u.String()
+}
+
+// lockHolder runs, on pool, a transaction that locks row 1 of table hot and
+// then sleeps on the server until its 300ms deadline; a second session
+// waiting for the row measures when the lock is released. It returns the
+// time from the deadline to the release, and the call's error.
+func lockHolder(t *testing.T, ctx context.Context, pool *pgtx.Pool, waiter *pgx.Conn) (time.Duration, error) {
+	t.Helper()
+	locked := make(chan struct{})
+	released := make(chan time.Time, 1)
+	go func() {
+		<-locked
+		if _, err := waiter.Exec(ctx, "update hot set n = n + 1 where id = 1"); err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		released <- time.Now()
+	}()
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	deadline, _ := cctx.Deadline()
+	err := pgtx.Transaction(cctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "select * from hot where id = 1 for update"); err != nil {
+			return err
+		}
+		close(locked)
+		_, err := tx.Exec(ctx, "select pg_sleep(30)")
+		return err
+	})
+	return (<-released).Sub(deadline), err
+}
+
+// TestCancelRoleOnlyInPgSignalBackend: the cancel pool's role is a member of
+// pg_signal_backend but may not read other roles' pg_stat_activity rows
+// (backend_start is NULL there). The cancel must still stop the statement
+// at once (falling back to the protocol cancel), not wait out the grace.
+func TestCancelRoleOnlyInPgSignalBackend(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := newDB(t)
+	admin := directConn(t, dsn)
+	app, appDSN := testRole(t, ctx, admin, dsn, "app", "")
+	_, cancelDSN := testRole(t, ctx, admin, dsn, "canceller", "in role pg_signal_backend")
+	mustExec(t, ctx, admin, "create table hot (id int primary key, n int not null)")
+	mustExec(t, ctx, admin, "insert into hot values (1, 0)")
+	mustExec(t, ctx, admin, "grant select, update on hot to "+app)
+
+	pool := newPool(t, appDSN, func(c *pgtx.Config) { c.MaxConns = 1; c.CancelConnString = cancelDSN })
+	toRelease, err := lockHolder(t, ctx, pool, directConn(t, dsn))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want DeadlineExceeded", err)
+	}
+	s := pool.Stats()
+	t.Logf("deadline -> lock released %v; cancels %+v", toRelease.Round(time.Millisecond), s.Cancels)
+	if toRelease > 200*time.Millisecond {
+		t.Errorf("lock released %v after the deadline, want within 200ms", toRelease.Round(time.Millisecond))
+	}
+	if s.Pool.NewConnsCount() != 1 {
+		t.Errorf("new connections = %d, want 1: the cancel keeps the connection", s.Pool.NewConnsCount())
+	}
+}
