@@ -2,7 +2,6 @@ package pgtx
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -68,20 +67,13 @@ const (
 	DefaultCancelConnectTimeout = time.Second
 )
 
-// cancelSQL cancels the backend only if it is still the one the connection
-// was made to: a pid alone may have been recycled by a stranger's session.
-const cancelSQL = "select pg_cancel_backend(pid) from pg_stat_activity where pid = $1 and backend_start = $2"
-
-// identitySQL captures the backend identity when a connection is made.
-const identitySQL = "select backend_start from pg_stat_activity where pid = pg_backend_pid()"
-
 // customDataKey is where a connection's handler is kept in
 // PgConn.CustomData, so AfterConnect can give it the backend's identity.
 const customDataKey = "pgtx.cancel"
 
-// poolUnhealthyFor is how long the cancel pool is skipped after it failed to
-// connect, so a storm of cancels does not pay a connect attempt each.
-const poolUnhealthyFor = time.Second
+// destroyWriteTimeout bounds the Terminate message written to a connection
+// destroyed because its cancel was not confirmed.
+const destroyWriteTimeout = 50 * time.Millisecond
 
 // canceller is the pool-wide state of cancellation: the mode, the cancel
 // pool, the statistics, and the goroutines of in-flight cancels, which it
@@ -93,15 +85,15 @@ type canceller struct {
 	stats  cancelCounters
 	tracer CancelTracer // nil: no events
 
-	// unhealthyUntil (unix nanoseconds) skips the cancel pool after a
-	// failure to reach it.
+	// unhealthyUntil (unix nanoseconds) skips the cancel pool after it
+	// could not be reached or used.
 	unhealthyUntil atomic.Int64
 	wg             sync.WaitGroup
 }
 
 // newCanceller builds the canceller for a main pool config and installs its
-// handler and identity capture on mainCfg. It opens the cancel pool (lazily
-// connecting, one connection kept warm) in CancelModePool.
+// handler and connect-time capture on mainCfg. It opens the cancel pool
+// (lazily connecting, one connection kept warm) in CancelModePool.
 func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config) (*canceller, error) {
 	c := &canceller{mode: cfg.CancelMode, grace: durDefault(cfg.CancelGrace, DefaultCancelGrace)}
 	c.tracer, _ = cfg.Tracer.(CancelTracer)
@@ -113,16 +105,16 @@ func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config) (*c
 		if c.pool, err = newPgxpool(ctx, cp); err != nil {
 			return nil, fmt.Errorf("pgtx: cancel pool: %w", err)
 		}
-		userAfterConnect := mainCfg.AfterConnect
-		mainCfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-			if err := captureIdentity(ctx, conn); err != nil {
-				return err
-			}
-			if userAfterConnect != nil {
-				return userAfterConnect(ctx, conn)
-			}
-			return nil
+	}
+	userAfterConnect := mainCfg.AfterConnect
+	mainCfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if err := c.prepare(ctx, conn); err != nil {
+			return err
 		}
+		if userAfterConnect != nil {
+			return userAfterConnect(ctx, conn)
+		}
+		return nil
 	}
 	mainCfg.ConnConfig.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
 		h := &cancelHandler{c: c, pgConn: pgConn, netConn: pgConn.Conn()}
@@ -132,64 +124,6 @@ func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config) (*c
 		return h
 	}
 	return c, nil
-}
-
-// cancelPoolConfig derives the cancel pool's config from the main one: same
-// server, role and TLS, its own size and short connect timeout, a short
-// statement_timeout, pgx's default context handling and none of the main
-// pool's hooks.
-func cancelPoolConfig(cfg *Config, mainCfg *pgxpool.Config) (*pgxpool.Config, error) {
-	size := cfg.CancelPoolSize
-	if size == 0 {
-		size = DefaultCancelPoolSize
-	}
-	cp, err := pgxpool.ParseConfig("")
-	if err != nil {
-		return nil, err
-	}
-	cc := cfg.ConnConfig.Copy() // the caller's, before pgtx installed its handler
-	if cfg.CancelConnString != "" {
-		parsed, err := pgx.ParseConfig(cfg.CancelConnString)
-		if err != nil {
-			return nil, fmt.Errorf("pgtx: CancelConnString: %w", err)
-		}
-		cc = parsed
-	}
-	cc.ConnectTimeout = durDefault(cfg.CancelConnectTimeout, DefaultCancelConnectTimeout)
-	cc.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.DeadlineContextWatcherHandler{Conn: pgConn.Conn()}
-	}
-	cc.Tracer = nil
-	if cc.RuntimeParams == nil {
-		cc.RuntimeParams = map[string]string{}
-	}
-	cc.RuntimeParams["statement_timeout"] = fmt.Sprint(durationMillis(durDefault(cfg.CancelGrace, DefaultCancelGrace)))
-	delete(cc.RuntimeParams, "idle_in_transaction_session_timeout")
-	if app := cc.RuntimeParams["application_name"]; app != "" {
-		cc.RuntimeParams["application_name"] = app + " (pgtx cancel)"
-	}
-	cp.ConnConfig = cc
-	cp.MaxConns = size
-	cp.MinConns = 1 // kept warm: the first cancel does not pay a connect
-	cp.MaxConnIdleTime = mainCfg.MaxConnIdleTime
-	cp.MaxConnLifetime = mainCfg.MaxConnLifetime
-	cp.HealthCheckPeriod = mainCfg.HealthCheckPeriod
-	return cp, nil
-}
-
-// captureIdentity records the backend's start time on the connection's
-// handler; with the pid it identifies this backend and no other.
-func captureIdentity(ctx context.Context, conn *pgx.Conn) error {
-	h, _ := conn.PgConn().CustomData()[customDataKey].(*cancelHandler)
-	if h == nil {
-		return nil
-	}
-	var start time.Time
-	if err := conn.QueryRow(ctx, identitySQL).Scan(&start); err != nil {
-		return fmt.Errorf("pgtx: capture backend identity: %w", err)
-	}
-	h.backendStart.Store(start.UnixMicro())
-	return nil
 }
 
 // close waits for in-flight cancels (each bounded by the grace), then closes
@@ -206,110 +140,136 @@ type cancelHandler struct {
 	c       *canceller
 	pgConn  *pgconn.PgConn
 	netConn net.Conn
-	// backendStart is the backend's start time in unix microseconds; 0
-	// until AfterConnect captured it.
+
+	// ready is set once the connection is set up (AfterConnect): before, it
+	// has no identity to cancel by, and a cancel closes it.
+	ready atomic.Bool
+	// direct reports that the connection's backend pid is PgConn.PID(), so
+	// pg_cancel_backend can reach it; false behind a pooler, whose cancel
+	// key is not a backend's pid.
+	direct atomic.Bool
+	// backendStart is the backend's start time in unix microseconds (with
+	// the pid, its identity); valid when direct.
 	backendStart atomic.Int64
-	// done is closed when the in-flight cancel has finished; nil when none.
-	done chan struct{}
+
+	// The in-flight cancel, set by HandleCancel and read by
+	// HandleUnwatchAfterCancel once done is closed.
+	done      chan struct{} // nil when no cancel goroutine runs
+	ctx       context.Context // the ended context, for the tracer
+	began     time.Time
+	result    cancelResult
+	confirmed bool // written before done is closed
+}
+
+// cancelResult is what a cancel's goroutine found.
+type cancelResult struct {
+	outcome  CancelOutcome
+	fellBack bool
+	latency  time.Duration
 }
 
 // HandleCancel is called when the context of a running statement ends. It
-// arms the grace fallback (a deadline on the socket, so the call returns even
-// if the cancel never takes effect) and sends the cancel asynchronously.
+// arms the grace (a deadline on the socket, so the call returns even if the
+// cancel never takes effect) and sends the cancel asynchronously. A
+// connection that is not set up yet, or in CancelModeClose, is closed at
+// once instead.
 func (h *cancelHandler) HandleCancel(ctx context.Context) {
-	now := time.Now()
-	start := h.backendStart.Load()
-	if h.c.mode == CancelModeClose || (h.c.mode == CancelModePool && start == 0) {
-		h.closeNow()
-		h.c.finish(ctx, h.pgConn.PID(), CancelClosed, false, now)
+	h.ctx, h.began = ctx, time.Now()
+	h.done, h.confirmed = nil, false
+	if h.c.mode == CancelModeClose || !h.ready.Load() {
+		_ = h.netConn.SetDeadline(h.began)
+		h.result = cancelResult{outcome: CancelClosed}
 		return
 	}
-	deadline := now.Add(h.c.grace)
+	deadline := h.began.Add(h.c.grace)
 	_ = h.netConn.SetDeadline(deadline)
-	h.done = make(chan struct{})
+	done := make(chan struct{})
+	h.done = done
 	h.c.wg.Add(1)
 	go func() {
 		defer h.c.wg.Done()
-		defer close(h.done)
-		outcome, fellBack := h.send(deadline, start)
-		h.c.finish(ctx, h.pgConn.PID(), outcome, fellBack, now)
+		defer close(done)
+		h.result, h.confirmed = h.send(deadline)
+		h.result.latency = time.Since(h.began)
 	}()
 }
 
 // HandleUnwatchAfterCancel is called when the statement has returned. It
-// waits for the in-flight cancel (bounded by the grace) so a late cancel can
-// never hit the next statement, then clears the deadline.
+// waits for the in-flight cancel (bounded by the grace). Only a cancel
+// confirmed finished lets the connection be used again: one whose outcome is
+// unknown may still arrive and would cancel the next statement, so the
+// connection is destroyed (closed now, and discarded by the pool on
+// release).
 func (h *cancelHandler) HandleUnwatchAfterCancel() {
 	if h.done != nil {
 		<-h.done
 		h.done = nil
 	}
-	_ = h.netConn.SetDeadline(time.Time{})
+	r := h.result
+	if !h.confirmed && !h.pgConn.IsClosed() {
+		_ = h.netConn.SetDeadline(time.Now().Add(destroyWriteTimeout))
+		// Background: inside the context watcher, Close must not watch a
+		// context of its own.
+		_ = h.pgConn.Close(context.Background())
+	}
+	if h.pgConn.IsClosed() {
+		r.outcome = CancelClosed
+	} else {
+		_ = h.netConn.SetDeadline(time.Time{})
+	}
+	h.c.finish(h.ctx, h.pgConn.PID(), r, h.began)
+	h.ctx = nil
 }
 
-// send cancels the statement: over the cancel pool, else with the protocol
-// cancel request, else by closing the connection.
-func (h *cancelHandler) send(deadline time.Time, backendStart int64) (outcome CancelOutcome, fellBack bool) {
+// send cancels the statement and reports whether the cancel is confirmed
+// finished: over the cancel pool when the backend is reachable there, else
+// (or when the cancel pool could not send it) with the protocol cancel
+// request.
+func (h *cancelHandler) send(deadline time.Time) (r cancelResult, confirmed bool) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	h.c.stats.sent.Add(1)
-	if h.c.mode == CancelModePool {
-		if outcome, ok := h.c.viaPool(ctx, h.pgConn.PID(), backendStart); ok {
-			return outcome, false
+	if h.c.mode == CancelModePool && h.direct.Load() {
+		switch res := h.c.viaPool(ctx, h.pgConn.PID(), h.backendStart.Load()); res {
+		case poolSignalled:
+			return cancelResult{outcome: CancelSignalled}, true
+		case poolNotFound:
+			return cancelResult{outcome: CancelNotFound}, true
+		case poolUnknown:
+			return cancelResult{outcome: CancelClosed}, false
 		}
-		h.c.stats.poolErrors.Add(1)
-		fellBack = true
-		if ctx.Err() != nil {
-			h.closeNow()
-			return CancelClosed, true
-		}
+		r.fellBack = true
 	}
-	if err := h.pgConn.CancelRequest(ctx); err == nil {
+	if h.c.protocolCancel(ctx, h.pgConn) {
 		h.c.stats.protocol.Add(1)
-		return CancelProtocol, fellBack
+		r.outcome = CancelProtocol
+		return r, true
 	}
-	h.closeNow()
-	return CancelClosed, true
+	r.outcome = CancelClosed
+	return r, false
 }
 
-// closeNow is the last fallback: the socket's deadline passes now, so the
-// statement returns with a timeout and the connection is discarded.
-func (h *cancelHandler) closeNow() {
-	_ = h.netConn.SetDeadline(time.Now())
-	h.c.stats.closed.Add(1)
+// protocolCancel sends the protocol's CancelRequest and reports whether the
+// server (or the pooler in front of it) acknowledged it by closing the
+// cancel connection before ctx ended. pgx's CancelRequest returns nil also
+// when its wait for that acknowledgement is cut short by ctx, so the
+// context is what tells the two apart: a request that may still be on its
+// way is never counted as finished.
+func (c *canceller) protocolCancel(ctx context.Context, pgConn *pgconn.PgConn) bool {
+	err := pgConn.CancelRequest(ctx)
+	return err == nil && ctx.Err() == nil
 }
 
 // finish records a finished cancellation and reports it to the tracer.
-func (c *canceller) finish(ctx context.Context, pid uint32, outcome CancelOutcome, fellBack bool, began time.Time) {
-	latency := time.Since(began)
-	c.stats.latency.observe(latency)
+func (c *canceller) finish(ctx context.Context, pid uint32, r cancelResult, began time.Time) {
+	if r.outcome == CancelClosed {
+		c.stats.closed.Add(1)
+	}
+	if r.latency == 0 {
+		r.latency = time.Since(began)
+	}
+	c.stats.latency.observe(r.latency)
 	if c.tracer != nil {
-		c.tracer.TraceCancel(ctx, TraceCancelData{PID: pid, Mode: c.mode, Outcome: outcome, FellBack: fellBack, Latency: latency})
+		c.tracer.TraceCancel(ctx, TraceCancelData{PID: pid, Mode: c.mode, Outcome: r.outcome, FellBack: r.fellBack, Latency: r.latency})
 	}
-}
-
-// viaPool runs pg_cancel_backend over the cancel pool. ok reports that the
-// cancel pool answered (the backend was signalled, or it no longer exists
-// and nothing was); otherwise the caller falls back.
-func (c *canceller) viaPool(ctx context.Context, pid uint32, backendStart int64) (outcome CancelOutcome, ok bool) {
-	if time.Now().UnixNano() < c.unhealthyUntil.Load() {
-		return 0, false
-	}
-	var signalled bool
-	err := c.pool.QueryRow(ctx, cancelSQL, pid, time.UnixMicro(backendStart)).Scan(&signalled)
-	switch {
-	case err == nil && signalled:
-		c.stats.signalled.Add(1)
-		return CancelSignalled, true
-	case err == nil || errors.Is(err, pgx.ErrNoRows):
-		// The backend is gone (or was never this one): nothing to cancel,
-		// and nobody else's statement was touched.
-		c.stats.notFound.Add(1)
-		return CancelNotFound, true
-	}
-	// Unreachable, refusing connections (53300), or not allowed to cancel:
-	// skip the cancel pool for a moment rather than pay for it on every
-	// cancel of a storm.
-	c.unhealthyUntil.Store(time.Now().Add(poolUnhealthyFor).UnixNano())
-	return 0, false
 }

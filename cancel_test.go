@@ -52,9 +52,9 @@ func TestCancelNeverSignalsAStranger(t *testing.T) {
 			}()
 			waitActive(t, ctx, pool, pid)
 			before := pool.Stats().Cancels
-			outcome, ok := pool.cancel.viaPool(ctx, pid, tt.backendStart.UnixMicro())
-			if want := map[bool]CancelOutcome{true: CancelSignalled, false: CancelNotFound}[tt.wantCanceled]; !ok || outcome != want {
-				t.Fatalf("viaPool: %v %v, want %v", outcome, ok, want)
+			res := pool.cancel.viaPool(ctx, pid, tt.backendStart.UnixMicro())
+			if want := map[bool]poolResult{true: poolSignalled, false: poolNotFound}[tt.wantCanceled]; res != want {
+				t.Fatalf("viaPool: %v, want %v", res, want)
 			}
 			err = <-running
 			if canceled := SQLState(err) == CodeQueryCanceled; canceled != tt.wantCanceled {
@@ -89,9 +89,9 @@ func waitActive(t *testing.T, ctx context.Context, pool *Pool, pid uint32) {
 	t.Fatalf("backend %d never became active", pid)
 }
 
-// TestCancelWithoutIdentityCloses: a connection whose backend identity is
-// unknown (cancelled while it was being set up) is closed, never cancelled
-// by pid alone.
+// TestCancelWithoutIdentityCloses: a connection not yet set up (cancelled
+// while connecting, before its identity is known) is closed, never
+// cancelled by pid alone.
 func TestCancelWithoutIdentityCloses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -106,10 +106,10 @@ func TestCancelWithoutIdentityCloses(t *testing.T) {
 	}
 	defer conn.Release()
 	h := conn.Conn().PgConn().CustomData()[customDataKey].(*cancelHandler)
-	if h.backendStart.Load() == 0 {
+	if h.backendStart.Load() == 0 || !h.direct.Load() || !h.ready.Load() {
 		t.Fatal("identity was not captured at connect")
 	}
-	h.backendStart.Store(0)
+	h.ready.Store(false) // as while the connection is being set up
 	qctx, qcancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer qcancel()
 	_, err = conn.Exec(qctx, "select pg_sleep(5)")

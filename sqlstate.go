@@ -54,6 +54,12 @@ const (
 	// closed while connecting: a server restarting, a pooler not admitting). Retried with exponential backoff and full jitter, at most
 	// RetryPolicy.MaxAdaptiveRetries times.
 	ClassOverload
+	// ClassUnavailable is a connection that could not be made to a server
+	// that may come back: refused, or reset or closed while connecting (a
+	// server restarting, a pooler not admitting). It is backed off exactly
+	// as an overload (the spec's backoff, RetryPolicy.MaxAdaptiveRetries,
+	// the retry budget) but named for what it is.
+	ClassUnavailable
 	// ClassConnectionLost is a connection that died before COMMIT was sent
 	// (08xxx, 57P01, 57P02, reset, EOF, pgconn.ErrConnClosed). Nothing
 	// was committed, so the transaction runs again on a fresh connection.
@@ -81,6 +87,8 @@ func (c Class) String() string {
 		return "conflict"
 	case ClassOverload:
 		return "overload"
+	case ClassUnavailable:
+		return "unavailable"
 	case ClassConnectionLost:
 		return "connection_lost"
 	case ClassAmbiguous:

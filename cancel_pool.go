@@ -1,0 +1,188 @@
+package pgtx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// identitySQL captures, when a connection is made, the pid of the backend
+// serving it and that backend's start time. pg_stat_activity always shows a
+// role its own backend in full.
+const identitySQL = "select pid, backend_start from pg_stat_activity where pid = pg_backend_pid()"
+
+// cancelSQL cancels the backend only if it is still the one the connection
+// was made to (a pid alone may have been recycled by a stranger's session),
+// and says whether the cancel pool's role could see its identity at all:
+// without pg_read_all_stats (or membership in the backend's role),
+// pg_stat_activity shows another role's backend with backend_start NULL.
+const cancelSQL = `select backend_start is not null,
+	case when backend_start = $2 then pg_cancel_backend(pid) else false end
+	from pg_stat_activity where pid = $1`
+
+// poolUnhealthyFor is how long the cancel pool is skipped after it could not
+// be reached or used, so a storm of cancels does not pay a failing attempt
+// each.
+const poolUnhealthyFor = time.Second
+
+// cancelPoolAcquireShare bounds the wait for a cancel-pool connection to
+// this fraction of the grace: a cancel pool busy with other cancels is not
+// worth the whole grace when the protocol cancel can go at once.
+const cancelPoolAcquireShare = 4
+
+// prepare is the AfterConnect step of every main-pool connection: in
+// CancelModePool it captures the backend's identity and finds out whether
+// the connection reaches its backend directly; then the connection is ready
+// to be cancelled. The identity query runs in the simple protocol, which is
+// safe behind a transaction-pooling PgBouncer whatever the application's
+// exec mode.
+func (c *canceller) prepare(ctx context.Context, conn *pgx.Conn) error {
+	h, _ := conn.PgConn().CustomData()[customDataKey].(*cancelHandler)
+	if h == nil {
+		return nil
+	}
+	if c.mode == CancelModePool {
+		var pid uint32
+		var start time.Time
+		err := conn.QueryRow(ctx, identitySQL, pgx.QueryExecModeSimpleProtocol).Scan(&pid, &start)
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			h.backendStart.Store(start.UnixMicro())
+			h.direct.Store(pid == conn.PgConn().PID())
+		case errors.As(err, &pgErr) || errors.Is(err, pgx.ErrNoRows):
+			// A server without pg_stat_activity as PostgreSQL has it: the
+			// protocol cancel is the way to reach this backend.
+		default:
+			return fmt.Errorf("pgtx: capture backend identity: %w", err)
+		}
+	}
+	h.ready.Store(true)
+	return nil
+}
+
+// cancelPoolConfig derives the cancel pool's config from the main one: same
+// server, role and TLS, its own size and short connect timeout, pgx's
+// default context handling and none of the main pool's hooks. Its sessions
+// get a statement_timeout of the grace, unless Config.StatementTimeout is
+// negative (which also tells pgtx to send no startup parameter a pooler
+// would refuse).
+func cancelPoolConfig(cfg *Config, mainCfg *pgxpool.Config) (*pgxpool.Config, error) {
+	size := cfg.CancelPoolSize
+	if size == 0 {
+		size = DefaultCancelPoolSize
+	}
+	cp, err := pgxpool.ParseConfig("")
+	if err != nil {
+		return nil, err
+	}
+	cc := cfg.ConnConfig.Copy() // the caller's, before pgtx installed its handler
+	if cfg.CancelConnString != "" {
+		parsed, err := pgx.ParseConfig(cfg.CancelConnString)
+		if err != nil {
+			return nil, fmt.Errorf("pgtx: CancelConnString: %w", err)
+		}
+		cc = parsed
+	}
+	cc.ConnectTimeout = durDefault(cfg.CancelConnectTimeout, DefaultCancelConnectTimeout)
+	cc.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: pgConn.Conn()}
+	}
+	cc.Tracer = nil
+	if cc.RuntimeParams == nil {
+		cc.RuntimeParams = map[string]string{}
+	}
+	if cfg.StatementTimeout >= 0 {
+		cc.RuntimeParams["statement_timeout"] = fmt.Sprint(durationMillis(durDefault(cfg.CancelGrace, DefaultCancelGrace)))
+	}
+	delete(cc.RuntimeParams, "idle_in_transaction_session_timeout")
+	if app := cc.RuntimeParams["application_name"]; app != "" {
+		cc.RuntimeParams["application_name"] = app + " (pgtx cancel)"
+	}
+	cp.ConnConfig = cc
+	cp.MaxConns = size
+	cp.MinConns = 1 // kept warm: the first cancel does not pay a connect
+	cp.MaxConnIdleTime = mainCfg.MaxConnIdleTime
+	cp.MaxConnLifetime = mainCfg.MaxConnLifetime
+	cp.HealthCheckPeriod = mainCfg.HealthCheckPeriod
+	return cp, nil
+}
+
+// poolResult is what a cancel over the cancel pool came to.
+type poolResult int
+
+const (
+	// poolNotSent: nothing was sent (busy, unreachable, skipped), or the
+	// server refused the query: nothing can arrive late; fall back.
+	poolNotSent poolResult = iota
+	// poolHidden: the backend exists but its identity is not visible to the
+	// cancel role; nothing was signalled; fall back.
+	poolHidden
+	// poolSignalled: the backend was signalled.
+	poolSignalled
+	// poolNotFound: no backend with that identity exists; nothing was
+	// signalled.
+	poolNotFound
+	// poolUnknown: the query was sent and its answer did not come back: the
+	// signal may still happen.
+	poolUnknown
+)
+
+// viaPool runs the cancel query over the cancel pool for the backend pid
+// that started at backendStart (unix microseconds).
+func (c *canceller) viaPool(ctx context.Context, pid uint32, backendStart int64) poolResult {
+	if time.Now().UnixNano() < c.unhealthyUntil.Load() {
+		return poolNotSent
+	}
+	actx, cancel := context.WithTimeout(ctx, c.grace/cancelPoolAcquireShare)
+	conn, err := c.pool.Acquire(actx)
+	cancel()
+	if err != nil {
+		c.stats.poolErrors.Add(1)
+		if actx.Err() == nil {
+			// Not a full pool: the cancel pool cannot connect.
+			c.markUnhealthy()
+		}
+		return poolNotSent
+	}
+	defer conn.Release()
+	var visible, signalled bool
+	err = conn.QueryRow(ctx, cancelSQL, pgx.QueryExecModeExec, int64(pid), time.UnixMicro(backendStart)).Scan(&visible, &signalled)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		c.stats.notFound.Add(1)
+		return poolNotFound
+	case err == nil && !visible:
+		return poolHidden
+	case err == nil && signalled:
+		c.stats.signalled.Add(1)
+		return poolSignalled
+	case err == nil:
+		// A visible backend with another start time: the pid was recycled,
+		// and that stranger's statement was not touched.
+		c.stats.notFound.Add(1)
+		return poolNotFound
+	case errors.As(err, &pgErr) && pgErr.Code != CodeQueryCanceled && !endsSession(pgErr):
+		// The server refused the query (not allowed to cancel, say):
+		// nothing was signalled, and the next cancel would fare the same.
+		c.stats.poolErrors.Add(1)
+		c.markUnhealthy()
+		return poolNotSent
+	case pgconn.SafeToRetry(err):
+		c.stats.poolErrors.Add(1)
+		return poolNotSent
+	}
+	c.stats.poolErrors.Add(1)
+	return poolUnknown
+}
+
+func (c *canceller) markUnhealthy() {
+	c.unhealthyUntil.Store(time.Now().Add(poolUnhealthyFor).UnixNano())
+}
