@@ -113,8 +113,10 @@ func (b *retryBudget) withdraw(now time.Time) bool {
 // refused.
 type budgetExhaustedError struct{ err error }
 
+// Error leads with the error that was not retried: what went wrong matters
+// more to the reader than that pgtx stopped retrying it.
 func (e *budgetExhaustedError) Error() string {
-	return ErrRetryBudgetExhausted.Error() + ": " + e.err.Error()
+	return e.err.Error() + " (" + ErrRetryBudgetExhausted.Error() + ": not retried)"
 }
 func (e *budgetExhaustedError) Unwrap() error { return e.err }
 func (e *budgetExhaustedError) Is(target error) bool {

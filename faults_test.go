@@ -43,7 +43,7 @@ func TestPoolerAndUnavailableClasses(t *testing.T) {
 		{"relayed 53300 per database", fatal08P01(`too many connections for database "app"`), ClassOverload},
 		{"relayed 57P03 starting up", fatal08P01("the database system is starting up"), ClassOverload},
 		{"relayed 57P03 shutting down", fatal08P01("the database system is shutting down"), ClassOverload},
-		{"pgbouncer 1.18 login retry", fatal08P01("server login has been failing, try again later (server_login_retry)"), ClassOverload},
+		{"pgbouncer 1.18 login retry", fatal08P01("server login has been failing, try again later (server_login_retry)"), ClassUnavailable},
 		{"pgbouncer no such database", fatal08P01("no such database: app"), ClassPermanent},
 		{"refused: unavailable", refused, ClassUnavailable},
 		{"no such socket file", noSocket, ClassPermanent},

@@ -153,8 +153,13 @@ func (p *RetryPolicy) next(st *retryState, c Class, maxRetries int, now time.Tim
 	if !c.Retryable() {
 		return decision{reason: stopNotRetryable}
 	}
+	// A class the caller switched off is never retried, whatever the cap
+	// an earlier overload made the call's.
+	if (c.adaptive() && p.MaxAdaptiveRetries == 0) || (!c.adaptive() && maxRetries == 0) {
+		return decision{reason: stopCapReached}
+	}
 	st.retries++
-	if c == ClassOverload {
+	if c.adaptive() {
 		st.overloadSeen = true
 	}
 	allowed := maxRetries
@@ -165,7 +170,7 @@ func (p *RetryPolicy) next(st *retryState, c Class, maxRetries int, now time.Tim
 		return decision{reason: stopCapReached}
 	}
 	base, maxB := p.ConflictBaseBackoff, p.ConflictMaxBackoff
-	if c == ClassOverload {
+	if c.adaptive() {
 		base, maxB = p.BaseBackoff, p.MaxBackoff
 	}
 	d := backoff(clampJitter(p.Jitter()), base, maxB, st.retries)
@@ -228,7 +233,13 @@ type retryLoop struct {
 type attemptFunc func(ctx context.Context) (Class, error)
 
 // budgeted reports whether retries of class c draw on the retry budget.
-func budgeted(c Class) bool { return c == ClassOverload || c == ClassConnectionLost }
+func budgeted(c Class) bool { return c.adaptive() || c == ClassConnectionLost }
+
+// endedByContext reports whether the caller's context, having ended, is
+// what ended a call whose attempt failed with class c: the loop would have
+// retried, or the attempt itself timed out. An ambiguous COMMIT or a
+// permanent error that merely raced the cancellation keeps its own class.
+func endedByContext(c Class) bool { return c.Retryable() || c == ClassTimeout }
 
 // run returns nil after a successful attempt, or the last attempt's error.
 // When ctx ended the call, the error matches ctx.Err() as well.
@@ -257,7 +268,9 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 				l.budget.success(l.clock.Now())
 			}
 		case ctx.Err() != nil:
-			err = withContextErr(ctx, err)
+			if endedByContext(class) {
+				err = withContextErr(ctx, err)
+			}
 		default:
 			d = l.policy.next(&st, class, l.maxRetries, l.clock.Now(), deadline, hasDeadline)
 			if d.retry && l.budget != nil && budgeted(class) && !l.budget.withdraw(l.clock.Now()) {

@@ -34,6 +34,11 @@ const (
 	CodeQueryCanceled                   = "57014"
 	CodeIdleInTransactionSessionTimeout = "25P03"
 	CodeTransactionTimeout              = "25P04"
+
+	// Errors no retry can fix: authentication and a missing database.
+	CodeInvalidAuthorizationSpecification = "28000"
+	CodeInvalidPassword                   = "28P01"
+	CodeInvalidCatalogName                = "3D000"
 )
 
 // Class is what pgtx does with an error: retry the whole transaction, back off,
@@ -49,9 +54,9 @@ const (
 	// jittered pause, up to RetryPolicy.MaxRetries times.
 	ClassConflict
 	// ClassOverload is the server (or a pooler in front of it) shedding load:
-	// 53300 too_many_connections, 57P03 cannot_connect_now, the pooler
-	// equivalents, and a connection that could not be made (refused, or
-	// closed while connecting: a server restarting, a pooler not admitting). Retried with exponential backoff and full jitter, at most
+	// 53300 too_many_connections, 57P03 cannot_connect_now, the poolers'
+	// admission errors and the server's overload errors a pooler relays.
+	// Retried with exponential backoff and full jitter, at most
 	// RetryPolicy.MaxAdaptiveRetries times.
 	ClassOverload
 	// ClassUnavailable is a connection that could not be made to a server
@@ -73,7 +78,8 @@ const (
 	// takes too long again, and a full pool queue is the pool shedding load.
 	ClassTimeout
 	// ClassPermanent is everything else: constraint, syntax and data errors,
-	// the caller's own errors and errors wrapped by NonRetryable.
+	// authentication failures, a database, host or socket that does not
+	// exist, the caller's own errors and errors wrapped by NonRetryable.
 	ClassPermanent
 )
 
@@ -104,8 +110,12 @@ func (c Class) String() string {
 // Retryable reports whether pgtx runs a transaction again after an error of
 // class c.
 func (c Class) Retryable() bool {
-	return c == ClassConflict || c == ClassOverload || c == ClassConnectionLost
+	return c == ClassConflict || c == ClassOverload || c == ClassUnavailable || c == ClassConnectionLost
 }
+
+// adaptive reports the classes backed off by the spec's rules: the overload
+// backoff, the MaxAdaptiveRetries cap that sticks.
+func (c Class) adaptive() bool { return c == ClassOverload || c == ClassUnavailable }
 
 // SQLState returns the SQLSTATE of the first *pgconn.PgError found in err's
 // tree (wrapped or joined errors included), or "" when there is none.
@@ -148,18 +158,38 @@ func Classify(err error) Class {
 	if errors.As(err, &pgErr) {
 		return classifyPgError(pgErr)
 	}
+	if isUnfixable(err) {
+		return ClassPermanent
+	}
 	var connectErr *pgconn.ConnectError
-	if errors.Is(err, syscall.ECONNREFUSED) || errors.As(err, &connectErr) {
+	if errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &connectErr) && isNetworkError(connectErr.Unwrap())) {
 		// No connection could be made (refused, or reset or closed while
 		// connecting) and no server error says why: the server is
 		// restarting or down, or a pooler in front of it is not admitting.
 		// Back off as from an overloaded server instead of hammering it.
-		return ClassOverload
+		return ClassUnavailable
 	}
-	if isConnectionLost(err) {
+	if errors.As(err, &connectErr) {
+		// A connect that failed for a reason of the client's own (TLS
+		// configuration, say): the next attempt fails the same way.
+		return ClassPermanent
+	}
+	if isNetworkError(err) {
 		return ClassConnectionLost
 	}
 	return ClassPermanent
+}
+
+// isUnfixable reports the network errors no retry can fix: a host name
+// that does not resolve and a Unix socket file that does not exist (no
+// server was ever started there, or DATABASE_URL is missing).
+func isUnfixable(err error) bool {
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+		return true
+	}
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && opErr.Net == "unix" && errors.Is(err, syscall.ENOENT)
 }
 
 // classifyPgError maps one server error to its class.
@@ -175,6 +205,8 @@ func classifyPgError(e *pgconn.PgError) Class {
 		return ClassConnectionLost
 	case CodeQueryCanceled, CodeIdleInTransactionSessionTimeout, CodeTransactionTimeout:
 		return ClassTimeout
+	case CodeInvalidAuthorizationSpecification, CodeInvalidPassword, CodeInvalidCatalogName:
+		return ClassPermanent // no retry logs in or finds the database
 	}
 	if c, ok := classifyPoolerError(e); ok {
 		return c
@@ -182,11 +214,15 @@ func classifyPgError(e *pgconn.PgError) Class {
 	return ClassPermanent
 }
 
-// isConnectionLost reports network-level failures: the connection is gone or
+// isNetworkError reports network-level failures: the connection is gone or
 // could not be made, and no server error says why.
-func isConnectionLost(err error) bool {
+func isNetworkError(err error) bool {
+	if err == nil {
+		return false
+	}
 	if errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED) {
+		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ECONNREFUSED) {
 		return true
 	}
 	var opErr *net.OpError
