@@ -62,8 +62,9 @@ const (
 // number of calls; and a slow-call ratio over the same window, since a
 // connection-timeout storm starts with slowness, not errors.
 //
-// Counted as failures: lost connections, ambiguous commits, overload,
-// statement and deadline timeouts, acquire timeouts and a full pool queue.
+// Counted as failures: lost connections, ambiguous commits, overload, an
+// unavailable server, statement and deadline timeouts, acquire timeouts, a
+// full pool queue, and a panic in the call (as gobreaker counts it).
 // Counted as slow: any counted call that took SlowCallThreshold or longer.
 // Not counted at all: the caller's own cancellation (context.Canceled),
 // conflicts (40001, 40P01), and permanent errors (constraint, syntax, data
@@ -201,15 +202,24 @@ func newBreaker(cfg BreakerConfig, clk clock) (*Breaker, error) {
 }
 
 // Do runs fn through the breaker: at once ErrCircuitOpen when it is open,
-// else fn, whose error and duration are counted as BreakerConfig says.
+// else fn, whose error and duration are counted as BreakerConfig says. A
+// panic in fn counts as a failure (a half-open probe that panics opens the
+// breaker again) and then propagates unchanged.
 func (b *Breaker) Do(ctx context.Context, fn func(ctx context.Context) error) error {
 	ticket, err := b.allow()
 	if err != nil {
 		return err
 	}
 	start := b.clock.Now()
+	returned := false
+	defer func() {
+		if !returned {
+			b.record(ticket, outcome{counted: true, failed: true, slow: b.clock.Now().Sub(start) >= b.cfg.SlowCallThreshold})
+		}
+	}()
 	err = fn(ctx)
-	b.record(ticket, ctx, err, b.clock.Now().Sub(start))
+	returned = true
+	b.record(ticket, b.judge(ctx, err, b.clock.Now().Sub(start)))
 	return err
 }
 
@@ -273,15 +283,14 @@ func (b *Breaker) judge(ctx context.Context, err error, d time.Duration) outcome
 	switch Classify(err) {
 	case ClassConflict, ClassPermanent:
 		return outcome{}
-	case ClassConnectionLost, ClassAmbiguous, ClassOverload, ClassTimeout:
+	case ClassConnectionLost, ClassAmbiguous, ClassOverload, ClassUnavailable, ClassTimeout:
 		failed = true
 	}
 	return outcome{counted: true, failed: failed, slow: d >= b.cfg.SlowCallThreshold}
 }
 
-// record counts a finished call.
-func (b *Breaker) record(t ticket, ctx context.Context, err error, d time.Duration) {
-	o := b.judge(ctx, err, d)
+// record counts a finished call as o says.
+func (b *Breaker) record(t ticket, o outcome) {
 	b.mu.Lock()
 	defer b.unlock()
 	now := b.clock.Now()

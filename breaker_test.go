@@ -92,11 +92,11 @@ func TestBreakerTransitions(t *testing.T) {
 		t.Fatalf("half-open admission: %v %v %v", err1, err2, err3)
 	}
 	// half-open -> open: a probe fails.
-	b.record(t1, ctx, errLost, time.Millisecond)
+	b.record(t1, b.judge(ctx, errLost, time.Millisecond))
 	if b.State() != BreakerOpen {
 		t.Fatal("half-open -> open: a failed probe did not reopen")
 	}
-	b.record(t2, ctx, nil, time.Millisecond) // stale: admitted before the change
+	b.record(t2, b.judge(ctx, nil, time.Millisecond)) // stale: admitted before the change
 	if b.State() != BreakerOpen {
 		t.Fatal("a stale probe changed the state")
 	}
