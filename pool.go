@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -97,9 +98,12 @@ type Config struct {
 	CancelConnectTimeout time.Duration
 
 	// MaxWaiters bounds the callers of Transaction waiting for a
-	// connection: when that many already wait, the call fails at once with
-	// ErrQueueFull instead of joining the queue (a bulkhead's bounded queue).
-	// 0 means no bound; negative is refused.
+	// connection: when that many are already in the pool's acquire, the
+	// call fails at once with ErrQueueFull instead of joining the queue (a
+	// bulkhead's bounded queue). The bound is hard: a place is reserved
+	// before the wait begins. It counts Transaction's callers only; the
+	// query methods wait unbounded (Stats.Waiters counts both). 0 means no
+	// bound; negative is refused.
 	MaxWaiters int
 
 	// ResolveCommits resolves ambiguous COMMITs: the transaction id is
@@ -281,19 +285,71 @@ func newPgxpool(ctx context.Context, pc *pgxpool.Config) (pool *pgxpool.Pool, er
 }
 
 // setSessionParam sets a server parameter, in milliseconds, to be sent at
-// connect. An explicit v wins; with v == 0 a value already in params (from
-// the connection string) wins over def; a negative v leaves params alone.
+// connect. An explicit v wins; with v == 0 a value already in the connection
+// string (as a parameter of its own, or as -c name=value in its options, the
+// libpq way) wins over def; a negative v leaves params alone.
 func setSessionParam(params map[string]string, name string, v, def time.Duration) {
 	switch {
 	case v < 0:
 		return
 	case v == 0:
-		if _, ok := params[name]; ok {
+		if _, ok := params[name]; ok || optionsSet(params["options"], name) {
 			return
 		}
 		v = def
 	}
 	params[name] = strconv.FormatInt(durationMillis(v), 10)
+}
+
+// optionsSet reports whether the server command-line options of a
+// connection string ("-c name=value", "-cname=value" or "--name=value",
+// with '-' allowed for '_' in the name, as the server reads them) set the
+// parameter name. Backslash escapes a space, as in libpq.
+func optionsSet(options, name string) bool {
+	args := splitOptions(options)
+	for i := 0; i < len(args); i++ {
+		var setting string
+		switch a := args[i]; {
+		case a == "-c" && i+1 < len(args):
+			i++
+			setting = args[i]
+		case strings.HasPrefix(a, "--"):
+			setting = a[2:]
+		case strings.HasPrefix(a, "-c"):
+			setting = a[2:]
+		default:
+			continue
+		}
+		key, _, ok := strings.Cut(setting, "=")
+		if ok && strings.EqualFold(strings.ReplaceAll(key, "-", "_"), name) {
+			return true
+		}
+	}
+	return false
+}
+
+// splitOptions splits options on unescaped white space.
+func splitOptions(s string) []string {
+	var args []string
+	var cur strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\' && i+1 < len(s):
+			i++
+			cur.WriteByte(s[i])
+		case c == ' ' || c == '\t' || c == '\n':
+			if cur.Len() > 0 {
+				args = append(args, cur.String())
+				cur.Reset()
+			}
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	if cur.Len() > 0 {
+		args = append(args, cur.String())
+	}
+	return args
 }
 
 // durationMillis rounds d up to whole milliseconds, so a positive timeout
@@ -326,9 +382,16 @@ var errAcquireTimeoutCause = errors.New("pgtx: acquire timeout")
 // MaxWaiters callers already wait, it fails at once with ErrQueueFull.
 func (p *Pool) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	q := p.queue
-	if q.maxWaiters > 0 && q.waiters.Load() >= q.maxWaiters {
-		q.queueFull.Add(1)
-		return nil, ErrQueueFull
+	if q.maxWaiters > 0 {
+		// Reserve a place in the queue before waiting, so that callers
+		// arriving together cannot all pass a check made before any of them
+		// is counted.
+		if q.reserved.Add(1) > q.maxWaiters {
+			q.reserved.Add(-1)
+			q.queueFull.Add(1)
+			return nil, ErrQueueFull
+		}
+		defer q.reserved.Add(-1)
 	}
 	start := p.clock.Now()
 	conn, err := p.acquireBounded(ctx)

@@ -23,6 +23,9 @@ type queue struct {
 	// the pool's query methods), through pgxpool's acquire tracer.
 	waiters    atomic.Int64
 	maxWaiters int64 // 0: unbounded
+	// reserved counts Transaction's callers holding a place in the queue
+	// (MaxWaiters).
+	reserved atomic.Int64
 
 	acquireWait     histogram // Transaction's acquires
 	acquireTimeouts atomic.Int64
