@@ -62,6 +62,10 @@ func (a *txAttempt) commitResolving(ctx context.Context, pgConn *pgconn.PgConn, 
 		return ClassPermanent, pgx.ErrTxCommitRollback // the transaction had failed inside fn
 	case r.stage == stageXID:
 		var pgErr *pgconn.PgError
+		if errors.As(r.err, &pgErr) && endedIdle(pgErr) {
+			// The session had ended while idle: COMMIT never ran.
+			return Classify(r.err), r.err
+		}
 		if errors.As(r.err, &pgErr) && !endsSession(pgErr) {
 			// The transaction had failed inside fn (25P02): roll it back.
 			rollbackAborted(ctx, pgConn, nc, a.pool.settings.rollbackTimeout)

@@ -123,18 +123,10 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, opts TxOptions, fn 
 		policy.MaxAdaptiveRetries = defaultOrNone(opts.MaxAdaptiveRetries, 0)
 		loop.policy = &policy
 	}
-	b := pool.breaker
-	if b == nil {
+	if pool.breaker == nil {
 		return loop.run(ctx, a.run)
 	}
-	t, err := b.allow()
-	if err != nil {
-		return err
-	}
-	start := pool.clock.Now()
-	err = loop.run(ctx, a.run)
-	b.record(t, ctx, err, pool.clock.Now().Sub(start))
-	return err
+	return pool.breaker.Do(ctx, func(ctx context.Context) error { return loop.run(ctx, a.run) })
 }
 
 func validateCall(ctx context.Context, pool *Pool, opts TxOptions, fn func(context.Context, pgx.Tx) error) error {
@@ -201,6 +193,7 @@ type txAttempt struct {
 	begin   string
 	fn      func(context.Context, pgx.Tx) error
 	resolve bool // commit with the transaction id, to resolve a lost COMMIT
+	tx      fnTx // what fn receives, reused by every attempt of the call
 }
 
 // run performs one attempt. It returns only after the connection has been
@@ -241,15 +234,29 @@ func (a *txAttempt) run(ctx context.Context) (Class, error) {
 		}
 	}()
 
-	if err := a.fn(ctx, tx); err != nil {
+	a.tx = fnTx{Tx: tx}
+	if err := a.fn(ctx, &a.tx); err != nil {
+		if a.tx.ended != "" {
+			return ClassPermanent, a.tx.misuse(err)
+		}
 		return classifyFnError(err, conn), err
+	}
+	pgConn := conn.Conn().PgConn()
+	if err := a.tx.check(pgConn); err != nil {
+		return ClassPermanent, err
+	}
+	if err := ctx.Err(); err != nil {
+		// The caller gave up while fn ran: COMMIT is not sent for a caller
+		// who is gone (as pgx's BeginTxFunc would not), and the transaction
+		// is rolled back.
+		return ClassTimeout, err
 	}
 
 	done = true
 	if a.resolve {
-		return a.commitResolving(ctx, conn.Conn().PgConn(), conn.Conn().PgConn().Conn())
+		return a.commitResolving(ctx, pgConn, pgConn.Conn())
 	}
-	return a.commit(ctx, tx, conn.Conn().PgConn().Conn())
+	return a.commit(ctx, tx, pgConn.Conn())
 }
 
 // classifyFnError classifies an error returned by fn. A network-level error
@@ -281,9 +288,10 @@ func (a *txAttempt) commit(ctx context.Context, tx pgx.Tx, nc net.Conn) (Class, 
 		return ClassNone, nil
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && !endsSession(pgErr) {
+	if errors.As(err, &pgErr) && (!endsSession(pgErr) || endedIdle(pgErr)) {
 		// A server error that leaves the session alive is definitive: the
-		// transaction did not commit (40001 at COMMIT is a conflict).
+		// transaction did not commit (40001 at COMMIT is a conflict). So is
+		// a session ended while it idled before COMMIT: COMMIT never ran.
 		return Classify(err), err
 	}
 	if errors.Is(err, pgx.ErrTxCommitRollback) {

@@ -147,6 +147,8 @@ func TestContextEndedCallMatchesCtxErr(t *testing.T) {
 // TestRollbackSurvivesCancelledContext: fn fails after the caller's context
 // was cancelled; the rollback still runs (on a context the cancellation
 // cannot interrupt) and the connection goes back to the pool, not closed.
+// The caller's error keeps its identity and class: the cancellation did not
+// end the call, fn's error did.
 func TestRollbackSurvivesCancelledContext(t *testing.T) {
 	dsn := newDB(t)
 	pool := newPool(t, dsn, func(c *pgtx.Config) { c.MaxConns = 1 })
@@ -155,15 +157,16 @@ func TestRollbackSurvivesCancelledContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(testCtx(t))
+	errGaveUp := errors.New("caller gave up")
 	err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "insert into t values (1)"); err != nil {
 			return err
 		}
 		cancel()
-		return errors.New("caller gave up")
+		return errGaveUp
 	})
-	if err == nil || !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v, want the caller's error and context.Canceled", err)
+	if !errors.Is(err, errGaveUp) || errors.Is(err, context.Canceled) || pgtx.Classify(err) != pgtx.ClassPermanent {
+		t.Fatalf("err = %v, want the caller's own (permanent) error, not context.Canceled", err)
 	}
 	if n := queryInt(t, testCtx(t), directConn(t, dsn), "select count(*) from t"); n != 0 {
 		t.Errorf("rows = %d, want 0", n)
