@@ -154,7 +154,7 @@ type cancelHandler struct {
 
 	// The in-flight cancel, set by HandleCancel and read by
 	// HandleUnwatchAfterCancel once done is closed.
-	done      chan struct{} // nil when no cancel goroutine runs
+	done      chan struct{}   // nil when no cancel goroutine runs
 	ctx       context.Context // the ended context, for the tracer
 	began     time.Time
 	result    cancelResult

@@ -69,7 +69,9 @@ func (c *gateClock) Now() time.Time {
 	return time.Now()
 }
 
-func (c *gateClock) Sleep(ctx context.Context, d time.Duration) error { return realClock{}.Sleep(ctx, d) }
+func (c *gateClock) Sleep(ctx context.Context, d time.Duration) error {
+	return realClock{}.Sleep(ctx, d)
+}
 
 // TestMaxWaitersReservesBeforeWaiting: 32 callers at once, MaxWaiters 2, no
 // connection to be had: exactly 30 are refused with ErrQueueFull. The bound
