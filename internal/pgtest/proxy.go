@@ -56,7 +56,8 @@ var (
 // encryption cannot connect through it); CancelRequest connections are
 // forwarded unchanged, except that a cancel aimed at the backend of a
 // connection the proxy has just cut is held until the proxy has finished
-// with that backend's socket (see CutAfterForward).
+// with that backend's socket (see CutAfterForward), and that latency
+// (SetLatency, SetClassLatency) holds them like any other client message.
 //
 // Fault rules (CutAfterForward, CutBeforeForward, CutOnCommit) are shared by
 // all connections. Statements are matched on the text of a simple Query
@@ -76,8 +77,9 @@ type Proxy struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	latency atomic.Int64 // time.Duration added to every client→server message
-	refuse  atomic.Bool
+	latency      atomic.Int64                 // time.Duration added to every client→server message
+	classLatency [numConnClasses]atomic.Int64 // per ConnClass, see SetClassLatency
+	refuse       atomic.Bool
 
 	mu     sync.Mutex
 	closed bool
@@ -291,9 +293,64 @@ func (p *Proxy) RefuseNew(on bool) {
 // SetLatency makes the proxy hold every client→server message until d has
 // passed since it arrived, like a one-way network delay: messages that
 // arrive together (a pipelined batch) are released together, so each round
-// trip gets at least d longer. Zero or a negative d removes the delay.
+// trip gets at least d longer. Zero or a negative d removes the delay. It
+// applies to connections of every class; see SetClassLatency for one class.
 func (p *Proxy) SetLatency(d time.Duration) {
 	p.latency.Store(int64(max(d, 0)))
+}
+
+// ConnClass is the kind of a proxied connection, known from the first packet
+// its client sends after any encryption request.
+type ConnClass int
+
+// The connection classes.
+const (
+	ClassSession       ConnClass = iota + 1 // a normal session (startup packet)
+	ClassCancelRequest                      // a CancelRequest connection
+)
+
+// numConnClasses is the size of a table indexed by ConnClass.
+const numConnClasses = int(ClassCancelRequest) + 1
+
+// String returns the class's name.
+func (c ConnClass) String() string {
+	switch c {
+	case ClassSession:
+		return "session"
+	case ClassCancelRequest:
+		return "cancel request"
+	}
+	return fmt.Sprintf("ConnClass(%d)", int(c))
+}
+
+// SetClassLatency makes the proxy hold what clients of class c send for d
+// (as SetLatency does for all); d <= 0 removes it. SetLatency keeps working
+// and applies to every class; when both are set the larger wins. An unknown
+// class is ignored.
+//
+// For ClassSession, the startup packet and every later message are held, so
+// connecting and every round trip take at least d longer. For
+// ClassCancelRequest, the whole CancelRequest packet is held until d has
+// passed since it arrived before it is forwarded to the server (after any
+// hold for a cut backend, see CutAfterForward), so a driver waiting for the
+// server to close the cancel connection, as pgx's CancelRequest does, waits
+// at least d. A change applies to the messages the proxy has not yet begun
+// to hold; one already held keeps the delay it got.
+func (p *Proxy) SetClassLatency(c ConnClass, d time.Duration) {
+	if c < ClassSession || int(c) >= numConnClasses {
+		return
+	}
+	p.classLatency[c].Store(int64(max(d, 0)))
+}
+
+// latencyFor returns how long the proxy holds what a client of class c sends:
+// the larger of the latency for all and the one for c.
+func (p *Proxy) latencyFor(c ConnClass) time.Duration {
+	d := p.latency.Load()
+	if c >= ClassSession && int(c) < numConnClasses {
+		d = max(d, p.classLatency[c].Load())
+	}
+	return time.Duration(d)
 }
 
 // CutAll cuts every current connection now, exactly as a fault rule would,
@@ -315,8 +372,9 @@ func (p *Proxy) CutAll() int {
 	return n
 }
 
-// Reset disarms every fault rule, removes any latency and stops refusing
-// new connections. Counters and connections are left alone.
+// Reset disarms every fault rule, removes any latency (of every class too)
+// and stops refusing new connections. Counters and connections are left
+// alone.
 func (p *Proxy) Reset() {
 	p.mu.Lock()
 	for _, r := range p.rules {
@@ -325,6 +383,9 @@ func (p *Proxy) Reset() {
 	p.rules = nil
 	p.mu.Unlock()
 	p.latency.Store(0)
+	for i := range p.classLatency {
+		p.classLatency[i].Store(0)
+	}
 	p.refuse.Store(false)
 }
 

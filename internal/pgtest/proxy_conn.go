@@ -50,6 +50,7 @@ type proxyConn struct {
 	doneOnce   sync.Once
 
 	// Owned by the run goroutine.
+	class        ConnClass // set when the first startup packet has been read
 	sr           *stampReader
 	br           *bufio.Reader // client reads
 	bw           *bufio.Writer // server writes; nil until dialled
@@ -92,11 +93,14 @@ func (pc *proxyConn) serve() error {
 	if err != nil {
 		return err
 	}
+	pc.class = ClassSession
 	if binary.BigEndian.Uint32(startup[4:8]) == cancelRequestCode {
+		pc.class = ClassCancelRequest
 		if err := pc.holdCancel(string(startup[8:])); err != nil {
 			return err
 		}
 	}
+	// Hold the packet as one message, from when its last bytes arrived.
 	if err := pc.delay(pc.sr.last); err != nil {
 		return err
 	}
@@ -444,10 +448,11 @@ func (pc *proxyConn) write(b []byte) error {
 	return nil
 }
 
-// delay waits until the configured latency has passed since arrival,
-// flushing earlier messages first so they are not held back.
+// delay waits until the latency configured for the connection's class has
+// passed since arrival, flushing earlier messages first so they are not held
+// back.
 func (pc *proxyConn) delay(arrival time.Time) error {
-	d := time.Duration(pc.p.latency.Load())
+	d := pc.p.latencyFor(pc.class)
 	if d <= 0 {
 		return nil
 	}

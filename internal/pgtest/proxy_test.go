@@ -546,6 +546,141 @@ func TestProxySetLatency(t *testing.T) {
 	proxyExec(t, ctx, c, "select 1")
 }
 
+// startCancellable opens a proxied connection and starts a statement on it
+// that runs until cancelled; it returns the connection and the channel that
+// gets the statement's error, once the statement is known to be running.
+func (e *proxyEnv) startCancellable(t *testing.T, ctx context.Context) (*pgx.Conn, <-chan error) {
+	t.Helper()
+	started := make(chan struct{}, 1)
+	cfg := proxyConnConfig(t, e.viaProxy)
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if n.Message == "started" {
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+		}
+	}
+	c := proxyConnect(t, ctx, cfg)
+	done := make(chan error, 1)
+	go func() {
+		// The server flushes the notice at once, so once it arrives the
+		// statement is running and a cancel request will interrupt it.
+		_, err := c.Exec(ctx, "do $$ begin raise notice 'started'; perform pg_sleep(60); end $$")
+		done <- err
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("statement ended early: %v", err)
+	}
+	return c, done
+}
+
+// requireCanceled fails the test unless err is query_canceled.
+func requireCanceled(t *testing.T, err error) {
+	t.Helper()
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || pgErr.Code != "57014" {
+		t.Fatalf("got %v, want query_canceled (57014)", err)
+	}
+}
+
+func TestProxyClassLatencyCancelRequest(t *testing.T) {
+	const d = 500 * time.Millisecond
+	e := newProxyEnv(t)
+	ctx := proxyTestContext(t)
+	other := proxyConnect(t, ctx, proxyConnConfig(t, e.viaProxy))
+	c, done := e.startCancellable(t, ctx)
+	e.proxy.SetClassLatency(ClassCancelRequest, d)
+
+	// Sessions are not held: neither before nor while a cancel request is.
+	start := time.Now()
+	proxyExec(t, ctx, other, "select 1")
+	if took := time.Since(start); took >= d {
+		t.Errorf("a session's round trip took %v with cancel-request latency %v, want it not held", took, d)
+	}
+
+	start = time.Now()
+	cancelled := make(chan error, 1)
+	go func() { cancelled <- c.PgConn().CancelRequest(ctx) }()
+	roundTrip := time.Now()
+	proxyExec(t, ctx, other, "select 1")
+	if took := time.Since(roundTrip); took >= d {
+		t.Errorf("a session's round trip during a held cancel request took %v, want it not held", took)
+	}
+	if err := <-cancelled; err != nil {
+		t.Fatalf("cancel request: %v", err)
+	}
+	if took := time.Since(start); took < d {
+		t.Errorf("cancel request acknowledged after %v, want at least the latency %v", took, d)
+	}
+	requireCanceled(t, <-done)
+	if took := time.Since(start); took < d {
+		t.Errorf("statement cancelled %v after the cancel request, want at least the latency %v", took, d)
+	}
+	proxyExec(t, ctx, c, "select 1")
+}
+
+func TestProxyClassLatencySessionSparesCancel(t *testing.T) {
+	e := newProxyEnv(t)
+	ctx := proxyTestContext(t)
+	c, done := e.startCancellable(t, ctx)
+	e.proxy.SetClassLatency(ClassSession, time.Hour)
+
+	cancelCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := c.PgConn().CancelRequest(cancelCtx); err != nil {
+		t.Fatalf("cancel request with session latency: %v", err)
+	}
+	requireCanceled(t, <-done)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("cancel with session latency took %v, want it not held", took)
+	}
+	e.proxy.Reset()
+	proxyExec(t, ctx, c, "select 1")
+}
+
+func TestProxyClassLatencySettings(t *testing.T) {
+	p := NewProxy(t, "127.0.0.1:1") // never dialled
+	const ms = time.Millisecond
+	type want struct{ session, cancel, unknown time.Duration }
+	steps := []struct {
+		name string
+		do   func()
+		want want
+	}{
+		{"none", func() {}, want{}},
+		{"for all", func() { p.SetLatency(100 * ms) }, want{100 * ms, 100 * ms, 100 * ms}},
+		{"cancel above all", func() { p.SetClassLatency(ClassCancelRequest, 300*ms) }, want{100 * ms, 300 * ms, 100 * ms}},
+		{"session below all", func() { p.SetClassLatency(ClassSession, 50*ms) }, want{100 * ms, 300 * ms, 100 * ms}},
+		{"all removed", func() { p.SetLatency(0) }, want{50 * ms, 300 * ms, 0}},
+		{"unknown classes ignored", func() {
+			for _, c := range []ConnClass{0, -1, ClassCancelRequest + 1, 1 << 30} {
+				p.SetClassLatency(c, time.Hour)
+			}
+		}, want{50 * ms, 300 * ms, 0}},
+		{"negative removes", func() { p.SetClassLatency(ClassCancelRequest, -time.Second) }, want{50 * ms, 0, 0}},
+		{"reset clears classes", func() {
+			p.SetLatency(time.Second)
+			p.SetClassLatency(ClassCancelRequest, time.Second)
+			p.Reset()
+		}, want{}},
+	}
+	for _, step := range steps {
+		step.do()
+		got := want{p.latencyFor(ClassSession), p.latencyFor(ClassCancelRequest), p.latencyFor(ClassCancelRequest + 1)}
+		if got != step.want {
+			t.Errorf("%s: latencies (session, cancel, unknown) = %v, want %v", step.name, got, step.want)
+		}
+	}
+	for c, want := range map[ConnClass]string{ClassSession: "session", ClassCancelRequest: "cancel request", 7: "ConnClass(7)"} {
+		if got := c.String(); got != want {
+			t.Errorf("ConnClass(%d).String() = %q, want %q", int(c), got, want)
+		}
+	}
+}
+
 func TestProxyCutAll(t *testing.T) {
 	e := newProxyEnv(t)
 	ctx := proxyTestContext(t)
