@@ -106,6 +106,20 @@ func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config) (*c
 			return nil, fmt.Errorf("pgtx: cancel pool: %w", err)
 		}
 	}
+	userPrepare := mainCfg.PrepareConn
+	if userPrepare == nil && mainCfg.BeforeAcquire != nil {
+		before := mainCfg.BeforeAcquire
+		userPrepare = func(ctx context.Context, conn *pgx.Conn) (bool, error) { return before(ctx, conn), nil }
+	}
+	mainCfg.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {
+		if !usable(conn) {
+			return false, nil
+		}
+		if userPrepare != nil {
+			return userPrepare(ctx, conn)
+		}
+		return true, nil
+	}
 	userAfterConnect := mainCfg.AfterConnect
 	mainCfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		if err := c.prepare(ctx, conn); err != nil {
@@ -124,6 +138,13 @@ func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config) (*c
 		return h
 	}
 	return c, nil
+}
+
+// usable reports that conn may be handed out: it is not doomed by a cancel
+// that could not be confirmed.
+func usable(conn *pgx.Conn) bool {
+	h, _ := conn.PgConn().CustomData()[customDataKey].(*cancelHandler)
+	return h == nil || !h.doomed.Load()
 }
 
 // close waits for in-flight cancels (each bounded by the grace), then closes
@@ -152,11 +173,16 @@ type cancelHandler struct {
 	// the pid, its identity); valid when direct.
 	backendStart atomic.Int64
 
+	// doomed is set on a connection that must not be used again; the pool
+	// destroys it instead of handing it out (usable).
+	doomed atomic.Bool
+
 	// The in-flight cancel, set by HandleCancel and read by
 	// HandleUnwatchAfterCancel once done is closed.
 	done      chan struct{}   // nil when no cancel goroutine runs
 	ctx       context.Context // the ended context, for the tracer
 	began     time.Time
+	deadline  time.Time // when the grace ends
 	result    cancelResult
 	confirmed bool // written before done is closed
 }
@@ -177,45 +203,56 @@ func (h *cancelHandler) HandleCancel(ctx context.Context) {
 	h.ctx, h.began = ctx, time.Now()
 	h.done, h.confirmed = nil, false
 	if h.c.mode == CancelModeClose || !h.ready.Load() {
+		h.deadline = h.began
 		_ = h.netConn.SetDeadline(h.began)
 		h.result = cancelResult{outcome: CancelClosed}
 		return
 	}
-	deadline := h.began.Add(h.c.grace)
-	_ = h.netConn.SetDeadline(deadline)
+	h.deadline = h.began.Add(h.c.grace)
+	_ = h.netConn.SetDeadline(h.deadline)
 	done := make(chan struct{})
 	h.done = done
 	h.c.wg.Add(1)
 	go func() {
 		defer h.c.wg.Done()
 		defer close(done)
-		h.result, h.confirmed = h.send(deadline)
+		h.result, h.confirmed = h.send(h.deadline)
 		h.result.latency = time.Since(h.began)
 	}()
 }
 
 // HandleUnwatchAfterCancel is called when the statement has returned. It
 // waits for the in-flight cancel (bounded by the grace). Only a cancel
-// confirmed finished lets the connection be used again: one whose outcome is
-// unknown may still arrive and would cancel the next statement, so the
-// connection is destroyed (closed now, and discarded by the pool on
-// release).
+// confirmed finished, for a statement that returned within the grace, lets
+// the connection be used again: a cancel whose outcome is unknown may still
+// arrive and would cancel the next statement. Such a connection is
+// destroyed.
 func (h *cancelHandler) HandleUnwatchAfterCancel() {
+	returned := time.Now()
 	if h.done != nil {
 		<-h.done
 		h.done = nil
 	}
 	r := h.result
-	if !h.confirmed && !h.pgConn.IsClosed() {
-		_ = h.netConn.SetDeadline(time.Now().Add(destroyWriteTimeout))
-		// Background: inside the context watcher, Close must not watch a
-		// context of its own.
-		_ = h.pgConn.Close(context.Background())
-	}
-	if h.pgConn.IsClosed() {
-		r.outcome = CancelClosed
-	} else {
+	switch {
+	case h.confirmed && returned.Before(h.deadline):
 		_ = h.netConn.SetDeadline(time.Time{})
+	case returned.Before(h.deadline):
+		// The statement is over and its backend idle: close the connection
+		// now (a late cancel finds nothing to cancel). Background: inside
+		// the context watcher, Close must not watch a context of its own.
+		_ = h.netConn.SetDeadline(time.Now().Add(destroyWriteTimeout))
+		_ = h.pgConn.Close(context.Background())
+		r.outcome = CancelClosed
+	default:
+		// The grace ran out: the read failed on the socket's deadline and
+		// pgconn closes the connection as this returns, sending a protocol
+		// cancel first so the statement stops; that cancel can only reach
+		// this backend. The deadline stays passed, and the pool discards
+		// the connection if anything is left of it (doomed).
+		_ = h.netConn.SetDeadline(h.began)
+		h.doomed.Store(true)
+		r.outcome = CancelClosed
 	}
 	h.c.finish(h.ctx, h.pgConn.PID(), r, h.began)
 	h.ctx = nil

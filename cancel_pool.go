@@ -56,7 +56,7 @@ func (c *canceller) prepare(ctx context.Context, conn *pgx.Conn) error {
 		case err == nil:
 			h.backendStart.Store(start.UnixMicro())
 			h.direct.Store(pid == conn.PgConn().PID())
-		case errors.As(err, &pgErr) || errors.Is(err, pgx.ErrNoRows):
+		case errors.Is(err, pgx.ErrNoRows) || (errors.As(err, &pgErr) && !endsSession(pgErr) && !conn.IsClosed()):
 			// A server without pg_stat_activity as PostgreSQL has it: the
 			// protocol cancel is the way to reach this backend.
 		default:

@@ -160,7 +160,7 @@ func (p *Pool) resolve(ctx context.Context, xid string, lost error) (Class, erro
 	defer cancel()
 	for {
 		var status *string
-		err := p.Pool.QueryRow(rctx, statusSQL, xid).Scan(&status)
+		err := p.Pool.QueryRow(rctx, statusSQL, pgx.QueryExecModeExec, xid).Scan(&status)
 		switch {
 		case err != nil || status == nil:
 			// Unreachable, or the id is too old to know: the outcome stays

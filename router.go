@@ -106,7 +106,7 @@ func (r *ReplicaRouter) ReadWithOptions(ctx context.Context, opts TxOptions, fn 
 			}
 			return err
 		}
-		if r.cfg.RetargetOnOverload && Classify(err) == ClassOverload && i+1 < n {
+		if r.cfg.RetargetOnOverload && Classify(err).adaptive() && i+1 < n {
 			r.retargets.Add(1)
 			continue
 		}
@@ -130,12 +130,12 @@ func (r *ReplicaRouter) onReplica(ctx context.Context, replica *Pool, opts TxOpt
 	case err == nil:
 		return false, nil
 	case ctx.Err() != nil:
-		return false, withContextErr(ctx, err) // the caller is gone: no fallback
+		return false, err // the caller is gone: no fallback
 	case errors.Is(err, ErrCircuitOpen) || rctx.Err() != nil:
 		return true, err // refused, or slower than ReplicaTimeout
 	}
 	switch Classify(err) {
-	case ClassConnectionLost, ClassAmbiguous, ClassOverload, ClassTimeout:
+	case ClassConnectionLost, ClassAmbiguous, ClassOverload, ClassUnavailable, ClassTimeout:
 		return true, err
 	}
 	return false, err // the caller's or the query's own error: the primary would say the same

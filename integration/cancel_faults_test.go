@@ -151,10 +151,15 @@ func testRole(t *testing.T, ctx context.Context, admin *pgx.Conn, dsn, prefix, g
 // time from the deadline to the release, and the call's error.
 func lockHolder(t *testing.T, ctx context.Context, pool *pgtx.Pool, waiter *pgx.Conn) (time.Duration, error) {
 	t.Helper()
-	locked := make(chan struct{})
+	locked, noLock := make(chan struct{}), make(chan struct{})
 	released := make(chan time.Time, 1)
 	go func() {
-		<-locked
+		select {
+		case <-locked:
+		case <-noLock:
+			released <- time.Time{}
+			return
+		}
 		if _, err := waiter.Exec(ctx, "update hot set n = n + 1 where id = 1"); err != nil {
 			t.Errorf("waiter: %v", err)
 		}
@@ -171,6 +176,13 @@ func lockHolder(t *testing.T, ctx context.Context, pool *pgtx.Pool, waiter *pgx.
 		_, err := tx.Exec(ctx, "select pg_sleep(30)")
 		return err
 	})
+	select {
+	case <-locked:
+	default:
+		close(noLock)
+		<-released
+		t.Fatalf("the row was never locked: %v", err)
+	}
 	return (<-released).Sub(deadline), err
 }
 
@@ -201,4 +213,26 @@ func TestCancelRoleOnlyInPgSignalBackend(t *testing.T) {
 	if s.Pool.NewConnsCount() != 1 {
 		t.Errorf("new connections = %d, want 1: the cancel keeps the connection", s.Pool.NewConnsCount())
 	}
+}
+
+// TestUnconfirmedProtocolCancelNeverReused: CancelModeProtocol with 1.5s of
+// latency on the cancel request's route only. pgx's CancelRequest gives up
+// waiting for the server's acknowledgement at the grace and returns nil;
+// the request is still on its way and must not be taken as finished.
+func TestUnconfirmedProtocolCancelNeverReused(t *testing.T) {
+	ctx := testCtx(t)
+	_, proxy, through := proxied(t)
+	pool := newPool(t, through, func(c *pgtx.Config) {
+		c.MaxConns = 1
+		c.CancelMode = pgtx.CancelModeProtocol
+		c.CancelGrace = 500 * time.Millisecond
+	})
+	warmCancel(t, ctx, pool)
+	before := pool.Stats()
+	proxy.SetClassLatency(pgtest.ClassCancelRequest, 1500*time.Millisecond)
+
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, _ = pool.Exec(cctx, "select pg_sleep(0.3)") // ends by itself before the grace
+	cancel()
+	assertNextBorrowerUntouched(t, ctx, pool, before)
 }
