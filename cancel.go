@@ -18,25 +18,33 @@ import (
 type CancelMode int
 
 const (
-	// CancelModePool (the default) sends
-	// pg_cancel_backend(pid) over a small dedicated cancel pool and waits
-	// for it before the connection runs anything else or goes back to the
-	// pool. The statement stops on the server at once (its locks are
-	// released now), the call gets 57014 back, and the connection is kept:
-	// no reconnect per timeout. The backend is matched by pid and
-	// backend_start, so a recycled pid is never signalled. The role needs
-	// the right to cancel its own backends (the same role, or membership in
-	// pg_signal_backend); when the cancel pool cannot connect or may not
-	// cancel, pgtx falls back to the protocol cancel request, then to
-	// closing the connection. Do not use it behind a transaction-pooling
-	// PgBouncer, where a pid is the pooler's, not the session's.
+	// CancelModePool (the default) sends pg_cancel_backend(pid) over a small
+	// dedicated cancel pool and waits for its answer before the connection
+	// runs anything else or goes back to the pool. The statement stops on
+	// the server at once (its locks are released now), the call gets 57014
+	// back, and the connection is kept: no reconnect per timeout. The
+	// backend is matched by pid and backend_start, so a recycled pid is
+	// never signalled.
+	//
+	// The cancel pool's role must be allowed to cancel the main role's
+	// backends (the same role, a member of it, or a member of
+	// pg_signal_backend, which cannot cancel a superuser's) and to see their
+	// backend_start in pg_stat_activity (the same role, a member of it, or
+	// a member of pg_read_all_stats). When it cannot see the identity, or
+	// cannot connect, may not cancel, or is busy, that cancel goes as the
+	// protocol cancel request (CancelModeProtocol). So does every cancel of
+	// a connection that does not reach its backend directly: pgtx compares,
+	// when the connection is made, the pid the server reports for the
+	// session with the one the connection was given, and behind a pooler
+	// such as PgBouncer they differ.
 	CancelModePool CancelMode = iota
 
 	// CancelModeProtocol sends the wire protocol's CancelRequest (on a new
 	// connection, with the backend's secret key, as libpq's PQcancel) and
-	// waits for the server to acknowledge it before the connection is used
-	// again. Use it behind PgBouncer, which routes cancel requests to the
-	// right server connection. The connection is kept.
+	// waits until the server, or the pooler in front of it, acknowledges it
+	// by closing that connection. It needs no privilege and no cancel pool,
+	// and works behind PgBouncer, which routes cancel requests to the right
+	// server connection. The connection is kept.
 	CancelModeProtocol
 
 	// CancelModeClose closes the connection at once, as pgx does by default
@@ -46,6 +54,11 @@ const (
 	// becomes a reconnect storm.
 	CancelModeClose
 )
+
+// In every mode a connection whose cancel is not confirmed finished (the
+// cancel pool's answer or the protocol's acknowledgement did not arrive
+// within Config.CancelGrace) is destroyed, never reused: the cancel may
+// still arrive and would cancel the next borrower's statement.
 
 // String returns the mode's name.
 func (m CancelMode) String() string {

@@ -37,15 +37,19 @@ type Config struct {
 	// StatementTimeout is the server's statement_timeout, sent as a session
 	// parameter when each connection starts, so every statement (plain pool
 	// queries too) has a server-side limit at no per-transaction cost. A
-	// statement_timeout given in the connection string wins over the default
+	// statement_timeout given in the connection string (as a parameter, or
+	// as "-c statement_timeout=..." in its options) wins over the default
 	// but not over an explicit value here. 0 means DefaultStatementTimeout
-	// (5s); negative leaves the server's setting alone. Round to milliseconds.
+	// (5s); negative leaves the server's setting alone and sends no startup
+	// parameter at all, on the cancel pool either: set it so behind a pooler
+	// that refuses them (PgBouncer). Round to milliseconds.
 	StatementTimeout time.Duration
 
 	// IdleInTransactionTimeout is the server's
 	// idle_in_transaction_session_timeout, a session parameter: the server
 	// ends a session left idle inside a transaction (by a caller that died
-	// between statements) after this long. 0 means
+	// between statements) after this long. One given in the connection
+	// string wins over the default, as for StatementTimeout. 0 means
 	// DefaultIdleInTransactionTimeout (10s); negative leaves the server's
 	// setting alone.
 	IdleInTransactionTimeout time.Duration
@@ -75,9 +79,11 @@ type Config struct {
 
 	// CancelGrace bounds a cancellation: if the statement has not returned
 	// this long after its context ended (the cancel was lost, the server is
-	// unreachable), the connection's socket deadline passes, the call
-	// returns and the connection is discarded. Nothing waits longer. 0 means
-	// DefaultCancelGrace (2s); negative is refused.
+	// unreachable, a pooler queues the statement and drops its cancel), the
+	// connection's socket deadline passes, the call returns and the
+	// connection is discarded; so is one whose cancel was not confirmed
+	// finished by then. Nothing waits longer. 0 means DefaultCancelGrace
+	// (2s); negative is refused.
 	CancelGrace time.Duration
 
 	// CancelPoolSize is the maximum size of the cancel pool
@@ -87,10 +93,9 @@ type Config struct {
 
 	// CancelConnString, when set, is the connection string of the cancel
 	// pool; by default it reaches the main pool's server as the same role.
-	// Set it to reach the server directly when the main pool goes through a
-	// proxy, or to use a role that is a member of pg_signal_backend. It
-	// must reach the same server: backends are matched by pid and
-	// backend_start.
+	// Set it to use a role of its own (a member of pg_signal_backend and
+	// pg_read_all_stats: see CancelModePool). It must reach the same
+	// server: backends are matched by pid and backend_start.
 	CancelConnString string
 
 	// CancelConnectTimeout bounds a connect of the cancel pool. 0 means

@@ -126,3 +126,28 @@ func TestDefaultsResolved(t *testing.T) {
 		t.Errorf("retry defaults = %+v", r)
 	}
 }
+
+// TestOptionsSet: the libpq options forms that set a server parameter.
+func TestOptionsSet(t *testing.T) {
+	tests := []struct {
+		options string
+		want    bool
+	}{
+		{"-c statement_timeout=60000", true},
+		{"-cstatement_timeout=60000", true},
+		{"--statement_timeout=60000", true},
+		{"--statement-timeout=60000", true},
+		{"-c work_mem=8MB -c statement_timeout=1s", true},
+		{"-c STATEMENT_TIMEOUT=1s", true},
+		{"-c work_mem=8MB", false},
+		{"-c application_name=statement_timeout\\ 5", false},
+		{"-c statement_timeout", false},
+		{"", false},
+		{"-c", false},
+	}
+	for _, tt := range tests {
+		if got := optionsSet(tt.options, "statement_timeout"); got != tt.want {
+			t.Errorf("optionsSet(%q) = %v, want %v", tt.options, got, tt.want)
+		}
+	}
+}

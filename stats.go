@@ -60,15 +60,17 @@ type CancelStats struct {
 	// NotFound counts cancels whose backend (pid and backend_start) no
 	// longer existed: nothing was signalled.
 	NotFound int64
-	// PoolErrors counts cancels the cancel pool could not deliver (it could
-	// not connect, or was not allowed to cancel), which then fell back.
+	// PoolErrors counts cancels the cancel pool could not deliver (it was
+	// busy, could not connect, was not allowed to cancel, or its answer was
+	// lost); all but the last then fell back to the protocol cancel.
 	PoolErrors int64
 	// Protocol counts cancels delivered with the protocol cancel request,
 	// in CancelModeProtocol or as the fallback of CancelModePool.
 	Protocol int64
-	// Closed counts connections closed instead of cancelled: in
-	// CancelModeClose, when every other way failed, or when the context
-	// ended before the connection was ready.
+	// Closed counts connections a cancellation destroyed: in
+	// CancelModeClose, when the cancel was not confirmed finished, when the
+	// statement did not return within the grace, or when the context ended
+	// before the connection was ready. Such a connection is never reused.
 	Closed int64
 	// Latency is the time from the context's end to the cancel's answer.
 	Latency LatencyStats

@@ -89,9 +89,16 @@ type TxOptions struct {
 // errors end the call. fn must therefore be safe to run more than once: no
 // side effects outside the transaction.
 //
-// fn receives ctx and a pgx.Tx; it must not call Commit or Rollback. When
-// ctx ends the call, errors.Is(err, ctx.Err()) holds. A panic in fn rolls
-// back, releases the connection and propagates unchanged.
+// fn receives ctx and a pgx.Tx whose Commit and Rollback are refused:
+// Transaction ends the transaction itself. fn calling them, running COMMIT
+// or ROLLBACK as SQL, or returning with rows still open is an error
+// matching ErrInvalidArgument that says so, and nothing is committed by
+// surprise. When ctx ends the call (the statement was cancelled, or a retry
+// was due), errors.Is(err, ctx.Err()) holds; an unknown COMMIT outcome or
+// fn's own error that merely raced the cancellation keeps its class. If ctx
+// has ended by the time fn returns nil, the transaction is rolled back, not
+// committed. A panic in fn rolls back, releases the connection and
+// propagates unchanged.
 func Transaction(ctx context.Context, pool *Pool, iso Isolation, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return TransactionWithOptions(ctx, pool, TxOptions{Isolation: iso}, fn)
 }

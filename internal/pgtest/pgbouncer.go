@@ -86,8 +86,8 @@ type Bouncer struct {
 // without a DSN, and a PgBouncer that does not start fail tb. When PgBouncer is not
 // installed the test is skipped with how to install it, except under CI=true where
 // that is a failure; it is looked for in PGTX_TEST_PGBOUNCER, then PATH, then
-// /usr/sbin/pgbouncer. A server reached over a Unix socket skips the test: PgBouncer
-// is given the server's TCP address.
+// /usr/sbin/pgbouncer. A server reached over a Unix socket skips the test (fails it
+// under CI=true): PgBouncer is given the server's TCP address.
 func StartBouncer(tb testing.TB, s *Server, opts BouncerOptions) *Bouncer {
 	tb.Helper()
 	if s == nil || s.base == nil {
@@ -106,7 +106,11 @@ func StartBouncer(tb testing.TB, s *Server, opts BouncerOptions) *Bouncer {
 		}
 	}
 	if s.Addr() == "" {
-		tb.Skip("pgtest: the test server is reached over a Unix socket; StartBouncer needs its TCP address")
+		msg := "pgtest: the test server is reached over a Unix socket; StartBouncer needs its TCP address"
+		if isCI(os.Getenv) {
+			tb.Fatal(msg + " (CI=true: a failure, not a skip)")
+		}
+		tb.Skip(msg)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startAttempts*(bouncerReadyTimeout+bouncerStopTimeout+killGrace))
 	defer cancel()
