@@ -119,9 +119,11 @@ func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config) (*c
 			return nil, fmt.Errorf("pgtx: cancel pool: %w", err)
 		}
 	}
+	// pgtx sets PrepareConn, which makes pgxpool ignore BeforeAcquire: a
+	// caller's BeforeAcquire is called from it instead.
 	userPrepare := mainCfg.PrepareConn
-	if userPrepare == nil && mainCfg.BeforeAcquire != nil {
-		before := mainCfg.BeforeAcquire
+	//lint:ignore SA1019 the caller's deprecated hook must keep working
+	if before := mainCfg.BeforeAcquire; userPrepare == nil && before != nil {
 		userPrepare = func(ctx context.Context, conn *pgx.Conn) (bool, error) { return before(ctx, conn), nil }
 	}
 	mainCfg.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {

@@ -236,3 +236,37 @@ func TestUnconfirmedProtocolCancelNeverReused(t *testing.T) {
 	cancel()
 	assertNextBorrowerUntouched(t, ctx, pool, before)
 }
+
+// TestUserAcquireHooksKept: pgtx installs a PrepareConn of its own (to keep
+// doomed connections from being handed out); the caller's PrepareConn, or
+// its deprecated BeforeAcquire, still runs on every acquire.
+func TestUserAcquireHooksKept(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := newDB(t)
+	tests := []struct {
+		name string
+		set  func(c *pgtx.Config, calls *counter)
+	}{
+		{"PrepareConn", func(c *pgtx.Config, calls *counter) {
+			c.PrepareConn = func(context.Context, *pgx.Conn) (bool, error) { calls.inc(); return true, nil }
+		}},
+		{"BeforeAcquire", func(c *pgtx.Config, calls *counter) {
+			//lint:ignore SA1019 the deprecated hook is what is under test
+			c.BeforeAcquire = func(context.Context, *pgx.Conn) bool { calls.inc(); return true }
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var calls counter
+			pool := newPool(t, dsn, func(c *pgtx.Config) { tt.set(c, &calls) })
+			for range 3 {
+				if _, err := pool.Exec(ctx, "select 1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if calls.get() != 3 {
+				t.Errorf("the caller's hook ran %d times for 3 acquires", calls.get())
+			}
+		})
+	}
+}
