@@ -342,7 +342,12 @@ func TestBouncerAdmissionBackoff(t *testing.T) {
 			t.Fatal(err)
 		}
 		tr := &bouncerTracer{}
-		pool := newPool(t, through, func(c *pgtx.Config) { bouncerSettings(c); c.Tracer = tr; c.Retry.Jitter = half })
+		pool := newPool(t, through, func(c *pgtx.Config) {
+			bouncerSettings(c)
+			c.Tracer = tr
+			c.Retry.Jitter = half
+			c.AcquireTimeout = 5 * time.Second // PgBouncer's 1s query_wait_timeout answers first
+		})
 		err = pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "select 1")
 			return err
