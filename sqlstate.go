@@ -139,7 +139,10 @@ func IsRetryable(err error) bool {
 // It looks through wrapped and joined errors. The precedence is: NonRetryable
 // and ErrCommitUnknown first (they are explicit decisions), then context
 // errors and ErrAcquireTimeout (the caller's budget is spent), then the
-// SQLSTATE of the first PgError, then network-level failures, then permanent.
+// SQLSTATE of the first PgError (with the texts of the poolers that send
+// their own errors under a generic code), then network-level failures — no
+// such host or socket file (permanent), a connection that could not be made
+// (unavailable), one that broke (connection lost) — then permanent.
 func Classify(err error) Class {
 	if err == nil {
 		return ClassNone
