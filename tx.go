@@ -249,6 +249,11 @@ func (a *txAttempt) run(ctx context.Context) (Class, error) {
 		return classifyFnError(err, conn), err
 	}
 	pgConn := conn.Conn().PgConn()
+	if pgConn.IsClosed() {
+		// fn swallowed the error of a connection that died under it: the
+		// transaction died with its session, and COMMIT is never sent.
+		return ClassConnectionLost, errLostBeforeCommit
+	}
 	if err := a.tx.check(pgConn); err != nil {
 		return ClassPermanent, err
 	}
@@ -265,6 +270,10 @@ func (a *txAttempt) run(ctx context.Context) (Class, error) {
 	}
 	return a.commit(ctx, tx, pgConn.Conn())
 }
+
+// errLostBeforeCommit is the error of an attempt whose connection was closed
+// when fn returned nil.
+var errLostBeforeCommit = fmt.Errorf("pgtx: the connection was lost before COMMIT was sent: %w", pgconn.ErrConnClosed)
 
 // classifyFnError classifies an error returned by fn. A network-level error
 // only counts as a lost connection when the transaction's connection is in

@@ -231,3 +231,32 @@ func TestPanickingHalfOpenProbeDoesNotWedge(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectionLostInsideFnIsNotAnUnknownCommit: fn swallows the error of
+// a statement that ended its own session (57P01) and returns nil. COMMIT is
+// never sent on a connection known to be closed: the transaction died with
+// its session, so it runs again, and nothing reports an unknown outcome.
+func TestConnectionLostInsideFnIsNotAnUnknownCommit(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := newDB(t)
+	admin := directConn(t, dsn)
+	mustExec(t, ctx, admin, "create table m (id text primary key)")
+	pool := newPool(t, dsn, nil)
+	attempts := 0
+	err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		attempts++
+		if _, err := tx.Exec(ctx, "insert into m values ('x')"); err != nil {
+			return err
+		}
+		if attempts == 1 {
+			_, _ = tx.Exec(ctx, "select pg_terminate_backend(pg_backend_pid())") // error swallowed
+		}
+		return nil
+	})
+	if err != nil || attempts != 2 {
+		t.Fatalf("err = %v after %d attempts, want success on the second: COMMIT was never sent on the dead connection", err, attempts)
+	}
+	if n := queryInt(t, ctx, admin, "select count(*) from m"); n != 1 {
+		t.Errorf("rows = %d, want 1", n)
+	}
+}
