@@ -288,7 +288,13 @@ func (h *cancelHandler) send(deadline time.Time) (r cancelResult, confirmed bool
 		case poolNotFound:
 			return cancelResult{outcome: CancelNotFound}, true
 		case poolUnknown:
-			return cancelResult{outcome: CancelClosed}, false
+			// The signal may still arrive, so the connection cannot be kept;
+			// if there is time, stop the statement (and its locks) now all
+			// the same. Either cancel can only reach this backend.
+			if ctx.Err() == nil {
+				h.c.protocolCancel(ctx, h.pgConn)
+			}
+			return cancelResult{outcome: CancelClosed, fellBack: true}, false
 		}
 		r.fellBack = true
 	}

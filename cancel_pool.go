@@ -180,6 +180,10 @@ func (c *canceller) viaPool(ctx context.Context, pid uint32, backendStart int64)
 		return poolNotSent
 	}
 	c.stats.poolErrors.Add(1)
+	if ctx.Err() == nil {
+		// Not a slow answer: the cancel pool's connection broke.
+		c.markUnhealthy()
+	}
 	return poolUnknown
 }
 

@@ -104,16 +104,12 @@ func TestBouncerWorkload(t *testing.T) {
 	}
 }
 
-// TestBouncerCancelStopsStatement: behind a transaction-mode PgBouncer,
-// each CancelMode stops a statement holding a row lock on the server within
-// 200ms of the deadline (measured by a session waiting for the row on the
-// server directly), with no reconnect except in close mode.
+// TestBouncerCancelStopsStatement: behind PgBouncer, in transaction and in
+// session mode, each CancelMode stops a statement holding a row lock on the
+// server within 200ms of the deadline (measured by a session waiting for the
+// row on the server directly), with no reconnect except in close mode.
 func TestBouncerCancelStopsStatement(t *testing.T) {
 	ctx := testCtx(t)
-	direct, through, _ := behindBouncer(t, pgtest.BouncerOptions{DefaultPoolSize: 2})
-	admin := directConn(t, direct)
-	mustExec(t, ctx, admin, "create table hot (id int primary key, n int not null)")
-	mustExec(t, ctx, admin, "insert into hot values (1, 0)")
 	tests := []struct {
 		name         string
 		mode         pgtx.CancelMode
@@ -124,37 +120,45 @@ func TestBouncerCancelStopsStatement(t *testing.T) {
 		{"protocol", pgtx.CancelModeProtocol, false},
 		{"close", pgtx.CancelModeClose, false},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			waiter := directConn(t, direct)
-			var worst time.Duration
-			// A pool per round: each connection gets a cancel key of its own
-			// from PgBouncer, which may or may not look like a backend pid.
-			for range 6 {
-				pool := newPool(t, through, func(c *pgtx.Config) {
-					bouncerSettings(c)
-					c.MaxConns = 1
-					c.CancelMode = tt.mode
-					if tt.cancelDirect {
-						c.CancelConnString = direct
+	for _, poolMode := range []pgtest.PoolMode{pgtest.PoolTransaction, pgtest.PoolSession} {
+		direct, through, _ := behindBouncer(t, pgtest.BouncerOptions{Mode: poolMode, DefaultPoolSize: 3})
+		admin := directConn(t, direct)
+		mustExec(t, ctx, admin, "create table hot (id int primary key, n int not null)")
+		mustExec(t, ctx, admin, "insert into hot values (1, 0)")
+		for _, tt := range tests {
+			t.Run(string(poolMode)+"/"+tt.name, func(t *testing.T) {
+				waiter := directConn(t, direct)
+				var worst time.Duration
+				// A pool per round: each connection gets a cancel key of its
+				// own from PgBouncer, which may or may not look like a
+				// backend pid.
+				for range 6 {
+					pool := newPool(t, through, func(c *pgtx.Config) {
+						bouncerSettings(c)
+						c.MaxConns = 1
+						c.CancelMode = tt.mode
+						if tt.cancelDirect {
+							c.CancelConnString = direct
+						}
+					})
+					toRelease, err := lockHolder(t, ctx, pool, waiter)
+					if !errors.Is(err, context.DeadlineExceeded) {
+						t.Fatalf("err = %v, want DeadlineExceeded", err)
 					}
-				})
-				toRelease, err := lockHolder(t, ctx, pool, waiter)
-				if !errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("err = %v, want DeadlineExceeded", err)
+					worst = max(worst, toRelease)
+					s := pool.Stats()
+					if n := s.Pool.NewConnsCount(); tt.mode != pgtx.CancelModeClose && n != 1 {
+						t.Errorf("new connections = %d, want 1: the cancel keeps the connection", n)
+					}
+					t.Logf("deadline -> lock release %v; cancels %+v", toRelease.Round(time.Millisecond), s.Cancels)
+					pool.Close() // in session mode its server connections are PgBouncer's whole pool
 				}
-				worst = max(worst, toRelease)
-				s := pool.Stats()
-				if n := s.Pool.NewConnsCount(); tt.mode != pgtx.CancelModeClose && n != 1 {
-					t.Errorf("new connections = %d, want 1: the cancel keeps the connection", n)
+				t.Logf("%s, %s: worst deadline -> lock release %v over 6 connections", poolMode, tt.name, worst.Round(time.Millisecond))
+				if worst > 200*time.Millisecond {
+					t.Errorf("lock released %v after the deadline, want within 200ms", worst.Round(time.Millisecond))
 				}
-				t.Logf("deadline -> lock release %v; cancels %+v", toRelease.Round(time.Millisecond), s.Cancels)
-			}
-			t.Logf("%s: worst deadline -> lock release %v over 6 connections", tt.name, worst.Round(time.Millisecond))
-			if worst > 200*time.Millisecond {
-				t.Errorf("lock released %v after the deadline, want within 200ms", worst.Round(time.Millisecond))
-			}
-		})
+			})
+		}
 	}
 }
 
