@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -287,84 +285,6 @@ func newPgxpool(ctx context.Context, pc *pgxpool.Config) (pool *pgxpool.Pool, er
 		}
 	}()
 	return pgxpool.NewWithConfig(ctx, pc)
-}
-
-// setSessionParam sets a server parameter, in milliseconds, to be sent at
-// connect. An explicit v wins; with v == 0 a value already in the connection
-// string (as a parameter of its own, or as -c name=value in its options, the
-// libpq way) wins over def; a negative v leaves params alone.
-func setSessionParam(params map[string]string, name string, v, def time.Duration) {
-	switch {
-	case v < 0:
-		return
-	case v == 0:
-		if _, ok := params[name]; ok || optionsSet(params["options"], name) {
-			return
-		}
-		v = def
-	}
-	params[name] = strconv.FormatInt(durationMillis(v), 10)
-}
-
-// optionsSet reports whether the server command-line options of a
-// connection string ("-c name=value", "-cname=value" or "--name=value",
-// with '-' allowed for '_' in the name, as the server reads them) set the
-// parameter name. Backslash escapes a space, as in libpq.
-func optionsSet(options, name string) bool {
-	args := splitOptions(options)
-	for i := 0; i < len(args); i++ {
-		var setting string
-		switch a := args[i]; {
-		case a == "-c" && i+1 < len(args):
-			i++
-			setting = args[i]
-		case strings.HasPrefix(a, "--"):
-			setting = a[2:]
-		case strings.HasPrefix(a, "-c"):
-			setting = a[2:]
-		default:
-			continue
-		}
-		key, _, ok := strings.Cut(setting, "=")
-		if ok && strings.EqualFold(strings.ReplaceAll(key, "-", "_"), name) {
-			return true
-		}
-	}
-	return false
-}
-
-// splitOptions splits options on unescaped white space.
-func splitOptions(s string) []string {
-	var args []string
-	var cur strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c == '\\' && i+1 < len(s):
-			i++
-			cur.WriteByte(s[i])
-		case c == ' ' || c == '\t' || c == '\n':
-			if cur.Len() > 0 {
-				args = append(args, cur.String())
-				cur.Reset()
-			}
-		default:
-			cur.WriteByte(c)
-		}
-	}
-	if cur.Len() > 0 {
-		args = append(args, cur.String())
-	}
-	return args
-}
-
-// durationMillis rounds d up to whole milliseconds, so a positive timeout
-// never becomes 0 (which Postgres reads as "no limit").
-func durationMillis(d time.Duration) int64 {
-	ms := int64(d / time.Millisecond)
-	if d%time.Millisecond != 0 {
-		ms++
-	}
-	return ms
 }
 
 // Close closes the pool, waits for its connections to close and for
