@@ -27,9 +27,10 @@
 // Serializable; the zero value is refused). TransactionWithOptions adds read
 // only, deferrable, a statement timeout for this transaction (sent with
 // BEGIN, no extra round trip), per-call retry caps and a label for traces.
-// fn receives a pgx.Tx, so sqlc's Queries.WithTx(tx) works unchanged; it must
-// not call Commit or Rollback, and it may run more than once, so it must not
-// have side effects outside the transaction.
+// fn receives a pgx.Tx, so sqlc's Queries.WithTx(tx) works unchanged; its
+// Commit and Rollback are refused (Transaction ends the transaction), and it
+// may run more than once, so it must not have side effects outside the
+// transaction.
 //
 // # What is retried
 //
@@ -38,10 +39,12 @@
 // with full jitter, at most RetryPolicy.MaxRetries times (default 10). It
 // also runs again, on a fresh connection, when the connection was lost before
 // COMMIT was sent. Overload errors (53300 too_many_connections, 57P03
-// cannot_connect_now, the pooler equivalents, and a connection that cannot be
-// made while the server restarts) are retried at most RetryPolicy.MaxAdaptiveRetries
-// times (default 2) with jitter * min(10s, 100ms * 2^attempt); once one has
-// been seen, that cap applies to every later retry of the call. A retry whose
+// cannot_connect_now, the pooler equivalents) and an unavailable server (a
+// connection that cannot be made while the server restarts) are retried at
+// most RetryPolicy.MaxAdaptiveRetries times (default 2) with jitter *
+// min(10s, 100ms * 2^attempt); once one has been seen, that cap applies to
+// every later retry of the call, but a kind of retry the caller switched off
+// stays off. A retry whose
 // pause would end past the context's deadline is not attempted. Overload and
 // lost-connection retries of the whole pool are bounded by a RetryBudget.
 //
@@ -51,17 +54,21 @@
 // ErrAcquireTimeout, ErrQueueFull): what took too long takes too long again.
 // A COMMIT whose connection was lost while it was in flight: the error
 // matches ErrCommitUnknown, because the transaction may have committed
-// (Config.ResolveCommits asks the server what happened). Constraint, syntax
-// and data errors, the caller's own errors, and errors wrapped with
-// NonRetryable.
+// (Config.ResolveCommits asks the server what happened); it means only that.
+// Constraint, syntax, data and authentication errors, a database, host or
+// socket that does not exist, the caller's own errors and misuse, and errors
+// wrapped with NonRetryable.
 //
 // # When the context ends
 //
 // The running statement is cancelled on the server (pg_cancel_backend over a
 // small cancel pool, matched by pid and backend_start), its locks are
 // released at once, and the connection is kept; it is not used again until
-// the cancel has finished. This holds for Transaction and for the Pool's
-// query methods. See CancelMode for pgbouncer and the other modes.
+// the cancel is confirmed finished, and a connection whose cancel cannot be
+// confirmed is destroyed, so a late cancel never reaches the next borrower.
+// Behind a pooler such as PgBouncer each connection is cancelled with the
+// protocol's cancel request instead. This holds for Transaction and for the
+// Pool's query methods. See CancelMode for the modes and their privileges.
 //
 // # Bounded waits
 //
