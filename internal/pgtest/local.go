@@ -48,14 +48,6 @@ type localCluster struct {
 	proc *serverProcess // nil while down
 }
 
-// serverProcess is one run of the postmaster. Its reaper goroutine, started with it,
-// ends when the process exits; done is closed then.
-type serverProcess struct {
-	cmd     *exec.Cmd
-	done    chan struct{}
-	waitErr error // valid once done is closed
-}
-
 func (c *localCluster) dataDir() string { return filepath.Join(c.root, "data") }
 func (c *localCluster) sockDir() string { return filepath.Join(c.root, "sock") }
 func (c *localCluster) logPath() string { return filepath.Join(c.root, "server.log") }
@@ -165,14 +157,10 @@ func (c *localCluster) start(ctx context.Context) error {
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = serverSysProcAttr(c.cred)
-	if err := cmd.Start(); err != nil {
+	p, err := startProcess(cmd)
+	if err != nil {
 		return fmt.Errorf("pgtest: start postgres: %w", err)
 	}
-	p := &serverProcess{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
 	c.proc = p
 
 	if err := waitReady(ctx, c.dsn().String(), c.dataDir(), p, readyTimeout); err != nil {
@@ -192,33 +180,25 @@ func (c *localCluster) start(ctx context.Context) error {
 func waitReady(ctx context.Context, dsn, dataDir string, p *serverProcess, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	return p.waitReady(ctx, "server", func(ctx context.Context) (bool, error) {
 		attemptCtx, attemptCancel := context.WithTimeout(ctx, time.Second)
 		conn, err := pgconn.Connect(attemptCtx, dsn)
 		attemptCancel()
-		if err == nil {
-			res := conn.ExecParams(ctx, "SELECT current_setting('data_directory')", nil, nil, nil, nil).Read()
-			err = errors.Join(res.Err, conn.Close(ctx))
-			switch {
-			case err != nil:
-				return fmt.Errorf("first query: %w", err)
-			case len(res.Rows) != 1 || len(res.Rows[0]) != 1:
-				return fmt.Errorf("first query: %d rows", len(res.Rows))
-			case filepath.Clean(string(res.Rows[0][0])) != filepath.Clean(dataDir):
-				return fmt.Errorf("%w: a server with data directory %s answers", errPortTaken, res.Rows[0][0])
-			}
-			return nil
+		if err != nil {
+			return true, err
 		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("the server process exited (%v)", p.waitErr)
-		case <-ctx.Done():
-			return fmt.Errorf("not accepting connections: %w (last error: %w)", ctx.Err(), err)
-		case <-tick.C:
+		res := conn.ExecParams(ctx, "SELECT current_setting('data_directory')", nil, nil, nil, nil).Read()
+		err = errors.Join(res.Err, conn.Close(ctx))
+		switch {
+		case err != nil:
+			return false, fmt.Errorf("first query: %w", err)
+		case len(res.Rows) != 1 || len(res.Rows[0]) != 1:
+			return false, fmt.Errorf("first query: %d rows", len(res.Rows))
+		case filepath.Clean(string(res.Rows[0][0])) != filepath.Clean(dataDir):
+			return false, fmt.Errorf("%w: a server with data directory %s answers", errPortTaken, res.Rows[0][0])
 		}
-	}
+		return false, nil
+	})
 }
 
 // stopProcess signals the postmaster (SIGINT: fast shutdown, SIGQUIT: immediate) and
@@ -229,22 +209,7 @@ func (c *localCluster) stopProcess(sig syscall.Signal) error {
 		return nil
 	}
 	c.proc = nil
-	_ = p.cmd.Process.Signal(sig) // fails only if it has exited already
-	timer := time.NewTimer(stopTimeout)
-	defer timer.Stop()
-	select {
-	case <-p.done:
-		return nil
-	case <-timer.C:
-	}
-	_ = p.cmd.Process.Kill()
-	timer.Reset(killGrace)
-	select {
-	case <-p.done:
-		return fmt.Errorf("postgres ignored %v for %v and was killed", sig, stopTimeout)
-	case <-timer.C:
-		return fmt.Errorf("postgres (pid %d) survived SIGKILL for %v", p.cmd.Process.Pid, killGrace)
-	}
+	return p.stop("postgres", sig, stopTimeout)
 }
 
 // restart stops the server, waits downtime and starts it on the same port.

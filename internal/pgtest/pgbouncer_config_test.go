@@ -23,9 +23,9 @@ func TestBouncerPoolSharing(t *testing.T) {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			t.Parallel()
 			e := newBouncerEnv(t, BouncerOptions{Mode: tc.mode, DefaultPoolSize: tc.poolSize})
-			ctx := bouncerContext(t)
+			ctx := testContext(t)
 			cfg := bouncerConnConfig(t, e.via)
-			a, b := bouncerConnect(t, ctx, cfg), bouncerConnect(t, ctx, cfg)
+			a, b := testConnect(t, ctx, cfg), testConnect(t, ctx, cfg)
 			pidA, pidB := backendPID(t, ctx, a), backendPID(t, ctx, b)
 			if same := pidA == pidB; same != tc.wantSame {
 				t.Errorf("backend pids %d and %d: same %v, want %v", pidA, pidB, same, tc.wantSame)
@@ -38,10 +38,10 @@ func TestBouncerMaxClientConn(t *testing.T) {
 	t.Parallel()
 	const maxConns = 2
 	e := newBouncerEnv(t, BouncerOptions{MaxClientConn: maxConns})
-	ctx := bouncerContext(t)
+	ctx := testContext(t)
 	cfg := bouncerConnConfig(t, e.via)
 	for range maxConns {
-		bouncerExec(t, ctx, bouncerConnect(t, ctx, cfg), "select 1")
+		testExec(t, ctx, testConnect(t, ctx, cfg), "select 1")
 	}
 	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err == nil {
@@ -57,10 +57,10 @@ func TestBouncerMaxClientConn(t *testing.T) {
 func TestBouncerQueryWaitTimeout(t *testing.T) {
 	t.Parallel()
 	e := newBouncerEnv(t, BouncerOptions{QueryWaitTimeout: time.Second, DefaultPoolSize: 1})
-	ctx := bouncerContext(t)
+	ctx := testContext(t)
 	cfg := bouncerConnConfig(t, e.via)
-	holder := bouncerConnect(t, ctx, cfg)
-	waiter := bouncerConnect(t, ctx, cfg) // logs in while the pool's server is free
+	holder := testConnect(t, ctx, cfg)
+	waiter := testConnect(t, ctx, cfg) // logs in while the pool's server is free
 	tx, err := holder.Begin(ctx)
 	if err != nil {
 		t.Fatalf("begin: %v", err)

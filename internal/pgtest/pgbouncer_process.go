@@ -144,14 +144,10 @@ func (b *Bouncer) start(ctx context.Context) error {
 	cmd.Stdout = out
 	cmd.Stderr = out
 	cmd.SysProcAttr = serverSysProcAttr(b.cred)
-	if err := cmd.Start(); err != nil {
+	p, err := startProcess(cmd)
+	if err != nil {
 		return fmt.Errorf("pgtest: start pgbouncer: %w", err)
 	}
-	p := &serverProcess{cmd: cmd, done: make(chan struct{})}
-	go func() {
-		p.waitErr = cmd.Wait()
-		close(p.done)
-	}()
 	b.proc = p
 
 	if err := b.waitReady(ctx, p); err != nil {
@@ -171,21 +167,10 @@ func (b *Bouncer) start(ctx context.Context) error {
 func (b *Bouncer) waitReady(ctx context.Context, p *serverProcess) error {
 	ctx, cancel := context.WithTimeout(ctx, bouncerReadyTimeout)
 	defer cancel()
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	return p.waitReady(ctx, "pgbouncer", func(ctx context.Context) (bool, error) {
 		err := b.probe(ctx)
-		if err == nil || errors.Is(err, errPortTaken) {
-			return err
-		}
-		select {
-		case <-p.done:
-			return fmt.Errorf("the pgbouncer process exited (%v)", p.waitErr)
-		case <-ctx.Done():
-			return fmt.Errorf("not ready: %w (last error: %w)", ctx.Err(), err)
-		case <-tick.C:
-		}
-	}
+		return err != nil && !errors.Is(err, errPortTaken), err
+	})
 }
 
 // probe checks once that this pgbouncer answers on its port: its admin console
@@ -240,22 +225,7 @@ func (b *Bouncer) stopProcess() error {
 		return nil
 	}
 	b.proc = nil
-	_ = p.cmd.Process.Signal(syscall.SIGTERM) // fails only if it has exited already
-	timer := time.NewTimer(bouncerStopTimeout)
-	defer timer.Stop()
-	select {
-	case <-p.done:
-		return nil
-	case <-timer.C:
-	}
-	_ = p.cmd.Process.Kill()
-	timer.Reset(killGrace)
-	select {
-	case <-p.done:
-		return fmt.Errorf("pgbouncer ignored SIGTERM for %v and was killed", bouncerStopTimeout)
-	case <-timer.C:
-		return fmt.Errorf("pgbouncer (pid %d) survived SIGKILL for %v", p.cmd.Process.Pid, killGrace)
-	}
+	return p.stop("pgbouncer", syscall.SIGTERM, bouncerStopTimeout)
 }
 
 // sweepStaleBouncers removes the bouncer directories in base of test binaries that

@@ -16,10 +16,10 @@ import (
 func TestBouncerStop(t *testing.T) {
 	t.Parallel()
 	e := newBouncerEnv(t, BouncerOptions{Mode: PoolSession})
-	ctx := bouncerContext(t)
-	c := bouncerConnect(t, ctx, bouncerConnConfig(t, e.via))
-	bouncerExec(t, ctx, c, "begin")
-	bouncerExec(t, ctx, c, "select 1")
+	ctx := testContext(t)
+	c := testConnect(t, ctx, bouncerConnConfig(t, e.via))
+	testExec(t, ctx, c, "begin")
+	testExec(t, ctx, c, "select 1")
 	pid := e.b.proc.cmd.Process.Pid
 
 	start := time.Now()

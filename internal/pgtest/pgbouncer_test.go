@@ -14,9 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// bouncerTestTimeout bounds the database work of one bouncer test.
-const bouncerTestTimeout = 60 * time.Second
-
 // bouncerEnv is a fresh database on the shared server and a PgBouncer in front of
 // the server.
 type bouncerEnv struct {
@@ -43,51 +40,14 @@ func newBouncerEnv(t *testing.T, opts BouncerOptions) *bouncerEnv {
 	return &bouncerEnv{b: b, db: cfg.Database, via: via}
 }
 
-// bouncerContext returns a context that bounds a test's database work.
-func bouncerContext(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), bouncerTestTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // bouncerConnConfig parses dsn for exactly one plain-text connection that uses only
 // the simple protocol: in transaction mode, the extended protocol's several
 // round trips per statement may land on different server connections.
 func bouncerConnConfig(t *testing.T, dsn string) *pgx.ConnConfig {
 	t.Helper()
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		t.Fatalf("parse DSN: %v", err)
-	}
-	cfg.TLSConfig = nil
-	cfg.Fallbacks = nil
-	cfg.ConnectTimeout = 15 * time.Second
+	cfg := connConfig(t, dsn)
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	return cfg
-}
-
-// bouncerConnect opens a connection that is closed when the test ends.
-func bouncerConnect(t *testing.T, ctx context.Context, cfg *pgx.ConnConfig) *pgx.Conn {
-	t.Helper()
-	c, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("connect through the bouncer: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = c.Close(ctx)
-	})
-	return c
-}
-
-// bouncerExec runs sql and fails the test on error.
-func bouncerExec(t *testing.T, ctx context.Context, c *pgx.Conn, sql string, args ...any) {
-	t.Helper()
-	if _, err := c.Exec(ctx, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
 }
 
 // backendPID returns the pid of the server backend that runs c's next statement.
@@ -143,8 +103,8 @@ func TestBouncerQuery(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			e := newBouncerEnv(t, BouncerOptions{Mode: mode})
-			ctx := bouncerContext(t)
-			c := bouncerConnect(t, ctx, bouncerConnConfig(t, e.via))
+			ctx := testContext(t)
+			c := testConnect(t, ctx, bouncerConnConfig(t, e.via))
 			var db string
 			if err := c.QueryRow(ctx, "select current_database()").Scan(&db); err != nil {
 				t.Fatalf("select current_database(): %v", err)
@@ -152,7 +112,7 @@ func TestBouncerQuery(t *testing.T) {
 			if db != e.db {
 				t.Errorf("current_database() = %q through the bouncer, want %q", db, e.db)
 			}
-			bouncerExec(t, ctx, c, "create table t (id int)")
+			testExec(t, ctx, c, "create table t (id int)")
 			tx, err := c.Begin(ctx)
 			if err != nil {
 				t.Fatalf("begin: %v", err)
@@ -187,7 +147,7 @@ func TestBouncerQuery(t *testing.T) {
 func TestBouncerAdmin(t *testing.T) {
 	t.Parallel()
 	e := newBouncerEnv(t, BouncerOptions{})
-	ctx := bouncerContext(t)
+	ctx := testContext(t)
 	for _, cmd := range []string{"SHOW POOLS", "SHOW DATABASES", "RELOAD", "RECONNECT " + e.db, "PAUSE " + e.db, "RESUME " + e.db} {
 		if err := e.b.Admin(ctx, cmd); err != nil {
 			t.Errorf("Admin(%q): %v", cmd, err)
@@ -201,8 +161,8 @@ func TestBouncerAdmin(t *testing.T) {
 	if cfg := adminShow(t, ctx, e.b, "SHOW CONFIG"); len(cfg) == 0 {
 		t.Error("SHOW CONFIG through AdminDSN returned no rows")
 	}
-	c := bouncerConnect(t, ctx, bouncerConnConfig(t, e.via))
-	bouncerExec(t, ctx, c, "select 1")
+	c := testConnect(t, ctx, bouncerConnConfig(t, e.via))
+	testExec(t, ctx, c, "select 1")
 	log, err := os.ReadFile(e.b.LogPath())
 	if err != nil {
 		t.Fatalf("read the log: %v", err)
@@ -219,7 +179,7 @@ func TestBouncerAnyRole(t *testing.T) {
 		t.Skipf("the %s server may ask roles for a password; a role without one works only on a local (trust) server", s.Kind())
 	}
 	e := newBouncerEnv(t, BouncerOptions{})
-	ctx := bouncerContext(t)
+	ctx := testContext(t)
 	random := make([]byte, 4)
 	_, _ = rand.Read(random)
 	role := "pgtx_bouncer_role_" + hex.EncodeToString(random)
@@ -236,7 +196,7 @@ func TestBouncerAnyRole(t *testing.T) {
 	})
 	cfg := bouncerConnConfig(t, e.via)
 	cfg.User = role
-	c := bouncerConnect(t, ctx, cfg)
+	c := testConnect(t, ctx, cfg)
 	var user string
 	if err := c.QueryRow(ctx, "select current_user").Scan(&user); err != nil || user != role {
 		t.Fatalf("current_user = %q, %v; want %q", user, err, role)
@@ -262,7 +222,7 @@ func TestBouncerKill(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newBouncerEnv(t, BouncerOptions{})
-			ctx := bouncerContext(t)
+			ctx := testContext(t)
 			cfg := bouncerConnConfig(t, e.via)
 			started := make(chan struct{}, 1)
 			cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
@@ -273,9 +233,9 @@ func TestBouncerKill(t *testing.T) {
 					}
 				}
 			}
-			c := bouncerConnect(t, ctx, cfg)
-			bouncerExec(t, ctx, c, "begin")
-			bouncerExec(t, ctx, c, "select 1")
+			c := testConnect(t, ctx, cfg)
+			testExec(t, ctx, c, "begin")
+			testExec(t, ctx, c, "select 1")
 			done := make(chan error, 1)
 			if tc.running {
 				go func() {

@@ -20,8 +20,8 @@ import (
 	"go.uber.org/goleak"
 )
 
-// proxyTestTimeout bounds every database operation of a proxy test.
-const proxyTestTimeout = 60 * time.Second
+// testTimeout bounds every database operation of a proxy or bouncer test.
+const testTimeout = 60 * time.Second
 
 // proxyEnv is a fresh database reachable directly and through a Proxy.
 type proxyEnv struct {
@@ -53,17 +53,18 @@ func newProxyEnv(t *testing.T) *proxyEnv {
 	return &proxyEnv{proxy: p, direct: dsn, viaProxy: via, lockKey: rand.Int64()}
 }
 
-// proxyTestContext returns a context that bounds a test's database work.
-func proxyTestContext(t *testing.T) context.Context {
+// testContext returns a context that bounds a test's database work.
+func testContext(t *testing.T) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), proxyTestTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-// proxyConnConfig parses dsn for a plain-text connection without fallbacks, so
-// that every pgx.Connect is exactly one proxied connection.
-func proxyConnConfig(t *testing.T, dsn string) *pgx.ConnConfig {
+// connConfig parses dsn for a plain-text connection without fallbacks, so
+// that every pgx.Connect is exactly one connection through a proxy or a
+// bouncer.
+func connConfig(t *testing.T, dsn string) *pgx.ConnConfig {
 	t.Helper()
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
@@ -75,8 +76,8 @@ func proxyConnConfig(t *testing.T, dsn string) *pgx.ConnConfig {
 	return cfg
 }
 
-// proxyConnect opens a connection that is closed when the test ends.
-func proxyConnect(t *testing.T, ctx context.Context, cfg *pgx.ConnConfig) *pgx.Conn {
+// testConnect opens a connection that is closed when the test ends.
+func testConnect(t *testing.T, ctx context.Context, cfg *pgx.ConnConfig) *pgx.Conn {
 	t.Helper()
 	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -90,8 +91,8 @@ func proxyConnect(t *testing.T, ctx context.Context, cfg *pgx.ConnConfig) *pgx.C
 	return c
 }
 
-// proxyExec runs sql and fails the test on error.
-func proxyExec(t *testing.T, ctx context.Context, c *pgx.Conn, sql string, args ...any) {
+// testExec runs sql and fails the test on error.
+func testExec(t *testing.T, ctx context.Context, c *pgx.Conn, sql string, args ...any) {
 	t.Helper()
 	if _, err := c.Exec(ctx, sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
@@ -114,7 +115,7 @@ func requireConnCut(t *testing.T, what string, err error) {
 // see waitBackendGone.
 func (e *proxyEnv) holdBackendLock(t *testing.T, ctx context.Context, c *pgx.Conn) {
 	t.Helper()
-	proxyExec(t, ctx, c, "select pg_advisory_lock($1)", e.lockKey)
+	testExec(t, ctx, c, "select pg_advisory_lock($1)", e.lockKey)
 }
 
 // waitBackendGone blocks until the backend that called holdBackendLock has
@@ -147,9 +148,9 @@ func proxyRowCount(t *testing.T, ctx context.Context, c *pgx.Conn, id int) int {
 
 func TestProxyPassThrough(t *testing.T) {
 	e := newProxyEnv(t)
-	ctx := proxyTestContext(t)
-	c := proxyConnect(t, ctx, proxyConnConfig(t, e.viaProxy))
-	proxyExec(t, ctx, c, "create table items (id int primary key, note text)")
+	ctx := testContext(t)
+	c := testConnect(t, ctx, connConfig(t, e.viaProxy))
+	testExec(t, ctx, c, "create table items (id int primary key, note text)")
 	big := strings.Repeat("x", 300<<10)
 
 	tests := []struct {
@@ -294,51 +295,26 @@ func proxySumRows(ctx context.Context, c *pgx.Conn, sql string, args ...any) err
 
 func TestProxyCancelRequest(t *testing.T) {
 	e := newProxyEnv(t)
-	ctx := proxyTestContext(t)
-	started := make(chan struct{}, 1)
-	cfg := proxyConnConfig(t, e.viaProxy)
-	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
-		if n.Message == "started" {
-			select {
-			case started <- struct{}{}:
-			default:
-			}
-		}
-	}
-	c := proxyConnect(t, ctx, cfg)
-	done := make(chan error, 1)
-	go func() {
-		// The server flushes the notice at once, so once it arrives the
-		// statement is running and a cancel request will interrupt it.
-		_, err := c.Exec(ctx, "do $$ begin raise notice 'started'; perform pg_sleep(60); end $$")
-		done <- err
-	}()
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("statement ended early: %v", err)
-	}
+	ctx := testContext(t)
+	c, done := e.startCancellable(t, ctx)
 	before := e.proxy.Stats().Accepted
 	if err := c.PgConn().CancelRequest(ctx); err != nil {
 		t.Fatalf("cancel request: %v", err)
 	}
-	err := <-done
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || pgErr.Code != "57014" {
-		t.Fatalf("got %v, want query_canceled (57014)", err)
-	}
+	requireCanceled(t, <-done)
 	if got := e.proxy.Stats().Accepted - before; got != 1 {
 		t.Errorf("cancel request used %d proxied connections, want 1", got)
 	}
-	proxyExec(t, ctx, c, "select 1")
+	testExec(t, ctx, c, "select 1")
 }
 
 func TestProxyCutOnCommit(t *testing.T) {
 	e := newProxyEnv(t)
-	ctx := proxyTestContext(t)
-	direct := proxyConnect(t, ctx, proxyConnConfig(t, e.direct))
-	proxyExec(t, ctx, direct, "create table t (id int primary key)")
+	ctx := testContext(t)
+	direct := testConnect(t, ctx, connConfig(t, e.direct))
+	testExec(t, ctx, direct, "create table t (id int primary key)")
 
-	c := proxyConnect(t, ctx, proxyConnConfig(t, e.viaProxy))
+	c := testConnect(t, ctx, connConfig(t, e.viaProxy))
 	e.holdBackendLock(t, ctx, c)
 	e.proxy.CutOnCommit(1)
 	tx, err := c.Begin(ctx)
@@ -367,7 +343,7 @@ func TestProxyCutOnCommit(t *testing.T) {
 	}
 
 	// The rule was one-shot: the next commit goes through.
-	c2 := proxyConnect(t, ctx, proxyConnConfig(t, e.viaProxy))
+	c2 := testConnect(t, ctx, connConfig(t, e.viaProxy))
 	tx2, err := c2.Begin(ctx)
 	if err != nil {
 		t.Fatalf("begin: %v", err)
@@ -412,13 +388,13 @@ func TestProxyCutStatement(t *testing.T) {
 		for _, mode := range modes {
 			t.Run(kind.name+"/"+mode.name, func(t *testing.T) {
 				e := newProxyEnv(t)
-				ctx := proxyTestContext(t)
-				direct := proxyConnect(t, ctx, proxyConnConfig(t, e.direct))
-				proxyExec(t, ctx, direct, "create table t (id int primary key)")
-				c := proxyConnect(t, ctx, proxyConnConfig(t, e.viaProxy))
+				ctx := testContext(t)
+				direct := testConnect(t, ctx, connConfig(t, e.direct))
+				testExec(t, ctx, direct, "create table t (id int primary key)")
+				c := testConnect(t, ctx, connConfig(t, e.viaProxy))
 				e.holdBackendLock(t, ctx, c)
 				if mode.prime {
-					proxyExec(t, ctx, c, insert, mode.mode, 1)
+					testExec(t, ctx, c, insert, mode.mode, 1)
 				}
 
 				kind.arm(e.proxy, MatchPrefix("INSERT into t"))
@@ -454,10 +430,10 @@ func TestProxyRuleCounts(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newProxyEnv(t)
-			ctx := proxyTestContext(t)
+			ctx := testContext(t)
 			e.proxy.CutOnCommit(tc.n)
 			for i, wantCut := range tc.wantCuts {
-				c := proxyConnect(t, ctx, proxyConnConfig(t, e.viaProxy))
+				c := testConnect(t, ctx, connConfig(t, e.viaProxy))
 				tx, err := c.Begin(ctx)
 				if err != nil {
 					t.Fatalf("begin %d: %v", i, err)
@@ -484,9 +460,9 @@ func TestProxyRuleCounts(t *testing.T) {
 
 func TestProxyRefuseNew(t *testing.T) {
 	e := newProxyEnv(t)
-	ctx := proxyTestContext(t)
-	cfg := proxyConnConfig(t, e.viaProxy)
-	established := proxyConnect(t, ctx, cfg)
+	ctx := testContext(t)
+	cfg := connConfig(t, e.viaProxy)
+	established := testConnect(t, ctx, cfg)
 
 	e.proxy.RefuseNew(true)
 	if c, err := pgx.ConnectConfig(ctx, cfg); err == nil {
@@ -496,19 +472,19 @@ func TestProxyRefuseNew(t *testing.T) {
 	if s := e.proxy.Stats(); s.Refused < 1 {
 		t.Errorf("stats %+v: want Refused >= 1", s)
 	}
-	proxyExec(t, ctx, established, "select 1")
+	testExec(t, ctx, established, "select 1")
 
 	e.proxy.RefuseNew(false)
-	c := proxyConnect(t, ctx, cfg)
-	proxyExec(t, ctx, c, "select 1")
+	c := testConnect(t, ctx, cfg)
+	testExec(t, ctx, c, "select 1")
 }
 
 func TestProxySetLatency(t *testing.T) {
 	const d = 150 * time.Millisecond
 	e := newProxyEnv(t)
-	ctx := proxyTestContext(t)
-	cfg := proxyConnConfig(t, e.viaProxy)
-	c := proxyConnect(t, ctx, cfg)
+	ctx := testContext(t)
+	cfg := connConfig(t, e.viaProxy)
+	c := testConnect(t, ctx, cfg)
 
 	tests := []struct {
 		name string
@@ -543,7 +519,7 @@ func TestProxySetLatency(t *testing.T) {
 		})
 	}
 	e.proxy.SetLatency(0)
-	proxyExec(t, ctx, c, "select 1")
+	testExec(t, ctx, c, "select 1")
 }
 
 // startCancellable opens a proxied connection and starts a statement on it
@@ -552,7 +528,7 @@ func TestProxySetLatency(t *testing.T) {
 func (e *proxyEnv) startCancellable(t *testing.T, ctx context.Context) (*pgx.Conn, <-chan error) {
 	t.Helper()
 	started := make(chan struct{}, 1)
-	cfg := proxyConnConfig(t, e.viaProxy)
+	cfg := connConfig(t, e.viaProxy)
 	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
 		if n.Message == "started" {
 			select {
@@ -561,7 +537,7 @@ func (e *proxyEnv) startCancellable(t *testing.T, ctx context.Context) (*pgx.Con
 			}
 		}
 	}
-	c := proxyConnect(t, ctx, cfg)
+	c := testConnect(t, ctx, cfg)
 	done := make(chan error, 1)
 	go func() {
 		// The server flushes the notice at once, so once it arrives the
@@ -588,14 +564,14 @@ func requireCanceled(t *testing.T, err error) {
 func TestProxyClassLatencyCancelRequest(t *testing.T) {
 	const d = 500 * time.Millisecond
 	e := newProxyEnv(t)
-	ctx := proxyTestContext(t)
-	other := proxyConnect(t, ctx, proxyConnConfig(t, e.viaProxy))
+	ctx := testContext(t)
+	other := testConnect(t, ctx, connConfig(t, e.viaProxy))
 	c, done := e.startCancellable(t, ctx)
 	e.proxy.SetClassLatency(ClassCancelRequest, d)
 
 	// Sessions are not held: neither before nor while a cancel request is.
 	start := time.Now()
-	proxyExec(t, ctx, other, "select 1")
+	testExec(t, ctx, other, "select 1")
 	if took := time.Since(start); took >= d {
 		t.Errorf("a session's round trip took %v with cancel-request latency %v, want it not held", took, d)
 	}
@@ -604,7 +580,7 @@ func TestProxyClassLatencyCancelRequest(t *testing.T) {
 	cancelled := make(chan error, 1)
 	go func() { cancelled <- c.PgConn().CancelRequest(ctx) }()
 	roundTrip := time.Now()
-	proxyExec(t, ctx, other, "select 1")
+	testExec(t, ctx, other, "select 1")
 	if took := time.Since(roundTrip); took >= d {
 		t.Errorf("a session's round trip during a held cancel request took %v, want it not held", took)
 	}
@@ -618,12 +594,12 @@ func TestProxyClassLatencyCancelRequest(t *testing.T) {
 	if took := time.Since(start); took < d {
 		t.Errorf("statement cancelled %v after the cancel request, want at least the latency %v", took, d)
 	}
-	proxyExec(t, ctx, c, "select 1")
+	testExec(t, ctx, c, "select 1")
 }
 
 func TestProxyClassLatencySessionSparesCancel(t *testing.T) {
 	e := newProxyEnv(t)
-	ctx := proxyTestContext(t)
+	ctx := testContext(t)
 	c, done := e.startCancellable(t, ctx)
 	e.proxy.SetClassLatency(ClassSession, time.Hour)
 
@@ -638,7 +614,7 @@ func TestProxyClassLatencySessionSparesCancel(t *testing.T) {
 		t.Errorf("cancel with session latency took %v, want it not held", took)
 	}
 	e.proxy.Reset()
-	proxyExec(t, ctx, c, "select 1")
+	testExec(t, ctx, c, "select 1")
 }
 
 func TestProxyClassLatencySettings(t *testing.T) {
@@ -683,11 +659,11 @@ func TestProxyClassLatencySettings(t *testing.T) {
 
 func TestProxyCutAll(t *testing.T) {
 	e := newProxyEnv(t)
-	ctx := proxyTestContext(t)
-	cfg := proxyConnConfig(t, e.viaProxy)
-	conns := []*pgx.Conn{proxyConnect(t, ctx, cfg), proxyConnect(t, ctx, cfg)}
+	ctx := testContext(t)
+	cfg := connConfig(t, e.viaProxy)
+	conns := []*pgx.Conn{testConnect(t, ctx, cfg), testConnect(t, ctx, cfg)}
 	for _, c := range conns {
-		proxyExec(t, ctx, c, "select 1")
+		testExec(t, ctx, c, "select 1")
 	}
 	if n := e.proxy.CutAll(); n != len(conns) {
 		t.Fatalf("CutAll() = %d, want %d", n, len(conns))
@@ -696,8 +672,8 @@ func TestProxyCutAll(t *testing.T) {
 		_, err := c.Exec(ctx, "select 1")
 		requireConnCut(t, fmt.Sprint("query on connection ", i), err)
 	}
-	c := proxyConnect(t, ctx, cfg)
-	proxyExec(t, ctx, c, "select 1")
+	c := testConnect(t, ctx, cfg)
+	testExec(t, ctx, c, "select 1")
 	if s := e.proxy.Stats(); s.CutsAll != int64(len(conns)) {
 		t.Errorf("stats %+v: want CutsAll %d", s, len(conns))
 	}
@@ -705,14 +681,14 @@ func TestProxyCutAll(t *testing.T) {
 
 func TestProxyReset(t *testing.T) {
 	e := newProxyEnv(t)
-	ctx := proxyTestContext(t)
+	ctx := testContext(t)
 	e.proxy.CutOnCommit(0)
 	e.proxy.CutBeforeForward(nil, 0)
 	e.proxy.SetLatency(time.Hour)
 	e.proxy.RefuseNew(true)
 	e.proxy.Reset()
 
-	c := proxyConnect(t, ctx, proxyConnConfig(t, e.viaProxy))
+	c := testConnect(t, ctx, connConfig(t, e.viaProxy))
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		t.Fatalf("begin: %v", err)
@@ -727,8 +703,8 @@ func TestProxyReset(t *testing.T) {
 
 func TestProxyStats(t *testing.T) {
 	e := newProxyEnv(t)
-	ctx := proxyTestContext(t)
-	cfg := proxyConnConfig(t, e.viaProxy)
+	ctx := testContext(t)
+	cfg := connConfig(t, e.viaProxy)
 	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
@@ -738,9 +714,9 @@ func TestProxyStats(t *testing.T) {
 		t.Errorf("after connect: stats %+v, want Accepted 1, Active 1", before)
 	}
 	for _, sql := range []string{"select 1", "select 2", "select 3"} {
-		proxyExec(t, ctx, c, sql)
+		testExec(t, ctx, c, sql)
 	}
-	proxyExec(t, ctx, c, "select $1::int", pgx.QueryExecModeExec, 4) // one Parse
+	testExec(t, ctx, c, "select $1::int", pgx.QueryExecModeExec, 4) // one Parse
 	if got := e.proxy.Stats().Statements - before.Statements; got != 4 {
 		t.Errorf("statements seen = %d, want 4", got)
 	}
@@ -762,7 +738,7 @@ func TestProxyCloseLeavesNoGoroutines(t *testing.T) {
 		t.Skip("the test server is reached over a Unix socket; the proxy needs TCP")
 	}
 	dsn := NewDatabase(t)
-	ctx := proxyTestContext(t)
+	ctx := testContext(t)
 	ignore := goleak.IgnoreCurrent()
 	fdsBefore := openFDs()
 
@@ -774,7 +750,7 @@ func TestProxyCloseLeavesNoGoroutines(t *testing.T) {
 	if err != nil {
 		t.Fatalf("proxy DSN: %v", err)
 	}
-	cfg := proxyConnConfig(t, via)
+	cfg := connConfig(t, via)
 	var conns []*pgx.Conn
 	open := func() *pgx.Conn {
 		c, err := pgx.ConnectConfig(ctx, cfg)
@@ -785,7 +761,7 @@ func TestProxyCloseLeavesNoGoroutines(t *testing.T) {
 		return c
 	}
 	idle := open()
-	proxyExec(t, ctx, idle, "select 1")
+	testExec(t, ctx, idle, "select 1")
 	cut := open()
 	p.CutOnCommit(1)
 	tx, err := cut.Begin(ctx)
@@ -866,7 +842,7 @@ func newFakeUpstream(t *testing.T) *fakeUpstream {
 			go func() {
 				defer u.wg.Done()
 				defer c.Close()
-				_ = c.SetReadDeadline(time.Now().Add(proxyTestTimeout))
+				_ = c.SetReadDeadline(time.Now().Add(testTimeout))
 				b, _ := io.ReadAll(c)
 				u.received <- b
 			}()
@@ -890,7 +866,7 @@ func (u *fakeUpstream) next(t *testing.T) []byte {
 	select {
 	case b := <-u.received:
 		return b
-	case <-time.After(proxyTestTimeout):
+	case <-time.After(testTimeout):
 		t.Fatal("upstream connection was never closed")
 		return nil
 	}
