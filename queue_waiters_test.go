@@ -16,35 +16,20 @@ import (
 // connect of a pool hangs until its ConnectTimeout.
 func silentListener(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
+	t.Cleanup(func() { // runs after the listener's own cleanup
 		mu.Lock()
 		defer mu.Unlock()
 		for _, c := range conns {
 			_ = c.Close()
 		}
 	})
-	return ln.Addr().String()
+	return testListener(t, func(c net.Conn) {
+		mu.Lock()
+		defer mu.Unlock()
+		conns = append(conns, c)
+	})
 }
 
 // gateClock widens the window between a caller's admission and its wait:

@@ -14,15 +14,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// countingListener accepts TCP connections and counts them, so a test can
-// prove that nothing was sent to the "server".
-func countingListener(t *testing.T) (addr string, accepted *atomic.Int64) {
+// testListener accepts TCP connections on 127.0.0.1 and hands each to
+// handle, until the test ends.
+func testListener(t *testing.T, handle func(net.Conn)) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	accepted = new(atomic.Int64)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -31,12 +30,23 @@ func countingListener(t *testing.T) (addr string, accepted *atomic.Int64) {
 			if err != nil {
 				return
 			}
-			accepted.Add(1)
-			_ = c.Close()
+			handle(c)
 		}
 	}()
 	t.Cleanup(func() { _ = ln.Close(); <-done })
-	return ln.Addr().String(), accepted
+	return ln.Addr().String()
+}
+
+// countingListener accepts TCP connections and counts them, so a test can
+// prove that nothing was sent to the "server".
+func countingListener(t *testing.T) (addr string, accepted *atomic.Int64) {
+	t.Helper()
+	accepted = new(atomic.Int64)
+	addr = testListener(t, func(c net.Conn) {
+		accepted.Add(1)
+		_ = c.Close()
+	})
+	return addr, accepted
 }
 
 func TestTransactionBadInputSendsNothing(t *testing.T) {

@@ -26,13 +26,12 @@ func warmCancel(t *testing.T, ctx context.Context, pool *pgtx.Pool) {
 	}
 }
 
-// TestUnconfirmedPoolCancelNeverReused: the pg_cancel_backend query of
-// CancelModePool is written, but its answer does not come back within the
-// grace (1.5s of latency on the cancel pool's route only); the cancelled
-// statement meanwhile ends by itself. The connection must not be reused:
-// the signal that arrives later would cancel the next borrower's statement.
-func TestUnconfirmedPoolCancelNeverReused(t *testing.T) {
-	ctx := testCtx(t)
+// slowCancelPath opens a pool on a fresh database whose cancel pool alone
+// goes through a fault proxy, with mutate applied to its Config, and cancels
+// one statement so the cancel pool's connection is made before a fault is
+// put on the proxy.
+func slowCancelPath(t *testing.T, ctx context.Context, mutate func(*pgtx.Config)) (*pgtx.Pool, *pgtest.Proxy) {
+	t.Helper()
 	direct := newDB(t)
 	cancelProxy := pgtest.NewProxy(t, pgtest.Shared(t).Addr())
 	cancelDSN, err := cancelProxy.DSN(direct)
@@ -40,11 +39,24 @@ func TestUnconfirmedPoolCancelNeverReused(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := newPool(t, direct, func(c *pgtx.Config) {
-		c.MaxConns = 1
-		c.CancelGrace = 500 * time.Millisecond
 		c.CancelConnString = cancelDSN
+		mutate(c)
 	})
 	warmCancel(t, ctx, pool)
+	return pool, cancelProxy
+}
+
+// TestUnconfirmedPoolCancelNeverReused: the pg_cancel_backend query of
+// CancelModePool is written, but its answer does not come back within the
+// grace (1.5s of latency on the cancel pool's route only); the cancelled
+// statement meanwhile ends by itself. The connection must not be reused:
+// the signal that arrives later would cancel the next borrower's statement.
+func TestUnconfirmedPoolCancelNeverReused(t *testing.T) {
+	ctx := testCtx(t)
+	pool, cancelProxy := slowCancelPath(t, ctx, func(c *pgtx.Config) {
+		c.MaxConns = 1
+		c.CancelGrace = 500 * time.Millisecond
+	})
 	before := pool.Stats()
 	cancelProxy.SetLatency(1500 * time.Millisecond)
 
@@ -83,20 +95,12 @@ func assertNextBorrowerUntouched(t *testing.T, ctx context.Context, pool *pgtx.P
 // unhealthy, so the next cancel goes through it again.
 func TestCancelPoolBusyIsNotUnhealthy(t *testing.T) {
 	ctx := testCtx(t)
-	direct := newDB(t)
-	cancelProxy := pgtest.NewProxy(t, pgtest.Shared(t).Addr())
-	cancelDSN, err := cancelProxy.DSN(direct)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const storm = 8
-	pool := newPool(t, direct, func(c *pgtx.Config) {
+	pool, cancelProxy := slowCancelPath(t, ctx, func(c *pgtx.Config) {
 		c.MaxConns = storm
 		c.CancelPoolSize = 1
 		c.CancelGrace = time.Second
-		c.CancelConnString = cancelDSN
 	})
-	warmCancel(t, ctx, pool)
 	cancelProxy.SetLatency(200 * time.Millisecond)
 
 	deadline := time.Now().Add(100 * time.Millisecond)
@@ -148,8 +152,9 @@ func testRole(t *testing.T, ctx context.Context, admin *pgx.Conn, dsn, prefix, g
 // lockHolder runs, on pool, a transaction that locks row 1 of table hot and
 // then sleeps on the server until its 300ms deadline; a second session
 // waiting for the row measures when the lock is released. It returns the
-// time from the deadline to the release, and the call's error.
-func lockHolder(t *testing.T, ctx context.Context, pool *pgtx.Pool, waiter *pgx.Conn) (time.Duration, error) {
+// times from the deadline to the call's return and to the release, and the
+// call's error.
+func lockHolder(t *testing.T, ctx context.Context, pool *pgtx.Pool, waiter *pgx.Conn) (toReturn, toRelease time.Duration, err error) {
 	t.Helper()
 	locked, noLock := make(chan struct{}), make(chan struct{})
 	released := make(chan time.Time, 1)
@@ -168,7 +173,7 @@ func lockHolder(t *testing.T, ctx context.Context, pool *pgtx.Pool, waiter *pgx.
 	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	deadline, _ := cctx.Deadline()
-	err := pgtx.Transaction(cctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+	err = pgtx.Transaction(cctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, "select * from hot where id = 1 for update"); err != nil {
 			return err
 		}
@@ -176,6 +181,7 @@ func lockHolder(t *testing.T, ctx context.Context, pool *pgtx.Pool, waiter *pgx.
 		_, err := tx.Exec(ctx, "select pg_sleep(30)")
 		return err
 	})
+	toReturn = time.Since(deadline)
 	select {
 	case <-locked:
 	default:
@@ -183,7 +189,7 @@ func lockHolder(t *testing.T, ctx context.Context, pool *pgtx.Pool, waiter *pgx.
 		<-released
 		t.Fatalf("the row was never locked: %v", err)
 	}
-	return (<-released).Sub(deadline), err
+	return toReturn, (<-released).Sub(deadline), err
 }
 
 // TestCancelRoleOnlyInPgSignalBackend: the cancel pool's role is a member of
@@ -201,7 +207,7 @@ func TestCancelRoleOnlyInPgSignalBackend(t *testing.T) {
 	mustExec(t, ctx, admin, "grant select, update on hot to "+app)
 
 	pool := newPool(t, appDSN, func(c *pgtx.Config) { c.MaxConns = 1; c.CancelConnString = cancelDSN })
-	toRelease, err := lockHolder(t, ctx, pool, directConn(t, dsn))
+	_, toRelease, err := lockHolder(t, ctx, pool, directConn(t, dsn))
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want DeadlineExceeded", err)
 	}

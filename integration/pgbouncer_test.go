@@ -141,7 +141,7 @@ func TestBouncerCancelStopsStatement(t *testing.T) {
 							c.CancelConnString = direct
 						}
 					})
-					toRelease, err := lockHolder(t, ctx, pool, waiter)
+					_, toRelease, err := lockHolder(t, ctx, pool, waiter)
 					if !errors.Is(err, context.DeadlineExceeded) {
 						t.Fatalf("err = %v, want DeadlineExceeded", err)
 					}
