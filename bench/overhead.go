@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,107 +15,375 @@ import (
 	"github.com/pgtx-go/pgtx"
 )
 
+// nameBeginPgtxPool is pgx.BeginTxFunc run on pgtx's own pool: set beside
+// pgx.BeginTxFunc on a plain pgxpool, it separates what pgtx's pool costs
+// (its hooks, session parameters, cancel handler) from what the call costs.
+const nameBeginPgtxPool = "pgx.BeginTxFunc on pgtx's pool"
+
+// nameBeginControl is pgx.BeginTxFunc on a second plain pgxpool: the same
+// contender as the baseline, measured as if it were another one (an A/A
+// control). How far its ratio strays from 1 is the noise of the method.
+const nameBeginControl = "pgx.BeginTxFunc again (A/A control)"
+
+// minOverheadReps is the fewest repetitions the overhead scenario makes, so
+// that its spread says something.
+const minOverheadReps = 5
+
 // overheadRow is one contender at one worker count in the overhead scenario.
+// Latencies are per call, in microseconds; each figure is given as the
+// median over the repetitions with their minimum and maximum.
 type overheadRow struct {
-	Contender string  `json:"contender"`
-	Workers   int     `json:"workers"`
-	TPS       float64 `json:"tx_per_s"`
-	Ratio     float64 `json:"ratio_to_begintxfunc"`
-	// WritesPerTx is socket writes per transaction, counted by a wrapping
-	// net.Conn: pgx flushes once per round trip, so this is round trips.
-	WritesPerTx float64 `json:"round_trips_per_tx"`
-	P50ms       float64 `json:"p50_ms"`
-	P99ms       float64 `json:"p99_ms"`
-	Calls       int64   `json:"calls"`
-	Failed      int64   `json:"failed"`
+	Contender string `json:"contender"`
+	Workers   int    `json:"workers"`
+	// Median and Mean are the median over the repetitions of each
+	// repetition's median and mean latency.
+	Median spread `json:"median_us"`
+	Mean   spread `json:"mean_us"`
+	// RatioMedian and RatioMean compare with pgx.BeginTxFunc on a plain
+	// pgxpool within each repetition: its latency over this contender's, so
+	// above 1 is faster.
+	RatioMedian spread  `json:"ratio_median"`
+	RatioMean   spread  `json:"ratio_mean"`
+	P99us       float64 `json:"p99_us"` // over every call of every repetition
+	// RoundTrips is socket writes per transaction, counted by a wrapping
+	// net.Conn in a separate sequential pass: pgx flushes once per round
+	// trip.
+	RoundTrips float64 `json:"round_trips_per_tx"`
+	Calls      int64   `json:"calls"`
+	Failed     int64   `json:"failed"`
+}
+
+// spread is a figure measured in several repetitions: the median of the
+// repetitions, their range, and a 95% bootstrap interval of the median.
+type spread struct {
+	Min    float64   `json:"min"`
+	Median float64   `json:"median"`
+	Max    float64   `json:"max"`
+	CILow  float64   `json:"ci95_low"`
+	CIHigh float64   `json:"ci95_high"`
+	Reps   []float64 `json:"reps"`
+}
+
+// bootstrapSamples is how many resamplings the bootstrap interval takes.
+const bootstrapSamples = 2000
+
+func newSpread(reps []float64) spread {
+	s := slices.Clone(reps)
+	slices.Sort(s)
+	// Percentile bootstrap of the median: resample the repetitions with
+	// replacement, with a fixed seed so that a report can be recomputed.
+	rng := rand.New(rand.NewPCG(1, uint64(len(s))))
+	meds := make([]float64, bootstrapSamples)
+	re := make([]float64, len(s))
+	for b := range meds {
+		for i := range re {
+			re[i] = s[rng.IntN(len(s))]
+		}
+		slices.Sort(re)
+		meds[b] = medianOf(re)
+	}
+	slices.Sort(meds)
+	return spread{
+		Min: s[0], Median: medianOf(s), Max: s[len(s)-1],
+		CILow: meds[bootstrapSamples*25/1000], CIHigh: meds[bootstrapSamples*975/1000-1],
+		Reps: reps,
+	}
+}
+
+// formatCI renders s as "median (ci low–high)" with prec decimals and suffix.
+func (s spread) formatCI(prec int, suffix string) string {
+	return fmt.Sprintf("%s%s (%s–%s)", fmtf(s.Median, prec), suffix, fmtf(s.CILow, prec), fmtf(s.CIHigh, prec))
+}
+
+// format renders s as "median [min–max]" with prec decimals and suffix.
+func (s spread) format(prec int, suffix string) string {
+	return fmt.Sprintf("%s%s [%s–%s]", fmtf(s.Median, prec), suffix, fmtf(s.Min, prec), fmtf(s.Max, prec))
+}
+
+// medianOf returns the median of sorted values.
+func medianOf(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
 }
 
 // overhead measures a one-statement READ COMMITTED transaction, with no
 // contention, at 1 and 8 workers: what each contender costs when nothing
 // goes wrong.
 func overhead(ctx context.Context, e *env) (result, error) {
+	trips, err := roundTrips(ctx, e)
+	if err != nil {
+		return result{}, err
+	}
 	var rows []overheadRow
 	for _, workers := range []int{1, 8} {
-		r, err := overheadAt(ctx, e, workers)
+		r, err := overheadAt(ctx, e, workers, trips)
 		if err != nil {
 			return result{}, err
 		}
 		rows = append(rows, r...)
 	}
+	reps := len(rows[0].Median.Reps)
 	t := table{
 		Title: "Overhead: one-statement transaction (`select 1`, READ COMMITTED), no contention",
-		Note: "Closed loop, each worker calling back to back, contenders alternating in short rounds on fresh pools. " +
-			"Ratio is to pgx.BeginTxFunc at the same worker count. Round trips per transaction are socket writes counted by a " +
-			"wrapping net.Conn (pgx flushes once per round trip). Allocations per transaction: " +
-			"`go test ./integration -run '^$' -bench Transaction -benchmem` (integration/overhead_bench_test.go).",
-		Header: []string{"contender", "workers", "tx/s", "ratio to BeginTxFunc", "round trips/tx", "p50 ms", "p99 ms", "failed"},
+		Note: fmt.Sprintf("Contenders interleaved call by call: each worker calls every contender in turn, starting one later each "+
+			"time, so the machine's noise hits all alike. %d repetitions, each on fresh pools (pgx's defaults, MaxConns = workers); "+
+			"each latency is the median over the repetitions of the repetition's median (or mean), [min–max] across them. "+
+			"Ratio is pgx.BeginTxFunc on a plain pgxpool over the contender, within each repetition: above 1× is faster; "+
+			"the A/A control is the same pgx.BeginTxFunc on a second plain pool, so its spread is the method's own. "+
+			"Ratios are the median over the repetitions with a 95%% bootstrap interval of that median in parentheses. "+
+			"Round trips per transaction are socket writes counted by a wrapping net.Conn in a separate sequential pass "+
+			"(pgx flushes once per round trip). Allocations: `go test ./integration -run '^$' -bench Overhead -benchmem`.", reps),
+		Header: []string{"contender", "workers", "median µs", "mean µs", "ratio (median)", "ratio (mean)", "p99 µs", "round trips/tx", "calls", "failed"},
 	}
 	for _, r := range rows {
-		t.Rows = append(t.Rows, []string{r.Contender, itoa(r.Workers), num(r.TPS), x(r.Ratio),
-			fmtf(r.WritesPerTx, 2), fmtf(r.P50ms, 3), fmtf(r.P99ms, 3), itoa64(r.Failed)})
+		t.Rows = append(t.Rows, []string{r.Contender, itoa(r.Workers), r.Median.format(0, ""), r.Mean.format(0, ""),
+			r.RatioMedian.formatCI(3, "×"), r.RatioMean.formatCI(3, "×"), fmtf(r.P99us, 0), fmtf(r.RoundTrips, 2),
+			itoa64(r.Calls), itoa64(r.Failed)})
 	}
 	return result{Tables: []table{t}, Data: rows}, nil
 }
 
-// overheadAt runs every contender at one worker count, interleaved, in
-// 3 × -rounds short rounds. Each round opens fresh pools: with few workers,
-// how a connection's server process is scheduled against the client matters
-// as much as what is measured, and new connections each round spread that
-// luck over every contender.
-func overheadAt(ctx context.Context, e *env, workers int) ([]overheadRow, error) {
-	names := []string{namePgtx, nameBegin, nameNaive, nameJitter, nameCrdb}
-	samples := make([]sample, len(names))
-	wrote := make([]int64, len(names))
-	rounds := 3 * e.opts.rounds
-	slice := e.opts.dur / time.Duration(rounds)
-	for round := range rounds {
-		var pgtxWrites, pgxWrites atomic.Int64
-		tp, err := newPgtxPool(ctx, e.dsn, workers, func(c *pgtx.Config) { c.ConnConfig.DialFunc = countingDial(&pgtxWrites) })
+// overheadBatch is how many calls in a row a worker makes with one
+// contender before it moves to the next: short enough that the machine's
+// noise hits every contender alike, long enough that most calls find their
+// pool's connection warm, as a program's calls on its one pool do.
+const overheadBatch = 8
+
+// overheadSet is the overhead scenario's contenders, each on a pool of its
+// own (so that no contender runs on a connection another has just warmed),
+// the baseline (pgx.BeginTxFunc on a plain pgxpool) first.
+type overheadSet struct {
+	contenders []contender
+	closers    []func()
+}
+
+func (s *overheadSet) close() {
+	for _, c := range s.closers {
+		c()
+	}
+}
+
+// newOverheadSet opens the pools of every contender, maxConns connections
+// each, all open; when writes is not nil, contender i's connections count
+// their socket writes in writes[i].
+func newOverheadSet(ctx context.Context, e *env, maxConns int, writes []atomic.Int64) (*overheadSet, error) {
+	s := &overheadSet{}
+	dial := func(i int) func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if writes == nil {
+			return nil
+		}
+		return countingDial(&writes[i])
+	}
+	pgxPool := func(i int) (*pgxpool.Pool, error) {
+		p, err := newPgxPool(ctx, e.dsn, maxConns, func(c *pgxpool.Config) {
+			if d := dial(i); d != nil {
+				c.ConnConfig.DialFunc = d
+			}
+		})
+		if err == nil {
+			s.closers = append(s.closers, p.Close)
+			err = fill(ctx, maxConns, p.Exec)
+		}
+		return p, err
+	}
+	pgtxPool := func(i int) (*pgtx.Pool, error) {
+		p, err := newPgtxPool(ctx, e.dsn, maxConns, func(c *pgtx.Config) {
+			if d := dial(i); d != nil {
+				c.ConnConfig.DialFunc = d
+			}
+		})
+		if err == nil {
+			s.closers = append(s.closers, p.Close)
+			err = fill(ctx, maxConns, p.Exec)
+		}
+		return p, err
+	}
+	type maker func(i int) (contender, error)
+	onPgx := func(name string, mk func(string, *pgxpool.Pool) contender) maker {
+		return func(i int) (contender, error) {
+			p, err := pgxPool(i)
+			return mk(name, p), err
+		}
+	}
+	loop := func(mk func(string, *pgxpool.Pool, int) contender) func(string, *pgxpool.Pool) contender {
+		return func(name string, p *pgxpool.Pool) contender { return mk(name, p, loopMaxRetries) }
+	}
+	makers := []maker{
+		onPgx(nameBegin, beginContender),
+		onPgx(nameBeginControl, beginContender),
+		func(i int) (contender, error) {
+			p, err := pgtxPool(i)
+			if err != nil {
+				return contender{}, err
+			}
+			return beginContender(nameBeginPgtxPool, p.Pool), nil
+		},
+		func(i int) (contender, error) {
+			p, err := pgtxPool(i)
+			if err != nil {
+				return contender{}, err
+			}
+			return pgtxContender(namePgtx, p), nil
+		},
+		onPgx(nameNaive, loop(naiveContender)),
+		onPgx(nameJitter, loop(jitterContender)),
+		onPgx(nameCrdb, crdbContender),
+	}
+	for i, mk := range makers {
+		c, err := mk(i)
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.contenders = append(s.contenders, c)
+	}
+	return s, nil
+}
+
+// overheadAt runs every contender at one worker count, interleaved call by
+// call, in repetitions on fresh pools: with few workers, how a connection's
+// server process is scheduled against the client moves a pool's latency by
+// tens of percent, and new pools each repetition show that spread instead of
+// hiding it in one number.
+func overheadAt(ctx context.Context, e *env, workers int, trips []float64) ([]overheadRow, error) {
+	reps := max(minOverheadReps, e.opts.rounds)
+	var names []string
+	var medians, means [][]float64 // [contender][rep], µs
+	var all [][]time.Duration      // [contender], every call
+	var failed []int64
+	for rep := range reps {
+		set, err := newOverheadSet(ctx, e, workers, nil)
 		if err != nil {
 			return nil, err
 		}
-		xp, err := newPgxPool(ctx, e.dsn, workers, func(c *pgxpool.Config) { c.ConnConfig.DialFunc = countingDial(&pgxWrites) })
-		if err != nil {
-			tp.Close()
-			return nil, err
+		cs := set.contenders
+		if names == nil {
+			for _, c := range cs {
+				names = append(names, c.name)
+			}
+			medians, means = make([][]float64, len(cs)), make([][]float64, len(cs))
+			all, failed = make([][]time.Duration, len(cs)), make([]int64, len(cs))
 		}
-		cs := standardContenders(tp, xp)
-		writes := []*atomic.Int64{&pgtxWrites, &pgxWrites, &pgxWrites, &pgxWrites, &pgxWrites}
-		if err := errors.Join(fill(ctx, workers, tp.Exec), fill(ctx, workers, xp.Exec)); err != nil {
-			tp.Close()
-			xp.Close()
-			return nil, err
-		}
-		calls := make([]callFunc, len(cs))
-		for i, c := range cs {
-			calls[i] = func(ctx context.Context, _ *rand.Rand) (int, error) { return c.run(ctx, pgtx.ReadCommitted, selectOne) }
-			closedLoop(ctx, workers, 20*time.Millisecond, 1, calls[i]) // prepares the statements on every connection
-		}
-		for _, i := range rotation(round, len(cs)) {
-			w0 := writes[i].Load()
-			samples[i].add(closedLoop(ctx, workers, slice, uint64(round), calls[i]))
-			wrote[i] += writes[i].Load() - w0
-		}
-		tp.Close()
-		xp.Close()
+		// A short unmeasured run prepares the statements on every
+		// connection; then each contender gets e.opts.dur in all.
+		interleavedLoop(ctx, workers, 50*time.Millisecond, uint64(rep), cs)
+		lat, fails := interleavedLoop(ctx, workers, e.opts.dur*time.Duration(len(cs))/time.Duration(reps), uint64(rep), cs)
+		set.close()
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		for i := range cs {
+			if len(lat[i]) == 0 {
+				return nil, fmt.Errorf("%s: no call succeeded at %d workers (%d failed)", names[i], workers, fails[i])
+			}
+			slices.Sort(lat[i])
+			medians[i] = append(medians[i], usf(percentile(lat[i], .5)))
+			means[i] = append(means[i], usf(meanOf(lat[i])))
+			all[i] = append(all[i], lat[i]...)
+			failed[i] += fails[i]
+		}
 	}
-	base := perSecond(samples[1].OK, samples[1].Elapsed) // pgx.BeginTxFunc
 	rows := make([]overheadRow, len(names))
 	for i, name := range names {
-		s := &samples[i]
-		tps := perSecond(s.OK, s.Elapsed)
+		rm, rmean := make([]float64, reps), make([]float64, reps)
+		for r := range reps {
+			rm[r] = ratio(medians[0][r], medians[i][r])
+			rmean[r] = ratio(means[0][r], means[i][r])
+		}
 		rows[i] = overheadRow{
-			Contender: name, Workers: workers, TPS: tps, Ratio: ratio(tps, base),
-			WritesPerTx: ratio(float64(wrote[i]), float64(s.Calls)),
-			P50ms:       msf(percentile(s.okLat, .5)), P99ms: msf(percentile(s.okLat, .99)),
-			Calls: s.Calls, Failed: s.Failed,
+			Contender: name, Workers: workers,
+			Median: newSpread(medians[i]), Mean: newSpread(means[i]),
+			RatioMedian: newSpread(rm), RatioMean: newSpread(rmean),
+			P99us:      usf(percentile(all[i], .99)),
+			RoundTrips: trips[i],
+			Calls:      int64(len(all[i])) + failed[i], Failed: failed[i],
 		}
 	}
 	return rows, nil
 }
+
+// interleavedLoop runs workers goroutines for d; each makes overheadBatch
+// calls with every contender in turn, the contenders in a random order each
+// turn. It returns every successful call's latency and the failed calls,
+// per contender, after joining every goroutine.
+func interleavedLoop(ctx context.Context, workers int, d time.Duration, seed uint64, cs []contender) ([][]time.Duration, []int64) {
+	lat := make([][][]time.Duration, workers)
+	fails := make([][]int64, workers)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range workers {
+		lat[w], fails[w] = make([][]time.Duration, len(cs)), make([]int64, len(cs))
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(seed, uint64(w)))
+			for time.Since(start) < d && ctx.Err() == nil {
+				for _, i := range rng.Perm(len(cs)) {
+					for range overheadBatch {
+						callCtx, cancel := context.WithTimeout(ctx, callSafetyLimit)
+						t0 := time.Now()
+						_, err := cs[i].run(callCtx, pgtx.ReadCommitted, selectOne)
+						took := time.Since(t0)
+						cancel()
+						if err != nil {
+							fails[w][i]++
+							continue
+						}
+						lat[w][i] = append(lat[w][i], took)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	merged, failed := make([][]time.Duration, len(cs)), make([]int64, len(cs))
+	for w := range workers {
+		for i := range cs {
+			merged[i] = append(merged[i], lat[w][i]...)
+			failed[i] += fails[w][i]
+		}
+	}
+	return merged, failed
+}
+
+// roundTrips counts, for each overhead contender, socket writes per
+// transaction over 200 sequential calls on a one-connection pool.
+func roundTrips(ctx context.Context, e *env) ([]float64, error) {
+	writes := make([]atomic.Int64, 7)
+	set, err := newOverheadSet(ctx, e, 1, writes)
+	if err != nil {
+		return nil, err
+	}
+	defer set.close()
+	trips := make([]float64, len(set.contenders))
+	const calls = 200
+	for i, c := range set.contenders {
+		if _, err := c.run(ctx, pgtx.ReadCommitted, selectOne); err != nil { // prepares the statement
+			return nil, fmt.Errorf("%s: %w", c.name, err)
+		}
+		w0 := writes[i].Load()
+		for range calls {
+			if _, err := c.run(ctx, pgtx.ReadCommitted, selectOne); err != nil {
+				return nil, fmt.Errorf("%s: %w", c.name, err)
+			}
+		}
+		trips[i] = float64(writes[i].Load()-w0) / calls
+	}
+	return trips, nil
+}
+
+// meanOf returns the mean of ds.
+func meanOf(ds []time.Duration) time.Duration {
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	return sum / time.Duration(len(ds))
+}
+
+// usf is d in microseconds.
+func usf(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // selectOne is the overhead scenario's transaction: one statement.
 func selectOne(ctx context.Context, tx pgx.Tx) error {
