@@ -2,7 +2,6 @@ package pgtx
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -219,6 +218,9 @@ type Pool struct {
 	queue    *queue
 	breaker  *Breaker // nil: none
 	resolved resolveCounters
+	// acquireCtxs are the reusable contexts of bounded acquires whose
+	// caller's context cannot be cancelled.
+	acquireCtxs acquireCtxPool
 }
 
 // NewWithConfig creates a Pool from cfg, which must come from ParseConfig. An
@@ -297,45 +299,4 @@ func (p *Pool) Close() {
 	if p.cancel != nil {
 		p.cancel.close()
 	}
-}
-
-// errAcquireTimeoutCause marks the acquire context's own timeout.
-var errAcquireTimeoutCause = errors.New("pgtx: acquire timeout")
-
-// acquire takes a connection, waiting at most the acquire timeout. When that
-// timeout (not ctx) ends the wait, the error matches ErrAcquireTimeout; when
-// MaxWaiters callers already wait, it fails at once with ErrQueueFull.
-func (p *Pool) acquire(ctx context.Context) (*pgxpool.Conn, error) {
-	q := p.queue
-	if q.maxWaiters > 0 {
-		// Reserve a place in the queue before waiting, so that callers
-		// arriving together cannot all pass a check made before any of them
-		// is counted.
-		if q.reserved.Add(1) > q.maxWaiters {
-			q.reserved.Add(-1)
-			q.queueFull.Add(1)
-			return nil, ErrQueueFull
-		}
-		defer q.reserved.Add(-1)
-	}
-	start := p.clock.Now()
-	conn, err := p.acquireBounded(ctx)
-	q.acquireWait.observe(p.clock.Now().Sub(start))
-	if errors.Is(err, ErrAcquireTimeout) {
-		q.acquireTimeouts.Add(1)
-	}
-	return conn, err
-}
-
-func (p *Pool) acquireBounded(ctx context.Context) (*pgxpool.Conn, error) {
-	if p.settings.acquireTimeout <= 0 {
-		return p.Pool.Acquire(ctx)
-	}
-	actx, cancel := context.WithTimeoutCause(ctx, p.settings.acquireTimeout, errAcquireTimeoutCause)
-	defer cancel()
-	conn, err := p.Pool.Acquire(actx)
-	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(actx), errAcquireTimeoutCause) {
-		return nil, &acquireTimeoutError{timeout: p.settings.acquireTimeout}
-	}
-	return conn, err
 }

@@ -3,10 +3,12 @@ package integration
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx"
 )
 
@@ -69,33 +71,58 @@ func TestPanicRollsBackReleasesAndRepanics(t *testing.T) {
 
 func TestAcquireTimeout(t *testing.T) {
 	ctx := testCtx(t)
+	acquires := &acquireRecorder{}
 	pool := newPool(t, newDB(t), func(c *pgtx.Config) {
 		c.MaxConns = 1
 		c.AcquireTimeout = 200 * time.Millisecond
+		c.ConnConfig.Tracer = acquires
 	})
 	held, err := pool.Acquire(ctx) // the pool's only connection
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer held.Release()
 	fn := func(context.Context, pgx.Tx) error { t.Error("fn ran without a connection"); return nil }
 
-	t.Run("acquire timeout fires", func(t *testing.T) {
-		start := time.Now()
-		err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, fn)
-		if !errors.Is(err, pgtx.ErrAcquireTimeout) {
-			t.Fatalf("err = %v, want ErrAcquireTimeout", err)
-		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("err = %v must not claim the caller's deadline passed", err)
-		}
-		if time.Since(start) < 200*time.Millisecond {
-			t.Errorf("returned before the acquire timeout")
-		}
-		if pool.Stat().CanceledAcquireCount() != 1 {
-			t.Errorf("acquire attempts = %d, want 1: an acquire timeout is not retried", pool.Stat().CanceledAcquireCount())
-		}
-	})
+	// Every kind of caller's context, each bounded by the acquire timeout
+	// in its own way (see acquireBounded).
+	contexts := []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+	}{
+		{"deadline later than the acquire timeout", func() (context.Context, context.CancelFunc) {
+			return context.WithTimeout(context.WithValue(ctx, acquireKey{}, "deadline"), time.Minute)
+		}},
+		{"cancellable, no deadline", func() (context.Context, context.CancelFunc) {
+			return context.WithCancel(context.WithValue(context.Background(), acquireKey{}, "cancellable"))
+		}},
+		{"cannot be cancelled", func() (context.Context, context.CancelFunc) {
+			return context.WithValue(context.Background(), acquireKey{}, "background"), func() {}
+		}},
+	}
+	for _, c := range contexts {
+		t.Run("acquire timeout fires: "+c.name, func(t *testing.T) {
+			cctx, cancel := c.ctx()
+			defer cancel()
+			before := pool.Stat().CanceledAcquireCount()
+			start := time.Now()
+			err := pgtx.Transaction(cctx, pool, pgtx.ReadCommitted, fn)
+			if !errors.Is(err, pgtx.ErrAcquireTimeout) {
+				t.Fatalf("err = %v, want ErrAcquireTimeout", err)
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v must not claim the caller's deadline passed", err)
+			}
+			if time.Since(start) < 200*time.Millisecond {
+				t.Errorf("returned before the acquire timeout")
+			}
+			if n := pool.Stat().CanceledAcquireCount() - before; n != 1 {
+				t.Errorf("acquire attempts = %d, want 1: an acquire timeout is not retried", n)
+			}
+			if got := acquires.last(); got.value != cctx.Value(acquireKey{}) || !got.hasDeadline {
+				t.Errorf("the pool's acquire tracer saw value %v, deadline %v; want the caller's value and the acquire's deadline", got.value, got.hasDeadline)
+			}
+		})
+	}
 	t.Run("caller's deadline first: the context error wins", func(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
@@ -104,6 +131,84 @@ func TestAcquireTimeout(t *testing.T) {
 			t.Fatalf("err = %v, want context.DeadlineExceeded and not ErrAcquireTimeout", err)
 		}
 	})
+	t.Run("caller cancels during the wait: the context error wins", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		waiting := make(chan struct{})
+		acquires.callOnStart(func() { close(waiting) })
+		go func() { <-waiting; cancel() }()
+		err := pgtx.Transaction(cctx, pool, pgtx.ReadCommitted, fn)
+		if !errors.Is(err, context.Canceled) || errors.Is(err, pgtx.ErrAcquireTimeout) {
+			t.Fatalf("err = %v, want context.Canceled and not ErrAcquireTimeout", err)
+		}
+	})
+	// The contexts the timeouts above ended are never used again: with the
+	// connection free, every kind of context acquires at once, repeatedly.
+	held.Release()
+	for _, c := range contexts {
+		t.Run("acquires once free: "+c.name, func(t *testing.T) {
+			for range 20 {
+				cctx, cancel := c.ctx()
+				err := pgtx.Transaction(cctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, "select 1")
+					return err
+				})
+				cancel()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+type acquireKey struct{}
+
+// acquireRecorder is a pgx tracer that is also a pgxpool.AcquireTracer: it
+// records what the context of the pool's last acquire carried, and can call
+// a function once when an acquire starts.
+type acquireRecorder struct {
+	mu        sync.Mutex
+	seen      acquireSeen
+	startHook func()
+}
+
+type acquireSeen struct {
+	value       any
+	hasDeadline bool
+}
+
+func (r *acquireRecorder) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (r *acquireRecorder) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *acquireRecorder) TraceAcquireStart(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireStartData) context.Context {
+	_, ok := ctx.Deadline()
+	r.mu.Lock()
+	r.seen = acquireSeen{value: ctx.Value(acquireKey{}), hasDeadline: ok}
+	f := r.startHook
+	r.startHook = nil
+	r.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	return ctx
+}
+
+func (r *acquireRecorder) TraceAcquireEnd(context.Context, *pgxpool.Pool, pgxpool.TraceAcquireEndData) {
+}
+
+func (r *acquireRecorder) last() acquireSeen {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.seen
+}
+
+func (r *acquireRecorder) callOnStart(f func()) {
+	r.mu.Lock()
+	r.startHook = f
+	r.mu.Unlock()
 }
 
 // TestContextEndedCallMatchesCtxErr: when the caller's context ends the call
