@@ -45,6 +45,15 @@ type overheadRow struct {
 	RatioMedian spread  `json:"ratio_median"`
 	RatioMean   spread  `json:"ratio_mean"`
 	P99us       float64 `json:"p99_us"` // over every call of every repetition
+	// ClientCPU and ServerCPU are CPU time per call, in microseconds, of
+	// the benchmark process and of the contender's server backend (1 worker
+	// only; ServerCPU only when the server runs on this machine).
+	ClientCPU *spread `json:"client_cpu_us,omitempty"`
+	ServerCPU *spread `json:"server_cpu_us,omitempty"`
+	// ClientCPURatio and ServerCPURatio are this contender's CPU per call
+	// over the baseline's, within each repetition: above 1 costs more.
+	ClientCPURatio *spread `json:"client_cpu_ratio,omitempty"`
+	ServerCPURatio *spread `json:"server_cpu_ratio,omitempty"`
 	// RoundTrips is socket writes per transaction, counted by a wrapping
 	// net.Conn in a separate sequential pass: pgx flushes once per round
 	// trip.
@@ -135,13 +144,23 @@ func overhead(ctx context.Context, e *env) (result, error) {
 			"the A/A control is the same pgx.BeginTxFunc on a second plain pool, so its spread is the method's own. "+
 			"Ratios are the median over the repetitions with a 95%% bootstrap interval of that median in parentheses. "+
 			"Round trips per transaction are socket writes counted by a wrapping net.Conn in a separate sequential pass "+
-			"(pgx flushes once per round trip). Allocations: `go test ./integration -run '^$' -bench Overhead -benchmem`.", reps),
-		Header: []string{"contender", "workers", "median µs", "mean µs", "ratio (median)", "ratio (mean)", "p99 µs", "round trips/tx", "calls", "failed"},
+			"(pgx flushes once per round trip). At 1 worker, CPU per call is measured around every batch: the benchmark process's "+
+			"(getrusage) and the contender's server backend's (/proc/pid/schedstat, when the server runs on this machine), "+
+			"with its ratio to the baseline's within each repetition in parentheses (above 1× costs more) and that ratio's bootstrap interval. "+
+			"Allocations: `go test ./integration -run '^$' -bench Transaction -benchmem`.", reps),
+		Header: []string{"contender", "workers", "median µs", "mean µs", "ratio (median)", "ratio (mean)", "p99 µs",
+			"client CPU µs/call", "server CPU µs/call", "round trips/tx", "calls", "failed"},
+	}
+	cpu := func(s, r *spread) string {
+		if s == nil || r == nil {
+			return "—"
+		}
+		return fmt.Sprintf("%s (%s× of baseline, %s–%s)", fmtf(s.Median, 1), fmtf(r.Median, 3), fmtf(r.CILow, 3), fmtf(r.CIHigh, 3))
 	}
 	for _, r := range rows {
 		t.Rows = append(t.Rows, []string{r.Contender, itoa(r.Workers), r.Median.format(0, ""), r.Mean.format(0, ""),
-			r.RatioMedian.formatCI(3, "×"), r.RatioMean.formatCI(3, "×"), fmtf(r.P99us, 0), fmtf(r.RoundTrips, 2),
-			itoa64(r.Calls), itoa64(r.Failed)})
+			r.RatioMedian.formatCI(3, "×"), r.RatioMean.formatCI(3, "×"), fmtf(r.P99us, 0), cpu(r.ClientCPU, r.ClientCPURatio), cpu(r.ServerCPU, r.ServerCPURatio),
+			fmtf(r.RoundTrips, 2), itoa64(r.Calls), itoa64(r.Failed)})
 	}
 	return result{Tables: []table{t}, Data: rows}, nil
 }
@@ -157,7 +176,9 @@ const overheadBatch = 8
 // the baseline (pgx.BeginTxFunc on a plain pgxpool) first.
 type overheadSet struct {
 	contenders []contender
-	closers    []func()
+	// queryRows are the contenders' pools' QueryRow, for the CPU probe.
+	queryRows []func(ctx context.Context, sql string, args ...any) pgx.Row
+	closers   []func()
 }
 
 func (s *overheadSet) close() {
@@ -185,6 +206,7 @@ func newOverheadSet(ctx context.Context, e *env, maxConns int, writes []atomic.I
 		})
 		if err == nil {
 			s.closers = append(s.closers, p.Close)
+			s.queryRows = append(s.queryRows, p.QueryRow)
 			err = fill(ctx, maxConns, p.Exec)
 		}
 		return p, err
@@ -197,6 +219,7 @@ func newOverheadSet(ctx context.Context, e *env, maxConns int, writes []atomic.I
 		})
 		if err == nil {
 			s.closers = append(s.closers, p.Close)
+			s.queryRows = append(s.queryRows, p.QueryRow)
 			err = fill(ctx, maxConns, p.Exec)
 		}
 		return p, err
@@ -254,6 +277,7 @@ func overheadAt(ctx context.Context, e *env, workers int, trips []float64) ([]ov
 	var medians, means [][]float64 // [contender][rep], µs
 	var all [][]time.Duration      // [contender], every call
 	var failed []int64
+	var clientCPU, serverCPU [][]float64 // [contender][rep], µs per call
 	for rep := range reps {
 		set, err := newOverheadSet(ctx, e, workers, nil)
 		if err != nil {
@@ -269,8 +293,12 @@ func overheadAt(ctx context.Context, e *env, workers int, trips []float64) ([]ov
 		}
 		// A short unmeasured run prepares the statements on every
 		// connection; then each contender gets e.opts.dur in all.
-		interleavedLoop(ctx, workers, 50*time.Millisecond, uint64(rep), cs)
-		lat, fails := interleavedLoop(ctx, workers, e.opts.dur*time.Duration(len(cs))/time.Duration(reps), uint64(rep), cs)
+		interleavedLoop(ctx, workers, 50*time.Millisecond, uint64(rep), cs, nil)
+		var probe *cpuProbe
+		if workers == 1 {
+			probe = newCPUProbe(ctx, set.queryRows)
+		}
+		lat, fails, tallies := interleavedLoop(ctx, workers, e.opts.dur*time.Duration(len(cs))/time.Duration(reps), uint64(rep), cs, probe)
 		set.close()
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -284,6 +312,18 @@ func overheadAt(ctx context.Context, e *env, workers int, trips []float64) ([]ov
 			means[i] = append(means[i], usf(meanOf(lat[i])))
 			all[i] = append(all[i], lat[i]...)
 			failed[i] += fails[i]
+		}
+		if probe != nil {
+			if clientCPU == nil {
+				clientCPU, serverCPU = make([][]float64, len(cs)), make([][]float64, len(cs))
+			}
+			for i, t := range tallies {
+				c, s := t.perCall()
+				clientCPU[i] = append(clientCPU[i], c)
+				if s > 0 {
+					serverCPU[i] = append(serverCPU[i], s)
+				}
+			}
 		}
 	}
 	rows := make([]overheadRow, len(names))
@@ -301,37 +341,64 @@ func overheadAt(ctx context.Context, e *env, workers int, trips []float64) ([]ov
 			RoundTrips: trips[i],
 			Calls:      int64(len(all[i])) + failed[i], Failed: failed[i],
 		}
+		rows[i].ClientCPU, rows[i].ClientCPURatio = cpuSpreads(clientCPU, i, reps)
+		rows[i].ServerCPU, rows[i].ServerCPURatio = cpuSpreads(serverCPU, i, reps)
 	}
 	return rows, nil
+}
+
+// cpuSpreads returns contender i's CPU per call over the repetitions, and
+// its ratio to the baseline's (contender 0) within each; nil when it was
+// not measured in every repetition.
+func cpuSpreads(perRep [][]float64, i, reps int) (value, toBaseline *spread) {
+	if perRep == nil || len(perRep[i]) != reps || len(perRep[0]) != reps {
+		return nil, nil
+	}
+	r := make([]float64, reps)
+	for k := range reps {
+		r[k] = ratio(perRep[i][k], perRep[0][k])
+	}
+	v, rs := newSpread(perRep[i]), newSpread(r)
+	return &v, &rs
 }
 
 // interleavedLoop runs workers goroutines for d; each makes overheadBatch
 // calls with every contender in turn, the contenders in a random order each
 // turn. It returns every successful call's latency and the failed calls,
-// per contender, after joining every goroutine.
-func interleavedLoop(ctx context.Context, workers int, d time.Duration, seed uint64, cs []contender) ([][]time.Duration, []int64) {
+// per contender, after joining every goroutine, and, when probe is not nil
+// (one worker only), the CPU time the batches took.
+func interleavedLoop(ctx context.Context, workers int, d time.Duration, seed uint64, cs []contender, probe *cpuProbe) ([][]time.Duration, []int64, []cpuTally) {
 	lat := make([][][]time.Duration, workers)
 	fails := make([][]int64, workers)
+	tallies := make([]cpuTally, len(cs))
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range workers {
 		lat[w], fails[w] = make([][]time.Duration, len(cs)), make([]int64, len(cs))
+		batch := func(i int) int {
+			for range overheadBatch {
+				callCtx, cancel := context.WithTimeout(ctx, callSafetyLimit)
+				t0 := time.Now()
+				_, err := cs[i].run(callCtx, pgtx.ReadCommitted, selectOne)
+				took := time.Since(t0)
+				cancel()
+				if err != nil {
+					fails[w][i]++
+					continue
+				}
+				lat[w][i] = append(lat[w][i], took)
+			}
+			return overheadBatch
+		}
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(seed, uint64(w)))
 			for time.Since(start) < d && ctx.Err() == nil {
 				for _, i := range rng.Perm(len(cs)) {
-					for range overheadBatch {
-						callCtx, cancel := context.WithTimeout(ctx, callSafetyLimit)
-						t0 := time.Now()
-						_, err := cs[i].run(callCtx, pgtx.ReadCommitted, selectOne)
-						took := time.Since(t0)
-						cancel()
-						if err != nil {
-							fails[w][i]++
-							continue
-						}
-						lat[w][i] = append(lat[w][i], took)
+					if probe != nil {
+						probe.around(i, &tallies[i], func() int { return batch(i) })
+						continue
 					}
+					batch(i)
 				}
 			}
 		})
@@ -344,7 +411,7 @@ func interleavedLoop(ctx context.Context, workers int, d time.Duration, seed uin
 			failed[i] += fails[w][i]
 		}
 	}
-	return merged, failed
+	return merged, failed, tallies
 }
 
 // roundTrips counts, for each overhead contender, socket writes per
