@@ -10,10 +10,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// acquire takes a connection, waiting at most the acquire timeout. When that
-// timeout (not ctx) ends the wait, the error matches ErrAcquireTimeout; when
-// MaxWaiters callers already wait, it fails at once with ErrQueueFull.
-func (p *Pool) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+// acquire takes a connection, waiting at most the acquire timeout, and
+// returns it with the time the wait ended. When that timeout (not ctx) ends
+// the wait, the error matches ErrAcquireTimeout; when MaxWaiters callers
+// already wait, it fails at once with ErrQueueFull.
+func (p *Pool) acquire(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
 	q := p.queue
 	if q.maxWaiters > 0 {
 		// Reserve a place in the queue before waiting, so that callers
@@ -22,17 +23,18 @@ func (p *Pool) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 		if q.reserved.Add(1) > q.maxWaiters {
 			q.reserved.Add(-1)
 			q.queueFull.Add(1)
-			return nil, ErrQueueFull
+			return nil, time.Time{}, ErrQueueFull
 		}
 		defer q.reserved.Add(-1)
 	}
 	start := p.clock.Now()
 	conn, err := p.acquireBounded(ctx, start)
-	q.acquireWait.observe(p.clock.Now().Sub(start))
+	end := p.clock.Now()
+	q.acquireWait.observe(end.Sub(start))
 	if errors.Is(err, ErrAcquireTimeout) {
 		q.acquireTimeouts.Add(1)
 	}
-	return conn, err
+	return conn, end, err
 }
 
 // acquireBounded waits for a connection until ctx ends or the acquire

@@ -207,12 +207,11 @@ type txAttempt struct {
 // rolled back (if needed) and released, so the retry loop never sleeps while
 // holding a connection.
 func (a *txAttempt) run(ctx context.Context) (Class, error) {
-	conn, err := a.pool.acquire(ctx)
+	conn, held, err := a.pool.acquire(ctx)
 	if err != nil {
 		return Classify(err), err
 	}
 	q := a.pool.queue
-	held := a.pool.clock.Now()
 	slot := q.inflight.add(held)
 	defer func() {
 		conn.Release()
@@ -220,6 +219,15 @@ func (a *txAttempt) run(ctx context.Context) (Class, error) {
 		q.held.Add(1)
 		q.holdTime.Add(int64(a.pool.clock.Now().Sub(held)))
 	}()
+	// The work on the connection is a function of its own so that each of
+	// the two defers is in a function with few returns, which the compiler
+	// runs inline instead of through the runtime's defer records.
+	return a.onConn(ctx, conn)
+}
+
+// onConn runs BEGIN, fn and COMMIT on conn, rolling back when it does not
+// commit.
+func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, error) {
 	if err := ctx.Err(); err != nil {
 		// The deadline passed while waiting for the connection: do not begin
 		// a transaction nobody will read.

@@ -20,6 +20,10 @@ import (
 // (its hooks, session parameters, cancel handler) from what the call costs.
 const nameBeginPgtxPool = "pgx.BeginTxFunc on pgtx's pool"
 
+// namePgtxUnbounded is pgtx with its bounded acquire switched off
+// (Config.AcquireTimeout < 0): what that guarantee costs.
+const namePgtxUnbounded = "pgtx, AcquireTimeout -1"
+
 // nameBeginControl is pgx.BeginTxFunc on a second plain pgxpool: the same
 // contender as the baseline, measured as if it were another one (an A/A
 // control). How far its ratio strays from 1 is the noise of the method.
@@ -178,7 +182,9 @@ type overheadSet struct {
 	contenders []contender
 	// queryRows are the contenders' pools' QueryRow, for the CPU probe.
 	queryRows []func(ctx context.Context, sql string, args ...any) pgx.Row
-	closers   []func()
+	// writes counts each contender's socket writes when asked for.
+	writes  []atomic.Int64
+	closers []func()
 }
 
 func (s *overheadSet) close() {
@@ -187,16 +193,22 @@ func (s *overheadSet) close() {
 	}
 }
 
+// overheadContenders is the number of contenders of the overhead scenario.
+const overheadContenders = 8
+
 // newOverheadSet opens the pools of every contender, maxConns connections
-// each, all open; when writes is not nil, contender i's connections count
-// their socket writes in writes[i].
-func newOverheadSet(ctx context.Context, e *env, maxConns int, writes []atomic.Int64) (*overheadSet, error) {
+// each, all open; when countWrites is set, contender i's connections count
+// their socket writes in the set's writes[i].
+func newOverheadSet(ctx context.Context, e *env, maxConns int, countWrites bool) (*overheadSet, error) {
 	s := &overheadSet{}
+	if countWrites {
+		s.writes = make([]atomic.Int64, overheadContenders)
+	}
 	dial := func(i int) func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if writes == nil {
+		if s.writes == nil {
 			return nil
 		}
-		return countingDial(&writes[i])
+		return countingDial(&s.writes[i])
 	}
 	pgxPool := func(i int) (*pgxpool.Pool, error) {
 		p, err := newPgxPool(ctx, e.dsn, maxConns, func(c *pgxpool.Config) {
@@ -211,10 +223,13 @@ func newOverheadSet(ctx context.Context, e *env, maxConns int, writes []atomic.I
 		}
 		return p, err
 	}
-	pgtxPool := func(i int) (*pgtx.Pool, error) {
+	pgtxPool := func(i int, edit func(*pgtx.Config)) (*pgtx.Pool, error) {
 		p, err := newPgtxPool(ctx, e.dsn, maxConns, func(c *pgtx.Config) {
 			if d := dial(i); d != nil {
 				c.ConnConfig.DialFunc = d
+			}
+			if edit != nil {
+				edit(c)
 			}
 		})
 		if err == nil {
@@ -238,22 +253,32 @@ func newOverheadSet(ctx context.Context, e *env, maxConns int, writes []atomic.I
 		onPgx(nameBegin, beginContender),
 		onPgx(nameBeginControl, beginContender),
 		func(i int) (contender, error) {
-			p, err := pgtxPool(i)
+			p, err := pgtxPool(i, nil)
 			if err != nil {
 				return contender{}, err
 			}
 			return beginContender(nameBeginPgtxPool, p.Pool), nil
 		},
 		func(i int) (contender, error) {
-			p, err := pgtxPool(i)
+			p, err := pgtxPool(i, nil)
 			if err != nil {
 				return contender{}, err
 			}
 			return pgtxContender(namePgtx, p), nil
 		},
+		func(i int) (contender, error) {
+			p, err := pgtxPool(i, func(c *pgtx.Config) { c.AcquireTimeout = -1 })
+			if err != nil {
+				return contender{}, err
+			}
+			return pgtxContender(namePgtxUnbounded, p), nil
+		},
 		onPgx(nameNaive, loop(naiveContender)),
 		onPgx(nameJitter, loop(jitterContender)),
 		onPgx(nameCrdb, crdbContender),
+	}
+	if len(makers) != overheadContenders {
+		return nil, fmt.Errorf("bench: %d overhead contenders, overheadContenders says %d", len(makers), overheadContenders)
 	}
 	for i, mk := range makers {
 		c, err := mk(i)
@@ -279,7 +304,7 @@ func overheadAt(ctx context.Context, e *env, workers int, trips []float64) ([]ov
 	var failed []int64
 	var clientCPU, serverCPU [][]float64 // [contender][rep], µs per call
 	for rep := range reps {
-		set, err := newOverheadSet(ctx, e, workers, nil)
+		set, err := newOverheadSet(ctx, e, workers, false)
 		if err != nil {
 			return nil, err
 		}
@@ -417,8 +442,7 @@ func interleavedLoop(ctx context.Context, workers int, d time.Duration, seed uin
 // roundTrips counts, for each overhead contender, socket writes per
 // transaction over 200 sequential calls on a one-connection pool.
 func roundTrips(ctx context.Context, e *env) ([]float64, error) {
-	writes := make([]atomic.Int64, 7)
-	set, err := newOverheadSet(ctx, e, 1, writes)
+	set, err := newOverheadSet(ctx, e, 1, true)
 	if err != nil {
 		return nil, err
 	}
@@ -429,13 +453,13 @@ func roundTrips(ctx context.Context, e *env) ([]float64, error) {
 		if _, err := c.run(ctx, pgtx.ReadCommitted, selectOne); err != nil { // prepares the statement
 			return nil, fmt.Errorf("%s: %w", c.name, err)
 		}
-		w0 := writes[i].Load()
+		w0 := set.writes[i].Load()
 		for range calls {
 			if _, err := c.run(ctx, pgtx.ReadCommitted, selectOne); err != nil {
 				return nil, fmt.Errorf("%s: %w", c.name, err)
 			}
 		}
-		trips[i] = float64(writes[i].Load()-w0) / calls
+		trips[i] = float64(set.writes[i].Load()-w0) / calls
 	}
 	return trips, nil
 }
