@@ -71,7 +71,7 @@ type scenario struct {
 
 // scenarios lists the benchmarks in the order they run.
 var scenarios = []scenario{
-	{"overhead", "one-statement transaction, 1 and 8 workers: tx/s against pgx.BeginTxFunc", true, overhead},
+	{"overhead", "one-statement transaction, 1 and 8 workers: latency and CPU against pgx.BeginTxFunc, interleaved", true, overhead},
 	{"contention", "SERIALIZABLE transfers on 10 hot accounts, 8 and 32 workers, ordered and random updates", true, contention},
 	{"cancel", "a deadline ends a statement holding a row lock: time to return, to release, reconnects", true, cancelBench},
 	{"overload", "open-loop arrivals at 2x capacity against a server-side admission limit (53300)", true, overload},

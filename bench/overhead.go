@@ -141,8 +141,9 @@ func overhead(ctx context.Context, e *env) (result, error) {
 	reps := len(rows[0].Median.Reps)
 	t := table{
 		Title: "Overhead: one-statement transaction (`select 1`, READ COMMITTED), no contention",
-		Note: fmt.Sprintf("Contenders interleaved call by call: each worker calls every contender in turn, starting one later each "+
-			"time, so the machine's noise hits all alike. %d repetitions, each on fresh pools (pgx's defaults, MaxConns = workers); "+
+		Note: fmt.Sprintf("Contenders interleaved in batches: each worker makes %d calls with every contender in turn, the contenders "+
+			"in a random order each turn, each contender on a pool of its own, so the machine's noise hits all alike. "+
+			"%d repetitions, each on fresh pools (pgx's defaults, MaxConns = workers); "+
 			"each latency is the median over the repetitions of the repetition's median (or mean), [min–max] across them. "+
 			"Ratio is pgx.BeginTxFunc on a plain pgxpool over the contender, within each repetition: above 1× is faster; "+
 			"the A/A control is the same pgx.BeginTxFunc on a second plain pool, so its spread is the method's own. "+
@@ -151,7 +152,7 @@ func overhead(ctx context.Context, e *env) (result, error) {
 			"(pgx flushes once per round trip). At 1 worker, CPU per call is measured around every batch: the benchmark process's "+
 			"(getrusage) and the contender's server backend's (/proc/pid/schedstat, when the server runs on this machine), "+
 			"with its ratio to the baseline's within each repetition in parentheses (above 1× costs more) and that ratio's bootstrap interval. "+
-			"Allocations: `go test ./integration -run '^$' -bench Transaction -benchmem`.", reps),
+			"Allocations: `go test ./integration -run '^$' -bench Transaction -benchmem`.", overheadBatch, reps),
 		Header: []string{"contender", "workers", "median µs", "mean µs", "ratio (median)", "ratio (mean)", "p99 µs",
 			"client CPU µs/call", "server CPU µs/call", "round trips/tx", "calls", "failed"},
 	}
