@@ -24,6 +24,11 @@ const nameBeginPgtxPool = "pgx.BeginTxFunc on pgtx's pool"
 // (Config.AcquireTimeout < 0): what that guarantee costs.
 const namePgtxUnbounded = "pgtx, AcquireTimeout -1"
 
+// namePgtxNoLimits is pgtx with the server-side session limits it sets
+// switched off (Config.StatementTimeout and IdleInTransactionTimeout < 0):
+// what those guarantees cost.
+const namePgtxNoLimits = "pgtx, no session limits"
+
 // nameBeginControl is pgx.BeginTxFunc on a second plain pgxpool: the same
 // contender as the baseline, measured as if it were another one (an A/A
 // control). How far its ratio strays from 1 is the noise of the method.
@@ -195,7 +200,7 @@ func (s *overheadSet) close() {
 }
 
 // overheadContenders is the number of contenders of the overhead scenario.
-const overheadContenders = 8
+const overheadContenders = 9
 
 // newOverheadSet opens the pools of every contender, maxConns connections
 // each, all open; when countWrites is set, contender i's connections count
@@ -273,6 +278,13 @@ func newOverheadSet(ctx context.Context, e *env, maxConns int, countWrites bool)
 				return contender{}, err
 			}
 			return pgtxContender(namePgtxUnbounded, p), nil
+		},
+		func(i int) (contender, error) {
+			p, err := pgtxPool(i, func(c *pgtx.Config) { c.StatementTimeout, c.IdleInTransactionTimeout = -1, -1 })
+			if err != nil {
+				return contender{}, err
+			}
+			return pgtxContender(namePgtxNoLimits, p), nil
 		},
 		onPgx(nameNaive, loop(naiveContender)),
 		onPgx(nameJitter, loop(jitterContender)),
