@@ -72,8 +72,14 @@ const (
 // acquireCtx is the context of a bounded acquire: it ends when the acquire
 // timeout passes or the caller's context ends, and carries the caller's
 // values. Unlike a context from context.WithTimeout it is kept for the next
-// acquire, with its channel and timer, when it did not end. pgxpool does not
-// keep an acquire's context once Acquire has returned.
+// acquire, with its channel and timer, when it did not end and nothing can
+// still hold it: an acquire that opened a connection, or that ran a hook of
+// the caller's (PrepareConn, BeforeAcquire, an AcquireTracer), handed it to
+// code that may keep it or a context derived from it, and the context
+// package's own goroutine for such a derived context asks it for its cause
+// later (TestPoolCloseAfterAcquiresThatConnected). Such a context is marked
+// shared (markShared) and left to the garbage collector, its caller's context
+// still in place.
 type acquireCtx struct {
 	parent   context.Context
 	deadline time.Time
@@ -85,6 +91,20 @@ type acquireCtx struct {
 	// ended says how the context ended; it is set before done is closed,
 	// so Err is never nil once Done is seen closed.
 	ended atomic.Int32
+	// shared is set when the context was handed to code that may keep it.
+	shared atomic.Bool
+}
+
+// acquireCtxKey is the key under which an acquireCtx answers Value with
+// itself, so that a hook given a context derived from it can find it.
+type acquireCtxKey struct{}
+
+// markShared marks the acquireCtx that ctx is, or is derived from, as handed
+// to code that may keep it, so it is not reused.
+func markShared(ctx context.Context) {
+	if c, ok := ctx.Value(acquireCtxKey{}).(*acquireCtx); ok {
+		c.shared.Store(true)
+	}
 }
 
 // Deadline returns when the acquire timeout passes: acquireBounded uses an
@@ -108,7 +128,12 @@ func (c *acquireCtx) Err() error {
 }
 
 // Value returns the caller's value for key.
-func (c *acquireCtx) Value(key any) any { return c.parent.Value(key) }
+func (c *acquireCtx) Value(key any) any {
+	if _, ok := key.(acquireCtxKey); ok {
+		return c
+	}
+	return c.parent.Value(key)
+}
 
 func (c *acquireCtx) end(how int32) {
 	if c.ended.CompareAndSwap(endedNot, how) {
@@ -141,15 +166,16 @@ func (ap *acquireCtxPool) get(parent context.Context, timeout time.Duration) *ac
 }
 
 // put disarms c and keeps it if neither its timer nor its caller's context
-// had ended it: an ended context cannot be reopened, and is left to the
-// garbage collector.
+// had ended it and it was not shared: an ended context cannot be reopened,
+// and a shared one may still be looked at; both are left to the garbage
+// collector as they are.
 func (ap *acquireCtxPool) put(c *acquireCtx) {
 	live := c.timer.Stop()
 	if c.stopParent != nil {
 		live = c.stopParent() && live
 		c.stopParent = nil
 	}
-	if !live || c.ended.Load() != endedNot {
+	if !live || c.ended.Load() != endedNot || c.shared.Load() {
 		return
 	}
 	c.parent = nil

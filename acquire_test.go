@@ -141,3 +141,26 @@ func TestAcquireCtxDoesNotOutliveItsUse(t *testing.T) {
 		}
 	})
 }
+
+// TestAcquireCtxSharedIsNotReused: a context handed to code that may keep
+// it (a connect, a caller's hook) is never handed out again, and keeps its
+// caller's values for whoever still holds it.
+func TestAcquireCtxSharedIsNotReused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var ap acquireCtxPool
+		parent := context.WithValue(context.Background(), ctxKey{}, "v")
+		c := ap.get(parent, time.Second)
+		derived := context.WithValue(c, ctxKey{}, "derived") // as a hook would see it
+		markShared(derived)
+		ap.put(c)
+		next := ap.get(context.Background(), time.Second)
+		defer ap.put(next)
+		if next == c {
+			t.Fatal("a shared acquire context was handed out again")
+		}
+		if got := c.Value(ctxKey{}); got != "v" {
+			t.Errorf("the shared context's Value = %v, want the caller's value still", got)
+		}
+		markShared(context.Background()) // not an acquire context: nothing to mark, no panic
+	})
+}

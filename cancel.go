@@ -131,6 +131,7 @@ func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config) (*c
 			return false, nil
 		}
 		if userPrepare != nil {
+			markShared(ctx)
 			return userPrepare(ctx, conn)
 		}
 		return true, nil

@@ -29,10 +29,7 @@ type Config struct {
 	// caller's context ends first, its error wins. 0 means
 	// DefaultAcquireTimeout (2s); negative means only the caller's context
 	// bounds the wait. A caller whose deadline comes first pays nothing for
-	// the bound; otherwise the wait's context is registered on the caller's
-	// and reused from call to call, so the context that pgxpool's acquire
-	// hooks (PrepareConn, BeforeAcquire, an AcquireTracer) receive from
-	// Transaction must not be kept beyond the hook's call.
+	// the bound.
 	AcquireTimeout time.Duration
 
 	// StatementTimeout is the server's statement_timeout, sent as a session

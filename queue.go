@@ -66,6 +66,7 @@ func (t *poolTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEnd
 func (t *poolTracer) TraceAcquireStart(ctx context.Context, p *pgxpool.Pool, d pgxpool.TraceAcquireStartData) context.Context {
 	t.q.waiters.Add(1)
 	if t.userAcquire != nil {
+		markShared(ctx)
 		ctx = t.userAcquire.TraceAcquireStart(ctx, p, d)
 	}
 	return ctx
@@ -91,6 +92,8 @@ func installPoolTracer(pc *pgxpool.Config, q *queue) {
 	pc.ConnConfig.Tracer = newPoolTracer(q, user)
 	userBeforeConnect := pc.BeforeConnect
 	pc.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
+		// The connect keeps what it derives from the acquire's context.
+		markShared(ctx)
 		cc.Tracer = user
 		if userBeforeConnect != nil {
 			return userBeforeConnect(ctx, cc)

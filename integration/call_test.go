@@ -368,3 +368,56 @@ func TestLostIdleConnectionRetried(t *testing.T) {
 		t.Errorf("rows = %d, want 1", n)
 	}
 }
+
+// TestPoolCloseAfterAcquiresThatConnected: an acquire that has to open a
+// connection hands its context to the connect and its hooks, and a context
+// derived from it there (by an AfterConnect, say) lives on after the acquire
+// has returned: when Close ends the pool's own context, the context
+// package's goroutine for it asks the acquire's context for its cause.
+// Reusing that context for a later acquire, or clearing it, would show such
+// a goroutine another call's context, or none at all.
+func TestPoolCloseAfterAcquiresThatConnected(t *testing.T) {
+	dsn := newDB(t)
+	work := func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "select 1")
+		return err
+	}
+	var (
+		mu      sync.Mutex
+		derived []context.CancelFunc
+	)
+	for range 20 {
+		pool := newPool(t, dsn, func(c *pgtx.Config) {
+			c.MaxConns = 2
+			c.AfterConnect = func(ctx context.Context, _ *pgx.Conn) error {
+				_, cancel := context.WithCancel(ctx) // kept until the pool is closed
+				mu.Lock()
+				derived = append(derived, cancel)
+				mu.Unlock()
+				return nil
+			}
+		})
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				// A cancellable context with a deadline later than the acquire
+				// timeout: the acquire gets a context of pgtx's own.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				for range 3 {
+					if err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, work); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		pool.Close()
+	}
+	mu.Lock()
+	for _, cancel := range derived {
+		cancel()
+	}
+	mu.Unlock()
+}
