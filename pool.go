@@ -240,6 +240,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 
 	q := &queue{maxWaiters: int64(cfg.MaxWaiters)}
 	installPoolTracer(pc, q)
+	markSharedInShouldPing(pc)
 	var breaker *Breaker
 	if cfg.Breaker != nil {
 		bc := *cfg.Breaker

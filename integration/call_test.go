@@ -369,13 +369,13 @@ func TestLostIdleConnectionRetried(t *testing.T) {
 	}
 }
 
-// TestPoolCloseAfterAcquiresThatConnected: an acquire that has to open a
-// connection hands its context to the connect and its hooks, and a context
-// derived from it there (by an AfterConnect, say) lives on after the acquire
-// has returned: when Close ends the pool's own context, the context
-// package's goroutine for it asks the acquire's context for its cause.
-// Reusing that context for a later acquire, or clearing it, would show such
-// a goroutine another call's context, or none at all.
+// TestPoolCloseAfterAcquiresThatConnected: an acquire hands its context to
+// the connect when it opens a connection, and to the caller's hooks; a
+// context derived from it there (by an AfterConnect, say) lives on after the
+// acquire has returned, and when Close ends the pool's own context the
+// context package's goroutine for it asks the acquire's context for its
+// cause. Reusing that context for a later acquire, or clearing it, would
+// show such a goroutine another call's context, or none at all.
 func TestPoolCloseAfterAcquiresThatConnected(t *testing.T) {
 	dsn := newDB(t)
 	work := func(ctx context.Context, tx pgx.Tx) error {
@@ -386,38 +386,72 @@ func TestPoolCloseAfterAcquiresThatConnected(t *testing.T) {
 		mu      sync.Mutex
 		derived []context.CancelFunc
 	)
-	for range 20 {
-		pool := newPool(t, dsn, func(c *pgtx.Config) {
-			c.MaxConns = 2
-			c.AfterConnect = func(ctx context.Context, _ *pgx.Conn) error {
-				_, cancel := context.WithCancel(ctx) // kept until the pool is closed
-				mu.Lock()
-				derived = append(derived, cancel)
-				mu.Unlock()
-				return nil
+	keep := func(ctx context.Context) { // derives a context kept until the test ends
+		_, cancel := context.WithCancel(ctx)
+		mu.Lock()
+		derived = append(derived, cancel)
+		mu.Unlock()
+	}
+	t.Cleanup(func() {
+		for _, cancel := range derived {
+			cancel()
+		}
+	})
+	hooks := []struct {
+		name string
+		set  func(*pgtx.Config)
+	}{
+		{"AfterConnect", func(c *pgtx.Config) {
+			c.AfterConnect = func(ctx context.Context, _ *pgx.Conn) error { keep(ctx); return nil }
+		}},
+		{"PrepareConn", func(c *pgtx.Config) {
+			c.PrepareConn = func(ctx context.Context, _ *pgx.Conn) (bool, error) { keep(ctx); return true, nil }
+		}},
+		{"ShouldPing", func(c *pgtx.Config) {
+			c.ShouldPing = func(ctx context.Context, _ pgxpool.ShouldPingParams) bool { keep(ctx); return false }
+		}},
+		{"AcquireTracer", func(c *pgtx.Config) { c.ConnConfig.Tracer = &keepingTracer{keep: keep} }},
+	}
+	for _, h := range hooks {
+		t.Run(h.name, func(t *testing.T) {
+			for range 10 {
+				pool := newPool(t, dsn, func(c *pgtx.Config) {
+					c.MaxConns = 2
+					h.set(c)
+				})
+				var wg sync.WaitGroup
+				for range 2 {
+					wg.Go(func() {
+						// A cancellable context with a deadline later than the
+						// acquire timeout: the acquire gets a context of pgtx's own.
+						ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+						defer cancel()
+						for range 3 {
+							if err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, work); err != nil {
+								t.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
+				pool.Close()
 			}
 		})
-		var wg sync.WaitGroup
-		for range 2 {
-			wg.Go(func() {
-				// A cancellable context with a deadline later than the acquire
-				// timeout: the acquire gets a context of pgtx's own.
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				for range 3 {
-					if err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, work); err != nil {
-						t.Error(err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		pool.Close()
 	}
-	mu.Lock()
-	for _, cancel := range derived {
-		cancel()
-	}
-	mu.Unlock()
+}
+
+// keepingTracer is a pgxpool.AcquireTracer that keeps a context derived from
+// every acquire's.
+type keepingTracer struct{ keep func(context.Context) }
+
+func (k *keepingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (k *keepingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (k *keepingTracer) TraceAcquireStart(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireStartData) context.Context {
+	k.keep(ctx)
+	return ctx
+}
+func (k *keepingTracer) TraceAcquireEnd(context.Context, *pgxpool.Pool, pgxpool.TraceAcquireEndData) {
 }
