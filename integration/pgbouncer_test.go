@@ -55,21 +55,26 @@ func bouncerSettings(c *pgtx.Config) {
 	c.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 }
 
-// TestBouncerWorkload: transfers between accounts from 8 workers through a
-// transaction-mode PgBouncer with 2 server connections, with the README's
-// settings: every call succeeds and no money is made or lost.
+// TestBouncerWorkload: transfers between accounts from 8 workers through
+// PgBouncer with the README's settings, in transaction mode with 2 server
+// connections and in session mode with as many as the pool and its cancel
+// pool hold: every call succeeds and no money is made or lost.
 func TestBouncerWorkload(t *testing.T) {
 	ctx := testCtx(t)
 	for _, mode := range []pgtest.PoolMode{pgtest.PoolTransaction, pgtest.PoolSession} {
 		t.Run(string(mode), func(t *testing.T) {
-			direct, through, _ := behindBouncer(t, pgtest.BouncerOptions{Mode: mode, DefaultPoolSize: 2})
+			maxConns, serverConns := int32(8), 2
+			if mode == pgtest.PoolSession {
+				// A client holds a server for its whole session, and so does
+				// the cancel pool's connection: as the README says, both must
+				// fit in default_pool_size, or a client waits in PgBouncer for
+				// a server until the acquire that opened it times out.
+				maxConns, serverConns = 2, 3
+			}
+			direct, through, _ := behindBouncer(t, pgtest.BouncerOptions{Mode: mode, DefaultPoolSize: serverConns})
 			admin := directConn(t, direct)
 			mustExec(t, ctx, admin, "create table acct (id int primary key, balance bigint not null)")
 			mustExec(t, ctx, admin, "insert into acct select g, 1000 from generate_series(1, 10) g")
-			maxConns := int32(8)
-			if mode == pgtest.PoolSession {
-				maxConns = 2 // a client holds a server for its whole session
-			}
 			pool := newPool(t, through, func(c *pgtx.Config) { bouncerSettings(c); c.MaxConns = maxConns })
 			var wg sync.WaitGroup
 			errs := make(chan error, 8*40)
