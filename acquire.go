@@ -73,11 +73,11 @@ const (
 // timeout passes or the caller's context ends, and carries the caller's
 // values. Unlike a context from context.WithTimeout it is kept for the next
 // acquire, with its channel and timer, when it did not end and nothing can
-// still hold it: an acquire that opened a connection, or that ran a hook of
-// the caller's (PrepareConn, BeforeAcquire, an AcquireTracer), handed it to
-// code that may keep it or a context derived from it, and the context
-// package's own goroutine for such a derived context asks it for its cause
-// later (TestPoolCloseAfterAcquiresThatConnected). Such a context is marked
+// still hold it. An acquire that opened a connection, or that ran a hook of
+// the caller's (PrepareConn, BeforeAcquire, ShouldPing, an AcquireTracer),
+// handed it to code that may keep it or a context derived from it, and the
+// context package's own goroutine for such a derived context asks it for its
+// cause later (TestPoolCloseAfterAcquiresThatConnected). Such a context is marked
 // shared (markShared) and left to the garbage collector, its caller's context
 // still in place.
 type acquireCtx struct {

@@ -219,8 +219,7 @@ type Pool struct {
 	queue    *queue
 	breaker  *Breaker // nil: none
 	resolved resolveCounters
-	// acquireCtxs are the reusable contexts of bounded acquires whose
-	// caller's context cannot be cancelled.
+	// acquireCtxs are the reusable contexts of bounded acquires.
 	acquireCtxs acquireCtxPool
 }
 

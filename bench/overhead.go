@@ -199,99 +199,70 @@ func (s *overheadSet) close() {
 	}
 }
 
-// overheadContenders is the number of contenders of the overhead scenario.
-const overheadContenders = 9
-
 // newOverheadSet opens the pools of every contender, maxConns connections
 // each, all open; when countWrites is set, contender i's connections count
 // their socket writes in the set's writes[i].
 func newOverheadSet(ctx context.Context, e *env, maxConns int, countWrites bool) (*overheadSet, error) {
 	s := &overheadSet{}
-	if countWrites {
-		s.writes = make([]atomic.Int64, overheadContenders)
-	}
 	dial := func(i int) func(ctx context.Context, network, addr string) (net.Conn, error) {
 		if s.writes == nil {
 			return nil
 		}
 		return countingDial(&s.writes[i])
 	}
-	pgxPool := func(i int) (*pgxpool.Pool, error) {
-		p, err := newPgxPool(ctx, e.dsn, maxConns, func(c *pgxpool.Config) {
-			if d := dial(i); d != nil {
-				c.ConnConfig.DialFunc = d
-			}
-		})
-		if err == nil {
-			s.closers = append(s.closers, p.Close)
-			s.queryRows = append(s.queryRows, p.QueryRow)
-			err = fill(ctx, maxConns, p.Exec)
-		}
-		return p, err
-	}
-	pgtxPool := func(i int, edit func(*pgtx.Config)) (*pgtx.Pool, error) {
-		p, err := newPgtxPool(ctx, e.dsn, maxConns, func(c *pgtx.Config) {
-			if d := dial(i); d != nil {
-				c.ConnConfig.DialFunc = d
-			}
-			if edit != nil {
-				edit(c)
-			}
-		})
-		if err == nil {
-			s.closers = append(s.closers, p.Close)
-			s.queryRows = append(s.queryRows, p.QueryRow)
-			err = fill(ctx, maxConns, p.Exec)
-		}
-		return p, err
+	// opened registers a pool just opened and opens all its connections.
+	opened := func(close func(), queryRow func(context.Context, string, ...any) pgx.Row, exec execFunc) error {
+		s.closers = append(s.closers, close)
+		s.queryRows = append(s.queryRows, queryRow)
+		return fill(ctx, maxConns, exec)
 	}
 	type maker func(i int) (contender, error)
 	onPgx := func(name string, mk func(string, *pgxpool.Pool) contender) maker {
 		return func(i int) (contender, error) {
-			p, err := pgxPool(i)
-			return mk(name, p), err
+			p, err := newPgxPool(ctx, e.dsn, maxConns, func(c *pgxpool.Config) {
+				if d := dial(i); d != nil {
+					c.ConnConfig.DialFunc = d
+				}
+			})
+			if err != nil {
+				return contender{}, err
+			}
+			return mk(name, p), opened(p.Close, p.QueryRow, p.Exec)
+		}
+	}
+	onPgtx := func(name string, edit func(*pgtx.Config), mk func(string, *pgtx.Pool) contender) maker {
+		return func(i int) (contender, error) {
+			p, err := newPgtxPool(ctx, e.dsn, maxConns, func(c *pgtx.Config) {
+				if d := dial(i); d != nil {
+					c.ConnConfig.DialFunc = d
+				}
+				if edit != nil {
+					edit(c)
+				}
+			})
+			if err != nil {
+				return contender{}, err
+			}
+			return mk(name, p), opened(p.Close, p.QueryRow, p.Exec)
 		}
 	}
 	loop := func(mk func(string, *pgxpool.Pool, int) contender) func(string, *pgxpool.Pool) contender {
 		return func(name string, p *pgxpool.Pool) contender { return mk(name, p, loopMaxRetries) }
 	}
+	beginOnPgtxPool := func(name string, p *pgtx.Pool) contender { return beginContender(name, p.Pool) }
 	makers := []maker{
 		onPgx(nameBegin, beginContender),
 		onPgx(nameBeginControl, beginContender),
-		func(i int) (contender, error) {
-			p, err := pgtxPool(i, nil)
-			if err != nil {
-				return contender{}, err
-			}
-			return beginContender(nameBeginPgtxPool, p.Pool), nil
-		},
-		func(i int) (contender, error) {
-			p, err := pgtxPool(i, nil)
-			if err != nil {
-				return contender{}, err
-			}
-			return pgtxContender(namePgtx, p), nil
-		},
-		func(i int) (contender, error) {
-			p, err := pgtxPool(i, func(c *pgtx.Config) { c.AcquireTimeout = -1 })
-			if err != nil {
-				return contender{}, err
-			}
-			return pgtxContender(namePgtxUnbounded, p), nil
-		},
-		func(i int) (contender, error) {
-			p, err := pgtxPool(i, func(c *pgtx.Config) { c.StatementTimeout, c.IdleInTransactionTimeout = -1, -1 })
-			if err != nil {
-				return contender{}, err
-			}
-			return pgtxContender(namePgtxNoLimits, p), nil
-		},
+		onPgtx(nameBeginPgtxPool, nil, beginOnPgtxPool),
+		onPgtx(namePgtx, nil, pgtxContender),
+		onPgtx(namePgtxUnbounded, func(c *pgtx.Config) { c.AcquireTimeout = -1 }, pgtxContender),
+		onPgtx(namePgtxNoLimits, func(c *pgtx.Config) { c.StatementTimeout, c.IdleInTransactionTimeout = -1, -1 }, pgtxContender),
 		onPgx(nameNaive, loop(naiveContender)),
 		onPgx(nameJitter, loop(jitterContender)),
 		onPgx(nameCrdb, crdbContender),
 	}
-	if len(makers) != overheadContenders {
-		return nil, fmt.Errorf("bench: %d overhead contenders, overheadContenders says %d", len(makers), overheadContenders)
+	if countWrites {
+		s.writes = make([]atomic.Int64, len(makers))
 	}
 	for i, mk := range makers {
 		c, err := mk(i)
@@ -304,8 +275,8 @@ func newOverheadSet(ctx context.Context, e *env, maxConns int, countWrites bool)
 	return s, nil
 }
 
-// overheadAt runs every contender at one worker count, interleaved call by
-// call, in repetitions on fresh pools: with few workers, how a connection's
+// overheadAt runs every contender at one worker count, interleaved in
+// batches, in repetitions on fresh pools: with few workers, how a connection's
 // server process is scheduled against the client moves a pool's latency by
 // tens of percent, and new pools each repetition show that spread instead of
 // hiding it in one number.
