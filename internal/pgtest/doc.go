@@ -26,7 +26,10 @@
 //	dsn := pgtest.NewDatabase(t) // dropped when the test ends
 //
 // Tests that change server settings or restart the server use [Dedicated], which
-// starts a local cluster of their own.
+// starts a local cluster of their own. [StartStandby] adds a hot standby streaming
+// from such a cluster, which [Server.Promote] turns into a primary; [Server.Crash]
+// takes a local server down abruptly with its data kept, and [Server.Start] brings it
+// back.
 //
 // Local clusters run on Unix systems only. On Linux the kernel kills them if the test
 // binary dies; the directories such a binary leaves are removed by the next run.

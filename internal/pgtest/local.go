@@ -76,43 +76,68 @@ func startLocal(ctx context.Context, bindir string, settings map[string]string) 
 	if err != nil {
 		return nil, err
 	}
-	base := clusterBaseDir()
-	sweepStaleClusters(base)
-	root, err := os.MkdirTemp(base, fmt.Sprintf("pgtx-pgtest-cluster-%d-", os.Getpid()))
+	root, err := newClusterRoot()
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: make cluster directory: %w", err)
+		return nil, err
 	}
 	c := &localCluster{bindir: bindir, root: root, settings: settings, cred: cred}
 	if err := c.prepare(ctx, tmpl); err != nil {
 		return nil, errors.Join(err, os.RemoveAll(root))
 	}
-	var startErr error
-	for range startAttempts {
-		if c.port, startErr = freePort(); startErr != nil {
-			break
-		}
-		if startErr = c.start(ctx); !errors.Is(startErr, errPortTaken) {
-			break
-		}
-	}
-	if startErr != nil {
-		return nil, errors.Join(startErr, os.RemoveAll(root))
+	if err := c.startOnFreePort(ctx); err != nil {
+		return nil, errors.Join(err, os.RemoveAll(root))
 	}
 	s := newServer(KindLocal, c.dsn())
 	s.local = c
 	return s, nil
 }
 
+// newClusterRoot makes the directory of a new cluster in the base directory, under a
+// name that sweepStaleClusters recognizes once this binary is gone.
+func newClusterRoot() (string, error) {
+	base := clusterBaseDir()
+	sweepStaleClusters(base)
+	root, err := os.MkdirTemp(base, fmt.Sprintf("pgtx-pgtest-cluster-%d-", os.Getpid()))
+	if err != nil {
+		return "", fmt.Errorf("pgtest: make cluster directory: %w", err)
+	}
+	return root, nil
+}
+
+// startOnFreePort starts the server on a free port, trying another one when someone
+// else takes the port between choosing and listening.
+func (c *localCluster) startOnFreePort(ctx context.Context) error {
+	var err error
+	for range startAttempts {
+		if c.port, err = freePort(); err != nil {
+			return err
+		}
+		if err = c.start(ctx); !errors.Is(err, errPortTaken) {
+			return err
+		}
+	}
+	return err
+}
+
 // prepare copies the template into the cluster directory and hands it to the server's
 // user.
 func (c *localCluster) prepare(ctx context.Context, tmpl string) error {
-	if err := os.Mkdir(c.sockDir(), 0o700); err != nil {
-		return fmt.Errorf("pgtest: make socket directory: %w", err)
+	if err := c.makeDirs(); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, copyTimeout)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, "cp", "-a", tmpl, c.dataDir()).CombinedOutput(); err != nil {
 		return fmt.Errorf("pgtest: copy template %s: %w: %s", tmpl, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// makeDirs makes the socket directory and hands it and the cluster directory to the
+// server's user, who must be able to create the data directory and the log there.
+func (c *localCluster) makeDirs() error {
+	if err := os.Mkdir(c.sockDir(), 0o700); err != nil {
+		return fmt.Errorf("pgtest: make socket directory: %w", err)
 	}
 	if c.cred != nil {
 		for _, dir := range []string{c.root, c.sockDir()} {
@@ -225,6 +250,20 @@ func (c *localCluster) restart(ctx context.Context, downtime time.Duration) erro
 	case <-timer.C:
 	}
 	return c.start(ctx)
+}
+
+// crash stops the server with an immediate shutdown, waiting at most until ctx ends.
+func (c *localCluster) crash(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p := c.proc
+	c.proc = nil
+	timeout := stopTimeout
+	if deadline, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(deadline))
+	}
+	return p.stop("postgres", syscall.SIGQUIT, max(timeout, 0))
 }
 
 // destroy stops the server and removes its directory.

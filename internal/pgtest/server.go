@@ -33,7 +33,7 @@ type Server struct {
 	local     *localCluster               // set for KindLocal
 	stopExtra func(context.Context) error // set for KindDocker
 
-	mu      sync.Mutex // serializes Stop and Restart
+	mu      sync.Mutex // serializes Stop, Restart, Crash, Start and Promote
 	stopped bool
 	stopErr error
 }
@@ -123,6 +123,55 @@ func (s *Server) Restart(ctx context.Context, downtime time.Duration) error {
 	}
 	if err := s.local.restart(ctx, downtime); err != nil {
 		return fmt.Errorf("pgtest: restart server at %s: %w", s.addr, err)
+	}
+	return nil
+}
+
+// Crash stops a local server abruptly, as a crash would: an immediate shutdown
+// (SIGQUIT to the postmaster, which ends every session without a checkpoint), and
+// waits until the postmaster has exited. The data directory is kept: [Server.Start]
+// brings the server back on the same port, after crash recovery, and Stop still
+// cleans it up. It returns an error for servers of other kinds and for a server that
+// is stopped or already down. Crash waits at most 30 seconds, less if ctx ends first;
+// a server that outlives that is killed.
+func (s *Server) Crash(ctx context.Context) error {
+	if s.local == nil {
+		return fmt.Errorf("pgtest: Crash needs a local server, this one is %q", s.kind)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.stopped:
+		return errors.New("pgtest: Crash: the server is stopped")
+	case s.local.proc == nil:
+		return errors.New("pgtest: Crash: the server is already down")
+	}
+	if err := s.local.crash(ctx); err != nil {
+		return fmt.Errorf("pgtest: crash server at %s: %w", s.addr, err)
+	}
+	return nil
+}
+
+// Start starts a local server that [Server.Crash] took down, on the same port with
+// the same data directory, and waits until it accepts connections (a standby comes
+// back in recovery and resumes streaming). It returns an error for servers of other
+// kinds, for a stopped server, for one that is running, and if another process took
+// the port meanwhile. If ctx ends first the server may be left down; Stop still
+// cleans it up.
+func (s *Server) Start(ctx context.Context) error {
+	if s.local == nil {
+		return fmt.Errorf("pgtest: Start needs a local server, this one is %q", s.kind)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.stopped:
+		return errors.New("pgtest: Start: the server is stopped")
+	case s.local.proc != nil:
+		return errors.New("pgtest: Start: the server is running")
+	}
+	if err := s.local.start(ctx); err != nil {
+		return fmt.Errorf("pgtest: start server at %s: %w", s.addr, err)
 	}
 	return nil
 }
