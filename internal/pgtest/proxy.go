@@ -44,6 +44,7 @@ var (
 	errClientGone = errors.New("pgtest proxy: client closed the connection")
 	errServerGone = errors.New("pgtest proxy: server connection failed")
 	errCut        = errors.New("pgtest proxy: connection cut")
+	errStalled    = errors.New("pgtest proxy: connection stalled")
 )
 
 // Proxy is a fault-injecting TCP proxy in front of one Postgres server.
@@ -56,14 +57,17 @@ var (
 // encryption cannot connect through it); CancelRequest connections are
 // forwarded unchanged, except that a cancel aimed at the backend of a
 // connection the proxy has just cut is held until the proxy has finished
-// with that backend's socket (see CutAfterForward), and that latency
-// (SetLatency, SetClassLatency) holds them like any other client message.
+// with that backend's socket (see CutAfterForward), a cancel aimed at the
+// backend of a stalled connection is held until the stall ends (see
+// StallOnCommit), and latency (SetLatency, SetClassLatency) holds them like
+// any other client message.
 //
-// Fault rules (CutAfterForward, CutBeforeForward, CutOnCommit) are shared by
-// all connections. Statements are matched on the text of a simple Query
-// message, or on the SQL of the Parse message that created an
-// extended-protocol statement; see CutAfterForward and CutBeforeForward for
-// exactly when an extended-protocol statement fires a rule.
+// Fault rules (CutAfterForward, CutBeforeForward, CutOnCommit,
+// CutOnCommitReply, StallOnCommit) are shared by all connections.
+// Statements are matched on the text of a simple Query message, or on the
+// SQL of the Parse message that created an extended-protocol statement; see
+// CutAfterForward and CutBeforeForward for exactly when an
+// extended-protocol statement fires a rule.
 //
 // All methods are safe for concurrent use. A Proxy owns every goroutine it
 // starts and Close joins them all.
@@ -89,6 +93,7 @@ type Proxy struct {
 	accepted, refused, active      atomic.Int64
 	cutsAfter, cutsBefore, cutsAll atomic.Int64
 	cutsOnReply                    atomic.Int64
+	stalls                         atomic.Int64
 	statements                     atomic.Int64
 }
 
@@ -102,7 +107,8 @@ type ProxyStats struct {
 	Refused int64
 	// Active is the number of proxied connections not yet fully closed. A
 	// connection that was cut may stay active for a moment while the proxy
-	// lets the server finish reading it.
+	// lets the server finish reading it; a stalled connection stays active
+	// until it is released.
 	Active int64
 	// CutsAfterForward counts connections cut by a CutAfterForward or
 	// CutOnCommit rule.
@@ -113,6 +119,9 @@ type ProxyStats struct {
 	CutsAll int64
 	// CutsOnCommitReply counts connections cut by a CutOnCommitReply rule.
 	CutsOnCommitReply int64
+	// Stalls counts connections stalled by a StallOnCommit rule or by
+	// StallAll.
+	Stalls int64
 	// Statements counts simple-protocol Query messages plus
 	// extended-protocol Parse messages seen from clients.
 	Statements int64
@@ -187,8 +196,9 @@ func (p *Proxy) DSN(serverDSN string) (string, error) {
 }
 
 // Close stops the proxy: it closes the listener and every client and server
-// connection, then waits for all of the proxy's goroutines to return. Close
-// is idempotent; later calls return the first call's result.
+// connection, stalled ones included, then waits for all of the proxy's
+// goroutines to return. Close is idempotent; later calls return the first
+// call's result.
 func (p *Proxy) Close() error {
 	p.closeOnce.Do(func() {
 		p.cancel()
@@ -282,6 +292,61 @@ func (p *Proxy) CutOnCommitReply(n int) {
 	p.addRule(cutOnReply, nil, n)
 }
 
+// StallOnCommit arms a rule that simulates a network partition at a COMMIT:
+// the next n COMMITs (as IsCommit tells) across all connections are not
+// forwarded, and each connection that sent one is stalled from then on (see
+// StallAll): the client gets no answer and the server's backend stays
+// alive, idle in its transaction and holding its locks, until ReleaseStalled
+// or Close. n <= 0 keeps the rule armed until Reset or Close.
+//
+// Statements are matched as CutBeforeForward matches them: a simple Query,
+// and in the extended protocol each Parse (which is not forwarded) and each
+// Execute of a portal whose statement is a COMMIT (not forwarded either,
+// though the Bind before it has reached the server). Messages received
+// before the matching one are forwarded first. A CutBeforeForward rule that
+// matches the same statement fires instead; a CutAfterForward rule that
+// matches it stays armed.
+func (p *Proxy) StallOnCommit(n int) {
+	p.addRule(stallCommit, IsCommit, n)
+}
+
+// StallAll stalls every current connection now, as a partition between the
+// clients and the server would, and returns how many connections it
+// stalled. Connections that were already stalled, or being cut or closed,
+// are not counted.
+//
+// A stalled connection forwards nothing in either direction. What the
+// server sends is read and discarded, so its backend never blocks on a full
+// socket; what the client sends is read and discarded too. The proxy keeps
+// both sockets open whatever either peer does: the client closing its side
+// does not reach the server, and the server closing its side does not reach
+// the client. Neither CutAll nor a rule cuts a stalled connection and Reset
+// leaves it stalled; only ReleaseStalled and Close end it. A CancelRequest
+// aimed at a stalled backend is held until its connection is released, then
+// forwarded.
+func (p *Proxy) StallAll() int {
+	n := 0
+	for _, pc := range p.snapshot() {
+		if pc.stall() {
+			n++
+		}
+	}
+	return n
+}
+
+// ReleaseStalled ends every stalled connection, closing its server side (so
+// the backend sees end of stream, rolls back and exits) and its client side,
+// and returns how many connections it ended.
+func (p *Proxy) ReleaseStalled() int {
+	n := 0
+	for _, pc := range p.snapshot() {
+		if pc.release() {
+			n++
+		}
+	}
+	return n
+}
+
 // RefuseNew sets whether new client connections are refused. While on,
 // connections are accepted and closed at once, so the client sees end of
 // stream or a reset while connecting; established connections are not
@@ -355,16 +420,10 @@ func (p *Proxy) latencyFor(c ConnClass) time.Duration {
 
 // CutAll cuts every current connection now, exactly as a fault rule would,
 // and returns how many connections it cut. Connections that were already
-// being cut or closed are not counted.
+// being cut or closed, and stalled connections, are not counted.
 func (p *Proxy) CutAll() int {
-	p.mu.Lock()
-	conns := make([]*proxyConn, 0, len(p.conns))
-	for pc := range p.conns {
-		conns = append(conns, pc)
-	}
-	p.mu.Unlock()
 	n := 0
-	for _, pc := range conns {
+	for _, pc := range p.snapshot() {
 		if pc.cut(&p.cutsAll) {
 			n++
 		}
@@ -372,9 +431,21 @@ func (p *Proxy) CutAll() int {
 	return n
 }
 
-// Reset disarms every fault rule, removes any latency (of every class too)
-// and stops refusing new connections. Counters and connections are left
-// alone.
+// snapshot returns the current connections.
+func (p *Proxy) snapshot() []*proxyConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	conns := make([]*proxyConn, 0, len(p.conns))
+	for pc := range p.conns {
+		conns = append(conns, pc)
+	}
+	return conns
+}
+
+// Reset disarms every fault rule (StallOnCommit included), removes any
+// latency (of every class too) and stops refusing new connections. Counters
+// and connections are left alone: stalled connections stay stalled until
+// ReleaseStalled or Close.
 func (p *Proxy) Reset() {
 	p.mu.Lock()
 	for _, r := range p.rules {
@@ -399,6 +470,7 @@ func (p *Proxy) Stats() ProxyStats {
 		CutsBeforeForward: p.cutsBefore.Load(),
 		CutsAll:           p.cutsAll.Load(),
 		CutsOnCommitReply: p.cutsOnReply.Load(),
+		Stalls:            p.stalls.Load(),
 		Statements:        p.statements.Load(),
 	}
 }
@@ -429,12 +501,13 @@ func (p *Proxy) acceptLoop() {
 			continue
 		}
 		pc := &proxyConn{
-			p:        p,
-			client:   c,
-			done:     make(chan struct{}),
-			finished: make(chan struct{}),
-			stmts:    make(map[string]string),
-			portals:  make(map[string]string),
+			p:           p,
+			client:      c,
+			done:        make(chan struct{}),
+			finished:    make(chan struct{}),
+			clientEnded: make(chan struct{}),
+			stmts:       make(map[string]string),
+			portals:     make(map[string]string),
 		}
 		pc.sr = &stampReader{r: c}
 		pc.br = bufio.NewReaderSize(pc.sr, 32<<10)

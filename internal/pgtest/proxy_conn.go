@@ -38,14 +38,21 @@ type proxyConn struct {
 	client net.Conn
 	done   chan struct{} // closed when the connection is cut or closed
 	muted  atomic.Bool   // drop server→client bytes from now on
+	// stalled is set, under mu, when the connection is stalled (see
+	// StallAll); it is read without mu where a stale answer only delays the
+	// stall by one message.
+	stalled atomic.Bool
 
-	finished chan struct{} // closed when run has fully finished with both sockets
+	finished    chan struct{} // closed when run has fully finished with both sockets
+	clientEnded chan struct{} // closed when a stalled connection's client side has ended
 
 	mu         sync.Mutex
 	server     net.Conn // nil until dialled
 	ending     bool     // cut, or the client went away; the server is being drained
 	wasCut     bool     // the proxy cut this connection (a rule or CutAll)
 	closed     bool     // both sockets closed
+	pumpDone   bool     // serve has returned: the connection is ending, it cannot be stalled
+	relayEnded bool     // the server side has ended: the connection cannot be stalled
 	backendKey string   // BackendKeyData body (process ID and secret key)
 	doneOnce   sync.Once
 
@@ -65,7 +72,15 @@ func (pc *proxyConn) run() {
 	defer pc.p.wg.Done()
 	defer pc.p.unregister(pc)
 	err := pc.serve()
+	pc.mu.Lock()
+	pc.pumpDone = true
+	stalled := pc.stalled.Load()
+	pc.mu.Unlock()
 	switch {
+	case stalled:
+		// Whatever made serve return (the stall itself, the client leaving
+		// or sending garbage), the server must not notice.
+		pc.awaitRelease()
 	case errors.Is(err, errCut):
 		// Already cut; the relay drains the server.
 	case errors.Is(err, errMalformed):
@@ -85,6 +100,16 @@ func (pc *proxyConn) run() {
 	}
 	pc.closeHard()
 	close(pc.finished)
+}
+
+// awaitRelease holds a stalled connection until ReleaseStalled or Close ends
+// it. It reads and discards what the client still sends, so that the client
+// closing its side is noticed (clientEnded) but never passed on, and a
+// client that keeps writing is not blocked by a full socket.
+func (pc *proxyConn) awaitRelease() {
+	_, _ = io.Copy(io.Discard, pc.br)
+	close(pc.clientEnded)
+	<-pc.done
 }
 
 // serve handles the startup phase, dials the server and pumps messages.
@@ -133,6 +158,9 @@ func (pc *proxyConn) negotiate() ([]byte, error) {
 			if len(pkt) != 8 || i >= maxNegotiations {
 				return nil, fmt.Errorf("%w: bad encryption request", errMalformed)
 			}
+			if pc.stalled.Load() {
+				return nil, errStalled // the proxy's own answer must not get through either
+			}
 			if _, err := pc.client.Write([]byte{'N'}); err != nil {
 				return nil, fmt.Errorf("%w: %v", errClientGone, err)
 			}
@@ -162,13 +190,15 @@ func (pc *proxyConn) negotiate() ([]byte, error) {
 
 // holdCancel delays a CancelRequest for the backend identified by key (its
 // process ID and secret key) while the proxy is still finishing a
-// connection to that backend which it has cut. Drivers such as pgx send a
-// CancelRequest by themselves when their connection breaks; holding it lets
-// the server finish the statement the proxy forwarded before the cut,
-// instead of racing the driver's cancel. The wait is bounded by the cut
-// connection's drain (drainTimeout).
+// connection to that backend which it has cut, or while that connection is
+// stalled. Drivers such as pgx send a CancelRequest by themselves when their
+// connection breaks or times out; holding it lets the server finish the
+// statement the proxy forwarded before a cut, instead of racing the
+// driver's cancel, and keeps a stalled backend as undisturbed as a real
+// partition would. The wait is bounded by the cut connection's drain
+// (drainTimeout), or for a stalled one by ReleaseStalled and Close.
 func (pc *proxyConn) holdCancel(key string) error {
-	finished := pc.p.cutBackend(key)
+	finished := pc.p.heldBackend(key)
 	if finished == nil {
 		return nil
 	}
@@ -182,14 +212,15 @@ func (pc *proxyConn) holdCancel(key string) error {
 	}
 }
 
-// cutBackend returns the finished channel of a connection that the proxy
-// cut and whose backend has the given key, or nil if there is none.
-func (p *Proxy) cutBackend(key string) <-chan struct{} {
+// heldBackend returns the finished channel of a connection that the proxy
+// cut or stalled and whose backend has the given key, or nil if there is
+// none.
+func (p *Proxy) heldBackend(key string) <-chan struct{} {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for pc := range p.conns {
 		pc.mu.Lock()
-		match := pc.wasCut && pc.backendKey == key
+		match := (pc.wasCut || pc.stalled.Load()) && pc.backendKey == key
 		pc.mu.Unlock()
 		if match {
 			return pc.finished
@@ -224,14 +255,16 @@ func (pc *proxyConn) dial() error {
 		return fmt.Errorf("%w: dial %s: %v", errServerGone, pc.p.upstream, err)
 	}
 	pc.mu.Lock()
-	if pc.ending || pc.closed {
+	if pc.ending || pc.closed || pc.stalled.Load() {
+		// A stalled connection's startup never reached the server, so
+		// the server must not see a connection at all.
 		pc.mu.Unlock()
 		_ = server.Close()
 		return errCut
 	}
 	pc.server = server
 	pc.mu.Unlock()
-	pc.bw = bufio.NewWriterSize(server, 32<<10)
+	pc.bw = bufio.NewWriterSize(stallGate{pc: pc, w: server}, 32<<10)
 	pc.relayDone = make(chan struct{})
 	pc.p.wg.Add(1)
 	go pc.relay(server)
@@ -264,6 +297,9 @@ func (pc *proxyConn) pump() error {
 		peek, err := pc.br.Peek(5)
 		if err != nil {
 			return fmt.Errorf("%w: %v", errClientGone, err)
+		}
+		if pc.stalled.Load() {
+			return errStalled // the message is left for awaitRelease to discard
 		}
 		arrival := pc.sr.last
 		var hdr [5]byte
@@ -307,7 +343,7 @@ func (pc *proxyConn) pump() error {
 }
 
 // inspect decodes a statement-related message, applies the fault rules and
-// forwards it (unless cut before forwarding).
+// forwards it (unless cut before forwarding, or stalled).
 func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
 	p := pc.p
 	after := false
@@ -321,10 +357,13 @@ func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
 		// A simple Query destroys the unnamed statement and portal.
 		delete(pc.stmts, "")
 		delete(pc.portals, "")
-		if p.fire(cutBefore, m.String) {
+		if pc.fire(cutBefore, m.String) {
 			return pc.cutNow(cutBefore)
 		}
-		if p.fire(cutAfter, m.String) {
+		if pc.fire(stallCommit, m.String) {
+			return pc.stallNow()
+		}
+		if pc.fire(cutAfter, m.String) {
 			after = true
 			pc.muted.Store(true) // before the server can possibly answer
 		}
@@ -334,8 +373,11 @@ func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
 			return fmt.Errorf("%w: %v", errMalformed, err)
 		}
 		p.statements.Add(1)
-		if p.fire(cutBefore, m.Query) {
+		if pc.fire(cutBefore, m.Query) {
 			return pc.cutNow(cutBefore)
+		}
+		if pc.fire(stallCommit, m.Query) {
+			return pc.stallNow()
 		}
 		pc.stmts[m.Name] = m.Query
 	case 'B':
@@ -357,10 +399,13 @@ func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
 			return fmt.Errorf("%w: %v", errMalformed, err)
 		}
 		if sql, ok := pc.portals[m.Portal]; ok {
-			if p.fire(cutBefore, sql) {
+			if pc.fire(cutBefore, sql) {
 				return pc.cutNow(cutBefore)
 			}
-			if !pc.cutAfterSync && p.fire(cutAfter, sql) {
+			if pc.fire(stallCommit, sql) {
+				return pc.stallNow()
+			}
+			if !pc.cutAfterSync && pc.fire(cutAfter, sql) {
 				pc.cutAfterSync = true
 				pc.muted.Store(true) // before the server can possibly answer
 			}
@@ -387,6 +432,40 @@ func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
 		return pc.cutNow(cutAfter)
 	}
 	return nil
+}
+
+// fire is Proxy.fire for a statement of this connection; a stalled
+// connection fires no rule, so that it does not use up firings meant for
+// others.
+func (pc *proxyConn) fire(kind ruleKind, sql string) bool {
+	return !pc.stalled.Load() && pc.p.fire(kind, sql)
+}
+
+// stallNow flushes what was forwarded so far and stalls the connection
+// instead of forwarding the current message. It returns errStalled, or
+// errCut if the connection was being cut or closed meanwhile.
+func (pc *proxyConn) stallNow() error {
+	_ = pc.bw.Flush() // if this fails the server is gone; the stall still holds the client
+	if pc.stall() || pc.stalled.Load() {
+		return errStalled
+	}
+	return errCut
+}
+
+// stallGate passes the pump's writes on to the server until the connection
+// is stalled and refuses them from then on, so that nothing still buffered
+// or arriving when a stall begins reaches the server.
+type stallGate struct {
+	pc *proxyConn
+	w  io.Writer
+}
+
+// Write implements io.Writer.
+func (g stallGate) Write(b []byte) (int, error) {
+	if g.pc.stalled.Load() {
+		return 0, errStalled
+	}
+	return g.w.Write(b)
 }
 
 // cutNow flushes what was forwarded so far, cuts the connection and counts

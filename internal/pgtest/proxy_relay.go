@@ -10,16 +10,23 @@ import (
 )
 
 // relay copies server bytes to the client until the server side ends, then
-// closes both sockets. Until the first ReadyForQuery it records the
-// backend's BackendKeyData (see holdCancel); after that it forwards message
-// by message (relayMessages), so a CutOnCommitReply rule can drop a COMMIT's
-// answer.
+// closes both sockets, except that a stalled connection's client is left
+// open for ReleaseStalled or Close, so that it does not learn of the server
+// leaving. Until the first ReadyForQuery it records the backend's
+// BackendKeyData (see holdCancel); after that it forwards message by message
+// (relayMessages), so a CutOnCommitReply rule can drop a COMMIT's answer.
 func (pc *proxyConn) relay(server net.Conn) {
 	defer pc.p.wg.Done()
 	defer close(pc.relayDone)
 	defer func() {
 		_ = server.Close()
-		_ = pc.client.Close()
+		pc.mu.Lock()
+		pc.relayEnded = true
+		stalled := pc.stalled.Load()
+		pc.mu.Unlock()
+		if !stalled {
+			_ = pc.client.Close()
+		}
 	}()
 	sbr := bufio.NewReaderSize(server, 32<<10)
 	if !pc.relayStartup(sbr) {
@@ -31,6 +38,8 @@ func (pc *proxyConn) relay(server net.Conn) {
 // relayMessages forwards framed server messages until the server side ends.
 // It reads whole only the small CommandComplete messages, to let a
 // CutOnCommitReply rule drop a COMMIT's answer; everything else is streamed.
+// Once the connection is muted (cut, stalled or closing) the answer would
+// not reach the client anyway, so it no longer uses up a firing of the rule.
 func (pc *proxyConn) relayMessages(sbr *bufio.Reader) {
 	buf := make([]byte, 32<<10)
 	for {
@@ -51,7 +60,7 @@ func (pc *proxyConn) relayMessages(sbr *bufio.Reader) {
 				pc.toClient(m[:k])
 				return
 			}
-			if tag, _, _ := cstring(m[5:]); tag == "COMMIT" && pc.p.fire(cutOnReply, tag) {
+			if tag, _, _ := cstring(m[5:]); tag == "COMMIT" && !pc.muted.Load() && pc.p.fire(cutOnReply, tag) {
 				pc.cut(&pc.p.cutsOnReply) // the answer is dropped; the relay drains the server
 				continue
 			}
@@ -114,7 +123,8 @@ func (pc *proxyConn) relayStartup(sbr *bufio.Reader) bool {
 }
 
 // toClient writes server bytes to the client unless the connection is
-// muted. If the client is gone the server is left to drain.
+// muted (which a stalled connection always is). If the client is gone the
+// server is left to drain.
 func (pc *proxyConn) toClient(b []byte) {
 	if len(b) == 0 || pc.muted.Load() {
 		return
@@ -128,10 +138,11 @@ func (pc *proxyConn) toClient(b []byte) {
 // cut closes the client at once, stops relaying server output and
 // half-closes the server socket, leaving the relay to drain the server for
 // at most drainTimeout. It reports whether this call did the cut, and if so
-// increments counter before the client can observe the cut.
+// increments counter before the client can observe the cut. A stalled
+// connection is not cut: only release and closeHard end it.
 func (pc *proxyConn) cut(counter *atomic.Int64) bool {
 	pc.mu.Lock()
-	if pc.ending || pc.closed {
+	if pc.ending || pc.closed || pc.stalled.Load() {
 		pc.mu.Unlock()
 		return false
 	}
@@ -151,10 +162,11 @@ func (pc *proxyConn) cut(counter *atomic.Int64) bool {
 
 // clientGone handles the client closing its side: the server sees end of
 // stream after everything already forwarded, while the relay keeps passing
-// on what the server still sends, for at most drainTimeout.
+// on what the server still sends, for at most drainTimeout. On a stalled
+// connection it does nothing, since the server must not notice.
 func (pc *proxyConn) clientGone() {
 	pc.mu.Lock()
-	if pc.ending || pc.closed {
+	if pc.ending || pc.closed || pc.stalled.Load() {
 		pc.mu.Unlock()
 		return
 	}
@@ -166,6 +178,37 @@ func (pc *proxyConn) clientGone() {
 		return
 	}
 	drain(server)
+}
+
+// stall stops all forwarding on the connection in both directions and keeps
+// both of its sockets open until release or closeHard. It reports whether
+// this call stalled the connection, and if so counts the stall. A
+// connection that is already stalled, being cut or closed, or whose client
+// or server side has ended, is not stalled: it is going away by itself.
+func (pc *proxyConn) stall() bool {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if pc.stalled.Load() || pc.ending || pc.closed || pc.pumpDone || pc.relayEnded {
+		return false
+	}
+	pc.stalled.Store(true)
+	pc.muted.Store(true)
+	pc.p.stalls.Add(1)
+	return true
+}
+
+// release ends a stalled connection by closing both of its sockets, and
+// reports whether it did; concurrent calls release a connection once.
+func (pc *proxyConn) release() bool {
+	pc.mu.Lock()
+	if !pc.stalled.Load() || pc.closed {
+		pc.mu.Unlock()
+		return false
+	}
+	pc.closed = true
+	pc.mu.Unlock()
+	pc.closeHard()
+	return true
 }
 
 // drain half-closes server and bounds how long it may still be read.

@@ -16,6 +16,8 @@ const (
 	cutBefore
 	// cutOnReply drops the server's answer to a COMMIT and cuts.
 	cutOnReply
+	// stallCommit stalls the connection instead of forwarding the statement.
+	stallCommit
 )
 
 // rule is one armed fault. Its fields other than match and kind are guarded

@@ -679,11 +679,384 @@ func TestProxyCutAll(t *testing.T) {
 	}
 }
 
+// noAnswerWait is how long a client waits for an answer that a stalled
+// connection must never deliver.
+const noAnswerWait = time.Second
+
+// requireNoAnswer fails the test unless err says the client gave up waiting
+// for an answer, rather than getting one or seeing its connection close.
+func requireNoAnswer(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: got an answer, want none", what)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err) {
+		t.Fatalf("%s: got %v, want the client to time out waiting", what, err)
+	}
+}
+
+// giveUp closes c's socket at once, as a client that timed out and gave up
+// does. (pgx's own close of a timed-out connection waits for its cancel
+// request, which the proxy holds while the connection is stalled, and for
+// the server to close the connection.)
+func giveUp(c *pgx.Conn) {
+	_ = c.PgConn().Conn().Close()
+}
+
+// waitStalledClientsEnded waits until the proxy has seen the client side of
+// each of its n stalled connections end, so that what the server shows
+// afterwards is what it shows after the clients gave up.
+func waitStalledClientsEnded(t *testing.T, ctx context.Context, p *Proxy, n int) {
+	t.Helper()
+	var ended []<-chan struct{}
+	for _, pc := range p.snapshot() {
+		if pc.stalled.Load() {
+			ended = append(ended, pc.clientEnded)
+		}
+	}
+	if len(ended) != n {
+		t.Fatalf("%d stalled connections, want %d", len(ended), n)
+	}
+	for _, ch := range ended {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatalf("the proxy never saw a stalled connection's client leave: %v", ctx.Err())
+		}
+	}
+}
+
+// backendState returns the pg_stat_activity state of the backend with the
+// given process ID, and whether the backend exists.
+func backendState(t *testing.T, ctx context.Context, direct *pgx.Conn, pid uint32) (string, bool) {
+	t.Helper()
+	var state *string
+	err := direct.QueryRow(ctx, "select state from pg_stat_activity where pid = $1", int64(pid)).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false
+	}
+	if err != nil {
+		t.Fatalf("pg_stat_activity of backend %d: %v", pid, err)
+	}
+	if state == nil {
+		return "", true
+	}
+	return *state, true
+}
+
+// requireBackendState fails the test unless the backend with the given
+// process ID exists and is in the given state.
+func requireBackendState(t *testing.T, ctx context.Context, direct *pgx.Conn, pid uint32, want string) {
+	t.Helper()
+	got, ok := backendState(t, ctx, direct, pid)
+	if !ok {
+		t.Fatalf("backend %d is gone, want it alive and %q", pid, want)
+	}
+	if got != want {
+		t.Fatalf("backend %d is %q, want %q", pid, got, want)
+	}
+}
+
+// waitBackendExit polls pg_stat_activity until the backend with the given
+// process ID is gone, for at most 30 seconds.
+func waitBackendExit(t *testing.T, ctx context.Context, direct *pgx.Conn, pid uint32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		state, ok := backendState(t, ctx, direct, pid)
+		if !ok {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("backend %d still %q: %v", pid, state, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// rowLocked reports whether row id of table t is locked by another
+// transaction, trying to lock it from direct without waiting.
+func rowLocked(t *testing.T, ctx context.Context, direct *pgx.Conn, id int) bool {
+	t.Helper()
+	tx, err := direct.Begin(ctx)
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, "select id from t where id = $1 for update nowait", id)
+	if err == nil {
+		return false
+	}
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "55P03" {
+		return true
+	}
+	t.Fatalf("lock row %d: %v", id, err)
+	return false
+}
+
+// lockRow begins a transaction on c that inserts row ins into table t and
+// locks row id.
+func lockRow(t *testing.T, ctx context.Context, c *pgx.Conn, id, ins int) {
+	t.Helper()
+	testExec(t, ctx, c, "begin")
+	testExec(t, ctx, c, "insert into t values ($1)", ins)
+	testExec(t, ctx, c, "select id from t where id = $1 for update", id)
+}
+
+func TestProxyStallOnCommit(t *testing.T) {
+	tests := []struct {
+		name    string
+		prepare func(ctx context.Context, c *pgx.Conn) error // before the transaction
+		commit  func(ctx context.Context, c *pgx.Conn) error
+		// state is the backend's state while stalled. A Bind makes a backend
+		// report 'active' until the next Sync, so when the stall comes at the
+		// Execute of a prepared COMMIT, whose Bind has reached the server,
+		// the backend is 'active' but waiting for the client all the same.
+		state string
+	}{
+		{
+			name: "simple protocol",
+			commit: func(ctx context.Context, c *pgx.Conn) error {
+				_, err := c.Exec(ctx, "commit")
+				return err
+			},
+			state: "idle in transaction",
+		},
+		{
+			name: "extended protocol",
+			commit: func(ctx context.Context, c *pgx.Conn) error {
+				return c.PgConn().ExecParams(ctx, "commit", nil, nil, nil, nil).Read().Err
+			},
+			state: "idle in transaction",
+		},
+		{
+			name: "prepared statement",
+			prepare: func(ctx context.Context, c *pgx.Conn) error {
+				_, err := c.Prepare(ctx, "stall_commit", "commit")
+				return err
+			},
+			commit: func(ctx context.Context, c *pgx.Conn) error {
+				return c.PgConn().ExecPrepared(ctx, "stall_commit", nil, nil, nil).Read().Err
+			},
+			state: "active",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newProxyEnv(t)
+			ctx := testContext(t)
+			direct := testConnect(t, ctx, connConfig(t, e.direct))
+			testExec(t, ctx, direct, "create table t (id int primary key)")
+			testExec(t, ctx, direct, "insert into t values (1)")
+
+			c := testConnect(t, ctx, connConfig(t, e.viaProxy))
+			if tc.prepare != nil {
+				if err := tc.prepare(ctx, c); err != nil {
+					t.Fatalf("prepare: %v", err)
+				}
+			}
+			pid := c.PgConn().PID()
+			lockRow(t, ctx, c, 1, 2)
+			e.proxy.StallOnCommit(1)
+			commitCtx, cancel := context.WithTimeout(ctx, noAnswerWait)
+			err := tc.commit(commitCtx, c)
+			cancel()
+			requireNoAnswer(t, "commit", err)
+			if s := e.proxy.Stats(); s.Stalls != 1 {
+				t.Fatalf("stats %+v: want Stalls 1", s)
+			}
+
+			giveUp(c)
+			waitStalledClientsEnded(t, ctx, e.proxy, 1)
+			requireBackendState(t, ctx, direct, pid, tc.state)
+			if !rowLocked(t, ctx, direct, 1) {
+				t.Fatal("row 1 is free while the stalled transaction holds its lock")
+			}
+
+			if n := e.proxy.ReleaseStalled(); n != 1 {
+				t.Fatalf("ReleaseStalled() = %d, want 1", n)
+			}
+			waitBackendExit(t, ctx, direct, pid)
+			if rowLocked(t, ctx, direct, 1) {
+				t.Error("row 1 still locked after the stalled backend exited")
+			}
+			if n := proxyRowCount(t, ctx, direct, 2); n != 0 {
+				t.Errorf("row 2: %d rows, want 0 (the stalled COMMIT reached the server)", n)
+			}
+			if n := e.proxy.ReleaseStalled(); n != 0 {
+				t.Errorf("second ReleaseStalled() = %d, want 0", n)
+			}
+
+			// The rule was one-shot: the next commit goes through.
+			c2 := testConnect(t, ctx, connConfig(t, e.viaProxy))
+			lockRow(t, ctx, c2, 1, 3)
+			testExec(t, ctx, c2, "commit")
+			if n := proxyRowCount(t, ctx, direct, 3); n != 1 {
+				t.Errorf("row 3: %d rows, want 1", n)
+			}
+			if s := e.proxy.Stats(); s.Stalls != 1 || s.CutsAfterForward+s.CutsBeforeForward+s.CutsAll != 0 {
+				t.Errorf("stats %+v: want Stalls 1 and no cuts", s)
+			}
+		})
+	}
+}
+
+func TestProxyStallAll(t *testing.T) {
+	e := newProxyEnv(t)
+	ctx := testContext(t)
+	direct := testConnect(t, ctx, connConfig(t, e.direct))
+	testExec(t, ctx, direct, "create table t (id int primary key)")
+	testExec(t, ctx, direct, "insert into t values (1), (2)")
+
+	cfg := connConfig(t, e.viaProxy)
+	// Each client sends, once stalled, a statement whose effect would show
+	// if it reached the server: a COMMIT would free the row lock and keep
+	// the transaction's insert, an INSERT outside a transaction would add
+	// row 100.
+	conns := []struct {
+		c     *pgx.Conn
+		lock  int // row locked by the connection's transaction; 0 for none
+		state string
+		sql   string // sent after StallAll
+	}{
+		{c: testConnect(t, ctx, cfg), lock: 1, state: "idle in transaction", sql: "commit"},
+		{c: testConnect(t, ctx, cfg), lock: 2, state: "idle in transaction", sql: "commit"},
+		{c: testConnect(t, ctx, cfg), state: "idle", sql: "insert into t values (100)"},
+	}
+	pids := make([]uint32, len(conns))
+	for i, sc := range conns {
+		pids[i] = sc.c.PgConn().PID()
+		if sc.lock != 0 {
+			lockRow(t, ctx, sc.c, sc.lock, 10+i)
+		} else {
+			testExec(t, ctx, sc.c, "select 1")
+		}
+	}
+
+	if n := e.proxy.StallAll(); n != len(conns) {
+		t.Fatalf("StallAll() = %d, want %d", n, len(conns))
+	}
+	if n := e.proxy.StallAll(); n != 0 {
+		t.Errorf("second StallAll() = %d, want 0", n)
+	}
+	for i, sc := range conns {
+		qctx, cancel := context.WithTimeout(ctx, noAnswerWait)
+		_, err := sc.c.Exec(qctx, sc.sql)
+		cancel()
+		requireNoAnswer(t, fmt.Sprintf("%s on connection %d", sc.sql, i), err)
+		giveUp(sc.c)
+	}
+	waitStalledClientsEnded(t, ctx, e.proxy, len(conns))
+	for i, sc := range conns {
+		requireBackendState(t, ctx, direct, pids[i], sc.state)
+		if sc.lock != 0 && !rowLocked(t, ctx, direct, sc.lock) {
+			t.Errorf("row %d is free while a stalled transaction holds its lock", sc.lock)
+		}
+	}
+
+	// Only the connections open at the time were stalled, and CutAll
+	// leaves stalled connections alone. (It also cuts the cancel requests
+	// that pgx sent for the timed-out connections, which the proxy holds
+	// while their backends are stalled, so its count is not checked.)
+	fresh := testConnect(t, ctx, cfg)
+	testExec(t, ctx, fresh, "select 1")
+	if n := e.proxy.CutAll(); n < 1 {
+		t.Errorf("CutAll() = %d, want at least the connection opened after StallAll", n)
+	}
+	_, err := fresh.Exec(ctx, "select 1")
+	requireConnCut(t, "query after CutAll", err)
+	for i, sc := range conns {
+		requireBackendState(t, ctx, direct, pids[i], sc.state)
+	}
+
+	if n := e.proxy.ReleaseStalled(); n != len(conns) {
+		t.Fatalf("ReleaseStalled() = %d, want %d", n, len(conns))
+	}
+	for i, sc := range conns {
+		waitBackendExit(t, ctx, direct, pids[i])
+		if sc.lock != 0 && rowLocked(t, ctx, direct, sc.lock) {
+			t.Errorf("row %d still locked after its stalled backend exited", sc.lock)
+		}
+	}
+	for _, id := range []int{10, 11, 100} {
+		if n := proxyRowCount(t, ctx, direct, id); n != 0 {
+			t.Errorf("row %d: %d rows, want 0 (a stalled client's statement reached the server)", id, n)
+		}
+	}
+	if s := e.proxy.Stats(); s.Stalls != int64(len(conns)) {
+		t.Errorf("stats %+v: want Stalls %d", s, len(conns))
+	}
+}
+
+func TestProxyCloseReleasesStalled(t *testing.T) {
+	srv := Shared(t)
+	if srv.Addr() == "" {
+		t.Skip("the test server is reached over a Unix socket; the proxy needs TCP")
+	}
+	dsn := NewDatabase(t)
+	ctx := testContext(t)
+	direct := testConnect(t, ctx, connConfig(t, dsn))
+	testExec(t, ctx, direct, "create table t (id int primary key)")
+	testExec(t, ctx, direct, "insert into t values (1)")
+	ignore := goleak.IgnoreCurrent()
+
+	p, err := StartProxy(srv.Addr())
+	if err != nil {
+		t.Fatalf("start proxy: %v", err)
+	}
+	via, err := p.DSN(dsn)
+	if err != nil {
+		t.Fatalf("proxy DSN: %v", err)
+	}
+	c, err := pgx.ConnectConfig(ctx, connConfig(t, via))
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	pid := c.PgConn().PID()
+	lockRow(t, ctx, c, 1, 2)
+	p.StallOnCommit(0)
+	if n := p.StallAll(); n != 1 {
+		t.Fatalf("StallAll() = %d, want 1", n)
+	}
+	// Reset disarms the rule but leaves the stalled connection stalled.
+	p.Reset()
+	requireBackendState(t, ctx, direct, pid, "idle in transaction")
+	if !rowLocked(t, ctx, direct, 1) {
+		t.Fatal("row 1 is free while the stalled transaction holds its lock")
+	}
+	other, err := pgx.ConnectConfig(ctx, connConfig(t, via))
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	testExec(t, ctx, other, "begin")
+	testExec(t, ctx, other, "commit")
+
+	if err := p.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	waitBackendExit(t, ctx, direct, pid)
+	if rowLocked(t, ctx, direct, 1) {
+		t.Error("row 1 still locked after Close")
+	}
+	for _, c := range []*pgx.Conn{c, other} {
+		_ = c.Close(ctx)
+	}
+	if s := p.Stats(); s.Stalls != 1 || s.Active != 0 {
+		t.Errorf("stats %+v: want Stalls 1, no active connections after Close", s)
+	}
+	goleak.VerifyNone(t, ignore)
+}
+
 func TestProxyReset(t *testing.T) {
 	e := newProxyEnv(t)
 	ctx := testContext(t)
 	e.proxy.CutOnCommit(0)
 	e.proxy.CutBeforeForward(nil, 0)
+	e.proxy.StallOnCommit(0)
 	e.proxy.SetLatency(time.Hour)
 	e.proxy.RefuseNew(true)
 	e.proxy.Reset()
@@ -696,8 +1069,8 @@ func TestProxyReset(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("commit after Reset: %v", err)
 	}
-	if s := e.proxy.Stats(); s.CutsAfterForward+s.CutsBeforeForward != 0 || s.Refused != 0 {
-		t.Errorf("stats %+v: want no cuts or refusals after Reset", s)
+	if s := e.proxy.Stats(); s.CutsAfterForward+s.CutsBeforeForward+s.Stalls != 0 || s.Refused != 0 {
+		t.Errorf("stats %+v: want no cuts, stalls or refusals after Reset", s)
 	}
 }
 
