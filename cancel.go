@@ -92,11 +92,12 @@ const destroyWriteTimeout = 50 * time.Millisecond
 // pool, the statistics, and the goroutines of in-flight cancels, which it
 // owns and waits for on close.
 type canceller struct {
-	mode   CancelMode
-	grace  time.Duration
-	pool   *pgxpool.Pool // CancelModePool only
-	stats  cancelCounters
-	tracer CancelTracer // nil: no events
+	mode    CancelMode
+	grace   time.Duration
+	resolve bool          // Config.ResolveCommits: prepare connections for resolution
+	pool    *pgxpool.Pool // CancelModePool only
+	stats   cancelCounters
+	tracer  CancelTracer // nil: no events
 
 	// unhealthyUntil (unix nanoseconds) skips the cancel pool after it
 	// could not be reached or used.
@@ -108,7 +109,7 @@ type canceller struct {
 // handler and connect-time capture on mainCfg. It opens the cancel pool
 // (lazily connecting, one connection kept warm) in CancelModePool.
 func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config) (*canceller, error) {
-	c := &canceller{mode: cfg.CancelMode, grace: durDefault(cfg.CancelGrace, DefaultCancelGrace)}
+	c := &canceller{mode: cfg.CancelMode, grace: durDefault(cfg.CancelGrace, DefaultCancelGrace), resolve: cfg.ResolveCommits}
 	c.tracer, _ = cfg.Tracer.(CancelTracer)
 	if c.mode == CancelModePool {
 		cp, err := cancelPoolConfig(cfg, mainCfg)
@@ -192,6 +193,10 @@ type cancelHandler struct {
 	// doomed is set on a connection that must not be used again; the pool
 	// destroys it instead of handing it out (usable).
 	doomed atomic.Bool
+
+	// res is what resolving this connection's lost COMMITs needs, set by
+	// AfterConnect before the connection is first used.
+	res connResolve
 
 	// The in-flight cancel, set by HandleCancel and read by
 	// HandleUnwatchAfterCancel once done is closed.

@@ -38,8 +38,9 @@ const cancelPoolAcquireShare = 4
 
 // prepare is the AfterConnect step of every main-pool connection: in
 // CancelModePool it captures the backend's identity and finds out whether
-// the connection reaches its backend directly; then the connection is ready
-// to be cancelled. The identity query runs in the simple protocol, which is
+// the connection reaches its backend directly; in a resolving pool it
+// captures the server's identity (connResolve.prepare); then the connection
+// is ready to be cancelled. The identity query runs in the simple protocol, which is
 // safe behind a transaction-pooling PgBouncer whatever the application's
 // exec mode.
 func (c *canceller) prepare(ctx context.Context, conn *pgx.Conn) error {
@@ -61,6 +62,11 @@ func (c *canceller) prepare(ctx context.Context, conn *pgx.Conn) error {
 			// protocol cancel is the way to reach this backend.
 		default:
 			return fmt.Errorf("pgtx: capture backend identity: %w", err)
+		}
+	}
+	if c.resolve {
+		if err := h.res.prepare(ctx, conn); err != nil {
+			return err
 		}
 	}
 	h.ready.Store(true)

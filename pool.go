@@ -109,14 +109,35 @@ type Config struct {
 	// bound; negative is refused.
 	MaxWaiters int
 
-	// ResolveCommits resolves ambiguous COMMITs: the transaction id is
-	// captured in the same round trip as COMMIT, and when the connection is
-	// lost during COMMIT a fresh connection asks pg_xact_status: committed
-	// means success, aborted means the transaction runs again, anything else
-	// is ErrCommitUnknown. A transaction that wrote nothing is run again.
-	// Needs PostgreSQL 13+. It cannot see through a failover to a replica
-	// that had not received the commit (it would answer "aborted" or not
-	// know the id). Off by default.
+	// ResolveCommits resolves ambiguous COMMITs: when the connection is
+	// lost (or the session ends) while COMMIT is in flight, pgtx asks the
+	// server what became of the transaction instead of returning
+	// ErrCommitUnknown. Committed means success; aborted means the whole
+	// transaction runs again; a transaction still in progress (its backend
+	// has not noticed its client is gone) has its backend ended, after which
+	// the answer is definitive. ParseConfig sets it to true; false switches
+	// resolution off, and every lost COMMIT is ErrCommitUnknown.
+	//
+	// The transaction id is captured in BEGIN's round trip ("select
+	// pg_current_xact_id()" after BEGIN), so it is known before COMMIT is
+	// sent, costs no round trip, and exists for every transaction: also one
+	// that writes no row but notifies or takes sequence values, and a READ
+	// ONLY one. The price is an id for every transaction, including those
+	// that write nothing: it adds a commit record to WAL, but no WAL flush
+	// at COMMIT (PostgreSQL commits a transaction that wrote nothing else
+	// asynchronously), and consumes ids (so anti-wraparound vacuums come
+	// sooner for a read-mostly workload).
+	//
+	// The question goes over the cancel pool (CancelModePool), whose
+	// connections the main pool's exhaustion cannot hold, or else over a
+	// connection made for it; a question whose server is a different system
+	// or timeline (after a failover, where the id may have been given to
+	// another transaction) is not answered: ErrCommitUnknown. A server
+	// without pg_xact_status (PostgreSQL before 13, CockroachDB, YugabyteDB)
+	// is detected when each connection is made; there every lost COMMIT is
+	// ErrCommitUnknown and nothing else changes. On a hot standby, where a
+	// transaction can change nothing, no id is captured and a lost COMMIT
+	// runs again. Stats.Resolved counts each outcome.
 	ResolveCommits bool
 
 	// ResolveTimeout bounds a resolution. 0 means DefaultResolveTimeout
@@ -139,13 +160,14 @@ type Config struct {
 }
 
 // ParseConfig parses connString (a URL or keyword/value DSN, as pgxpool)
-// into a Config with every pgtx field at its default.
+// into a Config with every pgtx field at its default: zero, except
+// ResolveCommits, which is true.
 func ParseConfig(connString string) (*Config, error) {
 	pc, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		return nil, err
 	}
-	return &Config{Config: pc, parsed: pc}, nil
+	return &Config{Config: pc, parsed: pc, ResolveCommits: true}, nil
 }
 
 // New creates a Pool from connString with the default configuration. Like
@@ -219,6 +241,7 @@ type Pool struct {
 	queue    *queue
 	breaker  *Breaker // nil: none
 	resolved resolveCounters
+	resolver *resolver
 	// acquireCtxs are the reusable contexts of bounded acquires.
 	acquireCtxs acquireCtxPool
 }
@@ -261,8 +284,9 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		return nil, err
 	}
 	return &Pool{
-		Pool:   pool,
-		cancel: canceller,
+		Pool:     pool,
+		cancel:   canceller,
+		resolver: newResolver(cfg, canceller.pool),
 		settings: settings{
 			acquireTimeout:  durDefault(cfg.AcquireTimeout, DefaultAcquireTimeout),
 			commitTimeout:   durDefault(cfg.CommitTimeout, DefaultCommitTimeout),

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -14,169 +16,257 @@ import (
 // DefaultResolveTimeout bounds the resolution of an ambiguous COMMIT.
 const DefaultResolveTimeout = 5 * time.Second
 
-// resolvePoll is the pause between two questions about a transaction still
-// in progress.
-const resolvePoll = 20 * time.Millisecond
+// captureSQL ends the BEGIN round trip of a resolving transaction: it gives
+// the transaction its id now (so even one that writes no row, sends only a
+// notification or takes sequence values without logging them has one to ask
+// about) and names the backend that runs it. The id is known before COMMIT
+// leaves the client: a connection lost before this answer arrived never
+// carried COMMIT.
+const captureSQL = "; select pg_current_xact_id(), pg_backend_pid()"
 
-// xidSQL asks for the transaction's id without assigning one: NULL when the
-// transaction wrote nothing.
-const xidSQL = "select pg_current_xact_id_if_assigned()::text"
-
-// statusSQL asks what became of a transaction (PostgreSQL 13+).
-const statusSQL = "select pg_xact_status($1::xid8)"
-
-// ResolveStats counts the resolutions of ambiguous COMMITs (Config.ResolveCommits).
+// ResolveStats counts what became of the ambiguous COMMITs of a pool: those
+// whose connection was lost, or whose session ended, while COMMIT was in
+// flight (Config.ResolveCommits).
 type ResolveStats struct {
 	// Committed: the server had committed; the call reported success.
 	Committed int64
 	// Aborted: the server had not committed; the call was run again.
 	Aborted int64
-	// NotApplied: the transaction wrote nothing (no transaction id), so
-	// running it again is harmless; the call was run again.
+	// NotApplied: the transaction began on a server in recovery (a hot
+	// standby), where a transaction can change nothing, so running it
+	// again is harmless; the call was run again.
 	NotApplied int64
-	// Unknown: the id never arrived, the server could not be asked, or it no
-	// longer knew; the call returned ErrCommitUnknown.
+	// Unknown: nothing could tell; the call returned ErrCommitUnknown.
+	// Unsupported and Elsewhere count two of the reasons.
 	Unknown int64
+	// Unsupported counts the Unknown outcomes of connections to servers
+	// that cannot be asked (without pg_xact_status: PostgreSQL before 13,
+	// CockroachDB, YugabyteDB).
+	Unsupported int64
+	// Elsewhere counts the Unknown outcomes whose server, when it could be
+	// asked, was not the system or timeline the transaction ran on (a
+	// failover): an id of the old timeline may have been given to another
+	// transaction there.
+	Elsewhere int64
+	// Terminated counts backends ended to resolve a transaction they still
+	// held open (their client gone, they had not noticed), after which the
+	// server's answer was definitive.
+	Terminated int64
 }
 
-type resolveCounters struct{ committed, aborted, notApplied, unknown atomic.Int64 }
+type resolveCounters struct {
+	committed, aborted, notApplied, unknown, unsupported, elsewhere, terminated atomic.Int64
+}
 
 func (r *resolveCounters) snapshot() ResolveStats {
-	return ResolveStats{Committed: r.committed.Load(), Aborted: r.aborted.Load(), NotApplied: r.notApplied.Load(), Unknown: r.unknown.Load()}
+	return ResolveStats{
+		Committed: r.committed.Load(), Aborted: r.aborted.Load(), NotApplied: r.notApplied.Load(),
+		Unknown: r.unknown.Load(), Unsupported: r.unsupported.Load(), Elsewhere: r.elsewhere.Load(),
+		Terminated: r.terminated.Load(),
+	}
 }
 
-// commitResolving commits with the transaction id captured in the same round
-// trip: "select pg_current_xact_id_if_assigned()", a Flush (so the server
-// sends the id before it runs COMMIT), then COMMIT and Sync, all in one
-// write. When the connection is lost during COMMIT, the id lets a fresh
-// connection ask the server what happened.
-func (a *txAttempt) commitResolving(ctx context.Context, pgConn *pgconn.PgConn, nc net.Conn) (Class, error) {
-	_ = nc.SetDeadline(time.Now().Add(a.pool.settings.commitTimeout))
-	r := sendCommitWithXID(uncancellable(ctx), pgConn)
-	_ = nc.SetDeadline(time.Time{})
-
-	switch {
-	case r.err == nil && r.tag.String() == "COMMIT":
-		return ClassNone, nil
-	case r.err == nil:
-		return ClassPermanent, pgx.ErrTxCommitRollback // the transaction had failed inside fn
-	case r.stage == stageXID:
-		var pgErr *pgconn.PgError
-		if errors.As(r.err, &pgErr) && endedIdle(pgErr) {
-			// The session had ended while idle: COMMIT never ran.
-			return Classify(r.err), r.err
-		}
-		if errors.As(r.err, &pgErr) && !endsSession(pgErr) {
-			// The transaction had failed inside fn (25P02): roll it back.
-			rollbackAborted(ctx, pgConn, nc, a.pool.settings.rollbackTimeout)
-			return ClassPermanent, pgx.ErrTxCommitRollback
-		}
-		a.pool.resolved.unknown.Add(1)
-		return ClassAmbiguous, &commitUnknownError{err: r.err}
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(r.err, &pgErr) && !endsSession(pgErr) {
-		return Classify(r.err), r.err // definitive: not committed
-	}
-	if !r.hasXID {
-		// The transaction wrote nothing: whether or not COMMIT ran, running
-		// it again changes nothing twice.
-		a.pool.resolved.notApplied.Add(1)
-		return ClassConnectionLost, r.err
-	}
-	return a.pool.resolve(ctx, r.xid, r.err)
+// txID names a transaction for its resolution: its id, the backend that ran
+// it, and the system and timeline of the server it ran on.
+type txID struct {
+	xid      uint64 // 0: not captured
+	pid      uint32
+	system   int64
+	timeline int32
 }
 
-// commitStage is how far a resolving commit got.
-type commitStage int
-
-const (
-	stageXID    commitStage = iota // the transaction id was not read
-	stageCommit                    // the id was read; COMMIT's answer was not
-)
-
-type commitResult struct {
-	stage  commitStage
-	xid    string
-	hasXID bool
-	tag    pgconn.CommandTag
-	err    error
-}
-
-// sendCommitWithXID pipelines the id query, a Flush, COMMIT and Sync.
-func sendCommitWithXID(ctx context.Context, pgConn *pgconn.PgConn) (r commitResult) {
-	p := pgConn.StartPipeline(ctx)
-	p.SendQueryParams(xidSQL, nil, nil, nil, nil)
-	p.SendFlushRequest()
-	p.SendQueryParams("commit", nil, nil, nil, nil)
-	p.SendPipelineSync()
-	defer func() {
-		if err := p.Close(); err != nil && r.err == nil {
-			r.err = err
-		}
-	}()
-	if r.err = p.Flush(); r.err != nil {
-		return r
-	}
-	res, err := p.GetResults()
-	if r.err = err; err != nil {
-		return r
-	}
-	if rr, ok := res.(*pgconn.ResultReader); ok {
+// beginCapturing runs sql (BEGIN and its settings, then captureSQL) in one
+// round trip and returns the captured id. On an error the transaction may be
+// open (a statement after BEGIN failed): the caller rolls it back.
+func beginCapturing(ctx context.Context, pgConn *pgconn.PgConn, sql string) (xid uint64, pid uint32, err error) {
+	mrr := pgConn.Exec(ctx, sql)
+	for mrr.NextResult() {
+		rr := mrr.ResultReader()
 		for rr.NextRow() {
-			if v := rr.Values(); len(v) == 1 && v[0] != nil {
-				r.xid, r.hasXID = string(v[0]), true
+			if v := rr.Values(); len(v) == 2 {
+				xid, _ = parseUint(v[0])
+				p, _ := parseUint(v[1])
+				pid = uint32(p)
 			}
 		}
-		if _, r.err = rr.Close(); r.err != nil {
-			return r
-		}
+		_, _ = rr.Close()
 	}
-	r.stage = stageCommit
-	res, err = p.GetResults()
-	if r.err = err; err != nil {
-		return r
+	if err = mrr.Close(); err == nil && xid == 0 {
+		err = errors.New("pgtx: BEGIN did not return the transaction id")
 	}
-	if rr, ok := res.(*pgconn.ResultReader); ok {
-		r.tag, r.err = rr.Close()
-	}
-	return r
+	return xid, pid, err
 }
 
-// rollbackAborted ends a transaction block left in the failed state.
-func rollbackAborted(ctx context.Context, pgConn *pgconn.PgConn, nc net.Conn, timeout time.Duration) {
+// parseUint parses a decimal text value without allocating.
+func parseUint(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if n > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		n = n*10 + d
+	}
+	return n, true
+}
+
+// commitCaptured sends COMMIT for a transaction whose id is known, on a
+// context the caller's cancellation cannot interrupt, bounded by
+// CommitTimeout (a deadline on the socket nc), and resolves it when its
+// answer is lost.
+func (a *txAttempt) commitCaptured(ctx context.Context, pgConn *pgconn.PgConn, nc net.Conn, id txID) (Class, error) {
+	_ = nc.SetDeadline(time.Now().Add(a.pool.settings.commitTimeout))
+	tag, err := execTag(uncancellable(ctx), pgConn, "commit")
+	_ = nc.SetDeadline(time.Time{})
+	switch {
+	case err == nil && tag.String() == "COMMIT":
+		return ClassNone, nil
+	case err == nil:
+		// ROLLBACK: the transaction had failed inside fn (an error fn
+		// swallowed). Definitive, and not retried.
+		return ClassPermanent, pgx.ErrTxCommitRollback
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (!endsSession(pgErr) || endedIdle(pgErr)) {
+		// Definitive: the session is alive and the transaction did not
+		// commit (40001 at COMMIT is a conflict), or the session had ended
+		// while idle before COMMIT, which then never ran.
+		return Classify(err), err
+	}
+	return a.pool.resolve(ctx, id, err)
+}
+
+// execTag runs one simple-protocol statement and returns its command tag.
+func execTag(ctx context.Context, pgConn *pgconn.PgConn, sql string) (tag pgconn.CommandTag, err error) {
+	mrr := pgConn.Exec(ctx, sql)
+	for mrr.NextResult() {
+		tag, _ = mrr.ResultReader().Close()
+	}
+	return tag, mrr.Close()
+}
+
+// rollbackConn ends the transaction on pgConn without pgx's transaction
+// handle (which a resolving pool keeps open for every transaction of the
+// connection). A connection left in a transaction is discarded by Release.
+func rollbackConn(ctx context.Context, pgConn *pgconn.PgConn, timeout time.Duration) {
+	if pgConn.IsClosed() || pgConn.TxStatus() == 'I' {
+		return
+	}
+	nc := pgConn.Conn()
 	_ = nc.SetDeadline(time.Now().Add(timeout))
-	_ = pgConn.Exec(uncancellable(ctx), "rollback").Close()
+	_, _ = execTag(uncancellable(ctx), pgConn, "rollback")
 	_ = nc.SetDeadline(time.Time{})
 }
 
-// resolve asks, on a fresh connection, what became of transaction xid whose
-// COMMIT lost its connection (lost is that error): committed → success;
-// aborted → run it again; in progress → ask again shortly; anything else →
-// ErrCommitUnknown. It runs on a context the caller's cancellation cannot
-// interrupt, bounded by ResolveTimeout.
-func (p *Pool) resolve(ctx context.Context, xid string, lost error) (Class, error) {
+// The outcomes of a question about a transaction.
+type xactStatus int
+
+const (
+	statusUnreachable xactStatus = iota // no answer: ask again
+	statusCommitted
+	statusAborted
+	statusInProgress
+	statusElsewhere // another system or timeline: it cannot know
+	statusForgotten // too old for the server to know, or not yet given
+)
+
+// resolvePoll is the pause between two questions about a transaction.
+const resolvePoll = 10 * time.Millisecond
+
+// lingerAfter is how long a backend must be seen idle in the transaction,
+// receiving nothing, before resolution ends it: a COMMIT that reached its
+// socket would have been read within microseconds, so after this long the
+// backend is waiting for a client that is gone.
+const lingerAfter = 50 * time.Millisecond
+
+// resolve asks the server, on a connection the main pool's exhaustion
+// cannot block, what became of transaction id whose COMMIT lost its answer
+// (lost is that error): committed → success; aborted → run it again; still
+// in progress → wait, and end the backend that holds it (it is provably
+// ours: it runs our transaction id) once it has stayed idle in the
+// transaction for lingerAfter (its client is gone, COMMIT never reached
+// it), or stayed in progress for half the ResolveTimeout; then ask again.
+// Another system or timeline, a server that no longer knows, or no answer
+// within ResolveTimeout → ErrCommitUnknown. It runs on a context the
+// caller's cancellation cannot interrupt.
+func (p *Pool) resolve(ctx context.Context, id txID, lost error) (Class, error) {
 	rctx, cancel := context.WithTimeout(uncancellable(ctx), p.settings.resolveTimeout)
 	defer cancel()
+	var (
+		last      error
+		end       = keepBackend
+		idleSince int64     // the backend's last state change, while idle in the transaction
+		idleSeen  time.Time // when it was first seen idle since idleSince
+		busySeen  time.Time // when the transaction was first seen in progress
+	)
 	for {
-		var status *string
-		err := p.Pool.QueryRow(rctx, statusSQL, pgx.QueryExecModeExec, xid).Scan(&status)
-		switch {
-		case err != nil || status == nil:
-			// Unreachable, or the id is too old to know: the outcome stays
-			// unknown.
-			p.resolved.unknown.Add(1)
-			return ClassAmbiguous, &commitUnknownError{err: errors.Join(lost, err)}
-		case *status == "committed":
+		a := p.resolver.ask(rctx, id, end, idleSince)
+		if a.terminated {
+			p.resolved.terminated.Add(1)
+		}
+		switch a.status {
+		case statusCommitted:
 			p.resolved.committed.Add(1)
 			return ClassNone, nil
-		case *status == "aborted":
+		case statusAborted:
 			p.resolved.aborted.Add(1)
 			return ClassConnectionLost, lost
-		}
-		if p.clock.Sleep(rctx, resolvePoll) != nil { // in progress: the backend is still finishing
+		case statusElsewhere:
 			p.resolved.unknown.Add(1)
+			p.resolved.elsewhere.Add(1)
 			return ClassAmbiguous, &commitUnknownError{err: lost}
+		case statusForgotten:
+			p.resolved.unknown.Add(1)
+			return ClassAmbiguous, &commitUnknownError{err: errors.Join(lost, a.err)}
+		case statusInProgress:
+			now := p.clock.Now()
+			if busySeen.IsZero() {
+				busySeen = now
+			}
+			switch {
+			case !strings.HasPrefix(a.state, "idle in transaction"):
+				idleSince, idleSeen = 0, time.Time{}
+			case a.changed != idleSince || idleSeen.IsZero():
+				idleSince, idleSeen = a.changed, now
+			}
+			switch {
+			case now.Sub(busySeen) >= p.settings.resolveTimeout/2:
+				end = endBackend
+			case !idleSeen.IsZero() && now.Sub(idleSeen) >= lingerAfter:
+				end = endIfStillIdle
+			default:
+				end = keepBackend
+			}
+		}
+		if a.err != nil {
+			last = a.err
+		}
+		if p.clock.Sleep(rctx, resolvePoll) != nil {
+			p.resolved.unknown.Add(1)
+			return ClassAmbiguous, &commitUnknownError{err: errors.Join(lost, last)}
 		}
 	}
 }
+
+// notResolvable is the outcome of a lost COMMIT that cannot be asked about
+// (unknown is its ErrCommitUnknown): that error, or, for a transaction that
+// began on a hot standby (where it could change nothing), a rerun.
+func (p *Pool) notResolvable(pgConn *pgconn.PgConn, began beginKind, unknown error) (Class, error) {
+	var cu *commitUnknownError
+	if began == beganInRecovery && stillInRecovery(pgConn) && errors.As(unknown, &cu) {
+		p.resolved.notApplied.Add(1)
+		return ClassConnectionLost, cu.err
+	}
+	p.resolved.unknown.Add(1)
+	p.resolved.unsupported.Add(1)
+	return ClassAmbiguous, unknown
+}
+
+// xidText renders an id as PostgreSQL's text for xid8.
+func xidText(xid uint64) string { return strconv.FormatUint(xid, 10) }

@@ -112,7 +112,10 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, opts TxOptions, fn 
 		return err
 	}
 	pool.queue.calls.Add(1)
-	a := txAttempt{pool: pool, begin: beginSQL(opts), fn: fn, resolve: pool.settings.resolveCommits && !opts.ReadOnly}
+	a := txAttempt{pool: pool, begin: beginSQL(opts, false), fn: fn, resolve: pool.settings.resolveCommits}
+	if a.resolve {
+		a.beginCapture = beginSQL(opts, true)
+	}
 	loop := retryLoop{
 		policy:     &pool.settings.retry,
 		clock:      pool.clock,
@@ -153,9 +156,10 @@ func validateCall(ctx context.Context, pool *Pool, opts TxOptions, fn func(conte
 }
 
 // beginSQLs holds every BEGIN statement pgtx sends without a per-call
-// timeout, indexed by isolation, read-only and deferrable, so a transaction
-// does not allocate to build it.
-var beginSQLs = func() (s [Serializable + 1][2][2]string) {
+// timeout, indexed by whether it captures the transaction id (captureSQL),
+// isolation, read-only and deferrable, so a transaction does not allocate
+// to build it.
+var beginSQLs = func() (s [2][Serializable + 1][2][2]string) {
 	for iso := ReadCommitted; iso <= Serializable; iso++ {
 		for ro := range 2 {
 			for def := range 2 {
@@ -166,23 +170,30 @@ var beginSQLs = func() (s [Serializable + 1][2][2]string) {
 				if def == 1 {
 					q += " deferrable"
 				}
-				s[iso][ro][def] = q
+				s[0][iso][ro][def] = q
+				s[1][iso][ro][def] = q + captureSQL
 			}
 		}
 	}
 	return s
 }()
 
-// beginSQL renders the statement that opens the transaction. A per-call
-// statement timeout rides in the same simple-protocol query as BEGIN (one
-// round trip); its value is an integer, never caller text.
-func beginSQL(opts TxOptions) string {
-	q := beginSQLs[opts.Isolation][b2i(opts.ReadOnly)][b2i(opts.Deferrable)]
-	switch {
-	case opts.StatementTimeout > 0:
+// beginSQL renders the statement that opens the transaction, followed by
+// captureSQL when capture is set. A per-call statement timeout rides in the
+// same simple-protocol query as BEGIN (one round trip); its value is an
+// integer, never caller text.
+func beginSQL(opts TxOptions, capture bool) string {
+	if opts.StatementTimeout == 0 {
+		return beginSQLs[b2i(capture)][opts.Isolation][b2i(opts.ReadOnly)][b2i(opts.Deferrable)]
+	}
+	q := beginSQLs[0][opts.Isolation][b2i(opts.ReadOnly)][b2i(opts.Deferrable)]
+	if opts.StatementTimeout > 0 {
 		q += "; set local statement_timeout = " + strconv.FormatInt(durationMillis(opts.StatementTimeout), 10)
-	case opts.StatementTimeout < 0:
+	} else {
 		q += "; set local statement_timeout = 0"
+	}
+	if capture {
+		q += captureSQL
 	}
 	return q
 }
@@ -196,12 +207,23 @@ func b2i(b bool) int {
 
 // txAttempt is one call's attempt: acquire, BEGIN, fn, COMMIT, release.
 type txAttempt struct {
-	pool    *Pool
-	begin   string
-	fn      func(context.Context, pgx.Tx) error
-	resolve bool // commit with the transaction id, to resolve a lost COMMIT
-	tx      fnTx // what fn receives, reused by every attempt of the call
+	pool         *Pool
+	begin        string
+	beginCapture string // begin followed by captureSQL; set when resolving
+	fn           func(context.Context, pgx.Tx) error
+	resolve      bool // capture the transaction id, to resolve a lost COMMIT
+	tx           fnTx // what fn receives, reused by every attempt of the call
 }
+
+// beginKind is how an attempt's transaction began.
+type beginKind int
+
+const (
+	beganPlain      beginKind = iota // pgx's BEGIN; the pool does not resolve
+	beganCaptured                    // BEGIN with the id captured: resolvable
+	beganUncaptured                  // a resolving pool, a server that cannot be asked
+	beganInRecovery                  // a resolving pool, on a hot standby: it writes nothing
+)
 
 // run performs one attempt. It returns only after the connection has been
 // rolled back (if needed) and released, so the retry loop never sleeps while
@@ -234,7 +256,8 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 		return ClassTimeout, err
 	}
 
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.begin})
+	pgConn := conn.Conn().PgConn()
+	tx, id, began, err := a.beginTx(ctx, conn.Conn())
 	if err != nil {
 		return Classify(err), err
 	}
@@ -245,7 +268,11 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 			// the stack unchanged): roll back on a context the caller's
 			// cancellation cannot interrupt. A failed rollback closes the
 			// connection, and Release then discards it.
-			a.rollback(ctx, tx, conn.Conn().PgConn().Conn())
+			if began == beganCaptured {
+				rollbackConn(ctx, pgConn, a.pool.settings.rollbackTimeout)
+			} else {
+				a.rollback(ctx, tx, pgConn.Conn())
+			}
 		}
 	}()
 
@@ -256,7 +283,6 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 		}
 		return classifyFnError(err, conn), err
 	}
-	pgConn := conn.Conn().PgConn()
 	if pgConn.IsClosed() {
 		// fn swallowed the error of a connection that died under it: the
 		// transaction died with its session, and COMMIT is never sent.
@@ -273,10 +299,50 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 	}
 
 	done = true
-	if a.resolve {
-		return a.commitResolving(ctx, pgConn, pgConn.Conn())
+	if began == beganCaptured {
+		return a.commitCaptured(ctx, pgConn, pgConn.Conn(), id)
 	}
-	return a.commit(ctx, tx, pgConn.Conn())
+	c, err := a.commit(ctx, tx, pgConn.Conn())
+	if c == ClassAmbiguous && began != beganPlain {
+		return a.pool.notResolvable(pgConn, began, err)
+	}
+	return c, err
+}
+
+// beginTx begins the attempt's transaction on conn. In a resolving pool, on
+// a server that can be asked, it captures the transaction id in BEGIN's
+// round trip and hands fn the connection's pgx handle; otherwise it is
+// pgx's BEGIN.
+func (a *txAttempt) beginTx(ctx context.Context, conn *pgx.Conn) (pgx.Tx, txID, beginKind, error) {
+	if !a.resolve {
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.begin})
+		return tx, txID{}, beganPlain, err
+	}
+	pgConn := conn.PgConn()
+	h, _ := pgConn.CustomData()[customDataKey].(*cancelHandler)
+	switch {
+	case h == nil || !h.res.capable:
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.begin})
+		return tx, txID{}, beganUncaptured, err
+	case h.res.inRecovery(pgConn):
+		// No id can be given in recovery, and none is needed: a
+		// transaction begun there can change nothing.
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.begin})
+		return tx, txID{}, beganInRecovery, err
+	case h.res.standby:
+		// Made on a standby since promoted: the timeline it captured is
+		// not the one its transactions now run on.
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.begin})
+		return tx, txID{}, beganUncaptured, err
+	}
+	xid, pid, err := beginCapturing(ctx, pgConn, a.beginCapture)
+	if err != nil {
+		// A statement after BEGIN may have failed, leaving a transaction
+		// open: end it, so the connection can be reused.
+		rollbackConn(ctx, pgConn, a.pool.settings.rollbackTimeout)
+		return nil, txID{}, beganCaptured, err
+	}
+	return h.res.tx, txID{xid: xid, pid: pid, system: h.res.system, timeline: h.res.timeline}, beganCaptured, nil
 }
 
 // errLostBeforeCommit is the error of an attempt whose connection was closed

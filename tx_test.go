@@ -103,8 +103,12 @@ func TestBeginSQL(t *testing.T) {
 		{TxOptions{Isolation: ReadCommitted, StatementTimeout: -1}, "begin isolation level READ COMMITTED; set local statement_timeout = 0"},
 	}
 	for _, tt := range tests {
-		if got := beginSQL(tt.opts); got != tt.want {
-			t.Errorf("beginSQL(%+v) = %q, want %q", tt.opts, got, tt.want)
+		if got := beginSQL(tt.opts, false); got != tt.want {
+			t.Errorf("beginSQL(%+v, false) = %q, want %q", tt.opts, got, tt.want)
+		}
+		// The id is captured last, after any setting, in the same query.
+		if got, want := beginSQL(tt.opts, true), tt.want+"; select pg_current_xact_id(), pg_backend_pid()"; got != want {
+			t.Errorf("beginSQL(%+v, true) = %q, want %q", tt.opts, got, want)
 		}
 	}
 }
@@ -119,8 +123,10 @@ func TestIsolationString(t *testing.T) {
 
 func TestBeginSQLDoesNotAllocate(t *testing.T) {
 	opts := TxOptions{Isolation: Serializable}
-	if n := testing.AllocsPerRun(100, func() { _ = beginSQL(opts) }); n != 0 {
-		t.Errorf("beginSQL allocates %v times without a per-call timeout", n)
+	for _, capture := range []bool{false, true} {
+		if n := testing.AllocsPerRun(100, func() { _ = beginSQL(opts, capture) }); n != 0 {
+			t.Errorf("beginSQL(capture %v) allocates %v times without a per-call timeout", capture, n)
+		}
 	}
 }
 

@@ -25,15 +25,15 @@ func proxied(t *testing.T) (direct string, proxy *pgtest.Proxy, through string) 
 }
 
 // TestCommitCutIsCommitUnknown: the proxy forwards COMMIT to the server and
-// cuts the connection before the answer comes back. The outcome is unknown:
-// the error matches ErrCommitUnknown and wraps the network error, fn ran
-// once, and the row is present at most once.
+// cuts the connection before the answer comes back. With resolution off the
+// outcome is unknown: the error matches ErrCommitUnknown and wraps the
+// network error, fn ran once, and the row is present at most once.
 func TestCommitCutIsCommitUnknown(t *testing.T) {
 	ctx := testCtx(t)
 	direct, proxy, through := proxied(t)
 	admin := directConn(t, direct)
 	mustExec(t, ctx, admin, "create table ledger (transfer_id text primary key)")
-	pool := newPool(t, through, nil)
+	pool := newPool(t, through, func(c *pgtx.Config) { c.ResolveCommits = false })
 
 	proxy.CutOnCommit(1)
 	var attempts counter
