@@ -1,0 +1,246 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/internal/pgtest"
+)
+
+// Bounds of TestResolveFailover.
+const (
+	failoverWorkers = 8
+	failoverBefore  = time.Second     // of writes before the primary is stopped
+	failoverAfter   = 2 * time.Second // of writes after the promote
+	failoverStall   = time.Second     // the longest gap allowed, beside the promote's own time
+)
+
+// TestResolveFailover: eight workers insert unique ids through a pool whose
+// connection string names a primary and its synchronous standby
+// (target_session_attrs=read-write). The primary is stopped at once
+// (immediate shutdown) while COMMITs are in flight, and the standby is
+// promoted. The pool reconnects to the new primary, a new system timeline.
+// Every call reported successful is in the new primary's ledger exactly
+// once, no id is there twice, no call that failed is there, and a COMMIT
+// whose answer was lost with the old primary is never resolved on the new
+// timeline, where its id may belong to another transaction: it is
+// ErrCommitUnknown, or, if pgtx could still ask the old timeline, its true
+// outcome. And no stall: after the promote, successful commits resume, with
+// no gap between them longer than failoverStall plus the promote's own time.
+func TestResolveFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a primary and a standby")
+	}
+	ctx := testCtx(t)
+	// The harness turns synchronous_commit off for speed; replication
+	// waits only with it on.
+	primary := pgtest.Dedicated(t, pgtest.Options{Settings: map[string]string{"synchronous_commit": "on"}})
+	standby := pgtest.StartStandby(t, primary)
+	dsn := pgtest.NewDatabaseOn(t, primary)
+	admin := directConn(t, dsn)
+	mustExec(t, ctx, admin, "create table ledger (id text not null)")
+	// Synchronous replication: a COMMIT acknowledged by the old primary is
+	// on the standby, so a success can be checked against the new primary.
+	mustExec(t, ctx, admin, "alter system set synchronous_standby_names = '*'")
+	mustExec(t, ctx, admin, "select pg_reload_conf()")
+	waitSync(t, ctx, admin)
+
+	pool := newPool(t, failoverDSN(t, dsn, primary.Addr(), standby.Addr()), func(c *pgtx.Config) {
+		c.MaxConns = failoverWorkers
+		c.ConnConfig.ConnectTimeout = time.Second
+		c.Retry.MaxRetries = 50
+		c.Retry.MaxAdaptiveRetries = 10
+		c.Retry.MaxBackoff = 200 * time.Millisecond
+		c.Retry.Budget.Disabled = true
+	})
+
+	type call struct {
+		id   string
+		err  error
+		done time.Time
+	}
+	var (
+		mu    sync.Mutex
+		calls []call
+		wg    sync.WaitGroup
+	)
+	stop := make(chan struct{})
+	for w := range failoverWorkers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				id := fmt.Sprintf("w%d-%d", w, i)
+				cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+				err := pgtx.Transaction(cctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, "insert into ledger values ($1)", id)
+					return err
+				})
+				cancel()
+				mu.Lock()
+				calls = append(calls, call{id: id, err: err, done: time.Now()})
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(failoverBefore)
+	crashed := time.Now()
+	if err := primary.Crash(ctx); err != nil {
+		close(stop)
+		wg.Wait()
+		t.Fatal(err)
+	}
+	if err := standby.Promote(ctx); err != nil {
+		close(stop)
+		wg.Wait()
+		t.Fatal(err)
+	}
+	promoted := time.Now()
+	time.Sleep(failoverAfter)
+	close(stop)
+	wg.Wait()
+	// The old primary comes back on its own, old timeline, for the
+	// cleanup that drops the test's database there.
+	// It no longer has a standby to wait for.
+	if err := primary.Start(ctx); err != nil {
+		t.Errorf("restart the old primary: %v", err)
+	} else {
+		old := directConn(t, dsn)
+		mustExec(t, ctx, old, "alter system reset synchronous_standby_names")
+		mustExec(t, ctx, old, "select pg_reload_conf()")
+	}
+
+	newPrimary := directConn(t, standby.DSN(dbName(t, dsn)))
+	present := map[string]int{}
+	rows, err := newPrimary.Query(ctx, "select id from ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		present[id]++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	var ok, unknown, failed, wrong int
+	var successes []time.Time
+	for _, c := range calls {
+		n := present[c.id]
+		switch {
+		case n > 1:
+			wrong++
+			t.Errorf("%s is in the ledger %d times", c.id, n)
+		case c.err == nil:
+			ok++
+			successes = append(successes, c.done)
+			if n != 1 {
+				wrong++
+				t.Errorf("%s was reported committed (%v after the crash, the promote ended at %v) and is not in the new primary's ledger",
+					c.id, c.done.Sub(crashed).Round(time.Millisecond), promoted.Sub(crashed).Round(time.Millisecond))
+			}
+		case errors.Is(c.err, pgtx.ErrCommitUnknown):
+			unknown++
+		default:
+			failed++
+			if n != 0 {
+				wrong++
+				t.Errorf("%s failed (%v) and is in the ledger", c.id, c.err)
+			}
+		}
+	}
+	res := pool.Stats().Resolved
+	t.Logf("%d calls: %d committed, %d ErrCommitUnknown, %d failed; wrong %d; promote took %v; resolutions %+v",
+		len(calls), ok, unknown, failed, wrong, promoted.Sub(crashed).Round(time.Millisecond), res)
+
+	// No stall: successes resume after the promote, and their gaps stay
+	// short (the first gap spans the crash and the promote).
+	slices.SortFunc(successes, func(a, b time.Time) int { return a.Compare(b) })
+	bound := failoverStall + promoted.Sub(crashed)
+	prev := crashed
+	after := 0
+	for _, s := range successes {
+		if s.Before(crashed) {
+			continue
+		}
+		if gap := s.Sub(prev); gap > bound {
+			t.Errorf("no commit succeeded for %v (from %v after the crash), want at most %v", gap.Round(time.Millisecond),
+				prev.Sub(crashed).Round(time.Millisecond), bound)
+		}
+		prev = s
+		if s.After(promoted) {
+			after++
+		}
+	}
+	if after == 0 {
+		t.Fatalf("no commit succeeded after the promote")
+	}
+	if end := promoted.Add(failoverAfter); end.Sub(prev) > bound {
+		t.Errorf("the last success came %v before the end of the run", end.Sub(prev).Round(time.Millisecond))
+	}
+}
+
+// waitSync waits until the primary has a synchronous standby.
+func waitSync(t *testing.T, ctx context.Context, admin *pgx.Conn) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var n int
+		if err := admin.QueryRow(ctx, "select count(*) from pg_stat_replication where sync_state = 'sync'").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the standby never became synchronous")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// failoverDSN is dsn with two hosts, the primary's and the standby's, of
+// which a connection takes the one that accepts writes.
+func failoverDSN(t *testing.T, dsn, primaryAddr, standbyAddr string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hosts, ports []string
+	for _, a := range []string{primaryAddr, standbyAddr} {
+		h, p, err := net.SplitHostPort(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts, ports = append(hosts, h), append(ports, p)
+	}
+	return fmt.Sprintf("host=%s port=%s user=%s dbname=%s sslmode=disable target_session_attrs=read-write",
+		strings.Join(hosts, ","), strings.Join(ports, ","), u.User.Username(), dbName(t, dsn))
+}
+
+// dbName is the database of a URL dsn.
+func dbName(t *testing.T, dsn string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimPrefix(u.Path, "/")
+}
