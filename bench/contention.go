@@ -73,9 +73,21 @@ func contention(ctx context.Context, e *env) (result, error) {
 		if err != nil {
 			return result{}, err
 		}
+		// The same pgtx without resolution of ambiguous COMMITs: what
+		// capturing each transaction's id costs under write contention.
+		np, err := newPgtxPool(ctx, e.dsn, workers, func(c *pgtx.Config) {
+			c.Retry.ConflictBaseBackoff = e.opts.conflictBase
+			c.Retry.ConflictMaxBackoff = e.opts.conflictMax
+			c.ResolveCommits = false
+		})
+		if err != nil {
+			tp.Close()
+			return result{}, err
+		}
 		xp, err := newPgxPool(ctx, e.dsn, workers, nil)
 		if err != nil {
 			tp.Close()
+			np.Close()
 			return result{}, err
 		}
 		var cells []transferCell
@@ -83,10 +95,12 @@ func contention(ctx context.Context, e *env) (result, error) {
 			for _, c := range standardContenders(tp, xp) {
 				cells = append(cells, transferCell{variant: v, c: c})
 			}
+			cells = append(cells, transferCell{variant: v, c: pgtxContender(namePgtxNoResolve, np)})
 		}
 		cells = append(cells, transferCell{variant: variantCeiling, c: beginContender(nameCeiling, xp)})
-		stats, err := runTransfers(ctx, e, workers, cells, []execFunc{tp.Exec, xp.Exec})
+		stats, err := runTransfers(ctx, e, workers, cells, []execFunc{tp.Exec, np.Exec, xp.Exec})
 		tp.Close()
+		np.Close()
 		xp.Close()
 		if err != nil {
 			return result{}, err

@@ -29,6 +29,11 @@ const namePgtxUnbounded = "pgtx, AcquireTimeout -1"
 // what those guarantees cost.
 const namePgtxNoLimits = "pgtx, no session limits"
 
+// namePgtxNoResolve is pgtx with the resolution of ambiguous COMMITs
+// switched off (Config.ResolveCommits false): what capturing every
+// transaction's id in BEGIN's round trip costs.
+const namePgtxNoResolve = "pgtx, ResolveCommits off"
+
 // nameBeginControl is pgx.BeginTxFunc on a second plain pgxpool: the same
 // contender as the baseline, measured as if it were another one (an A/A
 // control). How far its ratio strays from 1 is the noise of the method.
@@ -257,6 +262,7 @@ func newOverheadSet(ctx context.Context, e *env, maxConns int, countWrites bool)
 		onPgtx(namePgtx, nil, pgtxContender),
 		onPgtx(namePgtxUnbounded, func(c *pgtx.Config) { c.AcquireTimeout = -1 }, pgtxContender),
 		onPgtx(namePgtxNoLimits, func(c *pgtx.Config) { c.StatementTimeout, c.IdleInTransactionTimeout = -1, -1 }, pgtxContender),
+		onPgtx(namePgtxNoResolve, func(c *pgtx.Config) { c.ResolveCommits = false }, pgtxContender),
 		onPgx(nameNaive, loop(naiveContender)),
 		onPgx(nameJitter, loop(jitterContender)),
 		onPgx(nameCrdb, crdbContender),
