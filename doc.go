@@ -52,9 +52,11 @@
 //
 // Timeouts (57014 query_canceled, 25P03, 25P04, context errors,
 // ErrAcquireTimeout, ErrQueueFull): what took too long takes too long again.
-// A COMMIT whose connection was lost while it was in flight: the error
-// matches ErrCommitUnknown, because the transaction may have committed
-// (Config.ResolveCommits asks the server what happened); it means only that.
+// A COMMIT whose connection was lost while it was in flight is never run
+// again blindly: pgtx asks the server what became of it (Config.ResolveCommits,
+// on by default), and runs it again only if the server says it did not
+// commit. When nothing could know, the error matches ErrCommitUnknown: the
+// transaction may have committed; it means only that.
 // Constraint, syntax, data and authentication errors, a database, host or
 // socket that does not exist, the caller's own errors and misuse, and errors
 // wrapped with NonRetryable.

@@ -19,10 +19,10 @@ const DefaultResolveTimeout = 5 * time.Second
 // captureSQL ends the BEGIN round trip of a resolving transaction: it gives
 // the transaction its id now (so even one that writes no row, sends only a
 // notification or takes sequence values without logging them has one to ask
-// about) and names the backend that runs it. The id is known before COMMIT
+// about). The id is known before COMMIT
 // leaves the client: a connection lost before this answer arrived never
 // carried COMMIT.
-const captureSQL = "; select pg_current_xact_id(), pg_backend_pid()"
+const captureSQL = "; select pg_current_xact_id()"
 
 // ResolveStats counts what became of the ambiguous COMMITs of a pool: those
 // whose connection was lost, or whose session ended, while COMMIT was in
@@ -66,11 +66,12 @@ func (r *resolveCounters) snapshot() ResolveStats {
 	}
 }
 
-// txID names a transaction for its resolution: its id, the backend that ran
-// it, and the system and timeline of the server it ran on.
+// txID names a transaction for its resolution: its id, and the system and
+// timeline of the server it ran on. The id also finds the backend that runs
+// it, while it runs: behind a pooler the connection's pid is not the
+// backend's.
 type txID struct {
-	xid      uint64 // 0: not captured
-	pid      uint32
+	xid      uint64
 	system   int64
 	timeline int32
 }
@@ -78,15 +79,13 @@ type txID struct {
 // beginCapturing runs sql (BEGIN and its settings, then captureSQL) in one
 // round trip and returns the captured id. On an error the transaction may be
 // open (a statement after BEGIN failed): the caller rolls it back.
-func beginCapturing(ctx context.Context, pgConn *pgconn.PgConn, sql string) (xid uint64, pid uint32, err error) {
+func beginCapturing(ctx context.Context, pgConn *pgconn.PgConn, sql string) (xid uint64, err error) {
 	mrr := pgConn.Exec(ctx, sql)
 	for mrr.NextResult() {
 		rr := mrr.ResultReader()
 		for rr.NextRow() {
-			if v := rr.Values(); len(v) == 2 {
+			if v := rr.Values(); len(v) == 1 {
 				xid, _ = parseUint(v[0])
-				p, _ := parseUint(v[1])
-				pid = uint32(p)
 			}
 		}
 		_, _ = rr.Close()
@@ -94,7 +93,7 @@ func beginCapturing(ctx context.Context, pgConn *pgconn.PgConn, sql string) (xid
 	if err = mrr.Close(); err == nil && xid == 0 {
 		err = errors.New("pgtx: BEGIN did not return the transaction id")
 	}
-	return xid, pid, err
+	return xid, err
 }
 
 // parseUint parses a decimal text value without allocating.

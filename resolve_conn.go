@@ -31,25 +31,26 @@ const systemSQL = `select (select system_identifier from pg_control_system()), p
 // askSQL asks what became of a transaction ($1, an xid8) on a server that
 // must be the system ($2) and timeline ($3) it ran on: elsewhere the id may
 // belong to another transaction, and the status column is NULL. It also
-// reports the state of the backend that runs it, if it still runs: the
-// backend of pid $4 whose transaction id is $5 (the id's low 32 bits, as
-// pg_stat_activity shows it), which is provably ours. While the transaction
-// is in progress, it ends that backend when $6 says so: 2, at once; 1, only
-// if it is still idle in the transaction since the same state change ($7,
-// unix microseconds), so it has received nothing since it was last seen.
-// Once the backend is gone the status is definitive: committed if COMMIT
-// had written its record, aborted otherwise.
+// reports the state of the backend that runs it, if one still does: the
+// backend whose transaction id is $4 (the id's low 32 bits, as
+// pg_stat_activity shows it; no two running transactions share it), which
+// is provably ours. While the transaction is in progress, it ends that
+// backend when $5 says so: 2, at once; 1, only if it is still idle in the
+// transaction since the same state change ($6, unix microseconds), so it
+// has received nothing since it was last seen. Once the backend is gone the
+// status is definitive: committed if COMMIT had written its record, aborted
+// otherwise.
 const askSQL = `with s as (
 	select c.system_identifier as sys, ` + timelineSQL + ` as tl from pg_control_system() c
 ), x as (
 	select sys, tl, case when sys = $2::text::int8 and tl = $3::text::int4 then pg_xact_status($1::text::xid8) end as status from s
 ), b as (
 	select pid, state, round(extract(epoch from state_change) * 1000000)::int8 as changed
-	from pg_stat_activity where pid = $4::text::int4 and backend_xid = $5::text::xid
+	from pg_stat_activity where backend_xid = $4::text::xid
 )
 select x.sys, x.tl, x.status, coalesce(b.state, ''), coalesce(b.changed, 0),
-	case when x.status = 'in progress' and b.pid is not null and ($6::text::int4 = 2
-		or ($6::text::int4 = 1 and b.state like 'idle in transaction%' and b.changed = $7::text::int8))
+	case when x.status = 'in progress' and b.pid is not null and ($5::text::int4 = 2
+		or ($5::text::int4 = 1 and b.state like 'idle in transaction%' and b.changed = $6::text::int8))
 	then pg_terminate_backend(b.pid) else false end
 from x left join b on true`
 
@@ -203,8 +204,7 @@ func (r *resolver) ask(ctx context.Context, id txID, end int, changed int64) ans
 	var a answer
 	err = conn.QueryRow(actx, askSQL, pgx.QueryExecModeExec,
 		xidText(id.xid), strconv.FormatInt(id.system, 10), strconv.FormatInt(int64(id.timeline), 10),
-		strconv.FormatUint(uint64(id.pid), 10), strconv.FormatUint(id.xid&0xffffffff, 10),
-		strconv.Itoa(end), strconv.FormatInt(changed, 10),
+		strconv.FormatUint(id.xid&0xffffffff, 10), strconv.Itoa(end), strconv.FormatInt(changed, 10),
 	).Scan(&sys, &tl, &status, &a.state, &a.changed, &a.terminated)
 	var pgErr *pgconn.PgError
 	switch {

@@ -335,14 +335,14 @@ func (a *txAttempt) beginTx(ctx context.Context, conn *pgx.Conn) (pgx.Tx, txID, 
 		tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.begin})
 		return tx, txID{}, beganUncaptured, err
 	}
-	xid, pid, err := beginCapturing(ctx, pgConn, a.beginCapture)
+	xid, err := beginCapturing(ctx, pgConn, a.beginCapture)
 	if err != nil {
 		// A statement after BEGIN may have failed, leaving a transaction
 		// open: end it, so the connection can be reused.
 		rollbackConn(ctx, pgConn, a.pool.settings.rollbackTimeout)
 		return nil, txID{}, beganCaptured, err
 	}
-	return h.res.tx, txID{xid: xid, pid: pid, system: h.res.system, timeline: h.res.timeline}, beganCaptured, nil
+	return h.res.tx, txID{xid: xid, system: h.res.system, timeline: h.res.timeline}, beganCaptured, nil
 }
 
 // errLostBeforeCommit is the error of an attempt whose connection was closed
