@@ -222,7 +222,12 @@ func runChaosBank(t *testing.T, resolve bool, seed uint64, dur time.Duration) {
 				got, res.Unknown)
 		}
 		if res.NotApplied != 0 {
-			t.Errorf("Stats().Resolved.NotApplied = %d: every transfer writes, so every one has a transaction id", res.NotApplied)
+			t.Errorf("Stats().Resolved.NotApplied = %d: no transfer begins on a standby", res.NotApplied)
+		}
+		// At least 99% resolved; one unknown is tolerated in a run too
+		// short to have a hundred ambiguous COMMITs.
+		if total := resolved + res.Unknown; res.Unknown > max(1, total/100) {
+			t.Errorf("%d of %d ambiguous COMMITs unresolved: at least 99%% must be resolved", res.Unknown, total)
 		}
 	} else {
 		t.Logf("wrong outcomes (lost or phantom transfers): %d", tally.wrong)

@@ -65,8 +65,10 @@ func TestResolveMassLoss(t *testing.T) {
 					results <- result{err: err, runs: runs.get(), took: time.Since(committing)}
 				}()
 			}
+			var slowest time.Duration
 			for range conns {
 				r := <-results
+				slowest = max(slowest, r.took)
 				switch {
 				case r.err != nil:
 					t.Errorf("err = %v: a COMMIT the server applied must resolve to success", r.err)
@@ -76,6 +78,7 @@ func TestResolveMassLoss(t *testing.T) {
 					t.Errorf("the call took %v after fn returned, want under %v", r.took, massLossBound)
 				}
 			}
+			t.Logf("%d COMMIT answers lost at once: the slowest call returned %v after its fn", conns, slowest.Round(time.Microsecond))
 			if got := proxy.Stats().CutsOnCommitReply; got != int64(conns) {
 				t.Fatalf("the proxy cut %d answers, want %d", got, conns)
 			}
