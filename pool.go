@@ -96,8 +96,10 @@ type Config struct {
 	// server: backends are matched by pid and backend_start.
 	CancelConnString string
 
-	// CancelConnectTimeout bounds a connect of the cancel pool. 0 means
-	// DefaultCancelConnectTimeout (1s); negative is refused.
+	// CancelConnectTimeout bounds a connect of the cancel pool, over which
+	// ambiguous COMMITs are resolved too (ResolveCommits): raise it where a
+	// connection takes longer to make. 0 means DefaultCancelConnectTimeout
+	// (1s); negative is refused.
 	CancelConnectTimeout time.Duration
 
 	// MaxWaiters bounds the callers of Transaction waiting for a

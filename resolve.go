@@ -131,11 +131,7 @@ func (a *txAttempt) commitCaptured(ctx context.Context, pgConn *pgconn.PgConn, n
 		// swallowed). Definitive, and not retried.
 		return ClassPermanent, pgx.ErrTxCommitRollback
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (!endsSession(pgErr) || endedIdle(pgErr)) {
-		// Definitive: the session is alive and the transaction did not
-		// commit (40001 at COMMIT is a conflict), or the session had ended
-		// while idle before COMMIT, which then never ran.
+	if notCommitted(err) {
 		return Classify(err), err
 	}
 	return a.pool.resolve(ctx, id, err)

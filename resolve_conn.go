@@ -54,9 +54,10 @@ select x.sys, x.tl, x.status, coalesce(b.state, ''), coalesce(b.changed, 0),
 	then pg_terminate_backend(b.pid) else false end
 from x left join b on true`
 
-// askTimeout bounds one question of a resolution, so that a connection that
-// hangs does not take the whole ResolveTimeout.
-const askTimeout = time.Second
+// askShare bounds one question of a resolution to this fraction of
+// ResolveTimeout, so that a connection that hangs does not take the whole
+// of it, while a slow network still leaves each question time to connect.
+const askShare = 4
 
 // connResolve is what a connection of a resolving pool knows for resolving
 // its COMMITs, captured when it is made.
@@ -144,8 +145,9 @@ func stillInRecovery(pgConn *pgconn.PgConn) bool {
 // pool's exhaustion cannot block: the cancel pool's (CancelModePool), or a
 // connection of its own made for the question.
 type resolver struct {
-	pool   *pgxpool.Pool   // the cancel pool; nil: connect directly
-	direct *pgx.ConnConfig // the main pool's server, without pgtx's hooks
+	timeout time.Duration   // ResolveTimeout
+	pool    *pgxpool.Pool   // the cancel pool; nil: connect directly
+	direct  *pgx.ConnConfig // the main pool's server, without pgtx's hooks
 	// cannotTerminate is set when the server refuses to end a backend (the
 	// role may not), so later questions do not fail on it.
 	cannotTerminate atomic.Bool
@@ -154,15 +156,16 @@ type resolver struct {
 // newResolver builds the resolver of a pool: over cancelPool when there is
 // one, else connecting with the caller's connection config.
 func newResolver(cfg *Config, cancelPool *pgxpool.Pool) *resolver {
+	timeout := durDefault(cfg.ResolveTimeout, DefaultResolveTimeout)
 	if cancelPool != nil {
-		return &resolver{pool: cancelPool}
+		return &resolver{timeout: timeout, pool: cancelPool}
 	}
 	cc := cfg.ConnConfig.Copy() // the caller's, before pgtx installed its handler
 	cc.Tracer = nil
 	cc.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: pgConn.Conn()}
 	}
-	return &resolver{direct: cc}
+	return &resolver{timeout: timeout, direct: cc}
 }
 
 // answer is what one question found.
@@ -188,7 +191,7 @@ const (
 // ask asks once; end says whether to end the backend, and since when
 // (changed) it must have been idle for endIfStillIdle.
 func (r *resolver) ask(ctx context.Context, id txID, end int, changed int64) answer {
-	actx, cancel := context.WithTimeout(ctx, askTimeout)
+	actx, cancel := context.WithTimeout(ctx, r.timeout/askShare)
 	defer cancel()
 	conn, release, err := r.conn(actx)
 	if err != nil {

@@ -320,20 +320,22 @@ func (a *txAttempt) beginTx(ctx context.Context, conn *pgx.Conn) (pgx.Tx, txID, 
 	}
 	pgConn := conn.PgConn()
 	h, _ := pgConn.CustomData()[customDataKey].(*cancelHandler)
+	kind := beganCaptured
 	switch {
 	case h == nil || !h.res.capable:
-		tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.begin})
-		return tx, txID{}, beganUncaptured, err
+		kind = beganUncaptured
 	case h.res.inRecovery(pgConn):
 		// No id can be given in recovery, and none is needed: a
 		// transaction begun there can change nothing.
-		tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.begin})
-		return tx, txID{}, beganInRecovery, err
+		kind = beganInRecovery
 	case h.res.standby:
 		// Made on a standby since promoted: the timeline it captured is
 		// not the one its transactions now run on.
+		kind = beganUncaptured
+	}
+	if kind != beganCaptured {
 		tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.begin})
-		return tx, txID{}, beganUncaptured, err
+		return tx, txID{}, kind, err
 	}
 	xid, err := beginCapturing(ctx, pgConn, a.beginCapture)
 	if err != nil {
@@ -377,11 +379,7 @@ func (a *txAttempt) commit(ctx context.Context, tx pgx.Tx, nc net.Conn) (Class, 
 	if err == nil {
 		return ClassNone, nil
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (!endsSession(pgErr) || endedIdle(pgErr)) {
-		// A server error that leaves the session alive is definitive: the
-		// transaction did not commit (40001 at COMMIT is a conflict). So is
-		// a session ended while it idled before COMMIT: COMMIT never ran.
+	if notCommitted(err) {
 		return Classify(err), err
 	}
 	if errors.Is(err, pgx.ErrTxCommitRollback) {
@@ -396,6 +394,15 @@ func (a *txAttempt) commit(ctx context.Context, tx pgx.Tx, nc net.Conn) (Class, 
 	// replication, a pooler killing the server connection) may come after
 	// the commit record was written.
 	return ClassAmbiguous, &commitUnknownError{err: err}
+}
+
+// notCommitted reports a COMMIT error that is definitive: a server error
+// that leaves the session alive (the transaction did not commit; 40001 at
+// COMMIT is a conflict), or a session ended while it idled before COMMIT,
+// which then never ran.
+func notCommitted(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (!endsSession(pgErr) || endedIdle(pgErr))
 }
 
 // endsSession reports a server error that ended the session (FATAL or PANIC,

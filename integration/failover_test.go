@@ -244,3 +244,156 @@ func dbName(t *testing.T, dsn string) string {
 	}
 	return strings.TrimPrefix(u.Path, "/")
 }
+
+// TestResolveNotAskedElsewhere: a transaction's id is given by the old
+// primary and never replicated (the standby was detached first); COMMIT is
+// in flight, running a slow deferred trigger, when the old primary stops at
+// once, so the transaction did not commit anywhere. The standby is promoted
+// and gives the same id to a transaction of its own, which commits. The
+// question about the lost COMMIT reaches the new primary only then (the
+// network to it is slow), where pg_xact_status says "committed" of the
+// stranger's transaction. The call must not report success for a transfer
+// that is nowhere: another timeline's answer is ErrCommitUnknown.
+func TestResolveNotAskedElsewhere(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a primary and a standby")
+	}
+	ctx := testCtx(t)
+	primary := pgtest.Dedicated(t, pgtest.Options{})
+	standby := pgtest.StartStandby(t, primary)
+	dsn := pgtest.NewDatabaseOn(t, primary)
+	admin := directConn(t, dsn)
+	mustExec(t, ctx, admin, "create table ledger (id text not null)")
+	mustExec(t, ctx, admin, `create function slow_commit() returns trigger language plpgsql as $$
+		begin perform pg_sleep(2); return null; end $$`)
+	mustExec(t, ctx, admin, `create constraint trigger slow after insert on ledger deferrable initially deferred
+		for each row execute function slow_commit()`)
+	standbyDSN, err := pgtest.DSNWithAddr(dsn, standby.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReplicatedTable(t, ctx, standbyDSN)
+	// Detach the standby: nothing the primary writes from now on reaches it.
+	standbyAdmin := directConn(t, standby.DSN(""))
+	mustExec(t, ctx, standbyAdmin, "alter system set primary_conninfo = ''")
+	mustExec(t, ctx, standbyAdmin, "select pg_reload_conf()")
+	waitDetached(t, ctx, admin)
+
+	// The pool reaches the standby through a slow network, so a question
+	// asked there arrives after the id has been given again.
+	slow := pgtest.NewProxy(t, standby.Addr())
+	pool := newPool(t, failoverDSN(t, dsn, primary.Addr(), slow.Addr()), func(c *pgtx.Config) {
+		c.MaxConns = 2
+		c.ConnConfig.ConnectTimeout = 20 * time.Second
+		c.CancelConnectTimeout = 20 * time.Second // the resolution connects over the cancel pool
+		c.ResolveCommits = true
+		c.ResolveTimeout = 30 * time.Second
+	})
+
+	var xid uint64
+	crashed := make(chan error, 1)
+	err = pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		if xid != 0 {
+			return errors.New("fn ran again")
+		}
+		if _, err := tx.Exec(ctx, "insert into ledger values ('t-1')"); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, "select pg_current_xact_id()::text::bigint").Scan(&xid); err != nil {
+			return err
+		}
+		pid := tx.Conn().PgConn().PID()
+		slow.SetLatency(300 * time.Millisecond)
+		go func() {
+			// While COMMIT runs the trigger: stop the primary, promote the
+			// standby, and commit the same id there.
+			conn, err := pgx.Connect(ctx, dsn)
+			if err == nil {
+				err = waitInCommit(ctx, conn, pid)
+				_ = conn.Close(ctx)
+			}
+			if err == nil {
+				err = primary.Crash(ctx)
+			}
+			if err == nil {
+				err = standby.Promote(ctx)
+			}
+			if err == nil {
+				err = takeXid(ctx, standbyDSN, xid)
+			}
+			crashed <- err
+		}()
+		return nil
+	})
+	if cerr := <-crashed; cerr != nil {
+		t.Fatal(cerr)
+	}
+	res := pool.Stats().Resolved
+	t.Logf("err = %v; resolutions %+v", err, res)
+	if err == nil {
+		t.Fatalf("the call reported success, and transfer t-1 is nowhere: the new primary's answer about id %d was another transaction's", xid)
+	}
+	if !errors.Is(err, pgtx.ErrCommitUnknown) || res.Elsewhere != 1 {
+		t.Errorf("err = %v, resolutions %+v; want ErrCommitUnknown from another timeline", err, res)
+	}
+	if err := primary.Start(ctx); err != nil {
+		t.Errorf("restart the old primary: %v", err)
+	}
+}
+
+// waitReplicatedTable waits until the ledger table exists on the standby.
+func waitReplicatedTable(t *testing.T, ctx context.Context, standbyDSN string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		conn, err := pgx.Connect(ctx, standbyDSN)
+		if err == nil {
+			var n int
+			err = conn.QueryRow(ctx, "select count(*) from pg_trigger where tgname = 'slow'").Scan(&n)
+			_ = conn.Close(ctx)
+			if err == nil && n == 1 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the standby never had the ledger: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitDetached waits until the primary has no standby streaming from it.
+func waitDetached(t *testing.T, ctx context.Context, admin *pgx.Conn) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if queryInt(t, ctx, admin, "select count(*) from pg_stat_replication") == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the standby is still streaming")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// takeXid commits transactions on the new primary until one of them has
+// transaction id xid.
+func takeXid(ctx context.Context, dsn string, xid uint64) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	for range 10000 {
+		var got uint64
+		if err := conn.QueryRow(ctx, "select pg_current_xact_id()::text::bigint").Scan(&got); err != nil {
+			return err
+		}
+		switch {
+		case got == xid:
+			return nil
+		case got > xid:
+			return fmt.Errorf("the new primary is past id %d (at %d): it was replicated", xid, got)
+		}
+	}
+	return fmt.Errorf("the new primary never reached id %d", xid)
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
@@ -94,20 +93,11 @@ func TestResolveAbortedRunsAgain(t *testing.T) {
 // terminateInCommit waits (bounded) until backend pid runs COMMIT, then
 // terminates it.
 func terminateInCommit(ctx context.Context, admin *pgx.Conn, pid uint32) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		var n int
-		err := admin.QueryRow(ctx, "select count(*) from pg_stat_activity where pid = $1 and state = 'active' and query = 'commit'", pid).Scan(&n)
-		if err != nil {
-			return err
-		}
-		if n == 1 {
-			_, err := admin.Exec(ctx, "select pg_terminate_backend($1)", pid)
-			return err
-		}
-		time.Sleep(5 * time.Millisecond)
+	if err := waitInCommit(ctx, admin, pid); err != nil {
+		return err
 	}
-	return errors.New("the backend never ran COMMIT")
+	_, err := admin.Exec(ctx, "select pg_terminate_backend($1)", pid)
+	return err
 }
 
 // TestResolveNothingWritten: a transaction that writes nothing has an id
