@@ -47,13 +47,13 @@ func (p *Pool) acquire(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
 func (p *Pool) acquireBounded(ctx context.Context, now time.Time) (*pgxpool.Conn, error) {
 	timeout := p.settings.acquireTimeout
 	if timeout <= 0 {
-		return p.Pool.Acquire(ctx)
+		return p.pool.Acquire(ctx)
 	}
 	if d, ok := ctx.Deadline(); ok && !d.After(now.Add(timeout)) {
-		return p.Pool.Acquire(ctx)
+		return p.pool.Acquire(ctx)
 	}
 	actx := p.acquireCtxs.get(ctx, timeout)
-	conn, err := p.Pool.Acquire(actx)
+	conn, err := p.pool.Acquire(actx)
 	timedOut := actx.ended.Load() == endedTimeout
 	p.acquireCtxs.put(actx)
 	if err != nil && timedOut && ctx.Err() == nil {

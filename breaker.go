@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -13,18 +14,19 @@ import (
 // it gets no calls until OpenFor has passed. The refusal costs no I/O.
 var ErrCircuitOpen = errors.New("pgtx: circuit breaker is open")
 
-// BreakerState is the state of a circuit breaker.
+// BreakerState is the state of a circuit breaker, in the order a breaker
+// goes through them.
 type BreakerState int
 
 // The states of a circuit breaker.
 const (
 	// BreakerClosed lets every call through and counts their outcomes.
 	BreakerClosed BreakerState = iota
-	// BreakerOpen refuses every call with ErrCircuitOpen.
-	BreakerOpen
-	// BreakerHalfOpen lets HalfOpenProbes calls through to decide whether
-	// to close again.
+	// BreakerHalfOpen lets [BreakerConfig].HalfOpenProbes calls through to
+	// decide whether to close again.
 	BreakerHalfOpen
+	// BreakerOpen refuses every call with [ErrCircuitOpen].
+	BreakerOpen
 )
 
 // String returns the state's name.
@@ -32,24 +34,24 @@ func (s BreakerState) String() string {
 	switch s {
 	case BreakerClosed:
 		return "closed"
-	case BreakerOpen:
-		return "open"
 	case BreakerHalfOpen:
 		return "half-open"
+	case BreakerOpen:
+		return "open"
 	}
-	return fmt.Sprintf("BreakerState(%d)", int(s))
+	return "BreakerState(" + strconv.Itoa(int(s)) + ")"
 }
 
 // Defaults of BreakerConfig.
 const (
-	DefaultBreakerConsecutiveFailures = 5
-	DefaultBreakerFailureRatio        = 0.5
-	DefaultBreakerSlowCallRatio       = 0.5
-	DefaultBreakerSlowCallThreshold   = time.Second
-	DefaultBreakerMinCalls            = 10
-	DefaultBreakerWindow              = 10 * time.Second
-	DefaultBreakerOpenFor             = 5 * time.Second
-	DefaultBreakerHalfOpenProbes      = 1
+	defaultBreakerConsecutiveFailures = 5
+	defaultBreakerFailureRatio        = 0.5
+	defaultBreakerSlowCallRatio       = 0.5
+	defaultBreakerSlowCallThreshold   = time.Second
+	defaultBreakerMinCalls            = 10
+	defaultBreakerWindow              = 10 * time.Second
+	defaultBreakerOpenFor             = 5 * time.Second
+	defaultBreakerHalfOpenProbes      = 1
 )
 
 // BreakerConfig configures a circuit breaker for a database the application
@@ -76,56 +78,55 @@ type BreakerConfig struct {
 	// Name names the breaker in events and statistics.
 	Name string
 	// ConsecutiveFailures opens the breaker after that many failures in a
-	// row. 0 means DefaultBreakerConsecutiveFailures (5); negative
-	// switches the rule off.
+	// row. Default 5; negative: the rule is off.
 	ConsecutiveFailures int
 	// FailureRatio opens the breaker when at least that share of the calls
-	// in the window failed. 0 means DefaultBreakerFailureRatio (0.5);
-	// negative switches the rule off.
+	// in the window failed. Default 0.5; negative: the rule is off.
 	FailureRatio float64
 	// SlowCallRatio opens the breaker when at least that share of the calls
-	// in the window were slow. 0 means DefaultBreakerSlowCallRatio (0.5);
-	// negative switches the rule off.
+	// in the window were slow. Default 0.5; negative: the rule is off.
 	SlowCallRatio float64
 	// SlowCallThreshold is the duration from which a call counts as slow.
-	// Size it to 2-3x the normal latency of the calls. 0 means
-	// DefaultBreakerSlowCallThreshold (1s).
+	// Size it to 2-3x the normal latency of the calls. Default 1s;
+	// negative: no call counts as slow.
 	SlowCallThreshold time.Duration
 	// MinCalls is how many calls the window must hold before the ratio
-	// rules apply. 0 means DefaultBreakerMinCalls (10).
+	// rules apply. Default 10; negative: no minimum.
 	MinCalls int
-	// Window is how far back the ratio rules look. 0 means
-	// DefaultBreakerWindow (10s).
+	// Window is how far back the ratio rules look. Default 10s; negative:
+	// no window, and the two ratio rules are off.
 	Window time.Duration
 	// OpenFor is how long the breaker stays open before it lets probes
-	// through. 0 means DefaultBreakerOpenFor (5s).
+	// through. Default 5s; negative: no wait, the next call is a probe.
 	OpenFor time.Duration
 	// HalfOpenProbes is how many calls the half-open breaker lets through;
 	// when all of them succeed without being slow it closes, the first that
-	// fails or is slow opens it again. 0 means DefaultBreakerHalfOpenProbes
-	// (1).
+	// fails or is slow opens it again. Default 1; negative: no probes, the
+	// breaker closes once OpenFor has passed.
 	HalfOpenProbes int
-	// Tracer, when set, receives the breaker's state changes. A breaker
-	// configured on a Pool also reports to the pool's Config.Tracer when it
-	// implements BreakerTracer.
+	// Tracer, when set, receives the breaker's state changes. The breaker
+	// also reports to the pool's [Config].Tracer when that implements
+	// [BreakerTracer].
 	Tracer BreakerTracer
 }
 
 func (c BreakerConfig) validate() error {
-	if c.SlowCallThreshold < 0 || c.MinCalls < 0 || c.Window < 0 || c.OpenFor < 0 || c.HalfOpenProbes < 0 ||
-		c.FailureRatio > 1 || c.SlowCallRatio > 1 || c.FailureRatio != c.FailureRatio || c.SlowCallRatio != c.SlowCallRatio {
-		return &invalidArgError{msg: "BreakerConfig: durations and counts must not be negative, ratios at most 1"}
+	if c.FailureRatio > 1 || c.SlowCallRatio > 1 || c.FailureRatio != c.FailureRatio || c.SlowCallRatio != c.SlowCallRatio {
+		return &invalidArgError{msg: "BreakerConfig: FailureRatio and SlowCallRatio must be at most 1"}
 	}
 	return nil
 }
 
 // BreakerTracer receives a circuit breaker's state changes.
 type BreakerTracer interface {
-	TraceBreakerStateChange(data TraceBreakerData)
+	// TraceBreakerStateChange is called after the breaker changed state.
+	// ctx is the context of the call whose outcome changed it, or
+	// context.Background when time did (open to half-open).
+	TraceBreakerStateChange(ctx context.Context, data TraceBreakerStateChangeData)
 }
 
-// TraceBreakerData describes a state change.
-type TraceBreakerData struct {
+// TraceBreakerStateChangeData describes a state change.
+type TraceBreakerStateChangeData struct {
 	Name     string
 	From, To BreakerState
 	// Reason says which rule opened the breaker, or why it closed.
@@ -134,19 +135,19 @@ type TraceBreakerData struct {
 	Calls, Failures, Slow int64
 }
 
-// BreakerStats is a snapshot of a breaker.
+// BreakerStats is a snapshot of a pool's circuit breaker.
 type BreakerStats struct {
 	Name  string
 	State BreakerState
-	// Calls, Failures and Slow are the counts of the current window.
-	Calls, Failures, Slow int64
-	// Rejected counts calls refused with ErrCircuitOpen; Opened counts the
-	// times the breaker opened.
-	Rejected, Opened int64
+	// CallCount, FailureCount and SlowCount count the current window.
+	CallCount, FailureCount, SlowCount int64
+	// RejectedCount counts calls refused with [ErrCircuitOpen];
+	// OpenedCount the times the breaker opened.
+	RejectedCount, OpenedCount int64
 }
 
-// Breaker is a circuit breaker. It is safe for concurrent use.
-type Breaker struct {
+// breaker is the circuit breaker of a Pool. It is safe for concurrent use.
+type breaker struct {
 	cfg   BreakerConfig
 	clock clock
 
@@ -162,51 +163,48 @@ type Breaker struct {
 	opened      int64
 	// pending holds state changes made under mu, reported to the tracer
 	// once mu is released (so a tracer may call back into the breaker).
-	pending  [2]TraceBreakerData
+	pending  [2]TraceBreakerStateChangeData
 	npending int
 }
 
-// unlock releases b.mu and then reports the pending state changes.
-func (b *Breaker) unlock() {
+// unlock releases b.mu and then reports the pending state changes, with
+// ctx, the context of the call that made them.
+func (b *breaker) unlock(ctx context.Context) {
 	pending, n := b.pending, b.npending
 	b.npending = 0
 	b.mu.Unlock()
 	if b.cfg.Tracer != nil {
 		for i := range n {
-			b.cfg.Tracer.TraceBreakerStateChange(pending[i])
+			b.cfg.Tracer.TraceBreakerStateChange(ctx, pending[i])
 		}
 	}
 }
 
-// NewBreaker returns a closed breaker. A config that cannot be applied is an
-// error matching ErrInvalidArgument.
-func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
-	return newBreaker(cfg, realClock{})
-}
-
-func newBreaker(cfg BreakerConfig, clk clock) (*Breaker, error) {
-	if err := cfg.validate(); err != nil {
-		return nil, err
+// newBreaker returns a closed breaker; cfg has been validated.
+func newBreaker(cfg BreakerConfig, clk clock) *breaker {
+	cfg.ConsecutiveFailures = defaultOrNone(cfg.ConsecutiveFailures, defaultBreakerConsecutiveFailures)
+	cfg.FailureRatio = defaultOrNone(cfg.FailureRatio, defaultBreakerFailureRatio)
+	cfg.SlowCallRatio = defaultOrNone(cfg.SlowCallRatio, defaultBreakerSlowCallRatio)
+	cfg.SlowCallThreshold = defaultOrNone(cfg.SlowCallThreshold, defaultBreakerSlowCallThreshold)
+	cfg.MinCalls = defaultOrNone(cfg.MinCalls, defaultBreakerMinCalls)
+	if cfg.Window < 0 {
+		// No window: the ratio rules have nothing to look at.
+		cfg.FailureRatio, cfg.SlowCallRatio = 0, 0
 	}
-	cfg.ConsecutiveFailures = defaultOrNone(cfg.ConsecutiveFailures, DefaultBreakerConsecutiveFailures)
-	cfg.FailureRatio = defaultOrNone(cfg.FailureRatio, DefaultBreakerFailureRatio)
-	cfg.SlowCallRatio = defaultOrNone(cfg.SlowCallRatio, DefaultBreakerSlowCallRatio)
-	cfg.SlowCallThreshold = durDefault(cfg.SlowCallThreshold, DefaultBreakerSlowCallThreshold)
-	cfg.MinCalls = defaultOrNone(cfg.MinCalls, DefaultBreakerMinCalls)
-	cfg.Window = durDefault(cfg.Window, DefaultBreakerWindow)
-	cfg.OpenFor = durDefault(cfg.OpenFor, DefaultBreakerOpenFor)
-	cfg.HalfOpenProbes = defaultOrNone(cfg.HalfOpenProbes, DefaultBreakerHalfOpenProbes)
-	b := &Breaker{cfg: cfg, clock: clk}
-	b.window.init(cfg.Window, clk.Now())
-	return b, nil
+	cfg.Window = defaultOrNone(cfg.Window, defaultBreakerWindow)
+	cfg.OpenFor = defaultOrNone(cfg.OpenFor, defaultBreakerOpenFor)
+	cfg.HalfOpenProbes = defaultOrNone(cfg.HalfOpenProbes, defaultBreakerHalfOpenProbes)
+	b := &breaker{cfg: cfg, clock: clk}
+	b.window.init(max(cfg.Window, defaultBreakerWindow/10), clk.Now())
+	return b
 }
 
-// Do runs fn through the breaker: at once ErrCircuitOpen when it is open,
+// do runs fn through the breaker: at once ErrCircuitOpen when it is open,
 // else fn, whose error and duration are counted as BreakerConfig says. A
 // panic in fn counts as a failure (a half-open probe that panics opens the
 // breaker again) and then propagates unchanged.
-func (b *Breaker) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	ticket, err := b.allow()
+func (b *breaker) do(ctx context.Context, fn func(ctx context.Context) error) error {
+	ticket, err := b.allow(ctx)
 	if err != nil {
 		return err
 	}
@@ -214,31 +212,31 @@ func (b *Breaker) Do(ctx context.Context, fn func(ctx context.Context) error) er
 	returned := false
 	defer func() {
 		if !returned {
-			b.record(ticket, outcome{counted: true, failed: true, slow: b.clock.Now().Sub(start) >= b.cfg.SlowCallThreshold})
+			b.record(ctx, ticket, outcome{counted: true, failed: true, slow: b.isSlow(b.clock.Now().Sub(start))})
 		}
 	}()
 	err = fn(ctx)
 	returned = true
-	b.record(ticket, b.judge(ctx, err, b.clock.Now().Sub(start)))
+	b.record(ctx, ticket, b.judge(ctx, err, b.clock.Now().Sub(start)))
 	return err
 }
 
 // State returns the breaker's state now.
-func (b *Breaker) State() BreakerState {
+func (b *breaker) State() BreakerState {
 	b.mu.Lock()
-	defer b.unlock()
+	defer b.unlock(context.Background())
 	b.advance(b.clock.Now())
 	return b.state
 }
 
-// Stats returns a snapshot of the breaker.
-func (b *Breaker) Stats() BreakerStats {
+// stats returns a snapshot of the breaker.
+func (b *breaker) stats() BreakerStats {
 	b.mu.Lock()
-	defer b.unlock()
+	defer b.unlock(context.Background())
 	now := b.clock.Now()
 	b.advance(now)
 	calls, failures, slow := b.window.sums(now)
-	return BreakerStats{Name: b.cfg.Name, State: b.state, Calls: calls, Failures: failures, Slow: slow, Rejected: b.rejected, Opened: b.opened}
+	return BreakerStats{Name: b.cfg.Name, State: b.state, CallCount: calls, FailureCount: failures, SlowCount: slow, RejectedCount: b.rejected, OpenedCount: b.opened}
 }
 
 // ticket is an admitted call: its outcome counts only in the state
@@ -246,9 +244,9 @@ func (b *Breaker) Stats() BreakerStats {
 type ticket struct{ generation uint64 }
 
 // allow admits a call or refuses it with ErrCircuitOpen.
-func (b *Breaker) allow() (ticket, error) {
+func (b *breaker) allow(ctx context.Context) (ticket, error) {
 	b.mu.Lock()
-	defer b.unlock()
+	defer b.unlock(ctx)
 	b.advance(b.clock.Now())
 	switch b.state {
 	case BreakerOpen:
@@ -265,8 +263,12 @@ func (b *Breaker) allow() (ticket, error) {
 }
 
 // advance moves an open breaker whose time is up to half-open. b.mu is held.
-func (b *Breaker) advance(now time.Time) {
+func (b *breaker) advance(now time.Time) {
 	if b.state == BreakerOpen && !now.Before(b.openedAt.Add(b.cfg.OpenFor)) {
+		if b.cfg.HalfOpenProbes == 0 {
+			b.setState(BreakerClosed, "open for "+b.cfg.OpenFor.String()+", no probes", now)
+			return
+		}
 		b.setState(BreakerHalfOpen, "open for "+b.cfg.OpenFor.String(), now)
 	}
 }
@@ -275,7 +277,7 @@ func (b *Breaker) advance(now time.Time) {
 type outcome struct{ counted, failed, slow bool }
 
 // judge decides how a call that ended with err after d counts.
-func (b *Breaker) judge(ctx context.Context, err error, d time.Duration) outcome {
+func (b *breaker) judge(ctx context.Context, err error, d time.Duration) outcome {
 	if errors.Is(err, ErrCircuitOpen) || (errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled)) {
 		return outcome{}
 	}
@@ -286,13 +288,18 @@ func (b *Breaker) judge(ctx context.Context, err error, d time.Duration) outcome
 	case ClassConnectionLost, ClassAmbiguous, ClassOverload, ClassUnavailable, ClassTimeout:
 		failed = true
 	}
-	return outcome{counted: true, failed: failed, slow: d >= b.cfg.SlowCallThreshold}
+	return outcome{counted: true, failed: failed, slow: b.isSlow(d)}
+}
+
+// isSlow reports whether a call that took d counts as slow.
+func (b *breaker) isSlow(d time.Duration) bool {
+	return b.cfg.SlowCallThreshold > 0 && d >= b.cfg.SlowCallThreshold
 }
 
 // record counts a finished call as o says.
-func (b *Breaker) record(t ticket, o outcome) {
+func (b *breaker) record(ctx context.Context, t ticket, o outcome) {
 	b.mu.Lock()
-	defer b.unlock()
+	defer b.unlock(ctx)
 	now := b.clock.Now()
 	if t.generation != b.generation {
 		return // admitted before the last state change: stale
@@ -326,7 +333,7 @@ func (b *Breaker) record(t ticket, o outcome) {
 }
 
 // tripIfNeeded opens a closed breaker when a rule says so. b.mu is held.
-func (b *Breaker) tripIfNeeded(now time.Time) {
+func (b *breaker) tripIfNeeded(now time.Time) {
 	c := b.cfg
 	if c.ConsecutiveFailures > 0 && b.consecutive >= c.ConsecutiveFailures {
 		b.setState(BreakerOpen, fmt.Sprintf("%d consecutive failures", b.consecutive), now)
@@ -346,7 +353,7 @@ func (b *Breaker) tripIfNeeded(now time.Time) {
 
 // setState changes state, resets what the new state starts from, and
 // reports the change. b.mu is held.
-func (b *Breaker) setState(to BreakerState, reason string, now time.Time) {
+func (b *breaker) setState(to BreakerState, reason string, now time.Time) {
 	from := b.state
 	calls, failures, slow := b.window.sums(now)
 	b.state = to
@@ -361,16 +368,10 @@ func (b *Breaker) setState(to BreakerState, reason string, now time.Time) {
 		b.consecutive = 0
 	}
 	if b.cfg.Tracer != nil && b.npending < len(b.pending) {
-		b.pending[b.npending] = TraceBreakerData{
+		b.pending[b.npending] = TraceBreakerStateChangeData{
 			Name: b.cfg.Name, From: from, To: to, Reason: reason, Calls: calls, Failures: failures, Slow: slow,
 		}
 		b.npending++
 	}
 }
 
-func b2i64(v bool) int64 {
-	if v {
-		return 1
-	}
-	return 0
-}

@@ -4,32 +4,32 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgerrcode"
 	"io"
 	"testing"
 	"time"
 )
 
-type stateRecorder struct{ changes []TraceBreakerData }
+type stateRecorder struct{ changes []TraceBreakerStateChangeData }
 
-func (r *stateRecorder) TraceBreakerStateChange(d TraceBreakerData) { r.changes = append(r.changes, d) }
+func (r *stateRecorder) TraceBreakerStateChange(_ context.Context, d TraceBreakerStateChangeData) { r.changes = append(r.changes, d) }
 
 // fakeBreaker returns a breaker on a fake clock, recording its changes.
-func fakeBreaker(t *testing.T, cfg BreakerConfig) (*Breaker, *fakeClock, *stateRecorder) {
+func fakeBreaker(t *testing.T, cfg BreakerConfig) (*breaker, *fakeClock, *stateRecorder) {
 	t.Helper()
 	rec := &stateRecorder{}
 	cfg.Tracer = rec
 	clk := &fakeClock{now: time.Unix(1000, 0)}
-	b, err := newBreaker(cfg, clk)
-	if err != nil {
+	if err := cfg.validate(); err != nil {
 		t.Fatal(err)
 	}
-	return b, clk, rec
+	return newBreaker(cfg, clk), clk, rec
 }
 
 // call runs one call through b that takes d on the fake clock and ends
 // with err.
-func call(b *Breaker, clk *fakeClock, ctx context.Context, d time.Duration, err error) error {
-	return b.Do(ctx, func(context.Context) error {
+func call(b *breaker, clk *fakeClock, ctx context.Context, d time.Duration, err error) error {
+	return b.do(ctx, func(context.Context) error {
 		clk.now = clk.now.Add(d)
 		return err
 	})
@@ -37,7 +37,7 @@ func call(b *Breaker, clk *fakeClock, ctx context.Context, d time.Duration, err 
 
 var (
 	errLost    = fmt.Errorf("read: %w", io.ErrUnexpectedEOF)
-	errTimeout = pgErr(CodeQueryCanceled)
+	errTimeout = pgErr(pgerrcode.QueryCanceled)
 )
 
 func TestBreakerConsecutiveFailures(t *testing.T) {
@@ -67,7 +67,7 @@ func TestBreakerTransitions(t *testing.T) {
 	ctx := context.Background()
 	ran := 0
 	probe := func(err error) error {
-		return b.Do(ctx, func(context.Context) error { ran++; clk.now = clk.now.Add(time.Millisecond); return err })
+		return b.do(ctx, func(context.Context) error { ran++; clk.now = clk.now.Add(time.Millisecond); return err })
 	}
 
 	_, _ = probe(errLost), probe(errLost)
@@ -85,18 +85,18 @@ func TestBreakerTransitions(t *testing.T) {
 		t.Fatal("open -> half-open: did not move after OpenFor")
 	}
 	// half-open: 2 probes admitted, a 3rd concurrent one refused.
-	t1, err1 := b.allow()
-	t2, err2 := b.allow()
-	_, err3 := b.allow()
+	t1, err1 := b.allow(context.Background())
+	t2, err2 := b.allow(context.Background())
+	_, err3 := b.allow(context.Background())
 	if err1 != nil || err2 != nil || !errors.Is(err3, ErrCircuitOpen) {
 		t.Fatalf("half-open admission: %v %v %v", err1, err2, err3)
 	}
 	// half-open -> open: a probe fails.
-	b.record(t1, b.judge(ctx, errLost, time.Millisecond))
+	b.record(context.Background(), t1, b.judge(ctx, errLost, time.Millisecond))
 	if b.State() != BreakerOpen {
 		t.Fatal("half-open -> open: a failed probe did not reopen")
 	}
-	b.record(t2, b.judge(ctx, nil, time.Millisecond)) // stale: admitted before the change
+	b.record(context.Background(), t2, b.judge(ctx, nil, time.Millisecond)) // stale: admitted before the change
 	if b.State() != BreakerOpen {
 		t.Fatal("a stale probe changed the state")
 	}
@@ -117,8 +117,8 @@ func TestBreakerTransitions(t *testing.T) {
 			t.Errorf("change %d to %v, want %v (%s)", i, rec.changes[i].To, w, rec.changes[i].Reason)
 		}
 	}
-	s := b.Stats()
-	if s.Opened != 2 || s.Rejected != 2 || s.Calls != 0 {
+	s := b.stats()
+	if s.OpenedCount != 2 || s.RejectedCount != 2 || s.CallCount != 0 {
 		t.Errorf("stats = %+v: opened 2, rejected 2, a fresh window after closing", s)
 	}
 }
@@ -127,7 +127,7 @@ func TestBreakerSlowProbeReopens(t *testing.T) {
 	b, clk, _ := fakeBreaker(t, BreakerConfig{ConsecutiveFailures: 1, SlowCallThreshold: 100 * time.Millisecond})
 	ctx := context.Background()
 	_ = call(b, clk, ctx, time.Millisecond, errLost)
-	clk.now = clk.now.Add(DefaultBreakerOpenFor)
+	clk.now = clk.now.Add(defaultBreakerOpenFor)
 	if err := call(b, clk, ctx, 200*time.Millisecond, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -140,11 +140,11 @@ func TestBreakerRatios(t *testing.T) {
 	tests := []struct {
 		name     string
 		cfg      BreakerConfig
-		calls    func(b *Breaker, clk *fakeClock)
+		calls    func(b *breaker, clk *fakeClock)
 		wantOpen bool
 	}{
 		{"failure ratio reached", BreakerConfig{ConsecutiveFailures: -1, MinCalls: 10, FailureRatio: 0.5, SlowCallRatio: -1},
-			func(b *Breaker, clk *fakeClock) {
+			func(b *breaker, clk *fakeClock) {
 				for i := range 10 {
 					err := error(nil)
 					if i%2 == 0 {
@@ -154,13 +154,13 @@ func TestBreakerRatios(t *testing.T) {
 				}
 			}, true},
 		{"failure ratio below MinCalls", BreakerConfig{ConsecutiveFailures: -1, MinCalls: 10, FailureRatio: 0.5, SlowCallRatio: -1},
-			func(b *Breaker, clk *fakeClock) {
+			func(b *breaker, clk *fakeClock) {
 				for range 9 {
 					_ = call(b, clk, context.Background(), time.Millisecond, errLost)
 				}
 			}, false},
 		{"failures age out of the window", BreakerConfig{ConsecutiveFailures: -1, MinCalls: 10, FailureRatio: 0.5, SlowCallRatio: -1, Window: 10 * time.Second},
-			func(b *Breaker, clk *fakeClock) {
+			func(b *breaker, clk *fakeClock) {
 				for range 5 {
 					_ = call(b, clk, context.Background(), time.Millisecond, errLost)
 				}
@@ -170,7 +170,7 @@ func TestBreakerRatios(t *testing.T) {
 				}
 			}, false},
 		{"slow-call ratio: slow successes open it", BreakerConfig{ConsecutiveFailures: -1, FailureRatio: -1, MinCalls: 10, SlowCallRatio: 0.5, SlowCallThreshold: 100 * time.Millisecond},
-			func(b *Breaker, clk *fakeClock) {
+			func(b *breaker, clk *fakeClock) {
 				for i := range 10 {
 					d := time.Millisecond
 					if i%2 == 1 {
@@ -180,7 +180,7 @@ func TestBreakerRatios(t *testing.T) {
 				}
 			}, true},
 		{"slow-call ratio below threshold", BreakerConfig{ConsecutiveFailures: -1, FailureRatio: -1, MinCalls: 10, SlowCallRatio: 0.5, SlowCallThreshold: 100 * time.Millisecond},
-			func(b *Breaker, clk *fakeClock) {
+			func(b *breaker, clk *fakeClock) {
 				for i := range 10 {
 					d := time.Millisecond
 					if i < 4 {
@@ -190,7 +190,7 @@ func TestBreakerRatios(t *testing.T) {
 				}
 			}, false},
 		{"slow rule off", BreakerConfig{ConsecutiveFailures: -1, FailureRatio: -1, SlowCallRatio: -1, SlowCallThreshold: time.Millisecond},
-			func(b *Breaker, clk *fakeClock) {
+			func(b *breaker, clk *fakeClock) {
 				for range 50 {
 					_ = call(b, clk, context.Background(), time.Second, nil)
 				}
@@ -201,7 +201,7 @@ func TestBreakerRatios(t *testing.T) {
 			b, clk, _ := fakeBreaker(t, tt.cfg)
 			tt.calls(b, clk)
 			if got := b.State() == BreakerOpen; got != tt.wantOpen {
-				t.Errorf("open = %v, want %v (stats %+v)", got, tt.wantOpen, b.Stats())
+				t.Errorf("open = %v, want %v (stats %+v)", got, tt.wantOpen, b.stats())
 			}
 		})
 	}
@@ -222,16 +222,16 @@ func TestBreakerExclusions(t *testing.T) {
 	}{
 		{"success", context.Background(), nil, true, false},
 		{"caller cancelled", cancelled, fmt.Errorf("x: %w", context.Canceled), false, false},
-		{"conflict", context.Background(), pgErr(CodeSerializationFailure), false, false},
+		{"conflict", context.Background(), pgErr(pgerrcode.SerializationFailure), false, false},
 		{"unique violation", context.Background(), pgErr("23505"), false, false},
 		{"syntax", context.Background(), pgErr("42601"), false, false},
 		{"caller's own error", context.Background(), errors.New("not found"), false, false},
 		{"nested open breaker", context.Background(), ErrCircuitOpen, false, false},
 		{"deadline", context.Background(), context.DeadlineExceeded, true, true},
-		{"statement timeout", context.Background(), pgErr(CodeQueryCanceled), true, true},
+		{"statement timeout", context.Background(), pgErr(pgerrcode.QueryCanceled), true, true},
 		{"lost connection", context.Background(), errLost, true, true},
 		{"ambiguous commit", context.Background(), &commitUnknownError{err: errLost}, true, true},
-		{"overload", context.Background(), pgErr(CodeTooManyConnections), true, true},
+		{"overload", context.Background(), pgErr(pgerrcode.TooManyConnections), true, true},
 		{"acquire timeout", context.Background(), &acquireTimeoutError{timeout: time.Second}, true, true},
 		{"queue full", context.Background(), ErrQueueFull, true, true},
 	}
@@ -239,9 +239,9 @@ func TestBreakerExclusions(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b, clk, _ := fakeBreaker(t, BreakerConfig{ConsecutiveFailures: -1, FailureRatio: -1, SlowCallRatio: -1})
 			_ = call(b, clk, tt.ctx, time.Millisecond, tt.err)
-			s := b.Stats()
-			if (s.Calls == 1) != tt.wantCounted || (s.Failures == 1) != tt.wantFailed {
-				t.Errorf("calls %d failures %d; want counted %v failed %v", s.Calls, s.Failures, tt.wantCounted, tt.wantFailed)
+			s := b.stats()
+			if (s.CallCount == 1) != tt.wantCounted || (s.FailureCount == 1) != tt.wantFailed {
+				t.Errorf("calls %d failures %d; want counted %v failed %v", s.CallCount, s.FailureCount, tt.wantCounted, tt.wantFailed)
 			}
 		})
 	}
@@ -250,7 +250,7 @@ func TestBreakerExclusions(t *testing.T) {
 func TestBreakerHalfOpenExcludedProbeFreesItsSlot(t *testing.T) {
 	b, clk, _ := fakeBreaker(t, BreakerConfig{ConsecutiveFailures: 1})
 	_ = call(b, clk, context.Background(), time.Millisecond, errLost)
-	clk.now = clk.now.Add(DefaultBreakerOpenFor)
+	clk.now = clk.now.Add(defaultBreakerOpenFor)
 	_ = call(b, clk, context.Background(), time.Millisecond, pgErr("23505")) // tells nothing
 	if b.State() != BreakerHalfOpen {
 		t.Fatalf("state %v, want still half-open", b.State())
@@ -261,27 +261,66 @@ func TestBreakerHalfOpenExcludedProbeFreesItsSlot(t *testing.T) {
 }
 
 func TestBreakerConfigValidation(t *testing.T) {
-	for _, cfg := range []BreakerConfig{
-		{SlowCallThreshold: -1}, {MinCalls: -1}, {Window: -1}, {OpenFor: -1}, {HalfOpenProbes: -1}, {FailureRatio: 1.5}, {SlowCallRatio: 2},
-	} {
-		if _, err := NewBreaker(cfg); !errors.Is(err, ErrInvalidArgument) {
+	for _, cfg := range []BreakerConfig{{FailureRatio: 1.5}, {SlowCallRatio: 2}} {
+		if err := cfg.validate(); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%+v: err = %v", cfg, err)
 		}
 	}
 	cfg := mustParse(t, unreachableDSN)
-	cfg.Breaker = &BreakerConfig{OpenFor: -time.Second}
+	cfg.Breaker = &BreakerConfig{FailureRatio: 3}
 	if _, err := NewWithConfig(context.Background(), cfg); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("pool with a bad breaker: err = %v", err)
 	}
 }
 
+// TestBreakerNegativeSwitchesOff checks the package's rule on the breaker:
+// each negative field switches its rule off.
+func TestBreakerNegativeSwitchesOff(t *testing.T) {
+	ctx := context.Background()
+	t.Run("SlowCallThreshold", func(t *testing.T) {
+		b, clk, _ := fakeBreaker(t, BreakerConfig{SlowCallThreshold: -1, ConsecutiveFailures: -1, FailureRatio: -1, MinCalls: 1})
+		for range 20 {
+			_ = call(b, clk, ctx, time.Hour, nil)
+		}
+		if b.State() != BreakerClosed {
+			t.Errorf("state %v: no call may count as slow", b.State())
+		}
+	})
+	t.Run("Window", func(t *testing.T) {
+		b, clk, _ := fakeBreaker(t, BreakerConfig{Window: -1, ConsecutiveFailures: -1, MinCalls: 1})
+		for range 20 {
+			_ = call(b, clk, ctx, time.Millisecond, errLost)
+		}
+		if b.State() != BreakerClosed {
+			t.Errorf("state %v: without a window the ratio rules are off", b.State())
+		}
+	})
+	t.Run("OpenFor and HalfOpenProbes", func(t *testing.T) {
+		b, clk, _ := fakeBreaker(t, BreakerConfig{ConsecutiveFailures: 1, OpenFor: -1, HalfOpenProbes: -1})
+		_ = call(b, clk, ctx, time.Millisecond, errLost)
+		if s := b.State(); s != BreakerClosed {
+			t.Errorf("state %v: with no open period and no probes the breaker closes at once", s)
+		}
+		if b.stats().OpenedCount != 1 {
+			t.Errorf("OpenedCount %d, want 1", b.stats().OpenedCount)
+		}
+	})
+	t.Run("MinCalls", func(t *testing.T) {
+		b, clk, _ := fakeBreaker(t, BreakerConfig{MinCalls: -1, ConsecutiveFailures: -1, FailureRatio: 0.5})
+		_ = call(b, clk, ctx, time.Millisecond, errLost)
+		if b.State() != BreakerOpen {
+			t.Errorf("state %v: with no minimum one failure of one call opens it", b.State())
+		}
+	})
+}
+
 func BenchmarkBreakerOpenRejects(b *testing.B) {
-	br, _ := NewBreaker(BreakerConfig{ConsecutiveFailures: 1, OpenFor: time.Hour})
-	_ = br.Do(context.Background(), func(context.Context) error { return errLost })
+	br := newBreaker(BreakerConfig{ConsecutiveFailures: 1, OpenFor: time.Hour}, realClock{})
+	_ = br.do(context.Background(), func(context.Context) error { return errLost })
 	fn := func(context.Context) error { return nil }
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := br.Do(context.Background(), fn); !errors.Is(err, ErrCircuitOpen) {
+		if err := br.do(context.Background(), fn); !errors.Is(err, ErrCircuitOpen) {
 			b.Fatal(err)
 		}
 	}

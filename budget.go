@@ -14,9 +14,9 @@ var ErrRetryBudgetExhausted = errors.New("pgtx: retry budget exhausted")
 
 // Defaults of RetryBudget.
 const (
-	DefaultBudgetRatio        = 0.2
-	DefaultBudgetMinPerSecond = 10
-	DefaultBudgetWindow       = 10 * time.Second
+	defaultBudgetRatio        = 0.2
+	defaultBudgetMinPerSecond = 10
+	defaultBudgetWindow       = 10 * time.Second
 )
 
 // RetryBudget bounds the overload and lost-connection retries of a whole
@@ -30,24 +30,22 @@ const (
 // database is making progress.
 //
 // The zero value is the default: on, Ratio 0.2, MinPerSecond 10, Window 10s.
+// A negative Ratio switches the budget off: only the per-call caps apply.
 type RetryBudget struct {
-	// Disabled switches the budget off: only the per-call caps apply.
-	Disabled bool
 	// Ratio is the share of recent successful calls that may be retried.
-	// 0 means DefaultBudgetRatio (0.2); negative is refused.
+	// Default 0.2; negative: the budget is off.
 	Ratio float64
-	// MinPerSecond is the floor: retries allowed per second of the window
-	// whatever the successes. 0 means DefaultBudgetMinPerSecond (10);
-	// negative means no floor.
+	// MinPerSecond is the floor: retries allowed per second whatever the
+	// successes. Default 10; negative: no floor.
 	MinPerSecond float64
-	// Window is how far back successes and retries count. 0 means
-	// DefaultBudgetWindow (10s); negative is refused.
+	// Window is how far back successes and retries count. Default 10s;
+	// negative: no window, only the floor allows retries.
 	Window time.Duration
 }
 
 func (b RetryBudget) validate() error {
-	if b.Ratio < 0 || b.Window < 0 || b.Ratio != b.Ratio || b.MinPerSecond != b.MinPerSecond {
-		return &invalidArgError{msg: "RetryBudget: Ratio and Window must not be negative"}
+	if b.Ratio != b.Ratio || b.MinPerSecond != b.MinPerSecond {
+		return &invalidArgError{msg: "RetryBudget: Ratio and MinPerSecond must be numbers"}
 	}
 	return nil
 }
@@ -64,17 +62,20 @@ type retryBudget struct {
 	floorAt     time.Time // when floorTokens was last refilled
 }
 
-// newRetryBudget returns the budget of b, or nil when it is disabled.
+// newRetryBudget returns the budget of b, or nil when it is off.
 func newRetryBudget(b RetryBudget, now time.Time) *retryBudget {
-	if b.Disabled {
+	if b.Ratio < 0 {
 		return nil
 	}
 	rb := &retryBudget{
-		ratio:   defaultOrNone(b.Ratio, DefaultBudgetRatio),
-		floor:   defaultOrNone(b.MinPerSecond, DefaultBudgetMinPerSecond),
+		ratio:   defaultOrNone(b.Ratio, defaultBudgetRatio),
+		floor:   defaultOrNone(b.MinPerSecond, defaultBudgetMinPerSecond),
 		floorAt: now,
 	}
-	rb.window.init(durDefault(b.Window, DefaultBudgetWindow), now)
+	if b.Window < 0 {
+		rb.ratio = 0 // no window: nothing to take a share of
+	}
+	rb.window.init(max(durDefault(b.Window, defaultBudgetWindow), time.Second), now)
 	if rb.floor > 0 {
 		rb.floorCap = max(rb.floor, 1)
 	}
@@ -107,18 +108,4 @@ func (b *retryBudget) withdraw(now time.Time) bool {
 		return true
 	}
 	return false
-}
-
-// budgetExhaustedError marks the last error of a call whose retry the budget
-// refused.
-type budgetExhaustedError struct{ err error }
-
-// Error leads with the error that was not retried: what went wrong matters
-// more to the reader than that pgtx stopped retrying it.
-func (e *budgetExhaustedError) Error() string {
-	return e.err.Error() + " (" + ErrRetryBudgetExhausted.Error() + ": not retried)"
-}
-func (e *budgetExhaustedError) Unwrap() error { return e.err }
-func (e *budgetExhaustedError) Is(target error) bool {
-	return target == ErrRetryBudgetExhausted
 }

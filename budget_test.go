@@ -3,6 +3,8 @@ package pgtx
 import (
 	"context"
 	"errors"
+	"math"
+	"github.com/jackc/pgerrcode"
 	"sync"
 	"testing"
 	"time"
@@ -55,12 +57,12 @@ func TestRetryBudgetRatio(t *testing.T) {
 }
 
 func TestRetryBudgetValidate(t *testing.T) {
-	for _, b := range []RetryBudget{{Ratio: -0.1}, {Window: -time.Second}} {
+	for _, b := range []RetryBudget{{Ratio: math.NaN()}, {MinPerSecond: math.NaN()}} {
 		if err := b.validate(); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%+v: err = %v", b, err)
 		}
 	}
-	if newRetryBudget(RetryBudget{Disabled: true}, time.Now()) != nil {
+	if newRetryBudget(RetryBudget{Ratio: -1}, time.Now()) != nil {
 		t.Error("a disabled budget must be nil")
 	}
 }
@@ -69,7 +71,7 @@ func TestRetryBudgetValidate(t *testing.T) {
 // when it is spent the call returns the last error at once, marked; conflict
 // retries never draw on it.
 func TestBudgetInLoop(t *testing.T) {
-	overload, conflict := pgErr(CodeTooManyConnections), pgErr(CodeSerializationFailure)
+	overload, conflict := pgErr(pgerrcode.TooManyConnections), pgErr(pgerrcode.SerializationFailure)
 	t0 := time.Unix(1000, 0)
 	newBudgetLoop := func(b *retryBudget) *retryLoop {
 		p := RetryPolicy{Jitter: constJitter(0), MaxAdaptiveRetries: 5}.withDefaults()
@@ -82,7 +84,7 @@ func TestBudgetInLoop(t *testing.T) {
 
 	calls := 0
 	err := newBudgetLoop(empty()).run(context.Background(), scripted(&calls, overload, overload))
-	if !errors.Is(err, ErrRetryBudgetExhausted) || SQLState(err) != CodeTooManyConnections || calls != 1 {
+	if !errors.Is(err, ErrRetryBudgetExhausted) || sqlState(err) != pgerrcode.TooManyConnections || calls != 1 {
 		t.Errorf("overload with an empty budget: err = %v, attempts %d; want the marked 53300 after 1", err, calls)
 	}
 
@@ -136,12 +138,9 @@ func (c *countingTracer) TraceAttemptEnd(_ context.Context, d TraceAttemptEndDat
 	if d.Retry {
 		c.retries++
 	}
-	c.mu.Unlock()
-}
-
-func (c *countingTracer) TraceRetryBudgetExhausted(context.Context, TraceRetryBudgetData) {
-	c.mu.Lock()
-	c.refs++
+	if !d.Retry && errors.Is(d.Err, ErrRetryBudgetExhausted) {
+		c.refs++
+	}
 	c.mu.Unlock()
 }
 
@@ -154,8 +153,8 @@ func (c *countingTracer) TraceCancel(context.Context, TraceCancelData) {
 // TestEventPairing runs every retry path under a counting tracer: starts ==
 // ends, call starts == call ends, and retries == attempts - calls.
 func TestEventPairing(t *testing.T) {
-	overload, conflict, deadlock := pgErr(CodeTooManyConnections), pgErr(CodeSerializationFailure), pgErr(CodeDeadlockDetected)
-	lost := pgErr(CodeAdminShutdown)
+	overload, conflict, deadlock := pgErr(pgerrcode.TooManyConnections), pgErr(pgerrcode.SerializationFailure), pgErr(pgerrcode.DeadlockDetected)
+	lost := pgErr(pgerrcode.AdminShutdown)
 	t0 := time.Unix(1000, 0)
 	deadlineSoon := func() (context.Context, context.CancelFunc) {
 		return context.WithDeadline(context.Background(), time.Now().Add(time.Hour))

@@ -75,9 +75,9 @@ func (m CancelMode) String() string {
 
 // Defaults of the cancellation settings of Config.
 const (
-	DefaultCancelGrace          = 2 * time.Second
-	DefaultCancelPoolSize       = 2
-	DefaultCancelConnectTimeout = time.Second
+	defaultCancelGrace          = 2 * time.Second
+	cancelPoolSize              = 2
+	defaultCancelConnectTimeout = time.Second
 )
 
 // customDataKey is where a connection's handler is kept in
@@ -94,7 +94,7 @@ const destroyWriteTimeout = 50 * time.Millisecond
 type canceller struct {
 	mode    CancelMode
 	grace   time.Duration
-	resolve bool          // Config.ResolveCommits: prepare connections for resolution
+	resolve bool          // resolution is on: prepare connections for it
 	pool    *pgxpool.Pool // CancelModePool only
 	stats   cancelCounters
 	tracer  CancelTracer // nil: no events
@@ -109,7 +109,7 @@ type canceller struct {
 // handler and connect-time capture on mainCfg. It opens the cancel pool
 // (lazily connecting, one connection kept warm) in CancelModePool.
 func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config) (*canceller, error) {
-	c := &canceller{mode: cfg.CancelMode, grace: durDefault(cfg.CancelGrace, DefaultCancelGrace), resolve: cfg.ResolveCommits}
+	c := &canceller{mode: cfg.CancelMode, grace: defaultOrNone(cfg.CancelGrace, defaultCancelGrace), resolve: cfg.ResolveTimeout >= 0}
 	c.tracer, _ = cfg.Tracer.(CancelTracer)
 	if c.mode == CancelModePool {
 		cp, err := cancelPoolConfig(cfg, mainCfg)
@@ -208,9 +208,31 @@ type cancelHandler struct {
 	confirmed bool // written before done is closed
 }
 
+// cancelOutcome is how a cancellation ended.
+type cancelOutcome int
+
+const (
+	cancelSignalled cancelOutcome = iota + 1 // pg_cancel_backend signalled the backend
+	cancelNotFound                           // the backend no longer existed: nothing signalled
+	cancelProtocol                           // the protocol cancel request was delivered
+	cancelClosed                             // the connection was closed instead
+)
+
+// mode is the CancelMode that describes what was done, as TraceCancelData
+// reports it.
+func (o cancelOutcome) mode() CancelMode {
+	switch o {
+	case cancelProtocol:
+		return CancelModeProtocol
+	case cancelClosed:
+		return CancelModeClose
+	}
+	return CancelModePool
+}
+
 // cancelResult is what a cancel's goroutine found.
 type cancelResult struct {
-	outcome  CancelOutcome
+	outcome  cancelOutcome
 	fellBack bool
 	latency  time.Duration
 }
@@ -226,10 +248,13 @@ func (h *cancelHandler) HandleCancel(ctx context.Context) {
 	if h.c.mode == CancelModeClose || !h.ready.Load() {
 		h.deadline = h.began
 		_ = h.netConn.SetDeadline(h.began)
-		h.result = cancelResult{outcome: CancelClosed}
+		h.result = cancelResult{outcome: cancelClosed}
 		return
 	}
-	h.deadline = h.began.Add(h.c.grace)
+	h.deadline = time.Time{} // CancelGrace off: no bound of its own
+	if h.c.grace > 0 {
+		h.deadline = h.began.Add(h.c.grace)
+	}
 	_ = h.netConn.SetDeadline(h.deadline)
 	done := make(chan struct{})
 	h.done = done
@@ -255,16 +280,17 @@ func (h *cancelHandler) HandleUnwatchAfterCancel() {
 		h.done = nil
 	}
 	r := h.result
+	inGrace := h.deadline.IsZero() || returned.Before(h.deadline)
 	switch {
-	case h.confirmed && returned.Before(h.deadline):
+	case h.confirmed && inGrace:
 		_ = h.netConn.SetDeadline(time.Time{})
-	case returned.Before(h.deadline):
+	case inGrace:
 		// The statement is over and its backend idle: close the connection
 		// now (a late cancel finds nothing to cancel). Background: inside
 		// the context watcher, Close must not watch a context of its own.
 		_ = h.netConn.SetDeadline(time.Now().Add(destroyWriteTimeout))
 		_ = h.pgConn.Close(context.Background())
-		r.outcome = CancelClosed
+		r.outcome = cancelClosed
 	default:
 		// The grace ran out: the read failed on the socket's deadline and
 		// pgconn closes the connection as this returns, sending a protocol
@@ -273,7 +299,7 @@ func (h *cancelHandler) HandleUnwatchAfterCancel() {
 		// the connection if anything is left of it (doomed).
 		_ = h.netConn.SetDeadline(h.began)
 		h.doomed.Store(true)
-		r.outcome = CancelClosed
+		r.outcome = cancelClosed
 	}
 	h.c.finish(h.ctx, h.pgConn.PID(), r, h.began)
 	h.ctx = nil
@@ -284,15 +310,18 @@ func (h *cancelHandler) HandleUnwatchAfterCancel() {
 // (or when the cancel pool could not send it) with the protocol cancel
 // request.
 func (h *cancelHandler) send(deadline time.Time) (r cancelResult, confirmed bool) {
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	ctx, cancel := context.WithCancel(context.Background())
+	if !deadline.IsZero() {
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+	}
 	defer cancel()
 	h.c.stats.sent.Add(1)
 	if h.c.mode == CancelModePool && h.direct.Load() {
 		switch res := h.c.viaPool(ctx, h.pgConn.PID(), h.backendStart.Load()); res {
 		case poolSignalled:
-			return cancelResult{outcome: CancelSignalled}, true
+			return cancelResult{outcome: cancelSignalled}, true
 		case poolNotFound:
-			return cancelResult{outcome: CancelNotFound}, true
+			return cancelResult{outcome: cancelNotFound}, true
 		case poolUnknown:
 			// The signal may still arrive, so the connection cannot be kept;
 			// if there is time, stop the statement (and its locks) now all
@@ -300,16 +329,16 @@ func (h *cancelHandler) send(deadline time.Time) (r cancelResult, confirmed bool
 			if ctx.Err() == nil {
 				h.c.protocolCancel(ctx, h.pgConn)
 			}
-			return cancelResult{outcome: CancelClosed, fellBack: true}, false
+			return cancelResult{outcome: cancelClosed, fellBack: true}, false
 		}
 		r.fellBack = true
 	}
 	if h.c.protocolCancel(ctx, h.pgConn) {
 		h.c.stats.protocol.Add(1)
-		r.outcome = CancelProtocol
+		r.outcome = cancelProtocol
 		return r, true
 	}
-	r.outcome = CancelClosed
+	r.outcome = cancelClosed
 	return r, false
 }
 
@@ -326,7 +355,7 @@ func (c *canceller) protocolCancel(ctx context.Context, pgConn *pgconn.PgConn) b
 
 // finish records a finished cancellation and reports it to the tracer.
 func (c *canceller) finish(ctx context.Context, pid uint32, r cancelResult, began time.Time) {
-	if r.outcome == CancelClosed {
+	if r.outcome == cancelClosed {
 		c.stats.closed.Add(1)
 	}
 	if r.latency == 0 {
@@ -334,6 +363,6 @@ func (c *canceller) finish(ctx context.Context, pid uint32, r cancelResult, bega
 	}
 	c.stats.latency.observe(r.latency)
 	if c.tracer != nil {
-		c.tracer.TraceCancel(ctx, TraceCancelData{PID: pid, Mode: c.mode, Outcome: r.outcome, FellBack: r.fellBack, Latency: r.latency})
+		c.tracer.TraceCancel(ctx, TraceCancelData{PID: pid, Mode: r.outcome.mode(), NotFound: r.outcome == cancelNotFound, FellBack: r.fellBack, Latency: r.latency})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
@@ -80,10 +81,6 @@ func (c *canceller) prepare(ctx context.Context, conn *pgx.Conn) error {
 // negative (which also tells pgtx to send no startup parameter a pooler
 // would refuse).
 func cancelPoolConfig(cfg *Config, mainCfg *pgxpool.Config) (*pgxpool.Config, error) {
-	size := cfg.CancelPoolSize
-	if size == 0 {
-		size = DefaultCancelPoolSize
-	}
 	cp, err := pgxpool.ParseConfig("")
 	if err != nil {
 		return nil, err
@@ -96,7 +93,7 @@ func cancelPoolConfig(cfg *Config, mainCfg *pgxpool.Config) (*pgxpool.Config, er
 		}
 		cc = parsed
 	}
-	cc.ConnectTimeout = durDefault(cfg.CancelConnectTimeout, DefaultCancelConnectTimeout)
+	cc.ConnectTimeout = defaultOrNone(cfg.CancelConnectTimeout, defaultCancelConnectTimeout)
 	cc.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: pgConn.Conn()}
 	}
@@ -104,15 +101,15 @@ func cancelPoolConfig(cfg *Config, mainCfg *pgxpool.Config) (*pgxpool.Config, er
 	if cc.RuntimeParams == nil {
 		cc.RuntimeParams = map[string]string{}
 	}
-	if cfg.StatementTimeout >= 0 {
-		cc.RuntimeParams["statement_timeout"] = fmt.Sprint(durationMillis(durDefault(cfg.CancelGrace, DefaultCancelGrace)))
+	if grace := defaultOrNone(cfg.CancelGrace, defaultCancelGrace); cfg.StatementTimeout >= 0 && grace > 0 {
+		cc.RuntimeParams["statement_timeout"] = fmt.Sprint(durationMillis(grace))
 	}
 	delete(cc.RuntimeParams, "idle_in_transaction_session_timeout")
 	if app := cc.RuntimeParams["application_name"]; app != "" {
 		cc.RuntimeParams["application_name"] = app + " (pgtx cancel)"
 	}
 	cp.ConnConfig = cc
-	cp.MaxConns = size
+	cp.MaxConns = cancelPoolSize
 	cp.MinConns = 1 // kept warm: the first cancel does not pay a connect
 	cp.MaxConnIdleTime = mainCfg.MaxConnIdleTime
 	cp.MaxConnLifetime = mainCfg.MaxConnLifetime
@@ -146,7 +143,11 @@ func (c *canceller) viaPool(ctx context.Context, pid uint32, backendStart int64)
 	if time.Now().UnixNano() < c.unhealthyUntil.Load() {
 		return poolNotSent
 	}
-	actx, cancel := context.WithTimeout(ctx, c.grace/cancelPoolAcquireShare)
+	share := c.grace / cancelPoolAcquireShare
+	if share <= 0 {
+		share = defaultCancelGrace / cancelPoolAcquireShare // CancelGrace off: still not worth waiting long
+	}
+	actx, cancel := context.WithTimeout(ctx, share)
 	conn, err := c.pool.Acquire(actx)
 	cancel()
 	if err != nil {
@@ -175,7 +176,7 @@ func (c *canceller) viaPool(ctx context.Context, pid uint32, backendStart int64)
 		// and that stranger's statement was not touched.
 		c.stats.notFound.Add(1)
 		return poolNotFound
-	case errors.As(err, &pgErr) && pgErr.Code != CodeQueryCanceled && !endsSession(pgErr):
+	case errors.As(err, &pgErr) && pgErr.Code != pgerrcode.QueryCanceled && !endsSession(pgErr):
 		// The server refused the query (not allowed to cancel, say):
 		// nothing was signalled, and the next cancel would fare the same.
 		c.stats.poolErrors.Add(1)

@@ -3,31 +3,43 @@ package pgtx
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 )
 
-// ErrCommitUnknown is matched (errors.Is) by the error Transaction returns when
-// the connection was lost while COMMIT was in flight: the transaction may or
-// may not have committed, so it is never run again. The error also wraps the
-// original network error.
+// ErrCommitUnknown is matched (errors.Is) by the error [Transaction] returns
+// when the connection was lost while COMMIT was in flight and nothing could
+// tell what became of it: the transaction may or may not have committed, so
+// it is never run again. It means exactly that, never misuse and never a
+// definitive failure. The error also wraps the original network error.
 var ErrCommitUnknown = errors.New("pgtx: commit outcome unknown: connection lost while COMMIT was in flight")
 
-// ErrAcquireTimeout is matched (errors.Is) by the error Transaction returns
-// when the pool could not hand out a connection within Config.AcquireTimeout
+// ErrAcquireTimeout is matched (errors.Is) by the error [Transaction] returns
+// when the pool could not hand out a connection within [Config].AcquireTimeout
 // while the caller's context was still live. It is not retried: retrying a
 // pool wait is how a connection-timeout storm starts.
 var ErrAcquireTimeout = errors.New("pgtx: timed out waiting for a pool connection")
 
-// ErrInvalidArgument is matched (errors.Is) by the error Transaction returns
-// for bad input (unknown isolation level, nil pool, nil fn, negative timeout).
-// Nothing is sent to the server in that case.
+// ErrInvalidArgument is matched (errors.Is) by the error [Transaction]
+// returns for bad input (an unknown isolation level, a nil pool or fn, a
+// Config NewWithConfig cannot use) and for misuse (fn calling Commit or
+// Rollback, leaving rows open). Nothing is committed by surprise.
 var ErrInvalidArgument = errors.New("pgtx: invalid argument")
+
+// ErrNestedTransaction is matched (errors.Is) by the error [Transaction]
+// returns when it is called with a context that is already inside a
+// Transaction of the same pool: the inner transaction would take a second
+// connection (waiting out AcquireTimeout on a small pool) and commit on its
+// own even when the outer one is retried. It also matches
+// [ErrInvalidArgument]. Pass the outer transaction's pgx.Tx down instead (a
+// savepoint, tx.Begin, if part of the work may fail alone).
+var ErrNestedTransaction = errors.New("pgtx: nested Transaction on the same pool")
 
 // errNonRetryableMarker is what a NonRetryable error matches so Classify can
 // find it anywhere in an error tree.
 var errNonRetryableMarker = errors.New("pgtx: non-retryable")
 
-// NonRetryable wraps err so that Transaction does not run the transaction
+// NonRetryable wraps err so that [Transaction] does not run the transaction
 // again, whatever err wraps (a serialization failure included). The result
 // unwraps to err, so errors.Is and errors.As still find the caller's error.
 // NonRetryable(nil) returns nil.
@@ -98,3 +110,70 @@ type invalidArgError struct{ msg string }
 
 func (e *invalidArgError) Error() string        { return "pgtx: " + e.msg }
 func (e *invalidArgError) Is(target error) bool { return target == ErrInvalidArgument }
+
+// nestedError is the error of a nested call.
+type nestedError struct{}
+
+func (nestedError) Error() string {
+	return ErrNestedTransaction.Error() + ": fn of a Transaction called Transaction again with its ctx; " +
+		"pass its pgx.Tx down instead (tx.Begin makes a savepoint), or start the second transaction after the first returns"
+}
+func (nestedError) Is(target error) bool {
+	return target == ErrNestedTransaction || target == ErrInvalidArgument
+}
+
+// RetryError is the error [Transaction] returns when the call ended after
+// more than one attempt, or when a retry was refused (the cap, the
+// context's deadline, the retry budget): its message says how many attempts
+// were made and why there were no more, for example
+//
+//	pgtx: gave up after 11 attempts (MaxRetries 10): ERROR: could not serialize access ... (SQLSTATE 40001)
+//
+// It unwraps to the last attempt's error, so errors.As still finds the
+// *pgconn.PgError and errors.Is the caller's errors and the sentinels; it
+// matches [ErrRetryBudgetExhausted] when the budget refused the retry. An
+// error that ended a first attempt and would never have been retried (fn's
+// own error, say) is returned as it is. An outer retry loop should not
+// retry a RetryError: pgtx already did.
+type RetryError struct {
+	// Attempts is the number of attempts the call made.
+	Attempts int
+	// Err is the last attempt's error.
+	Err error
+
+	reason stopReason
+	limit  string // the cap that was reached: "MaxRetries" or "MaxAdaptiveRetries"
+	cap    int
+}
+
+// Error says how many attempts there were, why they stopped, and the last
+// error.
+func (e *RetryError) Error() string {
+	verb, why := "gave up", ""
+	switch e.reason {
+	case stopNotRetryable:
+		verb, why = "failed", "not retryable: "+Classify(e.Err).String()
+	case stopCapReached:
+		why = e.limit + " " + strconv.Itoa(e.cap)
+	case stopDeadline:
+		why = "the next retry would end past the context's deadline"
+	case stopBudget:
+		why = "retry budget exhausted"
+	case stopContext:
+		why = "the context ended"
+	}
+	attempts := " attempts"
+	if e.Attempts == 1 {
+		attempts = " attempt"
+	}
+	return "pgtx: " + verb + " after " + strconv.Itoa(e.Attempts) + attempts + " (" + why + "): " + e.Err.Error()
+}
+
+// Unwrap returns the last attempt's error.
+func (e *RetryError) Unwrap() error { return e.Err }
+
+// Is reports whether the budget refused the retry (target
+// [ErrRetryBudgetExhausted]).
+func (e *RetryError) Is(target error) bool {
+	return target == ErrRetryBudgetExhausted && e.reason == stopBudget
+}

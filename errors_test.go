@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgerrcode"
 	"io"
 	"testing"
 	"time"
@@ -31,10 +32,10 @@ func TestNonRetryableKeepsIdentity(t *testing.T) {
 	if err.Error() != "wrapped: my error 7" {
 		t.Errorf("Error() = %q: NonRetryable must not change the message", err.Error())
 	}
-	if IsRetryable(NonRetryable(pgErr(CodeSerializationFailure))) {
+	if Classify(NonRetryable(pgErr(pgerrcode.SerializationFailure))).Retryable() {
 		t.Errorf("NonRetryable(40001) is retryable")
 	}
-	if SQLState(NonRetryable(pgErr(CodeSerializationFailure))) != CodeSerializationFailure {
+	if sqlState(NonRetryable(pgErr(pgerrcode.SerializationFailure))) != pgerrcode.SerializationFailure {
 		t.Errorf("NonRetryable hides the SQLSTATE")
 	}
 }
@@ -61,7 +62,7 @@ func TestAcquireTimeoutIsNotTheCallersDeadline(t *testing.T) {
 }
 
 func TestWithContextErr(t *testing.T) {
-	db := &pgconn.PgError{Code: CodeQueryCanceled}
+	db := &pgconn.PgError{Code: pgerrcode.QueryCanceled}
 	live := context.Background()
 	if withContextErr(live, db) != error(db) {
 		t.Errorf("a live context must leave the error alone")
@@ -70,11 +71,21 @@ func TestWithContextErr(t *testing.T) {
 	cancel()
 	err := withContextErr(ctx, db)
 	var pgE *pgconn.PgError
-	if !errors.Is(err, context.Canceled) || !errors.As(err, &pgE) || pgE.Code != CodeQueryCanceled {
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &pgE) || pgE.Code != pgerrcode.QueryCanceled {
 		t.Errorf("want both context.Canceled and the 57014: %v", err)
 	}
 	already := fmt.Errorf("x: %w", context.Canceled)
 	if withContextErr(ctx, already) != already {
 		t.Errorf("an error that already matches must be returned unchanged")
 	}
+}
+
+// sqlState returns the SQLSTATE of the first *pgconn.PgError in err's tree,
+// or "".
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }

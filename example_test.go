@@ -7,10 +7,14 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx"
 )
+
+var ErrInsufficientFunds = errors.New("insufficient funds")
 
 // withdraw is repository code: a read-modify-write that conflicts under
 // SERIALIZABLE when two run at once. pgtx runs the loser again as a whole.
@@ -38,14 +42,55 @@ func ExampleTransaction() {
 	defer pool.Close()
 
 	err = withdraw(ctx, pool, 1, 10)
+	var retried *pgtx.RetryError
 	switch {
 	case errors.Is(err, ErrInsufficientFunds):
 		fmt.Println("declined")
 	case errors.Is(err, pgtx.ErrCommitUnknown):
 		fmt.Println("may have committed: check before doing it again")
+	case errors.As(err, &retried):
+		fmt.Printf("failed after %d attempts: %v\n", retried.Attempts, retried.Err)
 	case err != nil:
 		fmt.Println("failed:", err)
 	}
+}
+
+func ExampleTransactionValue() {
+	ctx := context.Background()
+	var pool *pgtx.Pool // from pgtx.New
+	balance, err := pgtx.TransactionValue(ctx, pool, pgtx.RepeatableRead, pgtx.Options{ReadOnly: true},
+		func(ctx context.Context, tx pgx.Tx) (int64, error) {
+			var b int64
+			err := tx.QueryRow(ctx, "select balance from accounts where id = $1", 1).Scan(&b)
+			return b, err
+		})
+	fmt.Println(balance, err)
+}
+
+func ExampleAfterCommit() {
+	ctx := context.Background()
+	var pool *pgtx.Pool // from pgtx.New
+	sendReceipt := func(ctx context.Context, order int64) { /* an email, a message */ }
+	_ = pgtx.Transaction(ctx, pool, pgtx.Serializable, func(ctx context.Context, tx pgx.Tx) error {
+		var order int64
+		if err := tx.QueryRow(ctx, "insert into orders (item) values ($1) returning id", "book").Scan(&order); err != nil {
+			return err
+		}
+		// fn may run several times; the receipt goes once, after COMMIT.
+		return pgtx.AfterCommit(ctx, func(ctx context.Context) { sendReceipt(ctx, order) })
+	})
+}
+
+func ExampleAttempt() {
+	ctx := context.Background()
+	var pool *pgtx.Pool // from pgtx.New
+	_ = pgtx.Transaction(ctx, pool, pgtx.Serializable, func(ctx context.Context, tx pgx.Tx) error {
+		if n := pgtx.Attempt(ctx); n > 1 {
+			fmt.Println("running again, attempt", n)
+		}
+		_, err := tx.Exec(ctx, "update counters set n = n + 1 where id = 1")
+		return err
+	})
 }
 
 func ExampleNonRetryable() {
@@ -54,7 +99,7 @@ func ExampleNonRetryable() {
 	_ = func() error {
 		return pgtx.Transaction(ctx, pool, pgtx.Serializable, func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "select reserve_seat($1)", 42)
-			if pgtx.SQLState(err) == pgtx.CodeSerializationFailure {
+			if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == pgerrcode.SerializationFailure {
 				// This seat is contended: tell the user now rather than retry.
 				return pgtx.NonRetryable(err)
 			}
@@ -74,38 +119,67 @@ func ExampleClassify() {
 		pgconn.ErrConnClosed,
 	}
 	for _, err := range errs {
-		fmt.Printf("%-10s %-16s retried: %v\n", pgtx.SQLState(err), pgtx.Classify(err), pgtx.IsRetryable(err))
+		fmt.Printf("%-16s retried: %v\n", pgtx.Classify(err), pgtx.Classify(err).Retryable())
 	}
 	// Output:
-	// 40001      conflict         retried: true
-	// 53300      overload         retried: true
-	// 23505      permanent        retried: false
-	// 57014      timeout          retried: false
-	//            timeout          retried: false
-	// 40P01      permanent        retried: false
-	//            connection_lost  retried: true
+	// conflict         retried: true
+	// overload         retried: true
+	// permanent        retried: false
+	// timeout          retried: false
+	// timeout          retried: false
+	// permanent        retried: false
+	// connection_lost  retried: true
 }
 
-func ExampleBreaker() {
-	br, err := pgtx.NewBreaker(pgtx.BreakerConfig{Name: "analytics", ConsecutiveFailures: 3, OpenFor: time.Minute})
+func ExampleConfig() {
+	// A *pgxpool.Config built the way the team already builds it (an IAM
+	// token in BeforeConnect, a tracer, custom TLS) is adopted as it is.
+	poolConfig, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	lost := fmt.Errorf("read: %w", pgconn.ErrConnClosed) // what a dead analytics store returns
-	for i := 1; i <= 4; i++ {
-		err := br.Do(context.Background(), func(ctx context.Context) error { return lost })
-		fmt.Printf("call %d: open=%v state=%v\n", i, errors.Is(err, pgtx.ErrCircuitOpen), br.State())
+	poolConfig.MaxConns = 20
+	cfg := &pgtx.Config{Config: poolConfig, AcquireTimeout: time.Second}
+	pool, err := pgtx.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		fmt.Println(err)
+		return
 	}
-	// Output:
-	// call 1: open=false state=closed
-	// call 2: open=false state=closed
-	// call 3: open=false state=open
-	// call 4: open=true state=open
+	defer pool.Close()
 }
 
-// retryLogger is a minimal pgtx.Tracer: it reports every retry.
+func ExampleConfig_breaker() {
+	// A breaker is for a database the application can do without.
+	cfg, err := pgtx.ParseConfig(os.Getenv("ANALYTICS_URL"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	cfg.Breaker = &pgtx.BreakerConfig{Name: "analytics", ConsecutiveFailures: 3, OpenFor: time.Minute}
+	pool, err := pgtx.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+	err = pgtx.Transaction(context.Background(), pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "insert into page_views (path) values ($1)", "/")
+		return err
+	})
+	if errors.Is(err, pgtx.ErrCircuitOpen) || pool.BreakerState() == pgtx.BreakerOpen {
+		fmt.Println("analytics is down: skipped")
+	}
+}
+
+// retryLogger is a minimal pgtx.TransactionTracer: it reports every retry.
 type retryLogger struct{}
+
+func (retryLogger) TraceTransactionStart(ctx context.Context, _ pgtx.TraceTransactionStartData) context.Context {
+	return ctx
+}
+
+func (retryLogger) TraceTransactionEnd(context.Context, pgtx.TraceTransactionEndData) {}
 
 func (retryLogger) TraceAttemptStart(ctx context.Context, _ pgtx.TraceAttemptStartData) context.Context {
 	return ctx
@@ -117,7 +191,7 @@ func (retryLogger) TraceAttemptEnd(_ context.Context, d pgtx.TraceAttemptEndData
 	}
 }
 
-func ExampleTracer() {
+func ExampleTransactionTracer() {
 	cfg, err := pgtx.ParseConfig(os.Getenv("DATABASE_URL"))
 	if err != nil {
 		fmt.Println(err)
@@ -130,6 +204,6 @@ func ExampleTracer() {
 		return
 	}
 	defer pool.Close()
-	_ = pgtx.TransactionWithOptions(context.Background(), pool, pgtx.TxOptions{Isolation: pgtx.Serializable, Label: "transfer"},
+	_ = pgtx.TransactionWithOptions(context.Background(), pool, pgtx.Serializable, pgtx.Options{Label: "transfer"},
 		func(ctx context.Context, tx pgx.Tx) error { return nil })
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgerrcode"
 	"net"
 	"os"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -69,21 +69,21 @@ func TestUnavailableBacksOffAsOverload(t *testing.T) {
 	l := newLoop(RetryPolicy{Jitter: constJitter(1)}, clk)
 	calls := 0
 	err := l.run(context.Background(), scripted(&calls, repeat(refused, 10)...))
-	if calls != 1+DefaultMaxAdaptiveRetries || !errors.Is(err, syscall.ECONNREFUSED) {
-		t.Fatalf("calls %d, err %v; want %d calls ending with the refusal", calls, err, 1+DefaultMaxAdaptiveRetries)
+	if calls != 1+defaultMaxAdaptiveRetries || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("calls %d, err %v; want %d calls ending with the refusal", calls, err, 1+defaultMaxAdaptiveRetries)
 	}
 	if want := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}; fmt.Sprint(clk.sleeps) != fmt.Sprint(want) {
 		t.Errorf("sleeps %v, want the spec's %v", clk.sleeps, want)
 	}
 }
 
-// TestBudgetRefusalLeadsWithCause: the message of a refused retry starts
-// with what went wrong, not with the budget.
-func TestBudgetRefusalLeadsWithCause(t *testing.T) {
+// TestBudgetRefusalSaysWhy: the message of a refused retry says that the
+// budget stopped it, and ends with what went wrong.
+func TestBudgetRefusalSaysWhy(t *testing.T) {
 	cause := errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
-	err := error(&budgetExhaustedError{err: cause})
-	if !strings.HasPrefix(err.Error(), cause.Error()) {
-		t.Errorf("message %q does not lead with the cause", err)
+	err := error(&RetryError{Attempts: 1, Err: cause, reason: stopBudget})
+	if want := "pgtx: gave up after 1 attempt (retry budget exhausted): " + cause.Error(); err.Error() != want {
+		t.Errorf("message %q, want %q", err, want)
 	}
 	if !errors.Is(err, ErrRetryBudgetExhausted) || !errors.Is(err, cause) {
 		t.Errorf("err %v must match ErrRetryBudgetExhausted and keep the cause", err)
@@ -94,7 +94,7 @@ func TestBudgetRefusalLeadsWithCause(t *testing.T) {
 // count limit once an overload was seen, but a class the caller switched
 // off is never retried.
 func TestDisabledClassStaysOffAfterOverload(t *testing.T) {
-	overload, conflict := pgErr(CodeTooManyConnections), pgErr(CodeSerializationFailure)
+	overload, conflict := pgErr(pgerrcode.TooManyConnections), pgErr(pgerrcode.SerializationFailure)
 	tests := []struct {
 		name         string
 		maxRetries   int // the loop's resolved conflict cap: 0 is off
@@ -133,8 +133,8 @@ func TestContextErrorOnlyWhenItEndedTheCall(t *testing.T) {
 		{"ambiguous commit", &commitUnknownError{err: pgconn.ErrConnClosed}, false, ClassAmbiguous},
 		{"unique violation", pgErr("23505"), false, ClassPermanent},
 		{"caller error", errCaller, false, ClassPermanent},
-		{"conflict the loop would retry", pgErr(CodeSerializationFailure), true, ClassTimeout},
-		{"statement cancelled", pgErr(CodeQueryCanceled), true, ClassTimeout},
+		{"conflict the loop would retry", pgErr(pgerrcode.SerializationFailure), true, ClassTimeout},
+		{"statement cancelled", pgErr(pgerrcode.QueryCanceled), true, ClassTimeout},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -165,19 +165,19 @@ func TestBreakerPanickingProbe(t *testing.T) {
 	b, clk, _ := fakeBreaker(t, BreakerConfig{ConsecutiveFailures: 1, FailureRatio: -1, SlowCallRatio: -1})
 	ctx := context.Background()
 	_ = call(b, clk, ctx, time.Millisecond, errLost)
-	clk.now = clk.now.Add(DefaultBreakerOpenFor)
+	clk.now = clk.now.Add(defaultBreakerOpenFor)
 	func() {
 		defer func() {
 			if r := recover(); r != "boom" {
 				t.Errorf("recovered %v, want the probe's own panic", r)
 			}
 		}()
-		_ = b.Do(ctx, func(context.Context) error { panic("boom") })
+		_ = b.do(ctx, func(context.Context) error { panic("boom") })
 	}()
 	if s := b.State(); s != BreakerOpen {
 		t.Errorf("state after a panicking probe = %v, want open (the probe failed)", s)
 	}
-	clk.now = clk.now.Add(10 * DefaultBreakerOpenFor)
+	clk.now = clk.now.Add(10 * defaultBreakerOpenFor)
 	if err := call(b, clk, ctx, time.Millisecond, nil); err != nil {
 		t.Fatalf("a healthy call after 10x OpenFor: %v; the breaker is wedged", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgerrcode"
 	"io"
 	"testing"
 	"time"
@@ -49,8 +50,8 @@ func FuzzClassify(f *testing.F) {
 		if got := Classify(err); got != want {
 			t.Fatalf("wrapping changed the class: %v -> %v", want, got)
 		}
-		if SQLState(err) != code {
-			t.Fatalf("SQLState(%v) = %q, want %q", err, SQLState(err), code)
+		if sqlState(err) != code {
+			t.Fatalf("sqlState(%v) = %q, want %q", err, sqlState(err), code)
 		}
 		switch shape % 8 {
 		case 1: // joined with a caller error that is not a database error
@@ -67,13 +68,13 @@ func FuzzClassify(f *testing.F) {
 			}
 		case 4:
 			ce := &commitUnknownError{err: err}
-			if Classify(ce) != ClassAmbiguous || IsRetryable(ce) || !errors.Is(ce, ErrCommitUnknown) {
+			if Classify(ce) != ClassAmbiguous || Classify(ce).Retryable() || !errors.Is(ce, ErrCommitUnknown) {
 				t.Fatalf("an ambiguous commit must stay ambiguous and not retryable")
 			}
 		case 5:
-			be := &budgetExhaustedError{err: err}
-			if IsRetryable(be) || SQLState(be) != code {
-				t.Fatalf("a budget-refused error must not be retryable and keep its code")
+			be := &RetryError{Attempts: 1, Err: err, reason: stopBudget}
+			if !errors.Is(be, ErrRetryBudgetExhausted) || sqlState(be) != code {
+				t.Fatalf("a budget-refused error must match ErrRetryBudgetExhausted and keep its code")
 			}
 		case 6:
 			if got := Classify(withContextErr(cancelledCtx, err)); got != ClassTimeout {
@@ -97,15 +98,15 @@ var cancelledCtx = func() context.Context {
 func errFromByte(b byte) error {
 	switch b % 6 {
 	case 0:
-		return pgErr(CodeSerializationFailure)
+		return pgErr(pgerrcode.SerializationFailure)
 	case 1:
-		return pgErr(CodeDeadlockDetected)
+		return pgErr(pgerrcode.DeadlockDetected)
 	case 2:
-		return pgErr(CodeTooManyConnections)
+		return pgErr(pgerrcode.TooManyConnections)
 	case 3:
 		return pgconn.ErrConnClosed
 	case 4:
-		return pgErr(CodeCannotConnectNow)
+		return pgErr(pgerrcode.CannotConnectNow)
 	}
 	return nil // success
 }

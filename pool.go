@@ -8,28 +8,37 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Defaults of Config; a zero field means the default.
+// The defaults of Config, stated on each field.
 const (
-	DefaultAcquireTimeout           = 2 * time.Second
-	DefaultStatementTimeout         = 5 * time.Second
-	DefaultIdleInTransactionTimeout = 10 * time.Second
-	DefaultCommitTimeout            = 5 * time.Second
-	DefaultRollbackTimeout          = 2 * time.Second
+	defaultAcquireTimeout           = 2 * time.Second
+	defaultStatementTimeout         = 5 * time.Second
+	defaultIdleInTransactionTimeout = 10 * time.Second
+	defaultCommitTimeout            = 5 * time.Second
+	defaultRollbackTimeout          = 2 * time.Second
 )
 
-// Config configures a Pool. It must be created by ParseConfig; the zero value
-// of each pgtx field means its documented default, and the embedded
-// pgxpool.Config works as in pgxpool (MaxConns, ConnConfig, hooks...).
+// Config configures a [Pool]. Every pgtx field follows the package's rule: 0
+// means the default stated on the field, a negative value switches the
+// setting off, and an optional feature is off while nil. The embedded
+// [pgxpool.Config] works as in pgxpool (MaxConns, ConnConfig, hooks...).
+//
+// [ParseConfig] makes a Config from a connection string. A *pgxpool.Config
+// built elsewhere (with a BeforeConnect hook for IAM tokens, a custom TLS
+// configuration or a tracer, say) is adopted as it is:
+//
+//	cfg := &pgtx.Config{Config: poolConfig} // poolConfig from pgxpool.ParseConfig
+//
+// pgxpool requires that its Config come from [pgxpool.ParseConfig];
+// [NewWithConfig] reports one that did not as an error.
 type Config struct {
 	*pgxpool.Config
 
-	// AcquireTimeout bounds the wait for a pool connection in Transaction.
-	// When it fires while the caller's context is still live, Transaction
-	// returns an error matching ErrAcquireTimeout and does not retry. When the
-	// caller's context ends first, its error wins. 0 means
-	// DefaultAcquireTimeout (2s); negative means only the caller's context
-	// bounds the wait. A caller whose deadline comes first pays nothing for
-	// the bound.
+	// AcquireTimeout bounds the wait for a pool connection in
+	// [Transaction]. When it fires while the caller's context is still
+	// live, the call returns an error matching [ErrAcquireTimeout] and does
+	// not retry; when the caller's context ends first, its error wins. A
+	// caller whose deadline comes first pays nothing for the bound. Default
+	// 2s; negative: no bound of its own, only the caller's context.
 	AcquireTimeout time.Duration
 
 	// StatementTimeout is the server's statement_timeout, sent as a session
@@ -37,143 +46,128 @@ type Config struct {
 	// queries too) has a server-side limit at no per-transaction cost. A
 	// statement_timeout given in the connection string (as a parameter, or
 	// as "-c statement_timeout=..." in its options) wins over the default
-	// but not over an explicit value here. 0 means DefaultStatementTimeout
-	// (5s); negative leaves the server's setting alone and sends no startup
-	// parameter at all, on the cancel pool either: set it so behind a pooler
-	// that refuses them (PgBouncer). Round to milliseconds.
+	// but not over an explicit value here. Default 5s; negative: no
+	// parameter is sent at all (on the cancel pool either) and the server's
+	// setting applies, as a pooler that refuses startup parameters
+	// (PgBouncer) needs. Rounded up to milliseconds.
 	StatementTimeout time.Duration
 
 	// IdleInTransactionTimeout is the server's
 	// idle_in_transaction_session_timeout, a session parameter: the server
 	// ends a session left idle inside a transaction (by a caller that died
 	// between statements) after this long. One given in the connection
-	// string wins over the default, as for StatementTimeout. 0 means
-	// DefaultIdleInTransactionTimeout (10s); negative leaves the server's
-	// setting alone.
+	// string wins over the default, as for StatementTimeout. Default 10s;
+	// negative: not sent, the server's setting applies.
 	IdleInTransactionTimeout time.Duration
 
 	// CommitTimeout bounds COMMIT. COMMIT runs on a context the caller's
 	// cancellation cannot interrupt (an interrupted COMMIT has an unknown
-	// outcome); this is its own limit. When it fires, the outcome is unknown
-	// and the error matches ErrCommitUnknown. 0 means DefaultCommitTimeout
-	// (5s); negative is refused.
+	// outcome); this is its own limit. When it fires, the outcome is
+	// unknown and resolved as any lost COMMIT. Default 5s; negative: no
+	// bound of its own.
 	CommitTimeout time.Duration
 
 	// RollbackTimeout bounds ROLLBACK, which also runs on a context the
-	// caller's cancellation cannot interrupt, so a dead request context does
-	// not cost the pool its connection. If it fires, the connection is
-	// closed. 0 means DefaultRollbackTimeout (2s); negative is refused.
+	// caller's cancellation cannot interrupt, so a dead request context
+	// does not cost the pool its connection. If it fires, the connection
+	// is closed. Default 2s; negative: no bound of its own.
 	RollbackTimeout time.Duration
 
-	// Retry says how Transaction runs transactions again; its zero value is
-	// the documented default of every field.
+	// Retry says how [Transaction] runs transactions again; its zero value
+	// is the default of every field.
 	Retry RetryPolicy
 
 	// CancelMode is how a running statement is stopped when its context
-	// ends; the zero value is CancelModePool. See CancelMode for the
+	// ends; the zero value is [CancelModePool]. See [CancelMode] for the
 	// trade-offs. pgtx installs its own ConnConfig.BuildContextWatcherHandler
 	// on every connection; one set on the Config is replaced.
 	CancelMode CancelMode
 
 	// CancelGrace bounds a cancellation: if the statement has not returned
 	// this long after its context ended (the cancel was lost, the server is
-	// unreachable, a pooler queues the statement and drops its cancel), the
-	// connection's socket deadline passes, the call returns and the
+	// unreachable, a pooler queues the statement and drops its cancel),
+	// the connection's socket deadline passes, the call returns and the
 	// connection is discarded; so is one whose cancel was not confirmed
-	// finished by then. Nothing waits longer. 0 means DefaultCancelGrace
-	// (2s); negative is refused.
+	// finished by then. Default 2s; negative: no bound of its own (the
+	// call waits for the server's answer however long it takes).
 	CancelGrace time.Duration
-
-	// CancelPoolSize is the maximum size of the cancel pool
-	// (CancelModePool), which keeps one connection open from the start. 0
-	// means DefaultCancelPoolSize (2); negative is refused.
-	CancelPoolSize int32
 
 	// CancelConnString, when set, is the connection string of the cancel
 	// pool; by default it reaches the main pool's server as the same role.
 	// Set it to use a role of its own (a member of pg_signal_backend and
-	// pg_read_all_stats: see CancelModePool). It must reach the same
+	// pg_read_all_stats: see [CancelModePool]). It must reach the same
 	// server: backends are matched by pid and backend_start.
 	CancelConnString string
 
 	// CancelConnectTimeout bounds a connect of the cancel pool, over which
-	// ambiguous COMMITs are resolved too (ResolveCommits): raise it where a
-	// connection takes longer to make. 0 means DefaultCancelConnectTimeout
-	// (1s); negative is refused.
+	// ambiguous COMMITs are resolved too: raise it where a connection
+	// takes longer to make. Default 1s; negative: no bound of its own.
 	CancelConnectTimeout time.Duration
 
-	// MaxWaiters bounds the callers of Transaction waiting for a
+	// MaxWaiters bounds the callers of [Transaction] waiting for a
 	// connection: when that many are already in the pool's acquire, the
-	// call fails at once with ErrQueueFull instead of joining the queue (a
-	// bulkhead's bounded queue). The bound is hard: a place is reserved
+	// call fails at once with [ErrQueueFull] instead of joining the queue
+	// (a bulkhead's bounded queue). The bound is hard: a place is reserved
 	// before the wait begins. It counts Transaction's callers only; the
-	// query methods wait unbounded (Stats.Waiters counts both). 0 means no
-	// bound; negative is refused.
+	// query methods wait unbounded ([Stats].Waiting counts both). Default
+	// and negative: no bound.
 	MaxWaiters int
 
-	// ResolveCommits resolves ambiguous COMMITs: when the connection is
-	// lost (or the session ends) while COMMIT is in flight, pgtx asks the
-	// server what became of the transaction instead of returning
-	// ErrCommitUnknown. Committed means success; aborted means the whole
-	// transaction runs again; a transaction still in progress (its backend
-	// has not noticed its client is gone) has its backend ended, after which
-	// the answer is definitive. ParseConfig sets it to true; false switches
-	// resolution off, and every lost COMMIT is ErrCommitUnknown.
+	// ResolveTimeout bounds the resolution of an ambiguous COMMIT: when the
+	// connection is lost (or the session ends) while COMMIT is in flight,
+	// pgtx asks the server what became of the transaction instead of
+	// returning [ErrCommitUnknown]. Committed means success; aborted means
+	// the whole transaction runs again; a transaction still in progress
+	// (its backend has not noticed its client is gone) has its backend
+	// ended, after which the answer is definitive. Default 5s; negative:
+	// resolution is off, and every lost COMMIT is ErrCommitUnknown.
 	//
 	// The transaction id is captured in BEGIN's round trip ("select
 	// pg_current_xact_id()" after BEGIN), so it is known before COMMIT is
-	// sent, costs no round trip, and exists for every transaction: also one
-	// that writes no row but notifies or takes sequence values, and a READ
-	// ONLY one. The price is an id for every transaction, including those
-	// that write nothing: it adds a commit record to WAL, but no WAL flush
-	// at COMMIT (PostgreSQL commits a transaction that wrote nothing else
-	// asynchronously), and consumes ids (so anti-wraparound vacuums come
+	// sent, costs no round trip, and exists for every transaction: also
+	// one that writes no row but notifies or takes sequence values, and a
+	// READ ONLY one. The price is an id for every transaction, including
+	// those that write nothing: a commit record in WAL (but no WAL flush at
+	// COMMIT: PostgreSQL commits a transaction that wrote nothing else
+	// asynchronously) and ids consumed (anti-wraparound vacuums come
 	// sooner for a read-mostly workload).
 	//
-	// The question goes over the cancel pool (CancelModePool), whose
+	// The question goes over the cancel pool ([CancelModePool]), whose
 	// connections the main pool's exhaustion cannot hold, or else over a
-	// connection made for it; a question whose server is a different system
-	// or timeline (after a failover, where the id may have been given to
-	// another transaction) is not answered: ErrCommitUnknown. A server
-	// without pg_xact_status (PostgreSQL before 13, CockroachDB, YugabyteDB)
-	// is detected when each connection is made; there every lost COMMIT is
-	// ErrCommitUnknown and nothing else changes. On a hot standby, where a
-	// transaction can change nothing, no id is captured and a lost COMMIT
-	// runs again. Stats.Resolved counts each outcome.
-	ResolveCommits bool
-
-	// ResolveTimeout bounds a resolution. 0 means DefaultResolveTimeout
-	// (5s); negative is refused.
+	// connection made for it; a question whose server is a different
+	// system or timeline (after a failover, where the id may have been
+	// given to another transaction) is not answered: ErrCommitUnknown. A
+	// server without pg_xact_status (PostgreSQL before 13, CockroachDB,
+	// YugabyteDB) is detected when each connection is made; there every
+	// lost COMMIT is ErrCommitUnknown and nothing else changes. On a hot
+	// standby, where a transaction can change nothing, no id is captured
+	// and a lost COMMIT runs again. [Stats].Resolved counts each outcome.
 	ResolveTimeout time.Duration
 
 	// Breaker, when set, puts a circuit breaker in front of the pool's
 	// Transaction calls: for a database the application can do without (a
 	// read replica, an analytics store), never the primary. See
-	// BreakerConfig.
+	// [BreakerConfig].
 	Breaker *BreakerConfig
 
 	// Tracer, when set, receives an event at the start and end of every
-	// attempt of every Transaction call.
-	Tracer Tracer
-
-	// parsed is the pgxpool.Config ParseConfig made, to tell a Config that
-	// came from ParseConfig from one that did not.
-	parsed *pgxpool.Config
+	// Transaction call and every attempt; one that also implements
+	// [CancelTracer] or [BreakerTracer] receives those events too.
+	Tracer TransactionTracer
 }
 
 // ParseConfig parses connString (a URL or keyword/value DSN, as pgxpool)
-// into a Config with every pgtx field at its default: zero, except
-// ResolveCommits, which is true.
+// into a [Config] with every pgtx field at its default.
 func ParseConfig(connString string) (*Config, error) {
 	pc, err := pgxpool.ParseConfig(connString)
 	if err != nil {
 		return nil, err
 	}
-	return &Config{Config: pc, parsed: pc, ResolveCommits: true}, nil
+	return &Config{Config: pc}, nil
 }
 
-// New creates a Pool from connString with the default configuration. Like
-// pgxpool.New it does not connect until a connection is needed.
+// New creates a [Pool] from connString with the default configuration. Like
+// [pgxpool.New] it does not connect until a connection is needed.
 func New(ctx context.Context, connString string) (*Pool, error) {
 	cfg, err := ParseConfig(connString)
 	if err != nil {
@@ -182,26 +176,13 @@ func New(ctx context.Context, connString string) (*Pool, error) {
 	return NewWithConfig(ctx, cfg)
 }
 
-// settings is a Config resolved to its effective values.
-type settings struct {
-	acquireTimeout  time.Duration // <= 0: none
-	commitTimeout   time.Duration
-	rollbackTimeout time.Duration
-	retry           RetryPolicy
-	tracer          Tracer
-	resolveCommits  bool
-	resolveTimeout  time.Duration
-}
-
 // validate reports a Config NewWithConfig cannot use.
 func (c *Config) validate() error {
 	switch {
 	case c == nil:
 		return &invalidArgError{msg: "nil Config"}
-	case c.Config == nil || c.parsed == nil:
-		return &invalidArgError{msg: "Config must be created by ParseConfig"}
-	case c.Config != c.parsed:
-		return &invalidArgError{msg: "Config.Config was replaced; create the Config with ParseConfig and change its fields"}
+	case c.Config == nil:
+		return &invalidArgError{msg: "Config.Config is nil: create the Config with ParseConfig, or set Config to a *pgxpool.Config from pgxpool.ParseConfig"}
 	case c.ConnConfig == nil:
 		return &invalidArgError{msg: "Config.ConnConfig is nil"}
 	case c.MaxConns < 1:
@@ -210,71 +191,64 @@ func (c *Config) validate() error {
 		return &invalidArgError{msg: fmt.Sprintf("MinConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinConns)}
 	case c.MinIdleConns < 0 || c.MinIdleConns > c.MaxConns:
 		return &invalidArgError{msg: fmt.Sprintf("MinIdleConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinIdleConns)}
-	case c.CommitTimeout < 0:
-		return &invalidArgError{msg: "CommitTimeout must not be negative"}
-	case c.RollbackTimeout < 0:
-		return &invalidArgError{msg: "RollbackTimeout must not be negative"}
 	case c.CancelMode < CancelModePool || c.CancelMode > CancelModeClose:
 		return &invalidArgError{msg: "unknown " + c.CancelMode.String()}
 	case c.Breaker != nil && c.Breaker.validate() != nil:
 		return c.Breaker.validate()
-	case c.ResolveTimeout < 0:
-		return &invalidArgError{msg: "ResolveTimeout must not be negative"}
-	case c.MaxWaiters < 0:
-		return &invalidArgError{msg: "MaxWaiters must not be negative"}
-	case c.CancelGrace < 0 || c.CancelPoolSize < 0 || c.CancelConnectTimeout < 0:
-		return &invalidArgError{msg: "CancelGrace, CancelPoolSize and CancelConnectTimeout must not be negative"}
 	}
 	return c.Retry.validate()
 }
 
-// Pool is a pgxpool.Pool with pgtx's session limits installed on every
-// connection. Query, QueryRow, Exec, SendBatch, CopyFrom and Stat work as in
-// pgxpool. Pool.Begin, BeginTx and Acquire on the embedded pgxpool.Pool
-// bypass Transaction's guarantees (no retries, no bounded acquire, no COMMIT
-// classification); use Transaction for transactions.
+// Pool is a pool of connections whose every method carries pgtx's
+// guarantees: [Transaction] runs transactions on it, and its query methods
+// (Exec, Query, QueryRow, SendBatch, CopyFrom) cancel a statement on the
+// server when its context ends. It has no Begin or Acquire: a transaction
+// of its own would bypass the retries, the bounded acquire and the
+// classification of COMMIT. [Pool.Pgxpool] is the one way around it.
+//
+// A Pool satisfies the DBTX interface sqlc generates, as [pgx.Tx] does, so
+// one set of generated queries serves both.
 type Pool struct {
-	*pgxpool.Pool
-
+	pool     *pgxpool.Pool
+	cfg      *Config // a copy of the Config it was made from
 	settings settings
 	clock    clock
 	cancel   *canceller
 	budget   *retryBudget
 	queue    *queue
-	breaker  *Breaker // nil: none
+	breaker  *breaker // nil: none
 	resolved resolveCounters
 	resolver *resolver
 	// acquireCtxs are the reusable contexts of bounded acquires.
 	acquireCtxs acquireCtxPool
 }
 
-// NewWithConfig creates a Pool from cfg, which must come from ParseConfig. An
-// invalid cfg is an error matching ErrInvalidArgument, never a panic. cfg is
-// not modified and may be reused.
+// NewWithConfig creates a [Pool] from cfg. An invalid cfg is an error
+// matching [ErrInvalidArgument], never a panic. cfg is not modified and may
+// be reused.
 func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	own := *cfg
+	own.Config = cfg.Config.Copy()
 	pc := cfg.Config.Copy()
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}
-	setSessionParam(pc.ConnConfig.RuntimeParams, "statement_timeout", cfg.StatementTimeout, DefaultStatementTimeout)
-	setSessionParam(pc.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", cfg.IdleInTransactionTimeout, DefaultIdleInTransactionTimeout)
+	setSessionParam(pc.ConnConfig.RuntimeParams, "statement_timeout", cfg.StatementTimeout, defaultStatementTimeout)
+	setSessionParam(pc.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", cfg.IdleInTransactionTimeout, defaultIdleInTransactionTimeout)
 
-	q := &queue{maxWaiters: int64(cfg.MaxWaiters)}
+	q := &queue{maxWaiters: int64(max(cfg.MaxWaiters, 0))}
 	installPoolTracer(pc, q)
 	markSharedInShouldPing(pc)
-	var breaker *Breaker
+	var br *breaker
 	if cfg.Breaker != nil {
 		bc := *cfg.Breaker
 		if bt, ok := cfg.Tracer.(BreakerTracer); ok && bc.Tracer == nil {
 			bc.Tracer = bt
 		}
-		var err error
-		if breaker, err = NewBreaker(bc); err != nil {
-			return nil, err
-		}
+		br = newBreaker(bc, realClock{})
 	}
 	canceller, err := newCanceller(ctx, cfg, pc)
 	if err != nil {
@@ -286,27 +260,29 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		return nil, err
 	}
 	return &Pool{
-		Pool:     pool,
+		pool:     pool,
+		cfg:      &own,
 		cancel:   canceller,
 		resolver: newResolver(cfg, canceller.pool),
 		settings: settings{
-			acquireTimeout:  durDefault(cfg.AcquireTimeout, DefaultAcquireTimeout),
-			commitTimeout:   durDefault(cfg.CommitTimeout, DefaultCommitTimeout),
-			rollbackTimeout: durDefault(cfg.RollbackTimeout, DefaultRollbackTimeout),
-			retry:           cfg.Retry.withDefaults(),
-			tracer:          cfg.Tracer,
-			resolveCommits:  cfg.ResolveCommits,
-			resolveTimeout:  durDefault(cfg.ResolveTimeout, DefaultResolveTimeout),
+			acquireTimeout:   defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout),
+			commitTimeout:    defaultOrNone(cfg.CommitTimeout, defaultCommitTimeout),
+			rollbackTimeout:  defaultOrNone(cfg.RollbackTimeout, defaultRollbackTimeout),
+			retry:            cfg.Retry.withDefaults(),
+			tracer:           cfg.Tracer,
+			resolveCommits:   cfg.ResolveTimeout >= 0,
+			resolveTimeout:   durDefault(cfg.ResolveTimeout, defaultResolveTimeout),
+			statementTimeout: sessionMillis(pc.ConnConfig.RuntimeParams["statement_timeout"]),
 		},
 		clock:   realClock{},
 		budget:  newRetryBudget(cfg.Retry.Budget, time.Now()),
 		queue:   q,
-		breaker: breaker,
+		breaker: br,
 	}, nil
 }
 
 // newPgxpool calls pgxpool.NewWithConfig, turning a panic on a config it
-// rejects into an error.
+// rejects (one not made by pgxpool.ParseConfig) into an error.
 func newPgxpool(ctx context.Context, pc *pgxpool.Config) (pool *pgxpool.Pool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -319,11 +295,54 @@ func newPgxpool(ctx context.Context, pc *pgxpool.Config) (pool *pgxpool.Pool, er
 // Close closes the pool, waits for its connections to close and for
 // in-flight cancels to finish, then closes the cancel pool.
 func (p *Pool) Close() {
-	if p == nil || p.Pool == nil {
+	if p == nil || p.pool == nil {
 		return // a Pool not made by New or NewWithConfig: nothing to close
 	}
-	p.Pool.Close()
+	p.pool.Close()
 	if p.cancel != nil {
 		p.cancel.close()
 	}
+}
+
+// Ping acquires a connection and checks that the server answers, as
+// [pgxpool.Pool.Ping]; when the context ends it, the error matches
+// ctx.Err().
+func (p *Pool) Ping(ctx context.Context) error {
+	if p == nil || p.pool == nil {
+		return errPoolNotOpened
+	}
+	return withContextErr(ctx, p.pool.Ping(ctx))
+}
+
+// Config returns a copy of the [Config] the pool was made with. Changing it
+// changes nothing in the pool.
+func (p *Pool) Config() *Config {
+	if p == nil || p.cfg == nil {
+		return nil
+	}
+	c := *p.cfg
+	c.Config = p.cfg.Config.Copy()
+	return &c
+}
+
+// Pgxpool returns the underlying [pgxpool.Pool]. It bypasses every guarantee
+// of pgtx: a transaction begun on it is not retried, its acquire is not
+// bounded, its COMMIT is not classified or resolved, and a statement it
+// runs is cancelled as the connection's [CancelMode] says but its errors do
+// not match the context's. It is there for what pgtx does not wrap (LISTEN on an acquired connection, say); do not use it for
+// transactions.
+func (p *Pool) Pgxpool() *pgxpool.Pool {
+	if p == nil {
+		return nil
+	}
+	return p.pool
+}
+
+// BreakerState returns the state of the pool's circuit breaker
+// ([Config].Breaker), or [BreakerClosed] when it has none.
+func (p *Pool) BreakerState() BreakerState {
+	if p == nil || p.breaker == nil {
+		return BreakerClosed
+	}
+	return p.breaker.State()
 }

@@ -3,9 +3,11 @@ package pgtx
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -21,28 +23,22 @@ func mustParse(t *testing.T, dsn string) *Config {
 }
 
 func TestNewWithConfigRejectsBadConfig(t *testing.T) {
-	pc, err := pgxpool.ParseConfig(unreachableDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
 	tests := []struct {
 		name   string
 		config func() *Config
 	}{
 		{"nil config", func() *Config { return nil }},
 		{"zero Config", func() *Config { return &Config{} }},
-		{"Config literal around a parsed pgxpool.Config", func() *Config { return &Config{Config: pc} }},
 		{"Config literal around an unparsed pgxpool.Config", func() *Config { return &Config{Config: &pgxpool.Config{}} }},
-		{"replaced embedded pgxpool.Config", func() *Config { c := mustParse(t, unreachableDSN); c.Config = pc; return c }},
 		{"nil ConnConfig", func() *Config { c := mustParse(t, unreachableDSN); c.ConnConfig = nil; return c }},
 		{"negative MaxConns", func() *Config { c := mustParse(t, unreachableDSN); c.MaxConns = -1; return c }},
 		{"zero MaxConns", func() *Config { c := mustParse(t, unreachableDSN); c.MaxConns = 0; return c }},
 		{"MinConns above MaxConns", func() *Config { c := mustParse(t, unreachableDSN); c.MaxConns = 2; c.MinConns = 3; return c }},
 		{"negative MinConns", func() *Config { c := mustParse(t, unreachableDSN); c.MinConns = -1; return c }},
 		{"negative MinIdleConns", func() *Config { c := mustParse(t, unreachableDSN); c.MinIdleConns = -1; return c }},
-		{"negative CommitTimeout", func() *Config { c := mustParse(t, unreachableDSN); c.CommitTimeout = -time.Second; return c }},
-		{"negative RollbackTimeout", func() *Config { c := mustParse(t, unreachableDSN); c.RollbackTimeout = -time.Second; return c }},
-		{"negative backoff", func() *Config { c := mustParse(t, unreachableDSN); c.Retry.MaxBackoff = -time.Second; return c }},
+		{"unknown CancelMode", func() *Config { c := mustParse(t, unreachableDSN); c.CancelMode = 7; return c }},
+		{"NaN budget ratio", func() *Config { c := mustParse(t, unreachableDSN); c.Retry.Budget.Ratio = math.NaN(); return c }},
+		{"breaker ratio above 1", func() *Config { c := mustParse(t, unreachableDSN); c.Breaker = &BreakerConfig{FailureRatio: 2}; return c }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,7 +88,7 @@ func TestSessionParameters(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(p.Close)
-			params := p.Config().ConnConfig.RuntimeParams
+			params := p.pool.Config().ConnConfig.RuntimeParams
 			got, ok := params["statement_timeout"]
 			if tt.wantStmtUnset {
 				if ok {
@@ -111,6 +107,71 @@ func TestSessionParameters(t *testing.T) {
 	}
 }
 
+// TestAdoptPgxpoolConfig: a *pgxpool.Config made elsewhere, with hooks of
+// its own, is adopted as a Config literal, every pgtx field at its default;
+// the hook is kept.
+func TestAdoptPgxpoolConfig(t *testing.T) {
+	pc, err := pgxpool.ParseConfig(unreachableDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hooked := false
+	pc.BeforeConnect = func(context.Context, *pgx.ConnConfig) error { hooked = true; return errors.New("no token") }
+	pc.MaxConns = 7
+	p, err := NewWithConfig(context.Background(), &Config{Config: pc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	if p.settings.acquireTimeout != defaultAcquireTimeout || !p.settings.resolveCommits || p.pool.Config().MaxConns != 7 {
+		t.Errorf("settings %+v, MaxConns %d", p.settings, p.pool.Config().MaxConns)
+	}
+	if got := p.pool.Config().ConnConfig.RuntimeParams["statement_timeout"]; got != "5000" {
+		t.Errorf("statement_timeout = %q, want the default 5000", got)
+	}
+	if err := p.Ping(context.Background()); err == nil || !hooked {
+		t.Errorf("Ping: err %v, hook called %v: the adopted BeforeConnect must run", err, hooked)
+	}
+	if c := p.Config(); c.MaxConns != 7 || c.Config == pc {
+		t.Errorf("Config() must be a copy of the adopted config")
+	}
+}
+
+// TestNegativeSwitchesOff checks the package's rule on Config: a negative
+// value switches the setting off, never an error.
+func TestNegativeSwitchesOff(t *testing.T) {
+	cfg := mustParse(t, unreachableDSN)
+	cfg.AcquireTimeout, cfg.CommitTimeout, cfg.RollbackTimeout = -1, -1, -1
+	cfg.ResolveTimeout, cfg.MaxWaiters, cfg.CancelGrace, cfg.CancelConnectTimeout = -1, -1, -1, -1
+	cfg.StatementTimeout, cfg.IdleInTransactionTimeout = -1, -1
+	cfg.Retry = RetryPolicy{MaxRetries: -1, MaxAdaptiveRetries: -1, BaseBackoff: -1, MaxBackoff: -1,
+		ConflictBaseBackoff: -1, ConflictMaxBackoff: -1, Budget: RetryBudget{Ratio: -1}}
+	p, err := NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("negative settings must be accepted: %v", err)
+	}
+	t.Cleanup(p.Close)
+	s := p.settings
+	if s.acquireTimeout != 0 || s.commitTimeout != 0 || s.rollbackTimeout != 0 || s.resolveCommits || p.queue.maxWaiters != 0 ||
+		p.cancel.grace != 0 || p.budget != nil || s.statementTimeout != 0 {
+		t.Errorf("settings %+v, maxWaiters %d, grace %v, budget %v: every one must be off", s, p.queue.maxWaiters, p.cancel.grace, p.budget)
+	}
+	r := s.retry
+	if r.MaxRetries != 0 || r.MaxAdaptiveRetries != 0 || r.BaseBackoff != 0 || r.ConflictMaxBackoff != 0 {
+		t.Errorf("retry %+v: every one must be off", r)
+	}
+	params := p.pool.Config().ConnConfig.RuntimeParams
+	if _, ok := params["statement_timeout"]; ok {
+		t.Error("statement_timeout sent")
+	}
+	if _, ok := params["idle_in_transaction_session_timeout"]; ok {
+		t.Error("idle_in_transaction_session_timeout sent")
+	}
+	if !deadlineAfter(s.commitTimeout).IsZero() {
+		t.Error("an off CommitTimeout must set no socket deadline")
+	}
+}
+
 func TestDefaultsResolved(t *testing.T) {
 	p, err := NewWithConfig(context.Background(), mustParse(t, unreachableDSN))
 	if err != nil {
@@ -118,7 +179,7 @@ func TestDefaultsResolved(t *testing.T) {
 	}
 	t.Cleanup(p.Close)
 	s := p.settings
-	if s.acquireTimeout != DefaultAcquireTimeout || s.commitTimeout != DefaultCommitTimeout || s.rollbackTimeout != DefaultRollbackTimeout {
+	if s.acquireTimeout != defaultAcquireTimeout || s.commitTimeout != defaultCommitTimeout || s.rollbackTimeout != defaultRollbackTimeout {
 		t.Errorf("timeouts = %+v", s)
 	}
 	r := s.retry

@@ -3,6 +3,8 @@ package pgtx
 import (
 	"strings"
 
+	"github.com/jackc/pgerrcode"
+
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -15,9 +17,9 @@ import (
 
 // SQLSTATEs poolers send their own errors with.
 const (
-	CodeProtocolViolation = "08P01" // PgBouncer
-	codeInternalError     = "XX000" // Supavisor
-	codeSystemError       = "58000" // pgcat
+	codeProtocolViolation = pgerrcode.ProtocolViolation // PgBouncer
+	codeInternalError     = pgerrcode.InternalError     // Supavisor
+	codeSystemError       = pgerrcode.SystemError       // pgcat
 )
 
 // poolerMessage is one pooler error text and what it means.
@@ -88,17 +90,17 @@ var poolerMessages = [...]poolerMessage{
 // was idle inside a transaction: a COMMIT sent after it never ran, so at
 // COMMIT it is a definitive "not committed", not an unknown outcome.
 func endedIdle(e *pgconn.PgError) bool {
-	if e.Code == CodeIdleInTransactionSessionTimeout {
+	if e.Code == pgerrcode.IdleInTransactionSessionTimeout {
 		return true
 	}
-	return (e.Code == CodeProtocolViolation || e.Code == "") && strings.HasPrefix(e.Message, "idle transaction timeout")
+	return (e.Code == codeProtocolViolation || e.Code == "") && strings.HasPrefix(e.Message, "idle transaction timeout")
 }
 
 // classifyPoolerError recognises a pooler's error; ok is false for anything
 // else.
 func classifyPoolerError(e *pgconn.PgError) (c Class, ok bool) {
 	switch e.Code {
-	case "", CodeProtocolViolation, codeInternalError, codeSystemError:
+	case "", codeProtocolViolation, codeInternalError, codeSystemError:
 	default:
 		return 0, false
 	}

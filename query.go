@@ -16,20 +16,20 @@ import (
 
 // Exec is pgxpool.Pool.Exec; see the note on the query methods above.
 func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if p == nil || p.Pool == nil {
+	if p == nil || p.pool == nil {
 		return pgconn.CommandTag{}, errPoolNotOpened
 	}
-	tag, err := p.Pool.Exec(ctx, sql, args...)
+	tag, err := p.pool.Exec(ctx, sql, args...)
 	return tag, withContextErr(ctx, err)
 }
 
 // Query is pgxpool.Pool.Query; the returned Rows' Err and Scan match
 // ctx.Err() when the context ended the statement.
 func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if p == nil || p.Pool == nil {
+	if p == nil || p.pool == nil {
 		return errRows{err: errPoolNotOpened}, errPoolNotOpened
 	}
-	rows, err := p.Pool.Query(ctx, sql, args...)
+	rows, err := p.pool.Query(ctx, sql, args...)
 	if ctx.Done() == nil {
 		return rows, err
 	}
@@ -39,10 +39,10 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 // QueryRow is pgxpool.Pool.QueryRow; Scan's error matches ctx.Err() when the
 // context ended the statement.
 func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if p == nil || p.Pool == nil {
+	if p == nil || p.pool == nil {
 		return errRows{err: errPoolNotOpened}
 	}
-	row := p.Pool.QueryRow(ctx, sql, args...)
+	row := p.pool.QueryRow(ctx, sql, args...)
 	if ctx.Done() == nil {
 		return row
 	}
@@ -52,10 +52,10 @@ func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // SendBatch is pgxpool.Pool.SendBatch; the errors of the returned
 // BatchResults match ctx.Err() when the context ended the batch.
 func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if p == nil || p.Pool == nil {
+	if p == nil || p.pool == nil {
 		return pgx.FailedBatchResults(b, errPoolNotOpened)
 	}
-	br := p.Pool.SendBatch(ctx, b)
+	br := p.pool.SendBatch(ctx, b)
 	if ctx.Done() == nil {
 		return br
 	}
@@ -65,10 +65,10 @@ func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 // CopyFrom is pgxpool.Pool.CopyFrom; see the note on the query methods
 // above.
 func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
-	if p == nil || p.Pool == nil {
+	if p == nil || p.pool == nil {
 		return 0, errPoolNotOpened
 	}
-	n, err := p.Pool.CopyFrom(ctx, tableName, columnNames, rowSrc)
+	n, err := p.pool.CopyFrom(ctx, tableName, columnNames, rowSrc)
 	return n, withContextErr(ctx, err)
 }
 

@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// DefaultResolveTimeout bounds the resolution of an ambiguous COMMIT.
-const DefaultResolveTimeout = 5 * time.Second
+// defaultResolveTimeout bounds the resolution of an ambiguous COMMIT.
+const defaultResolveTimeout = 5 * time.Second
 
 // captureSQL ends the BEGIN round trip of a resolving transaction: it gives
 // the transaction its id now (so even one that writes no row, sends only a
@@ -26,32 +26,33 @@ const captureSQL = "; select pg_current_xact_id()"
 
 // ResolveStats counts what became of the ambiguous COMMITs of a pool: those
 // whose connection was lost, or whose session ended, while COMMIT was in
-// flight (Config.ResolveCommits).
+// flight ([Config].ResolveTimeout).
 type ResolveStats struct {
-	// Committed: the server had committed; the call reported success.
-	Committed int64
-	// Aborted: the server had not committed; the call was run again.
-	Aborted int64
-	// NotApplied: the transaction began on a server in recovery (a hot
-	// standby), where a transaction can change nothing, so running it
+	// CommittedCount: the server had committed; the call reported success.
+	CommittedCount int64
+	// AbortedCount: the server had not committed; the call was run again.
+	AbortedCount int64
+	// NotAppliedCount: the transaction began on a server in recovery (a
+	// hot standby), where a transaction can change nothing, so running it
 	// again is harmless; the call was run again.
-	NotApplied int64
-	// Unknown: nothing could tell; the call returned ErrCommitUnknown.
-	// Unsupported and Elsewhere count two of the reasons.
-	Unknown int64
-	// Unsupported counts the Unknown outcomes of connections to servers
-	// that cannot be asked (without pg_xact_status: PostgreSQL before 13,
-	// CockroachDB, YugabyteDB).
-	Unsupported int64
-	// Elsewhere counts the Unknown outcomes whose server, when it could be
-	// asked, was not the system or timeline the transaction ran on (a
-	// failover): an id of the old timeline may have been given to another
-	// transaction there.
-	Elsewhere int64
-	// Terminated counts backends ended to resolve a transaction they still
-	// held open (their client gone, they had not noticed), after which the
-	// server's answer was definitive.
-	Terminated int64
+	NotAppliedCount int64
+	// UnknownCount: nothing could tell; the call returned
+	// [ErrCommitUnknown]. UnsupportedCount and ElsewhereCount count two of
+	// the reasons.
+	UnknownCount int64
+	// UnsupportedCount counts the unknown outcomes of connections to
+	// servers that cannot be asked (without pg_xact_status: PostgreSQL
+	// before 13, CockroachDB, YugabyteDB).
+	UnsupportedCount int64
+	// ElsewhereCount counts the unknown outcomes whose server, when it
+	// could be asked, was not the system or timeline the transaction ran on
+	// (a failover): an id of the old timeline may have been given to
+	// another transaction there.
+	ElsewhereCount int64
+	// TerminatedCount counts backends ended to resolve a transaction they
+	// still held open (their client gone, they had not noticed), after
+	// which the server's answer was definitive.
+	TerminatedCount int64
 }
 
 type resolveCounters struct {
@@ -60,9 +61,9 @@ type resolveCounters struct {
 
 func (r *resolveCounters) snapshot() ResolveStats {
 	return ResolveStats{
-		Committed: r.committed.Load(), Aborted: r.aborted.Load(), NotApplied: r.notApplied.Load(),
-		Unknown: r.unknown.Load(), Unsupported: r.unsupported.Load(), Elsewhere: r.elsewhere.Load(),
-		Terminated: r.terminated.Load(),
+		CommittedCount: r.committed.Load(), AbortedCount: r.aborted.Load(), NotAppliedCount: r.notApplied.Load(),
+		UnknownCount: r.unknown.Load(), UnsupportedCount: r.unsupported.Load(), ElsewhereCount: r.elsewhere.Load(),
+		TerminatedCount: r.terminated.Load(),
 	}
 }
 
@@ -120,7 +121,7 @@ func parseUint(b []byte) (uint64, bool) {
 // CommitTimeout (a deadline on the socket nc), and resolves it when its
 // answer is lost.
 func (a *txAttempt) commitCaptured(ctx context.Context, pgConn *pgconn.PgConn, nc net.Conn, id txID) (Class, error) {
-	_ = nc.SetDeadline(time.Now().Add(a.pool.settings.commitTimeout))
+	_ = nc.SetDeadline(deadlineAfter(a.pool.settings.commitTimeout))
 	tag, err := execTag(uncancellable(ctx), pgConn, "commit")
 	_ = nc.SetDeadline(time.Time{})
 	switch {
@@ -154,7 +155,7 @@ func rollbackConn(ctx context.Context, pgConn *pgconn.PgConn, timeout time.Durat
 		return
 	}
 	nc := pgConn.Conn()
-	_ = nc.SetDeadline(time.Now().Add(timeout))
+	_ = nc.SetDeadline(deadlineAfter(timeout))
 	_, _ = execTag(uncancellable(ctx), pgConn, "rollback")
 	_ = nc.SetDeadline(time.Time{})
 }

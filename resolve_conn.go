@@ -156,7 +156,7 @@ type resolver struct {
 // newResolver builds the resolver of a pool: over cancelPool when there is
 // one, else connecting with the caller's connection config.
 func newResolver(cfg *Config, cancelPool *pgxpool.Pool) *resolver {
-	timeout := durDefault(cfg.ResolveTimeout, DefaultResolveTimeout)
+	timeout := durDefault(cfg.ResolveTimeout, defaultResolveTimeout)
 	if cancelPool != nil {
 		return &resolver{timeout: timeout, pool: cancelPool}
 	}

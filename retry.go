@@ -6,97 +6,75 @@ import (
 	"time"
 )
 
-// Defaults of RetryPolicy; a zero field means the default.
+// The defaults of RetryPolicy, stated on each field.
 const (
-	DefaultMaxRetries          = 10
-	DefaultMaxAdaptiveRetries  = 2
-	DefaultBaseBackoff         = 100 * time.Millisecond
-	DefaultMaxBackoff          = 10 * time.Second
-	DefaultConflictBaseBackoff = 5 * time.Millisecond
-	DefaultConflictMaxBackoff  = 500 * time.Millisecond
+	defaultMaxRetries          = 10
+	defaultMaxAdaptiveRetries  = 2
+	defaultBaseBackoff         = 100 * time.Millisecond
+	defaultMaxBackoff          = 10 * time.Second
+	defaultConflictBaseBackoff = 5 * time.Millisecond
+	defaultConflictMaxBackoff  = 500 * time.Millisecond
 )
 
-// RetryPolicy says how often and how far apart Transaction runs a transaction
-// again. The zero value is the documented default of every field.
+// RetryPolicy says how often and how far apart [Transaction] runs a
+// transaction again. The zero value is the default of every field.
 type RetryPolicy struct {
 	// MaxRetries caps the retries of a call after conflicts (40001, 40P01)
 	// and connections lost before COMMIT, as long as no overload error has
-	// been seen. 0 means DefaultMaxRetries (10); negative means none.
+	// been seen. Default 10; negative: no such retries.
 	MaxRetries int
 
 	// MaxAdaptiveRetries caps the retries after an overload error (53300,
-	// 57P03, a pooler's admission error). Once an overload error has been
-	// seen, it caps every later retry of the call whatever its cause: the
-	// call's total retry limit becomes MaxAdaptiveRetries. 0 means
-	// DefaultMaxAdaptiveRetries (2); negative means no overload retries.
+	// 57P03, a pooler's admission error) or an unavailable server. Once
+	// one has been seen, it caps every later retry of the call whatever
+	// its cause: the call's total retry limit becomes MaxAdaptiveRetries.
+	// Default 2; negative: no overload retries.
 	MaxAdaptiveRetries int
 
 	// Jitter returns a value in [0, 1) that scales every backoff (full
-	// jitter). nil means math/rand/v2. Values outside [0, 1) are clamped. It
-	// must be safe for concurrent use.
+	// jitter). nil means math/rand/v2. Values outside [0, 1) are clamped.
+	// It must be safe for concurrent use.
 	Jitter func() float64
 
 	// BaseBackoff and MaxBackoff shape the overload backoff:
-	// jitter * min(MaxBackoff, BaseBackoff * 2^attempt), attempt counted from
-	// 1 over all retries of the call. 0 means DefaultBaseBackoff (100ms) and
-	// DefaultMaxBackoff (10s).
+	// jitter * min(MaxBackoff, BaseBackoff * 2^attempt), attempt counted
+	// from 1 over all retries of the call, as the Client Backpressure
+	// specification of MongoDB's drivers has it. Defaults 100ms and 10s;
+	// negative: no pause.
 	BaseBackoff time.Duration
 	MaxBackoff  time.Duration
 
-	// ConflictBaseBackoff and ConflictMaxBackoff shape the short pause after a
-	// conflict or a lost connection, with the same formula. Conflicts clear
-	// in milliseconds; the jitter keeps two colliding transactions from
-	// colliding again, and the cap lets ten retries outlast a hot row
-	// (bench/RESULTS.md: with a 100ms cap, calls gave up at 32 workers). 0
-	// means DefaultConflictBaseBackoff (5ms) and DefaultConflictMaxBackoff
-	// (500ms).
+	// ConflictBaseBackoff and ConflictMaxBackoff shape the short pause
+	// after a conflict or a lost connection, with the same formula.
+	// Conflicts clear in milliseconds; the jitter keeps two colliding
+	// transactions from colliding again, and the cap lets ten retries
+	// outlast a hot row (bench/RESULTS.md: with a 100ms cap, calls gave up
+	// at 32 workers). Defaults 5ms and 500ms; negative: no pause.
 	ConflictBaseBackoff time.Duration
 	ConflictMaxBackoff  time.Duration
 
 	// Budget bounds the overload and lost-connection retries of the whole
-	// pool; its zero value is on, with the defaults of RetryBudget.
+	// pool; its zero value is on, with the defaults of [RetryBudget].
 	Budget RetryBudget
 }
 
 // validate reports a policy that cannot be applied.
 func (p RetryPolicy) validate() error {
-	if p.BaseBackoff < 0 || p.MaxBackoff < 0 || p.ConflictBaseBackoff < 0 || p.ConflictMaxBackoff < 0 {
-		return &invalidArgError{msg: "RetryPolicy backoff durations must not be negative"}
-	}
 	return p.Budget.validate()
 }
 
 // withDefaults returns p with every zero field set to its default.
 func (p RetryPolicy) withDefaults() RetryPolicy {
-	p.MaxRetries = defaultOrNone(p.MaxRetries, DefaultMaxRetries)
-	p.MaxAdaptiveRetries = defaultOrNone(p.MaxAdaptiveRetries, DefaultMaxAdaptiveRetries)
-	p.BaseBackoff = durDefault(p.BaseBackoff, DefaultBaseBackoff)
-	p.MaxBackoff = durDefault(p.MaxBackoff, DefaultMaxBackoff)
-	p.ConflictBaseBackoff = durDefault(p.ConflictBaseBackoff, DefaultConflictBaseBackoff)
-	p.ConflictMaxBackoff = durDefault(p.ConflictMaxBackoff, DefaultConflictMaxBackoff)
+	p.MaxRetries = defaultOrNone(p.MaxRetries, defaultMaxRetries)
+	p.MaxAdaptiveRetries = defaultOrNone(p.MaxAdaptiveRetries, defaultMaxAdaptiveRetries)
+	p.BaseBackoff = defaultOrNone(p.BaseBackoff, defaultBaseBackoff)
+	p.MaxBackoff = defaultOrNone(p.MaxBackoff, defaultMaxBackoff)
+	p.ConflictBaseBackoff = defaultOrNone(p.ConflictBaseBackoff, defaultConflictBaseBackoff)
+	p.ConflictMaxBackoff = defaultOrNone(p.ConflictMaxBackoff, defaultConflictMaxBackoff)
 	if p.Jitter == nil {
 		p.Jitter = rand.Float64
 	}
 	return p
-}
-
-// defaultOrNone maps 0 to def and a negative value to 0 (none): the rule of
-// every count, ratio and rate of a config.
-func defaultOrNone[T int | float64](v, def T) T {
-	switch {
-	case v == 0:
-		return def
-	case v < 0:
-		return 0
-	}
-	return v
-}
-
-func durDefault(v, def time.Duration) time.Duration {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // backoff returns jitter * min(maxBackoff, base * 2^attempt), the spec's
@@ -141,6 +119,7 @@ const (
 	stopCapReached                     // MaxRetries or MaxAdaptiveRetries reached
 	stopDeadline                       // the backoff would end past the deadline
 	stopBudget                         // the retry budget is spent
+	stopContext                        // the caller's context ended
 )
 
 // next decides whether a call that failed with an error of class c runs
@@ -223,8 +202,8 @@ type retryLoop struct {
 	policy     *RetryPolicy
 	clock      clock
 	maxRetries int
-	budget     *retryBudget // nil: no budget
-	tracer     Tracer       // nil: no events
+	budget     *retryBudget      // nil: no budget
+	tracer     TransactionTracer // nil: no events
 	label      string
 	isolation  Isolation
 }
@@ -241,26 +220,27 @@ func budgeted(c Class) bool { return c.adaptive() || c == ClassConnectionLost }
 // permanent error that merely raced the cancellation keeps its own class.
 func endedByContext(c Class) bool { return c.Retryable() || c == ClassTimeout }
 
-// run returns nil after a successful attempt, or the last attempt's error.
-// When ctx ended the call, the error matches ctx.Err() as well.
+// run returns nil after a successful attempt, or the last attempt's error,
+// as a *RetryError when the call was retried or a retry was refused. When
+// ctx ended the call, the error matches ctx.Err() as well.
 func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 	var st retryState
 	deadline, hasDeadline := ctx.Deadline()
 	callCtx, callStart := ctx, time.Time{}
-	txTracer, _ := l.tracer.(TransactionTracer)
 	if l.tracer != nil {
 		callStart = l.clock.Now()
-		if txTracer != nil {
-			callCtx = txTracer.TraceTransactionStart(ctx, TraceTransactionStartData{Label: l.label, Isolation: l.isolation})
-		}
+		callCtx = l.tracer.TraceTransactionStart(ctx, TraceTransactionStartData{Label: l.label, Isolation: l.isolation})
 	}
-	for n := 1; ; n++ {
+	n, err, class := 0, error(nil), ClassNone
+	interrupted := false // the context ended during a backoff
+	for {
+		n++
 		actx, start := callCtx, time.Time{}
 		if l.tracer != nil {
 			start = l.clock.Now()
 			actx = l.tracer.TraceAttemptStart(callCtx, TraceAttemptStartData{Label: l.label, Isolation: l.isolation, Attempt: n})
 		}
-		class, err := attempt(actx)
+		class, err = attempt(actx)
 		var d decision
 		switch {
 		case err == nil:
@@ -268,6 +248,7 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 				l.budget.success(l.clock.Now())
 			}
 		case ctx.Err() != nil:
+			d.reason = stopContext
 			if endedByContext(class) {
 				err = withContextErr(ctx, err)
 			}
@@ -275,38 +256,53 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			d = l.policy.next(&st, class, l.maxRetries, l.clock.Now(), deadline, hasDeadline)
 			if d.retry && l.budget != nil && budgeted(class) && !l.budget.withdraw(l.clock.Now()) {
 				d = decision{reason: stopBudget}
-				err = &budgetExhaustedError{err: err}
-				if bt, ok := l.tracer.(RetryBudgetTracer); ok {
-					bt.TraceRetryBudgetExhausted(actx, TraceRetryBudgetData{Label: l.label, Attempt: n, Err: err, Class: class})
-				}
 			}
+		}
+		if !d.retry && err != nil {
+			err = l.gaveUp(err, n, d.reason, st.overloadSeen)
 		}
 		if l.tracer != nil {
-			now := l.clock.Now()
 			l.tracer.TraceAttemptEnd(actx, TraceAttemptEndData{
 				Label: l.label, Isolation: l.isolation, Attempt: n,
-				Err: err, Class: class, Duration: now.Sub(start),
+				Err: err, Class: class, Duration: l.clock.Now().Sub(start),
 				Retry: d.retry, Backoff: d.backoff,
 			})
-			if !d.retry && txTracer != nil {
-				txTracer.TraceTransactionEnd(callCtx, TraceTransactionEndData{
-					Label: l.label, Isolation: l.isolation, Attempts: n,
-					Err: err, Class: Classify(err), Duration: now.Sub(callStart),
-				})
-			}
 		}
 		if !d.retry {
-			return err
+			break
 		}
 		if l.clock.Sleep(ctx, d.backoff) != nil {
-			err = withContextErr(ctx, err)
-			if txTracer != nil {
-				txTracer.TraceTransactionEnd(callCtx, TraceTransactionEndData{
-					Label: l.label, Isolation: l.isolation, Attempts: n,
-					Err: err, Class: ClassTimeout, Duration: l.clock.Now().Sub(callStart),
-				})
-			}
-			return err
+			interrupted = true
+			err = l.gaveUp(withContextErr(ctx, err), n, stopContext, st.overloadSeen)
+			break
 		}
 	}
+	if l.tracer != nil {
+		endClass := Classify(err)
+		if interrupted {
+			endClass = ClassTimeout
+		}
+		l.tracer.TraceTransactionEnd(callCtx, TraceTransactionEndData{
+			Label: l.label, Isolation: l.isolation, Attempts: n,
+			Err: err, Class: endClass, Duration: l.clock.Now().Sub(callStart),
+		})
+	}
+	return err
+}
+
+// gaveUp returns the error a call that made n attempts ends with: err as it
+// is after a single attempt that nothing would have retried, else a
+// *RetryError that says how many attempts there were and why no more.
+func (l *retryLoop) gaveUp(err error, n int, why stopReason, overloadSeen bool) error {
+	if n == 1 && (why == stopNotRetryable || why == stopContext) {
+		return err
+	}
+	limit, cap := "", 0
+	if why == stopCapReached {
+		limit, cap = "MaxRetries", l.maxRetries
+		if overloadSeen || (Classify(err).adaptive() && l.policy.MaxAdaptiveRetries == 0) {
+			limit, cap = "MaxAdaptiveRetries", l.policy.MaxAdaptiveRetries
+		}
+	}
+	return &RetryError{Attempts: n, Err: err, reason: why, limit: limit, cap: cap}
 }

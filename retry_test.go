@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgerrcode"
 	"testing"
 	"time"
 
@@ -67,7 +68,7 @@ func newLoop(p RetryPolicy, clk clock) *retryLoop {
 }
 
 func TestRetryLoopAttempts(t *testing.T) {
-	conflict, deadlock, overload := pgErr(CodeSerializationFailure), pgErr(CodeDeadlockDetected), pgErr(CodeTooManyConnections)
+	conflict, deadlock, overload := pgErr(pgerrcode.SerializationFailure), pgErr(pgerrcode.DeadlockDetected), pgErr(pgerrcode.TooManyConnections)
 	lost := fmt.Errorf("read: %w", pgconn.ErrConnClosed)
 	tests := []struct {
 		name         string
@@ -90,7 +91,7 @@ func TestRetryLoopAttempts(t *testing.T) {
 		{"conflicts then overload: the cap applies to all retries", RetryPolicy{}, append(repeat(conflict, 4), overload, overload), 5, overload},
 		{"overload cap sticks after a conflict", RetryPolicy{MaxAdaptiveRetries: 3}, []error{overload, conflict, conflict, conflict, conflict}, 4, conflict},
 		{"unique violation not retried", RetryPolicy{}, []error{pgErr("23505")}, 1, pgErr("23505")},
-		{"statement timeout not retried", RetryPolicy{}, []error{pgErr(CodeQueryCanceled)}, 1, pgErr(CodeQueryCanceled)},
+		{"statement timeout not retried", RetryPolicy{}, []error{pgErr(pgerrcode.QueryCanceled)}, 1, pgErr(pgerrcode.QueryCanceled)},
 		{"NonRetryable conflict not retried", RetryPolicy{}, []error{NonRetryable(conflict)}, 1, conflict},
 		{"ambiguous commit not retried", RetryPolicy{}, []error{&commitUnknownError{err: pgconn.ErrConnClosed}}, 1, ErrCommitUnknown},
 		{"acquire timeout not retried", RetryPolicy{}, []error{&acquireTimeoutError{timeout: time.Second}}, 1, ErrAcquireTimeout},
@@ -106,7 +107,7 @@ func TestRetryLoopAttempts(t *testing.T) {
 			switch {
 			case tt.wantErr == nil && err != nil:
 				t.Errorf("err = %v, want nil", err)
-			case tt.wantErr != nil && !errors.Is(err, tt.wantErr) && SQLState(err) != SQLState(tt.wantErr):
+			case tt.wantErr != nil && !errors.Is(err, tt.wantErr) && sqlState(err) != sqlState(tt.wantErr):
 				t.Errorf("err = %v, want %v", err, tt.wantErr)
 			}
 			if got, want := len(clk.sleeps), tt.wantAttempts-1; got != want {
@@ -130,10 +131,10 @@ func TestOverloadBackoffFormula(t *testing.T) {
 		t.Run(fmt.Sprint(tt.jitter), func(t *testing.T) {
 			clk := &fakeClock{now: time.Unix(1000, 0)}
 			calls := 0
-			overload := pgErr(CodeCannotConnectNow)
+			overload := pgErr(pgerrcode.CannotConnectNow)
 			err := newLoop(RetryPolicy{MaxAdaptiveRetries: 4, Jitter: constJitter(tt.jitter)}, clk).
 				run(context.Background(), scripted(&calls, repeat(overload, 10)...))
-			if SQLState(err) != CodeCannotConnectNow {
+			if sqlState(err) != pgerrcode.CannotConnectNow {
 				t.Fatalf("err = %v", err)
 			}
 			if fmt.Sprint(clk.sleeps) != fmt.Sprint(tt.want) {
@@ -150,7 +151,7 @@ func TestSpecTimingDifference(t *testing.T) {
 		clk := &fakeClock{now: time.Unix(1000, 0)}
 		calls := 0
 		_ = newLoop(RetryPolicy{Jitter: constJitter(j)}, clk).
-			run(context.Background(), scripted(&calls, repeat(pgErr(CodeTooManyConnections), 10)...))
+			run(context.Background(), scripted(&calls, repeat(pgErr(pgerrcode.TooManyConnections), 10)...))
 		if calls != 3 {
 			t.Fatalf("attempts = %d, want 3", calls)
 		}
@@ -175,7 +176,7 @@ func TestBackoffCap(t *testing.T) {
 		{1 << 30, 10 * time.Second},
 	}
 	for _, tt := range tests {
-		if got := backoff(1, DefaultBaseBackoff, DefaultMaxBackoff, tt.attempt); got != tt.want {
+		if got := backoff(1, defaultBaseBackoff, defaultMaxBackoff, tt.attempt); got != tt.want {
 			t.Errorf("backoff(attempt %d) = %v, want %v", tt.attempt, got, tt.want)
 		}
 	}
@@ -185,10 +186,10 @@ func TestConflictBackoffIsShort(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	calls := 0
 	_ = newLoop(RetryPolicy{Jitter: constJitter(1)}, clk).
-		run(context.Background(), scripted(&calls, repeat(pgErr(CodeSerializationFailure), 50)...))
+		run(context.Background(), scripted(&calls, repeat(pgErr(pgerrcode.SerializationFailure), 50)...))
 	for i, d := range clk.sleeps {
-		if d > DefaultConflictMaxBackoff {
-			t.Errorf("conflict pause %d = %v, above %v", i+1, d, DefaultConflictMaxBackoff)
+		if d > defaultConflictMaxBackoff {
+			t.Errorf("conflict pause %d = %v, above %v", i+1, d, defaultConflictMaxBackoff)
 		}
 	}
 	if clk.sleeps[0] != 10*time.Millisecond {
@@ -211,7 +212,7 @@ func TestJitterClamped(t *testing.T) {
 			clk := &fakeClock{now: time.Unix(1000, 0)}
 			calls := 0
 			_ = newLoop(RetryPolicy{MaxAdaptiveRetries: 1, Jitter: constJitter(tt.jitter)}, clk).
-				run(context.Background(), scripted(&calls, repeat(pgErr(CodeTooManyConnections), 5)...))
+				run(context.Background(), scripted(&calls, repeat(pgErr(pgerrcode.TooManyConnections), 5)...))
 			if len(clk.sleeps) != 1 || clk.sleeps[0] != tt.want {
 				t.Errorf("sleeps = %v, want [%v]", clk.sleeps, tt.want)
 			}
@@ -230,11 +231,11 @@ func TestDeadlineBailOut(t *testing.T) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	calls := 0
-	err := newLoop(RetryPolicy{Jitter: constJitter(1)}, clk).run(ctx, scripted(&calls, repeat(pgErr(CodeTooManyConnections), 5)...))
+	err := newLoop(RetryPolicy{Jitter: constJitter(1)}, clk).run(ctx, scripted(&calls, repeat(pgErr(pgerrcode.TooManyConnections), 5)...))
 	if calls != 1 || len(clk.sleeps) != 0 {
 		t.Errorf("attempts = %d, sleeps = %v; want 1 attempt and no sleep", calls, clk.sleeps)
 	}
-	if SQLState(err) != CodeTooManyConnections {
+	if sqlState(err) != pgerrcode.TooManyConnections {
 		t.Errorf("err = %v, want the 53300", err)
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -244,7 +245,7 @@ func TestDeadlineBailOut(t *testing.T) {
 	// With jitter 0.5 the first pause (100ms) fits, the second (200ms) does not.
 	clk = &fakeClock{now: deadline.Add(-150 * time.Millisecond)}
 	calls = 0
-	_ = newLoop(RetryPolicy{Jitter: constJitter(0.5)}, clk).run(ctx, scripted(&calls, repeat(pgErr(CodeTooManyConnections), 5)...))
+	_ = newLoop(RetryPolicy{Jitter: constJitter(0.5)}, clk).run(ctx, scripted(&calls, repeat(pgErr(pgerrcode.TooManyConnections), 5)...))
 	if calls != 2 || fmt.Sprint(clk.sleeps) != "[100ms]" {
 		t.Errorf("attempts = %d, sleeps = %v; want 2 attempts and [100ms]", calls, clk.sleeps)
 	}
@@ -259,13 +260,13 @@ func TestContextEndsDuringCall(t *testing.T) {
 	attempt := func(context.Context) (Class, error) {
 		calls++
 		cancel() // the caller goes away during the first attempt
-		return ClassConflict, pgErr(CodeSerializationFailure)
+		return ClassConflict, pgErr(pgerrcode.SerializationFailure)
 	}
 	err := newLoop(RetryPolicy{}, &fakeClock{now: time.Unix(1000, 0)}).run(ctx, attempt)
 	if calls != 1 {
 		t.Errorf("attempts = %d, want 1", calls)
 	}
-	if !errors.Is(err, context.Canceled) || SQLState(err) != CodeSerializationFailure {
+	if !errors.Is(err, context.Canceled) || sqlState(err) != pgerrcode.SerializationFailure {
 		t.Errorf("err = %v, want both context.Canceled and the 40001", err)
 	}
 }
@@ -278,7 +279,7 @@ func TestPerCallMaxRetries(t *testing.T) {
 			l.maxRetries = defaultOrNone(tt.perCall, 0)
 		}
 		calls := 0
-		_ = l.run(context.Background(), scripted(&calls, repeat(pgErr(CodeDeadlockDetected), 50)...))
+		_ = l.run(context.Background(), scripted(&calls, repeat(pgErr(pgerrcode.DeadlockDetected), 50)...))
 		if calls != tt.want {
 			t.Errorf("per-call MaxRetries %d: attempts = %d, want %d", tt.perCall, calls, tt.want)
 		}
@@ -286,8 +287,12 @@ func TestPerCallMaxRetries(t *testing.T) {
 }
 
 func TestRetryPolicyValidate(t *testing.T) {
-	if err := (RetryPolicy{BaseBackoff: -1}).validate(); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("negative BaseBackoff: err = %v", err)
+	if err := (RetryPolicy{BaseBackoff: -1}).validate(); err != nil {
+		t.Errorf("negative BaseBackoff means no pause and is valid: %v", err)
+	}
+	if p := (RetryPolicy{BaseBackoff: -1, ConflictMaxBackoff: -1}).withDefaults(); backoff(1, p.BaseBackoff, p.MaxBackoff, 3) != 0 ||
+		backoff(1, p.ConflictBaseBackoff, p.ConflictMaxBackoff, 3) != 0 {
+		t.Errorf("a negative backoff must mean no pause: %+v", p)
 	}
 	if err := (RetryPolicy{MaxRetries: -1, MaxAdaptiveRetries: -5}).validate(); err != nil {
 		t.Errorf("negative caps mean none and are valid: %v", err)

@@ -77,12 +77,20 @@ func splitOptions(s string) []string {
 	return args
 }
 
-// durationMillis rounds d up to whole milliseconds, so a positive timeout
-// never becomes 0 (which Postgres reads as "no limit").
-func durationMillis(d time.Duration) int64 {
-	ms := int64(d / time.Millisecond)
-	if d%time.Millisecond != 0 {
-		ms++
+// sessionMillis reads a duration setting as the server does (an integer is
+// milliseconds; a unit may follow: us, ms, s, min, h, d), returning 0 for
+// none, 0 itself, or text it cannot read.
+func sessionMillis(v string) time.Duration {
+	v = strings.TrimSpace(v)
+	i := 0
+	for i < len(v) && (v[i] >= '0' && v[i] <= '9' || v[i] == '.') {
+		i++
 	}
-	return ms
+	n, err := strconv.ParseFloat(v[:i], 64)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	unit := map[string]time.Duration{"": time.Millisecond, "us": time.Microsecond, "ms": time.Millisecond,
+		"s": time.Second, "min": time.Minute, "h": time.Hour, "d": 24 * time.Hour}[strings.TrimSpace(v[i:])]
+	return time.Duration(n * float64(unit))
 }

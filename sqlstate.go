@@ -4,48 +4,23 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"net"
 	"syscall"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// SQLSTATE codes pgtx classifies. The full list is in the PostgreSQL manual,
-// appendix "PostgreSQL Error Codes".
-const (
-	// Class 40: transaction rollback. The whole transaction may run again.
-	CodeSerializationFailure = "40001"
-	CodeDeadlockDetected     = "40P01"
-
-	// Class 53 and 57P03: the server sheds load.
-	CodeTooManyConnections = "53300"
-	CodeCannotConnectNow   = "57P03"
-
-	// Class 08 and the 57P0x shutdown codes: the connection is gone.
-	CodeConnectionException                  = "08000"
-	CodeConnectionDoesNotExist               = "08003"
-	CodeConnectionFailure                    = "08006"
-	CodeSQLClientUnableToEstablishConnection = "08001"
-	CodeSQLServerRejectedConnection          = "08004"
-	CodeAdminShutdown                        = "57P01"
-	CodeCrashShutdown                        = "57P02"
-
-	// Timeouts: never retried, a statement that took too long takes too long again.
-	CodeQueryCanceled                   = "57014"
-	CodeIdleInTransactionSessionTimeout = "25P03"
-	CodeTransactionTimeout              = "25P04"
-
-	// Errors no retry can fix: authentication and a missing database.
-	CodeInvalidAuthorizationSpecification = "28000"
-	CodeInvalidPassword                   = "28P01"
-	CodeInvalidCatalogName                = "3D000"
-)
+// codeTransactionTimeout is transaction_timeout (PostgreSQL 17), which
+// pgerrcode does not list yet.
+const codeTransactionTimeout = "25P04"
 
 // Class is what pgtx does with an error: retry the whole transaction, back off,
 // give up, or report an unknown outcome.
 type Class int
 
-// The error classes of pgtx, in the order of DESIGN.md.
+// The error classes of pgtx.
 const (
 	// ClassNone is the class of a nil error.
 	ClassNone Class = iota
@@ -104,7 +79,7 @@ func (c Class) String() string {
 	case ClassPermanent:
 		return "permanent"
 	}
-	return "unknown"
+	return "Class(" + strconv.Itoa(int(c)) + ")"
 }
 
 // Retryable reports whether pgtx runs a transaction again after an error of
@@ -116,24 +91,6 @@ func (c Class) Retryable() bool {
 // adaptive reports the classes backed off by the spec's rules: the overload
 // backoff, the MaxAdaptiveRetries cap that sticks.
 func (c Class) adaptive() bool { return c == ClassOverload || c == ClassUnavailable }
-
-// SQLState returns the SQLSTATE of the first *pgconn.PgError found in err's
-// tree (wrapped or joined errors included), or "" when there is none.
-func SQLState(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
-}
-
-// IsRetryable reports whether Transaction would run the transaction again
-// after err (caps and deadlines aside). An error Transaction already gave up
-// on because the retry budget was spent is not retryable: retrying it in an
-// outer loop would defeat the budget.
-func IsRetryable(err error) bool {
-	return Classify(err).Retryable() && !errors.Is(err, ErrRetryBudgetExhausted)
-}
 
 // Classify returns the class of err as Transaction sees it outside of COMMIT.
 // It looks through wrapped and joined errors. The precedence is: NonRetryable
@@ -198,17 +155,22 @@ func isUnfixable(err error) bool {
 // classifyPgError maps one server error to its class.
 func classifyPgError(e *pgconn.PgError) Class {
 	switch e.Code {
-	case CodeSerializationFailure, CodeDeadlockDetected:
+	case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected:
 		return ClassConflict
-	case CodeTooManyConnections, CodeCannotConnectNow:
+	case pgerrcode.TooManyConnections, pgerrcode.CannotConnectNow:
 		return ClassOverload
-	case CodeConnectionException, CodeConnectionDoesNotExist, CodeConnectionFailure,
-		CodeSQLClientUnableToEstablishConnection, CodeSQLServerRejectedConnection,
-		CodeAdminShutdown, CodeCrashShutdown:
+	case pgerrcode.ConnectionException, pgerrcode.ConnectionDoesNotExist, pgerrcode.ConnectionFailure,
+		pgerrcode.SQLClientUnableToEstablishSQLConnection, pgerrcode.SQLServerRejectedEstablishmentOfSQLConnection,
+		pgerrcode.AdminShutdown, pgerrcode.CrashShutdown:
 		return ClassConnectionLost
-	case CodeQueryCanceled, CodeIdleInTransactionSessionTimeout, CodeTransactionTimeout:
+	case pgerrcode.TransactionResolutionUnknown, pgerrcode.StatementCompletionUnknown:
+		// Outside COMMIT these say the server could not tell whether the
+		// statement or transaction took effect; the session is gone or
+		// about to be. At COMMIT, commit classifies them as ambiguous.
+		return ClassConnectionLost
+	case pgerrcode.QueryCanceled, pgerrcode.IdleInTransactionSessionTimeout, codeTransactionTimeout:
 		return ClassTimeout
-	case CodeInvalidAuthorizationSpecification, CodeInvalidPassword, CodeInvalidCatalogName:
+	case pgerrcode.InvalidAuthorizationSpecification, pgerrcode.InvalidPassword, pgerrcode.InvalidCatalogName:
 		return ClassPermanent // no retry logs in or finds the database
 	}
 	if c, ok := classifyPoolerError(e); ok {

@@ -83,14 +83,11 @@ func TestClassify(t *testing.T) {
 			if got := Classify(tt.err); got != tt.want {
 				t.Errorf("Classify(%v) = %v, want %v", tt.err, got, tt.want)
 			}
-			if got, want := IsRetryable(tt.err), tt.want.Retryable(); got != want {
-				t.Errorf("IsRetryable = %v, want %v", got, want)
-			}
 		})
 	}
 }
 
-func TestSQLState(t *testing.T) {
+func TestSQLStateHelper(t *testing.T) {
 	tests := []struct {
 		err  error
 		want string
@@ -103,8 +100,8 @@ func TestSQLState(t *testing.T) {
 		{&commitUnknownError{err: pgErr("08006")}, "08006"},
 	}
 	for _, tt := range tests {
-		if got := SQLState(tt.err); got != tt.want {
-			t.Errorf("SQLState(%v) = %q, want %q", tt.err, got, tt.want)
+		if got := sqlState(tt.err); got != tt.want {
+			t.Errorf("sqlState(%v) = %q, want %q", tt.err, got, tt.want)
 		}
 	}
 }
@@ -118,7 +115,7 @@ func TestClassString(t *testing.T) {
 		}
 		seen[s] = true
 	}
-	if Class(99).String() != "unknown" {
+	if Class(99).String() != "Class(99)" {
 		t.Errorf("Class(99).String() = %q", Class(99).String())
 	}
 }

@@ -7,36 +7,40 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Stats is a snapshot of a Pool's statistics.
+// Stats is a snapshot of a [Pool]'s statistics. Counters end in Count and
+// totals of time in Duration, as in [database/sql.DBStats]; the other
+// fields are readings of the moment.
 type Stats struct {
 	// Pool is the main pool's pgxpool statistics.
 	Pool *pgxpool.Stat
-	// CancelPool is the cancel pool's; nil unless CancelMode is
-	// CancelModePool.
+	// CancelPool is the cancel pool's; nil unless the [CancelMode] is
+	// [CancelModePool].
 	CancelPool *pgxpool.Stat
 	// Cancels counts the statements cancelled because their context ended.
 	Cancels CancelStats
 
-	// Waiters is the queue depth: acquires of a connection in progress now,
-	// on every path (Transaction and the pool's query methods). Above 0
-	// callers wait: the pool cannot serve the arrival rate at the current
-	// query latency. Alert on it, not on utilisation.
-	Waiters int64
+	// Waiting is the queue depth: acquires of a connection in progress
+	// now, on every path (Transaction and the pool's query methods). Above
+	// 0 callers wait: the pool cannot serve the arrival rate at the
+	// current query latency. Alert on it, not on utilisation.
+	Waiting int64
 	// AcquireWait is the distribution of Transaction's waits for a
 	// connection.
 	AcquireWait Histogram
-	// AcquireTimeouts counts Transaction's waits ended by AcquireTimeout.
-	AcquireTimeouts int64
-	// QueueFull counts calls refused at once because MaxWaiters callers
-	// were waiting.
-	QueueFull int64
-	// Calls counts Transaction calls started.
-	Calls int64
-	// Held and HoldTime count the attempts that held a connection and gave
-	// it back, and their total hold time (BEGIN to release): HoldTime/Held is
-	// the mean time a transaction keeps a connection.
-	Held     int64
-	HoldTime time.Duration
+	// AcquireTimeoutCount counts Transaction's waits ended by
+	// [Config].AcquireTimeout.
+	AcquireTimeoutCount int64
+	// QueueFullCount counts calls refused at once because
+	// [Config].MaxWaiters callers were waiting.
+	QueueFullCount int64
+	// TransactionCount counts Transaction calls started.
+	TransactionCount int64
+	// HeldCount and HeldDuration count the attempts that held a connection
+	// and gave it back, and their total hold time (BEGIN to release):
+	// HeldDuration/HeldCount is the mean time a transaction keeps a
+	// connection.
+	HeldCount    int64
+	HeldDuration time.Duration
 	// InFlight is the number of attempts holding a connection now, and
 	// OldestInFlight the age of the oldest of them.
 	InFlight       int
@@ -46,105 +50,159 @@ type Stats struct {
 	Breaker *BreakerStats
 
 	// Resolved counts the resolutions of ambiguous COMMITs
-	// (Config.ResolveCommits).
+	// ([Config].ResolveTimeout).
 	Resolved ResolveStats
 }
 
 // CancelStats counts cancellations by outcome.
 type CancelStats struct {
-	// Sent counts cancels sent to the server (over the cancel pool or with
-	// the protocol cancel request).
-	Sent int64
-	// Signalled counts pg_cancel_backend calls that signalled the backend.
-	Signalled int64
-	// NotFound counts cancels whose backend (pid and backend_start) no
-	// longer existed: nothing was signalled.
-	NotFound int64
-	// PoolErrors counts cancels the cancel pool could not deliver (it was
-	// busy, could not connect, was not allowed to cancel, or its answer was
-	// lost); all but the last then fell back to the protocol cancel.
-	PoolErrors int64
-	// Protocol counts cancels delivered with the protocol cancel request,
-	// in CancelModeProtocol or as the fallback of CancelModePool.
-	Protocol int64
-	// Closed counts connections a cancellation destroyed: in
-	// CancelModeClose, when the cancel was not confirmed finished, when the
-	// statement did not return within the grace, or when the context ended
-	// before the connection was ready. Such a connection is never reused.
-	Closed int64
-	// Latency is the time from the context's end to the cancel's answer.
-	Latency LatencyStats
+	// SentCount counts cancels sent to the server (over the cancel pool or
+	// with the protocol cancel request).
+	SentCount int64
+	// SignalledCount counts pg_cancel_backend calls that signalled the
+	// backend.
+	SignalledCount int64
+	// NotFoundCount counts cancels whose backend (pid and backend_start)
+	// no longer existed: nothing was signalled.
+	NotFoundCount int64
+	// PoolErrorCount counts cancels the cancel pool could not deliver (it
+	// was busy, could not connect, was not allowed to cancel, or its answer
+	// was lost); all but the last then fell back to the protocol cancel.
+	PoolErrorCount int64
+	// ProtocolCount counts cancels delivered with the protocol cancel
+	// request, in [CancelModeProtocol] or as the fallback of
+	// [CancelModePool].
+	ProtocolCount int64
+	// ClosedCount counts connections a cancellation destroyed: in
+	// [CancelModeClose], when the cancel was not confirmed finished, when
+	// the statement did not return within the grace, or when the context
+	// ended before the connection was ready. Such a connection is never
+	// reused.
+	ClosedCount int64
+	// Latency is the distribution of the time from the context's end to
+	// the cancel's answer.
+	Latency Histogram
 }
 
-// LatencyStats summarises durations.
-type LatencyStats struct {
-	Count int64
-	Total time.Duration
-	Max   time.Duration
+// histogramBounds are the upper bounds of the buckets of every Histogram.
+var histogramBounds = [...]time.Duration{
+	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond,
+	25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
+	500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second,
 }
 
-// Mean returns Total / Count, or 0 when Count is 0.
-func (l LatencyStats) Mean() time.Duration {
-	if l.Count == 0 {
+// Histogram is a distribution of durations in fixed buckets: the one
+// summary of latencies in [Stats].
+type Histogram struct {
+	// Count is the number of observations, Duration their total and Max the
+	// longest.
+	Count    int64
+	Duration time.Duration
+	Max      time.Duration
+	// Bounds are the upper bounds of the buckets, ascending; a last bucket
+	// holds what is above the last bound.
+	Bounds []time.Duration
+	// Buckets has one count per bucket: len(Bounds)+1.
+	Buckets []int64
+}
+
+// Mean returns Duration / Count, or 0 when Count is 0.
+func (h Histogram) Mean() time.Duration {
+	if h.Count == 0 {
 		return 0
 	}
-	return l.Total / time.Duration(l.Count)
+	return h.Duration / time.Duration(h.Count)
 }
 
-// latencyCounter accumulates a LatencyStats without locks.
-type latencyCounter struct {
-	count, total, max atomic.Int64
+// Quantile returns the upper bound of the bucket that holds the q-quantile
+// (0 < q <= 1): an estimate from above. Above the last bound it returns
+// Max. It returns 0 for an empty histogram.
+func (h Histogram) Quantile(q float64) time.Duration {
+	if h.Count == 0 || len(h.Buckets) != len(h.Bounds)+1 {
+		return 0
+	}
+	rank := int64(q*float64(h.Count) + 0.5)
+	rank = max(rank, 1)
+	var seen int64
+	for i, c := range h.Buckets {
+		seen += c
+		if seen >= rank {
+			if i < len(h.Bounds) {
+				return h.Bounds[i]
+			}
+			break
+		}
+	}
+	return max(h.Max, h.Bounds[len(h.Bounds)-1])
 }
 
-func (l *latencyCounter) observe(d time.Duration) {
-	l.count.Add(1)
-	l.total.Add(int64(d))
+// histogram is the live, lock-free form of Histogram.
+type histogram struct {
+	buckets [len(histogramBounds) + 1]atomic.Int64
+	count   atomic.Int64
+	sum     atomic.Int64
+	max     atomic.Int64
+}
+
+func (h *histogram) observe(d time.Duration) {
+	i := 0
+	for i < len(histogramBounds) && d > histogramBounds[i] {
+		i++
+	}
+	h.buckets[i].Add(1)
+	h.count.Add(1)
+	h.sum.Add(int64(d))
 	for {
-		m := l.max.Load()
-		if int64(d) <= m || l.max.CompareAndSwap(m, int64(d)) {
+		m := h.max.Load()
+		if int64(d) <= m || h.max.CompareAndSwap(m, int64(d)) {
 			return
 		}
 	}
 }
 
-func (l *latencyCounter) snapshot() LatencyStats {
-	return LatencyStats{Count: l.count.Load(), Total: time.Duration(l.total.Load()), Max: time.Duration(l.max.Load())}
+func (h *histogram) snapshot() Histogram {
+	s := Histogram{Bounds: histogramBounds[:], Buckets: make([]int64, len(h.buckets))}
+	for i := range h.buckets {
+		s.Buckets[i] = h.buckets[i].Load()
+	}
+	s.Count, s.Duration, s.Max = h.count.Load(), time.Duration(h.sum.Load()), time.Duration(h.max.Load())
+	return s
 }
 
 // cancelCounters is the live form of CancelStats.
 type cancelCounters struct {
 	sent, signalled, notFound, poolErrors, protocol, closed atomic.Int64
-	latency                                                 latencyCounter
+	latency                                                 histogram
 }
 
 func (c *cancelCounters) snapshot() CancelStats {
 	return CancelStats{
-		Sent: c.sent.Load(), Signalled: c.signalled.Load(), NotFound: c.notFound.Load(),
-		PoolErrors: c.poolErrors.Load(), Protocol: c.protocol.Load(), Closed: c.closed.Load(),
+		SentCount: c.sent.Load(), SignalledCount: c.signalled.Load(), NotFoundCount: c.notFound.Load(),
+		PoolErrorCount: c.poolErrors.Load(), ProtocolCount: c.protocol.Load(), ClosedCount: c.closed.Load(),
 		Latency: c.latency.snapshot(),
 	}
 }
 
 // Stats returns a snapshot of the pool's statistics.
 func (p *Pool) Stats() Stats {
-	if p == nil || p.Pool == nil || p.queue == nil { // a Pool not made by New or NewWithConfig
+	if p == nil || p.pool == nil || p.queue == nil { // a Pool not made by New or NewWithConfig
 		return Stats{}
 	}
 	q := p.queue
 	s := Stats{
-		Pool:            p.Pool.Stat(),
-		Waiters:         q.waiters.Load(),
-		AcquireWait:     q.acquireWait.snapshot(),
-		AcquireTimeouts: q.acquireTimeouts.Load(),
-		QueueFull:       q.queueFull.Load(),
-		Calls:           q.calls.Load(),
-		Held:            q.held.Load(),
-		HoldTime:        time.Duration(q.holdTime.Load()),
-		Resolved:        p.resolved.snapshot(),
+		Pool:                p.pool.Stat(),
+		Waiting:             q.waiters.Load(),
+		AcquireWait:         q.acquireWait.snapshot(),
+		AcquireTimeoutCount: q.acquireTimeouts.Load(),
+		QueueFullCount:      q.queueFull.Load(),
+		TransactionCount:    q.calls.Load(),
+		HeldCount:           q.held.Load(),
+		HeldDuration:        time.Duration(q.holdTime.Load()),
+		Resolved:            p.resolved.snapshot(),
 	}
 	s.InFlight, s.OldestInFlight = q.inflight.snapshot(time.Now())
 	if p.breaker != nil {
-		bs := p.breaker.Stats()
+		bs := p.breaker.stats()
 		s.Breaker = &bs
 	}
 	if p.cancel != nil {

@@ -2,6 +2,7 @@ package pgtx
 
 import (
 	"context"
+	"github.com/jackc/pgerrcode"
 	"testing"
 	"time"
 )
@@ -15,6 +16,12 @@ type recordingTracer struct {
 	ends   []TraceAttemptEndData
 	tagged int
 }
+
+func (r *recordingTracer) TraceTransactionStart(ctx context.Context, _ TraceTransactionStartData) context.Context {
+	return ctx
+}
+
+func (r *recordingTracer) TraceTransactionEnd(context.Context, TraceTransactionEndData) {}
 
 func (r *recordingTracer) TraceAttemptStart(ctx context.Context, d TraceAttemptStartData) context.Context {
 	r.starts = append(r.starts, d)
@@ -33,7 +40,7 @@ func TestTracerOneEndPerStart(t *testing.T) {
 	p := RetryPolicy{Jitter: constJitter(1)}.withDefaults()
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	l := &retryLoop{policy: &p, clock: clk, maxRetries: p.MaxRetries, tracer: tr, label: "transfer", isolation: Serializable}
-	errs := []error{pgErr(CodeSerializationFailure), pgErr(CodeTooManyConnections), pgErr(CodeDeadlockDetected)}
+	errs := []error{pgErr(pgerrcode.SerializationFailure), pgErr(pgerrcode.TooManyConnections), pgErr(pgerrcode.DeadlockDetected)}
 	calls := 0
 	sawCtx := 0
 	err := l.run(context.Background(), func(ctx context.Context) (Class, error) {
@@ -42,7 +49,7 @@ func TestTracerOneEndPerStart(t *testing.T) {
 		}
 		return scripted(&calls, errs...)(ctx)
 	})
-	if SQLState(err) != CodeDeadlockDetected {
+	if sqlState(err) != pgerrcode.DeadlockDetected {
 		t.Fatalf("err = %v", err)
 	}
 	if len(tr.starts) != 3 || len(tr.ends) != 3 || tr.tagged != 3 || sawCtx != 3 {

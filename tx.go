@@ -43,11 +43,12 @@ func (i Isolation) String() string {
 
 func (i Isolation) valid() bool { return i >= ReadCommitted && i <= Serializable }
 
-// TxOptions are the per-call settings of TransactionWithOptions. The zero
-// value of each field but Isolation means "as configured on the Pool".
-type TxOptions struct {
-	// Isolation is the isolation level; required.
-	Isolation Isolation
+// Options are the per-call settings of [TransactionWithOptions] and
+// [TransactionValue]. The zero value is valid: every field as configured on
+// the [Pool].
+type Options struct {
+	// Label names the call in traces and metrics (e.g. "transfer").
+	Label string
 
 	// ReadOnly begins the transaction READ ONLY.
 	ReadOnly bool
@@ -59,63 +60,81 @@ type TxOptions struct {
 
 	// StatementTimeout, when positive, limits every statement of this
 	// transaction: it is sent as SET LOCAL statement_timeout in the same
-	// round trip as BEGIN. 0 keeps the session's statement_timeout
-	// (Config.StatementTimeout); negative lifts the limit for this
-	// transaction (SET LOCAL statement_timeout = 0).
+	// round trip as BEGIN. 0 keeps the session's ([Config].StatementTimeout);
+	// negative: no statement timeout for this transaction
+	// (statement_timeout 0), except what the context's deadline carries.
 	StatementTimeout time.Duration
 
-	// MaxRetries overrides RetryPolicy.MaxRetries for this call: 0 keeps
+	// MaxRetries overrides [RetryPolicy].MaxRetries for this call: 0 keeps
 	// the pool's, negative means no conflict or lost-connection retries.
 	MaxRetries int
 
-	// MaxAdaptiveRetries overrides RetryPolicy.MaxAdaptiveRetries for this
-	// call: 0 keeps the pool's, negative means no overload retries.
+	// MaxAdaptiveRetries overrides [RetryPolicy].MaxAdaptiveRetries for
+	// this call: 0 keeps the pool's, negative means no overload retries.
 	MaxAdaptiveRetries int
 
-	// Label names the call in traces and metrics (e.g. "transfer").
-	Label string
+	// RetryUniqueViolations, under [Serializable], retries a unique
+	// violation (23505) or an exclusion violation (23P01) as a conflict.
+	// The PostgreSQL documentation (§13.5, "Serialization Failure
+	// Handling") notes that such an error can be a serialization failure
+	// in disguise: two transactions that each checked a key was free and
+	// then both inserted it. Retried, the loser sees the winner's row and
+	// takes its other path. It is off by default because a true duplicate
+	// then costs MaxRetries retries before it is returned: switch it on
+	// only for transactions that check before they insert. Ignored at
+	// other isolation levels.
+	RetryUniqueViolations bool
 }
 
 // Transaction runs fn in a transaction on a connection from pool and commits
-// it. It is TransactionWithOptions with only the isolation level set.
+// it. It is [TransactionWithOptions] with the zero [Options].
 //
 // On a serialization failure (40001) or deadlock (40P01) the whole
 // transaction runs again — a new BEGIN, fn again, a new COMMIT — after a
 // short jittered pause. On an overload error it backs off exponentially with
 // full jitter. If the connection is lost before COMMIT it runs again on a
-// fresh connection. If the connection is lost while COMMIT is in flight the
-// outcome is unknown: the error matches ErrCommitUnknown and fn is not run
-// again. Timeouts (57014, context errors, ErrAcquireTimeout) and all other
-// errors end the call. fn must therefore be safe to run more than once: no
-// side effects outside the transaction.
+// fresh connection. If the connection is lost while COMMIT is in flight,
+// pgtx asks the server whether it committed ([Config].ResolveTimeout); when
+// nothing can tell, the error matches [ErrCommitUnknown] and fn is not run
+// again. Timeouts (57014, context errors, [ErrAcquireTimeout]) and all other
+// errors end the call. fn must therefore be safe to run more than once:
+// work outside the transaction (an HTTP call, a message) belongs in
+// [AfterCommit]. [Attempt] tells fn which attempt it is.
 //
-// fn receives ctx and a pgx.Tx whose Commit and Rollback are refused:
+// fn receives ctx and a [pgx.Tx] whose Commit and Rollback are refused:
 // Transaction ends the transaction itself. fn calling them, running COMMIT
 // or ROLLBACK as SQL, or returning with rows still open is an error
-// matching ErrInvalidArgument that says so, and nothing is committed by
-// surprise. When ctx ends the call (the statement was cancelled, or a retry
-// was due), errors.Is(err, ctx.Err()) holds; an unknown COMMIT outcome or
-// fn's own error that merely raced the cancellation keeps its class. If ctx
-// has ended by the time fn returns nil, the transaction is rolled back, not
-// committed. A panic in fn rolls back, releases the connection and
-// propagates unchanged.
+// matching [ErrInvalidArgument] that says so, and nothing is committed by
+// surprise; so is calling Transaction again, on the same pool, with the ctx
+// fn received ([ErrNestedTransaction]). When ctx ends the call (the
+// statement was cancelled, or a retry was due), errors.Is(err, ctx.Err())
+// holds; an unknown COMMIT outcome or fn's own error that merely raced the
+// cancellation keeps its class. If ctx has ended by the time fn returns
+// nil, the transaction is rolled back, not committed. When ctx has a
+// deadline, the server gets it too: the transaction's statement_timeout is
+// the time left (never above the configured one), so the server stops the
+// work even if this process dies. A panic in fn rolls back, releases the
+// connection and propagates unchanged.
+//
+// After more than one attempt, or when a retry was refused, the error is a
+// [*RetryError] that says how many attempts were made and why no more.
 func Transaction(ctx context.Context, pool *Pool, iso Isolation, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	return TransactionWithOptions(ctx, pool, TxOptions{Isolation: iso}, fn)
+	return TransactionWithOptions(ctx, pool, iso, Options{}, fn)
 }
 
-// TransactionWithOptions is Transaction with per-call options: read-only and
-// deferrable transactions, a statement timeout for this transaction only, a
-// retry cap and a label. Bad input (an unknown isolation level, a nil pool, a
-// nil fn) is an error matching ErrInvalidArgument and sends nothing.
-func TransactionWithOptions(ctx context.Context, pool *Pool, opts TxOptions, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if err := validateCall(ctx, pool, opts, fn); err != nil {
+// TransactionWithOptions is [Transaction] with per-call [Options]: read-only
+// and deferrable transactions, a statement timeout for this transaction
+// only, retry caps, the retry of unique violations under SERIALIZABLE, and
+// a label. Bad input (an unknown isolation level, a nil pool, a nil fn) is
+// an error matching [ErrInvalidArgument] and sends nothing.
+func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts Options, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if err := validateCall(ctx, pool, iso, fn); err != nil {
 		return err
 	}
 	pool.queue.calls.Add(1)
-	a := txAttempt{pool: pool, begin: beginSQL(opts, false), fn: fn, resolve: pool.settings.resolveCommits}
-	if a.resolve {
-		a.beginCapture = beginSQL(opts, true)
-	}
+	a := &txAttempt{pool: pool, iso: iso, opts: opts, fn: fn, resolve: pool.settings.resolveCommits,
+		uniqueAsConflict: opts.RetryUniqueViolations && iso == Serializable}
+	a.call.pool, a.call.parent = pool, callOf(ctx)
 	loop := retryLoop{
 		policy:     &pool.settings.retry,
 		clock:      pool.clock,
@@ -123,7 +142,7 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, opts TxOptions, fn 
 		budget:     pool.budget,
 		tracer:     pool.settings.tracer,
 		label:      opts.Label,
-		isolation:  opts.Isolation,
+		isolation:  iso,
 	}
 	if opts.MaxRetries != 0 {
 		loop.maxRetries = defaultOrNone(opts.MaxRetries, 0)
@@ -133,24 +152,52 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, opts TxOptions, fn 
 		policy.MaxAdaptiveRetries = defaultOrNone(opts.MaxAdaptiveRetries, 0)
 		loop.policy = &policy
 	}
+	var err error
 	if pool.breaker == nil {
-		return loop.run(ctx, a.run)
+		err = loop.run(ctx, a.run)
+	} else {
+		err = pool.breaker.do(ctx, func(ctx context.Context) error { return loop.run(ctx, a.run) })
 	}
-	return pool.breaker.Do(ctx, func(ctx context.Context) error { return loop.run(ctx, a.run) })
+	if err == nil {
+		a.call.afterCommit(ctx)
+	}
+	return err
 }
 
-func validateCall(ctx context.Context, pool *Pool, opts TxOptions, fn func(context.Context, pgx.Tx) error) error {
+// TransactionValue is [TransactionWithOptions] for a fn that returns a
+// value: the value of the attempt that committed, or the zero value with
+// the error.
+func TransactionValue[T any](ctx context.Context, pool *Pool, iso Isolation, opts Options, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
+	var v, zero T
+	var inner func(context.Context, pgx.Tx) error
+	if fn != nil {
+		inner = func(ctx context.Context, tx pgx.Tx) error {
+			r, err := fn(ctx, tx)
+			v = r
+			return err
+		}
+	}
+	if err := TransactionWithOptions(ctx, pool, iso, opts, inner); err != nil {
+		return zero, err
+	}
+	return v, nil
+}
+
+func validateCall(ctx context.Context, pool *Pool, iso Isolation, fn func(context.Context, pgx.Tx) error) error {
 	switch {
 	case ctx == nil:
 		return &invalidArgError{msg: "nil context"}
-	case pool == nil || pool.Pool == nil:
+	case pool == nil:
 		return &invalidArgError{msg: "nil pool"}
-	case pool.queue == nil:
+	case pool.pool == nil || pool.queue == nil:
 		return errPoolNotOpened
 	case fn == nil:
 		return &invalidArgError{msg: "nil fn"}
-	case !opts.Isolation.valid():
-		return &invalidArgError{msg: fmt.Sprintf("unknown isolation level %d: use ReadCommitted, RepeatableRead or Serializable", int(opts.Isolation))}
+	case !iso.valid():
+		return &invalidArgError{msg: fmt.Sprintf("unknown isolation level %d: use ReadCommitted, RepeatableRead or Serializable", int(iso))}
+	}
+	if callOf(ctx).inside(pool) {
+		return nestedError{}
 	}
 	return nil
 }
@@ -178,41 +225,52 @@ var beginSQLs = func() (s [2][Serializable + 1][2][2]string) {
 	return s
 }()
 
-// beginSQL renders the statement that opens the transaction, followed by
-// captureSQL when capture is set. A per-call statement timeout rides in the
-// same simple-protocol query as BEGIN (one round trip); its value is an
-// integer, never caller text.
-func beginSQL(opts TxOptions, capture bool) string {
-	if opts.StatementTimeout == 0 {
-		return beginSQLs[b2i(capture)][opts.Isolation][b2i(opts.ReadOnly)][b2i(opts.Deferrable)]
+// deadlineMargin is added to the time left before the context's deadline
+// when it becomes the transaction's statement_timeout: the client's own
+// cancel comes first (and keeps the connection); the server's is the net
+// for a client that died or a cancel that was lost.
+const deadlineMargin = 100 * time.Millisecond
+
+// beginSQL renders the statement that opens the attempt's transaction,
+// followed by captureSQL when capture is set. A statement timeout (the
+// call's, or the time left before ctx's deadline when that is shorter than
+// the one in force) rides in the same simple-protocol query as BEGIN (one
+// round trip); its value is an integer, never caller text.
+func (a *txAttempt) beginSQL(ctx context.Context, capture bool) string {
+	opts := a.opts
+	timeout := opts.StatementTimeout // > 0: the call's; < 0: none; 0: the session's
+	inForce := a.pool.settings.statementTimeout
+	if timeout != 0 {
+		inForce = max(timeout, 0)
 	}
-	q := beginSQLs[0][opts.Isolation][b2i(opts.ReadOnly)][b2i(opts.Deferrable)]
-	if opts.StatementTimeout > 0 {
-		q += "; set local statement_timeout = " + strconv.FormatInt(durationMillis(opts.StatementTimeout), 10)
-	} else {
-		q += "; set local statement_timeout = 0"
+	if d, ok := ctx.Deadline(); ok {
+		left := time.Until(d) + deadlineMargin
+		if inForce <= 0 || left < inForce {
+			timeout = max(left, time.Millisecond)
+		}
 	}
+	if timeout == 0 {
+		return beginSQLs[b2i(capture)][a.iso][b2i(opts.ReadOnly)][b2i(opts.Deferrable)]
+	}
+	q := beginSQLs[0][a.iso][b2i(opts.ReadOnly)][b2i(opts.Deferrable)] + "; set local statement_timeout = " +
+		strconv.FormatInt(durationMillis(max(timeout, 0)), 10)
 	if capture {
 		q += captureSQL
 	}
 	return q
 }
 
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // txAttempt is one call's attempt: acquire, BEGIN, fn, COMMIT, release.
 type txAttempt struct {
-	pool         *Pool
-	begin        string
-	beginCapture string // begin followed by captureSQL; set when resolving
-	fn           func(context.Context, pgx.Tx) error
-	resolve      bool // capture the transaction id, to resolve a lost COMMIT
-	tx           fnTx // what fn receives, reused by every attempt of the call
+	pool             *Pool
+	iso              Isolation
+	opts             Options
+	fn               func(context.Context, pgx.Tx) error
+	resolve          bool // capture the transaction id, to resolve a lost COMMIT
+	uniqueAsConflict bool // Options.RetryUniqueViolations under SERIALIZABLE
+	tx               fnTx // what fn receives, reused by every attempt of the call
+	call             callState
+	fnCtx            callContext // the context fn receives, reused likewise
 }
 
 // beginKind is how an attempt's transaction began.
@@ -229,6 +287,16 @@ const (
 // rolled back (if needed) and released, so the retry loop never sleeps while
 // holding a connection.
 func (a *txAttempt) run(ctx context.Context) (Class, error) {
+	a.call.begin()
+	c, err := a.held(ctx)
+	if a.uniqueAsConflict && c == ClassPermanent && isUniqueViolation(err) {
+		c = ClassConflict
+	}
+	return c, err
+}
+
+// held acquires a connection, runs the attempt on it and releases it.
+func (a *txAttempt) held(ctx context.Context) (Class, error) {
 	conn, held, err := a.pool.acquire(ctx)
 	if err != nil {
 		return Classify(err), err
@@ -277,7 +345,10 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 	}()
 
 	a.tx = fnTx{Tx: tx}
-	if err := a.fn(ctx, &a.tx); err != nil {
+	a.fnCtx = callContext{Context: ctx, call: &a.call}
+	err = a.fn(&a.fnCtx, &a.tx)
+	a.call.fnReturned()
+	if err != nil {
 		if a.tx.ended != "" {
 			return ClassPermanent, a.tx.misuse(err)
 		}
@@ -315,7 +386,7 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 // pgx's BEGIN.
 func (a *txAttempt) beginTx(ctx context.Context, conn *pgx.Conn) (pgx.Tx, txID, beginKind, error) {
 	if !a.resolve {
-		tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.begin})
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.beginSQL(ctx, false)})
 		return tx, txID{}, beganPlain, err
 	}
 	pgConn := conn.PgConn()
@@ -334,10 +405,10 @@ func (a *txAttempt) beginTx(ctx context.Context, conn *pgx.Conn) (pgx.Tx, txID, 
 		kind = beganUncaptured
 	}
 	if kind != beganCaptured {
-		tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.begin})
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.beginSQL(ctx, false)})
 		return tx, txID{}, kind, err
 	}
-	xid, err := beginCapturing(ctx, pgConn, a.beginCapture)
+	xid, err := beginCapturing(ctx, pgConn, a.beginSQL(ctx, true))
 	if err != nil {
 		// A statement after BEGIN may have failed, leaving a transaction
 		// open: end it, so the connection can be reused.
@@ -373,7 +444,7 @@ func classifyFnError(err error, conn *pgxpool.Conn) Class {
 // a server error is definitive (40001 at COMMIT is a conflict and retried);
 // anything else leaves the outcome unknown.
 func (a *txAttempt) commit(ctx context.Context, tx pgx.Tx, nc net.Conn) (Class, error) {
-	_ = nc.SetDeadline(time.Now().Add(a.pool.settings.commitTimeout))
+	_ = nc.SetDeadline(deadlineAfter(a.pool.settings.commitTimeout))
 	err := tx.Commit(uncancellable(ctx))
 	_ = nc.SetDeadline(time.Time{})
 	if err == nil {
@@ -423,7 +494,7 @@ func endsSession(e *pgconn.PgError) bool {
 // interrupt, bounded by the pool's RollbackTimeout (a deadline on the
 // connection's socket nc).
 func (a *txAttempt) rollback(ctx context.Context, tx pgx.Tx, nc net.Conn) {
-	_ = nc.SetDeadline(time.Now().Add(a.pool.settings.rollbackTimeout))
+	_ = nc.SetDeadline(deadlineAfter(a.pool.settings.rollbackTimeout))
 	_ = tx.Rollback(uncancellable(ctx)) // on failure pgx closes the connection; Release discards it
 	_ = nc.SetDeadline(time.Time{})
 }

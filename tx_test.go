@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"io"
 	"net"
 	"sync/atomic"
@@ -71,11 +72,11 @@ func TestTransactionBadInputSendsNothing(t *testing.T) {
 		{"negative isolation", func() error { return Transaction(context.Background(), pool, Isolation(-1), fn) }},
 		{"nil pool", func() error { return Transaction(context.Background(), nil, Serializable, fn) }},
 		{"zero Pool", func() error { return Transaction(context.Background(), &Pool{}, Serializable, fn) }},
-		{"Pool not made by New", func() error { return Transaction(context.Background(), &Pool{Pool: pool.Pool}, Serializable, fn) }},
+		{"Pool not made by New", func() error { return Transaction(context.Background(), &Pool{pool: pool.pool}, Serializable, fn) }},
 		{"nil fn", func() error { return Transaction(context.Background(), pool, Serializable, nil) }},
 		//lint:ignore SA1012 a nil context is the bad input under test
 		{"nil context", func() error { return Transaction(nil, pool, Serializable, fn) }},
-		{"zero options", func() error { return TransactionWithOptions(context.Background(), pool, TxOptions{}, fn) }},
+		{"zero isolation with options", func() error { return TransactionWithOptions(context.Background(), pool, 0, Options{}, fn) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,24 +93,68 @@ func TestTransactionBadInputSendsNothing(t *testing.T) {
 
 func TestBeginSQL(t *testing.T) {
 	tests := []struct {
-		opts TxOptions
+		iso  Isolation
+		opts Options
 		want string
 	}{
-		{TxOptions{Isolation: ReadCommitted}, "begin isolation level READ COMMITTED"},
-		{TxOptions{Isolation: RepeatableRead, ReadOnly: true}, "begin isolation level REPEATABLE READ read only"},
-		{TxOptions{Isolation: Serializable, ReadOnly: true, Deferrable: true}, "begin isolation level SERIALIZABLE read only deferrable"},
-		{TxOptions{Isolation: Serializable, StatementTimeout: 1500 * time.Millisecond}, "begin isolation level SERIALIZABLE; set local statement_timeout = 1500"},
-		{TxOptions{Isolation: Serializable, StatementTimeout: 10 * time.Microsecond}, "begin isolation level SERIALIZABLE; set local statement_timeout = 1"},
-		{TxOptions{Isolation: ReadCommitted, StatementTimeout: -1}, "begin isolation level READ COMMITTED; set local statement_timeout = 0"},
+		{ReadCommitted, Options{}, "begin isolation level READ COMMITTED"},
+		{RepeatableRead, Options{ReadOnly: true}, "begin isolation level REPEATABLE READ read only"},
+		{Serializable, Options{ReadOnly: true, Deferrable: true}, "begin isolation level SERIALIZABLE read only deferrable"},
+		{Serializable, Options{StatementTimeout: 1500 * time.Millisecond}, "begin isolation level SERIALIZABLE; set local statement_timeout = 1500"},
+		{Serializable, Options{StatementTimeout: 10 * time.Microsecond}, "begin isolation level SERIALIZABLE; set local statement_timeout = 1"},
+		{ReadCommitted, Options{StatementTimeout: -1}, "begin isolation level READ COMMITTED; set local statement_timeout = 0"},
 	}
 	for _, tt := range tests {
-		if got := beginSQL(tt.opts, false); got != tt.want {
-			t.Errorf("beginSQL(%+v, false) = %q, want %q", tt.opts, got, tt.want)
+		a := &txAttempt{pool: &Pool{settings: settings{statementTimeout: 5 * time.Second}}, iso: tt.iso, opts: tt.opts}
+		if got := a.beginSQL(context.Background(), false); got != tt.want {
+			t.Errorf("beginSQL(%v %+v, false) = %q, want %q", tt.iso, tt.opts, got, tt.want)
 		}
 		// The id is captured last, after any setting, in the same query.
-		if got, want := beginSQL(tt.opts, true), tt.want+"; select pg_current_xact_id()"; got != want {
-			t.Errorf("beginSQL(%+v, true) = %q, want %q", tt.opts, got, want)
+		if got, want := a.beginSQL(context.Background(), true), tt.want+"; select pg_current_xact_id()"; got != want {
+			t.Errorf("beginSQL(%v %+v, true) = %q, want %q", tt.iso, tt.opts, got, want)
 		}
+	}
+}
+
+// TestBeginSQLCarriesTheDeadline: with a deadline on ctx, the transaction's
+// statement_timeout is the time left plus the margin, unless the timeout in
+// force (the session's, or the call's) is shorter.
+func TestBeginSQLCarriesTheDeadline(t *testing.T) {
+	tests := []struct {
+		name    string
+		session time.Duration // the session's statement_timeout; 0: none
+		call    time.Duration // Options.StatementTimeout
+		left    time.Duration // time left before the deadline
+		wantMin int64         // the statement_timeout sent, in ms, between wantMin and wantMax; -1: none sent
+		wantMax int64
+	}{
+		{"deadline shorter than the session's", 5 * time.Second, 0, time.Second, 1000, 1100},
+		{"deadline longer than the session's", 5 * time.Second, 0, time.Minute, -1, -1},
+		{"no session timeout", 0, 0, time.Minute, 59000, 60100},
+		{"call's timeout shorter than the deadline", 5 * time.Second, 200 * time.Millisecond, time.Second, 200, 200},
+		{"deadline shorter than the call's", 5 * time.Second, 3 * time.Second, time.Second, 1000, 1100},
+		{"call lifted the limit", 5 * time.Second, -1, 2 * time.Second, 2000, 2100},
+		{"deadline all but passed", 5 * time.Second, 0, -time.Second, 1, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(tt.left))
+			defer cancel()
+			a := &txAttempt{pool: &Pool{settings: settings{statementTimeout: tt.session}}, iso: Serializable, opts: Options{StatementTimeout: tt.call}}
+			q := a.beginSQL(ctx, true)
+			const prefix = "begin isolation level SERIALIZABLE; set local statement_timeout = "
+			if tt.wantMin < 0 {
+				if q != "begin isolation level SERIALIZABLE; select pg_current_xact_id()" {
+					t.Errorf("sent %q, want no statement_timeout", q)
+				}
+				return
+			}
+			var ms int64
+			if _, err := fmt.Sscanf(strings.TrimPrefix(q, prefix), "%d; select pg_current_xact_id()", &ms); err != nil || !strings.HasPrefix(q, prefix) ||
+				!strings.HasSuffix(q, captureSQL) || ms < tt.wantMin || ms > tt.wantMax {
+				t.Errorf("sent %q, want a statement_timeout in [%d, %d] ms before the capture", q, tt.wantMin, tt.wantMax)
+			}
+		})
 	}
 }
 
@@ -122,9 +167,9 @@ func TestIsolationString(t *testing.T) {
 }
 
 func TestBeginSQLDoesNotAllocate(t *testing.T) {
-	opts := TxOptions{Isolation: Serializable}
+	a := &txAttempt{pool: &Pool{settings: settings{statementTimeout: 5 * time.Second}}, iso: Serializable}
 	for _, capture := range []bool{false, true} {
-		if n := testing.AllocsPerRun(100, func() { _ = beginSQL(opts, capture) }); n != 0 {
+		if n := testing.AllocsPerRun(100, func() { _ = a.beginSQL(context.Background(), capture) }); n != 0 {
 			t.Errorf("beginSQL(capture %v) allocates %v times without a per-call timeout", capture, n)
 		}
 	}
@@ -155,6 +200,8 @@ func TestCommitClassification(t *testing.T) {
 		{"40001 at commit is a conflict", errorSev("40001"), ClassConflict, false},
 		{"23505 at commit (deferred constraint)", errorSev("23505"), ClassPermanent, false},
 		{"57014 at commit (deferred trigger cancelled)", errorSev("57014"), ClassTimeout, false},
+		{"08007 at commit: transaction_resolution_unknown", errorSev("08007"), ClassAmbiguous, true},
+		{"40003 at commit: statement_completion_unknown", errorSev("40003"), ClassAmbiguous, true},
 		{"commit answered ROLLBACK", pgx.ErrTxCommitRollback, ClassPermanent, false},
 		{"conn closed", pgconn.ErrConnClosed, ClassAmbiguous, true},
 		{"EOF", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), ClassAmbiguous, true},

@@ -1,0 +1,119 @@
+package bulkhead
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/pgtx-go/pgtx"
+)
+
+// openPool opens one class's pool: pgtx.NewWithConfig, replaced by the
+// tests.
+var openPool = pgtx.NewWithConfig
+
+// Pools holds one [pgtx.Pool] per class of operations. Create it with [New].
+// A Pools is safe for concurrent use.
+type Pools struct {
+	pools     map[string]*pgtx.Pool
+	names     []string // sorted
+	closeOnce sync.Once
+}
+
+// New opens one [pgtx.Pool] per class, each with [pgtx.NewWithConfig] from a
+// copy of base sized by the class's [Class]. base is not modified. Apart from
+// MaxConns, MinConns, MinIdleConns, MaxWaiters and AcquireTimeout, each
+// class's Config is base's: the same connection string, timeouts, retry
+// policy, tracer and hooks. Each pool still has its own state: its own retry
+// budget and, when base.Breaker is set, its own circuit breaker, named
+// after the class (base.Breaker.Name, a slash and the class name; the class
+// name alone when base.Breaker.Name is empty).
+//
+// No classes, an empty class name, or a nil base or one without a
+// pgxpool.Config (build it with [pgtx.ParseConfig], or adopt one from
+// pgxpool.ParseConfig as &pgtx.Config{Config: c}) is an error matching
+// [pgtx.ErrInvalidArgument], and opens nothing. The pools are opened in the
+// order of their names; if one cannot be opened, those already opened are
+// closed, and the error of [pgtx.NewWithConfig] is returned wrapped, naming
+// the class (it matches [pgtx.ErrInvalidArgument] when base is one
+// NewWithConfig refuses).
+func New(ctx context.Context, base *pgtx.Config, classes map[string]Class) (*Pools, error) {
+	switch {
+	case base == nil:
+		return nil, fmt.Errorf("pgtx/bulkhead: New: nil base Config: %w", pgtx.ErrInvalidArgument)
+	case base.Config == nil || base.ConnConfig == nil:
+		return nil, fmt.Errorf("pgtx/bulkhead: New: base Config has no pgxpool.Config; build it with pgtx.ParseConfig: %w", pgtx.ErrInvalidArgument)
+	case len(classes) == 0:
+		return nil, fmt.Errorf("pgtx/bulkhead: New needs at least one class: %w", pgtx.ErrInvalidArgument)
+	}
+	if _, ok := classes[""]; ok {
+		return nil, fmt.Errorf("pgtx/bulkhead: New: a class name must not be empty: %w", pgtx.ErrInvalidArgument)
+	}
+	names := make([]string, 0, len(classes))
+	for name := range classes {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+
+	b := &Pools{pools: make(map[string]*pgtx.Pool, len(names)), names: names}
+	for _, name := range names {
+		p, err := openPool(ctx, classConfig(base, name, classes[name]))
+		if err != nil {
+			b.Close()
+			return nil, fmt.Errorf("pgtx/bulkhead: class %q: %w", name, err)
+		}
+		b.pools[name] = p
+	}
+	return b, nil
+}
+
+// Pool returns the pool of a class. An unknown class (or a nil Pools) is an
+// error matching [pgtx.ErrInvalidArgument], never a nil Pool. After
+// [Pools.Close] the class's pool is returned closed, as [pgtx.Pool.Close]
+// leaves it.
+func (b *Pools) Pool(class string) (*pgtx.Pool, error) {
+	if b == nil {
+		return nil, fmt.Errorf("pgtx/bulkhead: Pool of a nil Pools: %w", pgtx.ErrInvalidArgument)
+	}
+	p, ok := b.pools[class]
+	if !ok {
+		return nil, fmt.Errorf("pgtx/bulkhead: unknown class %q (classes: %q): %w", class, b.names, pgtx.ErrInvalidArgument)
+	}
+	return p, nil
+}
+
+// Classes returns the class names, sorted.
+func (b *Pools) Classes() []string {
+	if b == nil {
+		return nil
+	}
+	return slices.Clone(b.names)
+}
+
+// Stats returns a snapshot of each class's [pgtx.Stats], by class name.
+func (b *Pools) Stats() map[string]pgtx.Stats {
+	if b == nil {
+		return nil
+	}
+	s := make(map[string]pgtx.Stats, len(b.pools))
+	for name, p := range b.pools {
+		s[name] = p.Stats()
+	}
+	return s
+}
+
+// Close closes every class's pool, all at once, and waits for them. It is
+// safe to call more than once, and on a nil Pools.
+func (b *Pools) Close() {
+	if b == nil {
+		return
+	}
+	b.closeOnce.Do(func() {
+		var wg sync.WaitGroup
+		for _, p := range b.pools {
+			wg.Go(p.Close)
+		}
+		wg.Wait()
+	})
+}

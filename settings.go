@@ -1,0 +1,74 @@
+package pgtx
+
+import "time"
+
+// The configuration rule of every setting of pgtx, written in the package
+// doc: a zero value means the documented default, a negative value switches
+// the setting off, and an optional feature is off while nil. The helpers
+// below apply it.
+
+// settings is a Config resolved to its effective values.
+type settings struct {
+	acquireTimeout  time.Duration // 0: no bound of its own
+	commitTimeout   time.Duration // 0: no bound of its own
+	rollbackTimeout time.Duration // 0: no bound of its own
+	retry           RetryPolicy
+	tracer          TransactionTracer
+	resolveCommits  bool
+	resolveTimeout  time.Duration
+	// statementTimeout is the session's statement_timeout pgtx sent (0:
+	// none sent): a deadline carried to the server never raises it.
+	statementTimeout time.Duration
+}
+
+// defaultOrNone maps 0 to def and a negative value to 0 (off).
+func defaultOrNone[T int | int32 | float64 | time.Duration](v, def T) T {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
+}
+
+// durDefault maps 0 to def and keeps every other value.
+func durDefault(v, def time.Duration) time.Duration {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// deadlineAfter returns the socket deadline d from now, or the zero time
+// (no deadline) when d is not positive: the setting is off.
+func deadlineAfter(d time.Duration) time.Time {
+	if d <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(d)
+}
+
+// durationMillis rounds d up to whole milliseconds, the unit of the server's
+// timeout parameters.
+func durationMillis(d time.Duration) int64 {
+	ms := int64(d / time.Millisecond)
+	if d%time.Millisecond != 0 {
+		ms++
+	}
+	return ms
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func b2i64(v bool) int64 {
+	if v {
+		return 1
+	}
+	return 0
+}
