@@ -374,4 +374,3 @@ func (b *breaker) setState(to BreakerState, reason string, now time.Time) {
 		b.npending++
 	}
 }
-

@@ -12,7 +12,9 @@ import (
 
 type stateRecorder struct{ changes []TraceBreakerStateChangeData }
 
-func (r *stateRecorder) TraceBreakerStateChange(_ context.Context, d TraceBreakerStateChangeData) { r.changes = append(r.changes, d) }
+func (r *stateRecorder) TraceBreakerStateChange(_ context.Context, d TraceBreakerStateChangeData) {
+	r.changes = append(r.changes, d)
+}
 
 // fakeBreaker returns a breaker on a fake clock, recording its changes.
 func fakeBreaker(t *testing.T, cfg BreakerConfig) (*breaker, *fakeClock, *stateRecorder) {

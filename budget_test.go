@@ -3,8 +3,8 @@ package pgtx
 import (
 	"context"
 	"errors"
-	"math"
 	"github.com/jackc/pgerrcode"
+	"math"
 	"sync"
 	"testing"
 	"time"

@@ -38,7 +38,11 @@ func TestNewWithConfigRejectsBadConfig(t *testing.T) {
 		{"negative MinIdleConns", func() *Config { c := mustParse(t, unreachableDSN); c.MinIdleConns = -1; return c }},
 		{"unknown CancelMode", func() *Config { c := mustParse(t, unreachableDSN); c.CancelMode = 7; return c }},
 		{"NaN budget ratio", func() *Config { c := mustParse(t, unreachableDSN); c.Retry.Budget.Ratio = math.NaN(); return c }},
-		{"breaker ratio above 1", func() *Config { c := mustParse(t, unreachableDSN); c.Breaker = &BreakerConfig{FailureRatio: 2}; return c }},
+		{"breaker ratio above 1", func() *Config {
+			c := mustParse(t, unreachableDSN)
+			c.Breaker = &BreakerConfig{FailureRatio: 2}
+			return c
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

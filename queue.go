@@ -149,4 +149,3 @@ func (s *inflightSet) snapshot(now time.Time) (n int, oldest time.Duration) {
 	}
 	return n, oldest
 }
-

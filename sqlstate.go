@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strconv"
 	"net"
+	"strconv"
 	"syscall"
 
 	"github.com/jackc/pgerrcode"

@@ -3,11 +3,12 @@ package pgtxprom
 import (
 	"testing"
 
-	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"go.uber.org/goleak"
 )
 
-// TestMain runs the package's tests, stops the test servers and then checks
-// that no goroutine outlived them (every Pool closed, every cancel finished).
+// TestMain runs the package's tests and then checks that no goroutine
+// outlived them (every Pool closed). The tests need no server: the one that
+// does (TestCollectorWithServer) is in the integration module.
 func TestMain(m *testing.M) {
-	pgtest.Main(m)
+	goleak.VerifyTestMain(m)
 }

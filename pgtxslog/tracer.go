@@ -399,10 +399,27 @@ func appendErr(attrs []slog.Attr, c pgtx.Class, err error) []slog.Attr {
 	return append(attrs, slog.Any(KeyErr, err))
 }
 
-// sqlState is pgtx.SQLState without the allocation of errors.As.
+// sqlState returns the SQLSTATE of the first *pgconn.PgError in err's chain
+// (as errors.As finds it, As methods aside), or "". It walks the chain
+// itself: errors.As allocates its target, and errors.AsType needs Go 1.26,
+// above this module's go line.
 func sqlState(err error) string {
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
-		return pgErr.Code
+	for err != nil {
+		switch e := err.(type) {
+		case *pgconn.PgError:
+			return e.Code
+		case interface{ Unwrap() error }:
+			err = e.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, err := range e.Unwrap() {
+				if code := sqlState(err); code != "" {
+					return code
+				}
+			}
+			return ""
+		default:
+			return ""
+		}
 	}
 	return ""
 }
