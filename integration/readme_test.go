@@ -1,0 +1,200 @@
+package integration_test
+
+// The code blocks of README.md (in the repository root), verbatim, in
+// functions that compile. Keep the two in sync: TestReadmeCodeBlocks fails
+// when a README block is not found here. The file lives in the integration
+// module because the README's blocks import every part of pgtx, pgtxotel and
+// pgtxprom included, which the root module does not depend on.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/examples/repository/db"
+	"github.com/pgtx-go/pgtx/pgtxotel"
+	"github.com/pgtx-go/pgtx/pgtxprom"
+	"github.com/pgtx-go/pgtx/pgtxslog"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func readmeIntro(ctx context.Context, pool *pgtx.Pool, amount, id int64) error {
+	err := pgtx.Transaction(ctx, pool, pgtx.Serializable, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "update accounts set balance = balance - $1 where id = $2", amount, id)
+		return err
+	})
+	return err
+}
+
+type Repo struct {
+	pool *pgtx.Pool
+	q    *db.Queries
+}
+
+var ErrInsufficientFunds = errors.New("insufficient funds")
+
+func (r *Repo) Withdraw(ctx context.Context, account, amount int64) error {
+	return pgtx.Transaction(ctx, r.pool, pgtx.Serializable, func(ctx context.Context, tx pgx.Tx) error {
+		q := r.q.WithTx(tx) // queries bound to this attempt's transaction
+		acct, err := q.GetAccount(ctx, account)
+		if err != nil {
+			return err
+		}
+		if acct.Balance < amount {
+			return ErrInsufficientFunds // not retried; errors.Is works on the result
+		}
+		return q.UpdateBalance(ctx, db.UpdateBalanceParams{ID: account, Balance: acct.Balance - amount})
+	})
+}
+
+func readmeOpen(ctx context.Context) error {
+	pool, err := pgtx.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	repo := &Repo{pool: pool, q: db.New(pool)}
+	return repo.Withdraw(ctx, 1, 10)
+}
+
+func readmeBackpressure(cfg *pgtx.Config) {
+	cfg.Retry.MaxAdaptiveRetries = -1                   // no overload retries at all
+	cfg.Retry.Budget = pgtx.RetryBudget{Disabled: true} // per-call caps only
+	cfg.Retry.Budget.Ratio = 0.1                        // or a tighter budget
+}
+
+func readmeDefaults(ctx context.Context) error {
+	cfg, err := pgtx.ParseConfig(os.Getenv("DATABASE_URL"))
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = 20                      // pgxpool's own fields work as usual
+	cfg.StatementTimeout = 2 * time.Second // every statement, as a session parameter
+	cfg.AcquireTimeout = 500 * time.Millisecond
+	cfg.Retry.MaxRetries = 5
+	pool, err := pgtx.NewWithConfig(ctx, cfg)
+	if err == nil {
+		pool.Close()
+	}
+	return err
+}
+
+func readmeObservability(cfg *pgtx.Config, pool *pgtx.Pool) error {
+	cfg.Tracer = pgtxslog.New(slog.Default(), nil) // log lines: retries, failures, cancels, ambiguous commits
+
+	tr, err := pgtxotel.New() // one span per call, an event per attempt, metrics
+	if err != nil {
+		return err
+	}
+	cfg.Tracer = tr
+
+	prometheus.MustRegister(pgtxprom.NewCollector(map[string]*pgtx.Pool{"main": pool}))
+	return nil
+}
+
+func readmeReplica(ctx context.Context, primary *pgtx.Pool, replicaCfg *pgtx.Config, id int64) error {
+	var name string
+	replicaCfg.Breaker = &pgtx.BreakerConfig{Name: "replica", SlowCallThreshold: 200 * time.Millisecond}
+	replicaCfg.CancelGrace = 100 * time.Millisecond // a read that falls back should not wait for the replica
+	replica, err := pgtx.NewWithConfig(ctx, replicaCfg)
+	if err != nil {
+		return err
+	}
+	router, err := pgtx.NewReplicaRouter(primary, []*pgtx.Pool{replica}, pgtx.RouterConfig{})
+	if err != nil {
+		return err
+	}
+	err = router.Read(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		return tx.QueryRow(ctx, "select name from items where id = $1", id).Scan(&name)
+	})
+	return err
+}
+
+func readmeBulkheads(ctx context.Context, cfg *pgtx.Config) error {
+	bh, err := pgtx.NewBulkheads(ctx, cfg, map[string]pgtx.BulkheadClass{
+		"checkout":  {MaxConns: 8},
+		"analytics": {MaxConns: 2, MaxWaiters: 4}, // a 5th waiter gets ErrQueueFull at once
+	})
+	if err != nil {
+		return err
+	}
+	defer bh.Close()
+	checkout, err := bh.Pool("checkout")
+	_ = checkout
+	return err
+}
+
+func readmeMigrate(ctx context.Context, pool *pgtx.Pool, body func(context.Context, pgx.Tx) error) error {
+	// before: for attempt := 0; attempt < 5; attempt++ { err = pgx.BeginTxFunc(ctx, pool, opts, fn); if !retryable(err) { break }; time.Sleep(...) }
+	err := pgtx.TransactionWithOptions(ctx, pool, pgtx.TxOptions{Isolation: pgtx.Serializable, ReadOnly: true},
+		func(ctx context.Context, tx pgx.Tx) error { return body(ctx, tx) })
+	return err
+}
+
+// The README's snippets are used, so the compiler checks every one of them.
+var _ = []any{readmeIntro, readmeOpen, readmeBackpressure, readmeDefaults, readmeObservability, readmeReplica, readmeBulkheads, readmeMigrate}
+
+// TestReadmeCodeBlocks checks that every Go code block of README.md appears,
+// line for line (leading white space aside), in this file, where it compiles.
+func TestReadmeCodeBlocks(t *testing.T) {
+	here := normalizedLines(t, "readme_test.go")
+	text := strings.Join(here, "\n")
+	for i, block := range goBlocks(t, "../README.md") {
+		if !strings.Contains(text, strings.Join(block, "\n")) {
+			t.Errorf("README.md Go block %d is not in integration/readme_test.go:\n%s", i+1, strings.Join(block, "\n"))
+		}
+	}
+}
+
+// normalizedLines returns the file's non-empty lines without leading or
+// trailing white space.
+func normalizedLines(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if l := strings.TrimSpace(sc.Text()); l != "" {
+			out = append(out, l)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// goBlocks returns the normalized lines of every ```go block of a markdown
+// file.
+func goBlocks(t *testing.T, path string) [][]string {
+	t.Helper()
+	var blocks [][]string
+	var cur []string
+	in := false
+	for _, l := range normalizedLines(t, path) {
+		switch {
+		case !in && l == "```go":
+			in, cur = true, nil
+		case in && l == "```":
+			in = false
+			blocks = append(blocks, cur)
+		case in:
+			cur = append(cur, l)
+		}
+	}
+	if len(blocks) == 0 {
+		t.Fatal("no Go blocks found in README.md")
+	}
+	return blocks
+}
