@@ -374,3 +374,33 @@ func (b *breaker) setState(to BreakerState, reason string, now time.Time) {
 		b.npending++
 	}
 }
+
+// joinBreakerTracers returns a tracer reporting to both a and b; either may
+// be nil.
+func joinBreakerTracers(a, b BreakerTracer) BreakerTracer {
+	switch {
+	case a == nil:
+		return b
+	case b == nil || same(a, b):
+		return a
+	}
+	return breakerTracers{a, b}
+}
+
+// same reports whether two tracers are the same value; tracers of a type
+// that cannot be compared are taken as different.
+func same(a, b BreakerTracer) (eq bool) {
+	defer func() {
+		if recover() != nil {
+			eq = false
+		}
+	}()
+	return a == b
+}
+
+type breakerTracers [2]BreakerTracer
+
+func (t breakerTracers) TraceBreakerStateChange(ctx context.Context, data TraceBreakerStateChangeData) {
+	t[0].TraceBreakerStateChange(ctx, data)
+	t[1].TraceBreakerStateChange(ctx, data)
+}

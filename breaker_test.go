@@ -327,3 +327,30 @@ func BenchmarkBreakerOpenRejects(b *testing.B) {
 		}
 	}
 }
+
+type funcBreakerTracer func(context.Context, TraceBreakerStateChangeData)
+
+func (f funcBreakerTracer) TraceBreakerStateChange(ctx context.Context, d TraceBreakerStateChangeData) {
+	f(ctx, d)
+}
+
+// TestBreakerReportsToBothTracers: the breaker's own tracer and the pool's
+// Config.Tracer (when it is a BreakerTracer) both receive a change, once
+// each, also when they are the same tracer or cannot be compared.
+func TestBreakerReportsToBothTracers(t *testing.T) {
+	var a, b int
+	ta := funcBreakerTracer(func(context.Context, TraceBreakerStateChangeData) { a++ })
+	tb := &stateRecorder{}
+	j := joinBreakerTracers(ta, tb)
+	j.TraceBreakerStateChange(context.Background(), TraceBreakerStateChangeData{To: BreakerOpen})
+	b = len(tb.changes)
+	if a != 1 || b != 1 {
+		t.Errorf("a %d, b %d: want one change each", a, b)
+	}
+	if j := joinBreakerTracers(tb, tb); j != BreakerTracer(tb) {
+		t.Errorf("the same tracer twice must be reported to once")
+	}
+	if joinBreakerTracers(nil, tb) != BreakerTracer(tb) || joinBreakerTracers(tb, nil) != BreakerTracer(tb) {
+		t.Errorf("a nil tracer must be left out")
+	}
+}

@@ -218,18 +218,6 @@ const (
 	cancelClosed                             // the connection was closed instead
 )
 
-// mode is the CancelMode that describes what was done, as TraceCancelData
-// reports it.
-func (o cancelOutcome) mode() CancelMode {
-	switch o {
-	case cancelProtocol:
-		return CancelModeProtocol
-	case cancelClosed:
-		return CancelModeClose
-	}
-	return CancelModePool
-}
-
 // cancelResult is what a cancel's goroutine found.
 type cancelResult struct {
 	outcome  cancelOutcome
@@ -363,6 +351,7 @@ func (c *canceller) finish(ctx context.Context, pid uint32, r cancelResult, bega
 	}
 	c.stats.latency.observe(r.latency)
 	if c.tracer != nil {
-		c.tracer.TraceCancel(ctx, TraceCancelData{PID: pid, Mode: r.outcome.mode(), NotFound: r.outcome == cancelNotFound, FellBack: r.fellBack, Latency: r.latency})
+		c.tracer.TraceCancel(ctx, TraceCancelData{PID: pid, Mode: c.mode, Closed: r.outcome == cancelClosed, NotFound: r.outcome == cancelNotFound,
+			FellBack: r.fellBack, Latency: r.latency})
 	}
 }

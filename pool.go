@@ -245,8 +245,8 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	var br *breaker
 	if cfg.Breaker != nil {
 		bc := *cfg.Breaker
-		if bt, ok := cfg.Tracer.(BreakerTracer); ok && bc.Tracer == nil {
-			bc.Tracer = bt
+		if bt, ok := cfg.Tracer.(BreakerTracer); ok {
+			bc.Tracer = joinBreakerTracers(bc.Tracer, bt)
 		}
 		br = newBreaker(bc, realClock{})
 	}

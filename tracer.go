@@ -92,16 +92,18 @@ type CancelTracer interface {
 type TraceCancelData struct {
 	// PID is the backend's process id.
 	PID uint32
-	// Mode is what stopped the statement: [CancelModePool] when
-	// pg_cancel_backend was run for it (or found it gone: NotFound),
-	// [CancelModeProtocol] when the protocol cancel request was delivered,
-	// [CancelModeClose] when the connection was closed instead (in that
-	// mode, or because the cancel could not be confirmed).
+	// Mode is the pool's [CancelMode].
 	Mode CancelMode
-	// NotFound reports that the backend (pid and backend_start) no longer
-	// existed: nothing was signalled.
+	// How the cancellation ended: Closed reports that the connection was
+	// closed instead of kept (in CancelModeClose, or because the cancel
+	// could not be confirmed finished in time); NotFound that
+	// pg_cancel_backend found the backend (pid and backend_start) gone, so
+	// nothing was signalled; FellBack that the cancel pool failed and the
+	// protocol cancel request was sent instead. In CancelModePool with none
+	// of them set, pg_cancel_backend signalled the backend; in
+	// CancelModeProtocol, the protocol cancel request was delivered.
+	Closed   bool
 	NotFound bool
-	// FellBack reports that the cancel pool failed and a fallback was used.
 	FellBack bool
 	// Latency is the time from the context's end to the cancel's answer.
 	Latency time.Duration

@@ -1,7 +1,10 @@
 // Package pgtxotel reports pgtx transactions as OpenTelemetry spans and
 // metrics.
 //
-// Set a Tracer on the pool's configuration:
+// A [Tracer] adapts every tracer interface of pgtx:
+// [pgtx.TransactionTracer], [pgtx.CancelTracer] and [pgtx.BreakerTracer].
+// Set it as the pool's tracer, and it receives the events of the pool's
+// calls, cancels and circuit breaker:
 //
 //	tr, err := pgtxotel.New()
 //	if err != nil { ... }
@@ -10,8 +13,8 @@
 //	cfg.Tracer = tr
 //	pool, err := pgtx.NewWithConfig(ctx, cfg)
 //
-// Every Transaction call then becomes one span, "pgtx.transaction" (or
-// "pgtx.transaction <label>" when TxOptions.Label is set), a child of the
+// Every [pgtx.Transaction] call then becomes one span, "pgtx.transaction" (or
+// "pgtx.transaction <label>" when [pgtx.Options].Label is set), a child of the
 // span in the caller's context. Its context is the one fn receives, so the
 // spans of pgx's own tracers, if any, nest under it. Each attempt is a
 // "pgtx.attempt" event on that span rather than a span of its own: a
@@ -26,9 +29,9 @@
 // an exception event, error.type (the pgtx.Class: "conflict", "overload",
 // "connection_lost", "ambiguous", "timeout" or "permanent"),
 // db.response.status_code (the SQLSTATE, when there is one),
-// pgtx.commit_unknown=true when the error matches pgtx.ErrCommitUnknown and
-// pgtx.retry_budget_exhausted=true when it matches
-// pgtx.ErrRetryBudgetExhausted. A call that committed leaves the status
+// pgtx.commit_unknown=true when the error matches [pgtx.ErrCommitUnknown]
+// and pgtx.retry_budget_exhausted=true when it matches
+// [pgtx.ErrRetryBudgetExhausted]. A call that committed leaves the status
 // Unset, as OpenTelemetry asks of instrumentation libraries.
 //
 // Events on the span:
@@ -38,12 +41,23 @@
 //     pgtx.duration_ms and, when the attempt failed, error.type (its class),
 //     db.response.status_code (its SQLSTATE, when any),
 //     pgtx.commit_unknown and pgtx.retry_budget_exhausted (when true).
-//   - "pgtx.retry_budget_exhausted", when the pool's retry budget refused a
-//     retry: pgtx.attempt, pgtx.class, db.response.status_code.
+//   - "pgtx.retry_budget_exhausted", before the "pgtx.attempt" event of the
+//     attempt whose retry the pool's retry budget refused: pgtx.attempt,
+//     pgtx.class, db.response.status_code.
 //   - "pgtx.cancel", on the span of the cancelled statement's context (the
 //     transaction's, or a pgx tracer's query span), if it is still recording
-//     when the cancel finishes: pgtx.cancel.outcome, pgtx.cancel.mode,
-//     pgtx.cancel.fell_back, pgtx.cancel.latency_ms, pgtx.cancel.pid.
+//     when the cancel finishes: pgtx.cancel.outcome ("signalled",
+//     "not_found", "protocol" or "closed"), pgtx.cancel.mode (the pool's
+//     [pgtx.CancelMode]: "pool", "protocol" or "close"), pgtx.cancel.fell_back, pgtx.cancel.latency_ms,
+//     pgtx.cancel.pid.
+//   - "pgtx.breaker.state_change", on the span in the context of the call
+//     that changed a circuit breaker's state (the caller's span, outside
+//     the transaction's), if one is recording: pgtx.breaker.name (when
+//     set), pgtx.breaker.from, pgtx.breaker.to ("closed", "half-open" or
+//     "open"), pgtx.breaker.reason, pgtx.breaker.calls,
+//     pgtx.breaker.failures, pgtx.breaker.slow. A change noticed outside a
+//     call (by Pool.Stats or Pool.BreakerState, open to half-open) has no
+//     span to go on: only the metric counts it.
 //
 // # Metrics
 //
@@ -68,6 +82,9 @@
 //     pgtx.cancel.fell_back.
 //   - pgtx.cancel.latency (s): time from a context's end to the cancel's
 //     answer, with the attributes of pgtx.cancels.
+//   - pgtx.breaker.transitions {transition}: changes of state of circuit
+//     breakers, by pgtx.breaker.name (when set), pgtx.breaker.from and
+//     pgtx.breaker.to.
 //
 // Labels should be a small fixed set of names (they become metric series):
 // after the first 256 distinct labels, further ones are reported in metrics
@@ -75,8 +92,8 @@
 //
 // # Pool metrics
 //
-// RegisterPoolMetrics adds observable instruments over a pool's Stats: the
-// queue depth (pgtx.pool.waiters — alert on it staying above 0), connections
-// by state, acquire timeouts, in-flight transactions and the age of the
-// oldest, and the circuit breaker's state.
+// [RegisterPoolMetrics] adds observable instruments over a pool's
+// [pgtx.Stats]: the queue depth (pgtx.pool.waiters — alert on it staying
+// above 0), connections by state, acquire timeouts, in-flight transactions
+// and the age of the oldest, and the circuit breaker's state.
 package pgtxotel

@@ -38,7 +38,7 @@ func Example() {
 
 	// One "pgtx.transaction transfer" span, child of the span in ctx, with a
 	// "pgtx.attempt" event per attempt.
-	err = pgtx.TransactionWithOptions(ctx, pool, pgtx.TxOptions{Isolation: pgtx.Serializable, Label: "transfer"},
+	err = pgtx.TransactionWithOptions(ctx, pool, pgtx.Serializable, pgtx.Options{Label: "transfer"},
 		func(ctx context.Context, tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, "update accounts set balance = balance - $1 where id = $2", 10, 1); err != nil {
 				return err

@@ -34,35 +34,36 @@ type poolInstruments struct {
 }
 
 // RegisterPoolMetrics registers asynchronous (observable) instruments that
-// report a pool's Stats on every collection: a single callback reads
-// pool.Stats() once per collection and observes every instrument, so they
-// all describe the same moment and the pool pays nothing between
+// report a pool's [pgtx.Stats] on every collection: a single callback reads
+// [pgtx.Pool.Stats] once per collection and observes every instrument, so
+// they all describe the same moment and the pool pays nothing between
 // collections.
 //
 // Every measurement carries the attribute pgtx.pool=name and those given
-// with WithAttributes; the meter comes from WithMeterProvider (by default
-// otel.GetMeterProvider() at the time of the call), and WithTracerProvider
-// has no effect. Call it once per pool, with a distinct name: for a bulkhead
-// (one pgtx.Pool per class of work), once per class. The instruments are
-// shared, each call adds its own series. Unregister the returned
-// Registration before closing the pool; after Unregister the pool is no
-// longer read or reported. A nil pool is an error matching
-// pgtx.ErrInvalidArgument; an instrument that cannot be created is an error
-// too, and nothing is then registered.
+// with [WithAttributes]; the meter comes from [WithMeterProvider] (by
+// default [otel.GetMeterProvider] at the time of the call), and
+// [WithTracerProvider] has no effect. Call it once per pool, with a
+// distinct name: for a bulkhead (one [pgtx.Pool] per class of work), once
+// per class. The instruments are shared, each call adds its own series.
+// Unregister the returned Registration before closing the pool; after
+// Unregister the pool is no longer read or reported. A nil pool is an error
+// matching [pgtx.ErrInvalidArgument]; an instrument that cannot be created
+// is an error too, and nothing is then registered.
 //
 // The instruments, with durations in seconds:
 //
-//   - pgtx.pool.waiters {request} (gauge): the queue depth, acquires of a
-//     pool connection in progress now. Alert on it staying above 0, not on
-//     utilisation: callers that wait mean the pool cannot serve the arrival
-//     rate at the current query latency.
+//   - pgtx.pool.waiters {request} (gauge): the queue depth
+//     ([pgtx.Stats].Waiting), acquires of a pool connection in progress
+//     now. Alert on it staying above 0, not on utilisation: callers that
+//     wait mean the pool cannot serve the arrival rate at the current query
+//     latency.
 //   - pgtx.pool.connections {connection} (gauge): the pool's connections by
 //     pgtx.connection.state ("acquired", "idle" or "constructing").
 //   - pgtx.pool.max_connections {connection} (gauge): the pool's MaxConns.
 //   - pgtx.pool.acquire_timeouts {acquire} (counter): Transaction's waits for
-//     a connection ended by Config.AcquireTimeout.
+//     a connection ended by [pgtx.Config].AcquireTimeout.
 //   - pgtx.pool.queue_full {transaction} (counter): Transaction calls
-//     refused at once because Config.MaxWaiters callers were waiting.
+//     refused at once because [pgtx.Config].MaxWaiters callers were waiting.
 //   - pgtx.transactions.in_flight {transaction} (gauge): attempts holding a
 //     connection now.
 //   - pgtx.transaction.oldest_in_flight (s, gauge): the age of the oldest of
@@ -74,7 +75,7 @@ type poolInstruments struct {
 //     is exported as this sum/count pair: the rate of the total over the
 //     rate of the count is the mean wait over any interval.
 //
-// And, only for a pool with a circuit breaker (Config.Breaker):
+// And, only for a pool with a circuit breaker ([pgtx.Config].Breaker):
 //
 //   - pgtx.breaker.state {state} (gauge): 0 closed, 1 half-open, 2 open.
 //   - pgtx.breaker.rejected {transaction} (counter): calls refused while it
@@ -112,23 +113,23 @@ func RegisterPoolMetrics(pool *pgtx.Pool, name string, opts ...Option) (metric.R
 
 	callback := func(_ context.Context, o metric.Observer) error {
 		s := pool.Stats()
-		o.ObserveInt64(ins.waiters, s.Waiters, poolAttrs)
+		o.ObserveInt64(ins.waiters, s.Waiting, poolAttrs)
 		if ps := s.Pool; ps != nil {
 			o.ObserveInt64(ins.connections, int64(ps.AcquiredConns()), acquired)
 			o.ObserveInt64(ins.connections, int64(ps.IdleConns()), idle)
 			o.ObserveInt64(ins.connections, int64(ps.ConstructingConns()), constructing)
 			o.ObserveInt64(ins.maxConnections, int64(ps.MaxConns()), poolAttrs)
 		}
-		o.ObserveInt64(ins.acquireTimeouts, s.AcquireTimeouts, poolAttrs)
-		o.ObserveInt64(ins.queueFull, s.QueueFull, poolAttrs)
+		o.ObserveInt64(ins.acquireTimeouts, s.AcquireTimeoutCount, poolAttrs)
+		o.ObserveInt64(ins.queueFull, s.QueueFullCount, poolAttrs)
 		o.ObserveInt64(ins.inFlight, int64(s.InFlight), poolAttrs)
 		o.ObserveFloat64(ins.oldestInFlight, s.OldestInFlight.Seconds(), poolAttrs)
-		o.ObserveFloat64(ins.acquireWaitTotal, s.AcquireWait.Sum.Seconds(), poolAttrs)
+		o.ObserveFloat64(ins.acquireWaitTotal, s.AcquireWait.Duration.Seconds(), poolAttrs)
 		o.ObserveInt64(ins.acquireWaitCount, s.AcquireWait.Count, poolAttrs)
 		if bs := s.Breaker; bs != nil {
 			o.ObserveInt64(ins.breakerState, breakerStateValue(bs.State), poolAttrs)
-			o.ObserveInt64(ins.breakerRejected, bs.Rejected, poolAttrs)
-			o.ObserveInt64(ins.breakerOpens, bs.Opened, poolAttrs)
+			o.ObserveInt64(ins.breakerRejected, bs.RejectedCount, poolAttrs)
+			o.ObserveInt64(ins.breakerOpens, bs.OpenedCount, poolAttrs)
 		}
 		return nil
 	}
@@ -190,8 +191,9 @@ func newPoolInstruments(m metric.Meter) (*poolInstruments, error) {
 }
 
 // breakerStateValue is the value of pgtx.breaker.state: 0 closed, 1
-// half-open, 2 open, in the order of increasing trouble (pgtx.BreakerState
-// numbers them otherwise); -1 for a state this package does not know.
+// half-open, 2 open, in the order of increasing trouble; -1 for a state this
+// package does not know. The values are this package's, by state, whatever
+// numbers pgtx.BreakerState gives the states.
 func breakerStateValue(s pgtx.BreakerState) int64 {
 	switch s {
 	case pgtx.BreakerClosed:

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -482,4 +483,44 @@ func ExampleRegisterPoolMetrics() {
 		return
 	}
 	defer func() { _ = reg.Unregister() }() // runs before pool.Close
+}
+
+// TestTracerOnPool sets a Tracer as a pool's Config.Tracer: a call that
+// cannot connect is counted and traced, and the circuit breaker it opens is
+// counted without BreakerConfig.Tracer being set.
+func TestTracerOnPool(t *testing.T) {
+	h := newHarness(t)
+	pool := newOfflinePoolWith(t, func(cfg *pgtx.Config) {
+		cfg.Tracer = h.tr
+		cfg.Breaker = &pgtx.BreakerConfig{Name: "offline", ConsecutiveFailures: 1, OpenFor: time.Hour}
+	})
+	ctx, caller := h.tp.Tracer("test").Start(context.Background(), "caller")
+	err := pgtx.TransactionWithOptions(ctx, pool, pgtx.ReadCommitted, pgtx.Options{Label: "probe"},
+		func(context.Context, pgx.Tx) error { return nil })
+	caller.End()
+	if err == nil {
+		t.Fatal("Transaction on a closed port succeeded")
+	}
+	rm := collect(t, h.reader)
+	if got := sumInt(t, rm, "pgtx.transactions", attribute.String("pgtx.outcome", "failed"), attribute.String("pgtx.label", "probe")); got != 1 {
+		t.Errorf("pgtx.transactions{failed, probe} = %d, want 1", got)
+	}
+	by := []attribute.KeyValue{
+		attribute.String("pgtx.breaker.name", "offline"),
+		attribute.String("pgtx.breaker.from", "closed"),
+		attribute.String("pgtx.breaker.to", "open"),
+	}
+	if got := sumInt(t, rm, "pgtx.breaker.transitions", by...); got != 1 {
+		t.Errorf("pgtx.breaker.transitions%v = %d, want 1", by, got)
+	}
+	if s := findSpan(t, h.spans.Ended(), "pgtx.transaction probe"); s.Status().Code != codes.Error {
+		t.Errorf("span status = %v, want Error", s.Status())
+	}
+	var names []string
+	for _, e := range findSpan(t, h.spans.Ended(), "caller").Events() {
+		names = append(names, e.Name)
+	}
+	if len(names) != 1 || names[0] != "pgtx.breaker.state_change" {
+		t.Errorf("caller's span events = %v, want one pgtx.breaker.state_change", names)
+	}
 }

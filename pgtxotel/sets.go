@@ -119,18 +119,39 @@ func (t *Tracer) sets(label string) *labelSets {
 	return ls
 }
 
-// The cancel tables' dimensions: outcomes 1..4 plus 0 for an unknown one,
-// modes 0..2 plus 3 for an unknown one.
+// The outcomes of a cancel, the values of pgtx.cancel.outcome, derived from
+// pgtx.TraceCancelData's Mode, Closed, NotFound and FellBack; 0 is a mode
+// this package does not know.
 const (
-	numOutcomes = int(pgtx.CancelClosed) + 1
-	numModes    = int(pgtx.CancelModeClose) + 2
+	cancelUnknown = iota
+	cancelSignalled
+	cancelNotFound
+	cancelProtocol
+	cancelClosed
+	numCancelOutcomes
 )
 
-func outcomeIndex(o pgtx.CancelOutcome) int {
-	if o < pgtx.CancelSignalled || o > pgtx.CancelClosed {
-		return 0
+// cancelOutcomeNames are the values of pgtx.cancel.outcome by slot.
+var cancelOutcomeNames = [numCancelOutcomes]string{"unknown", "signalled", "not_found", "protocol", "closed"}
+
+// numModes is the number of cancel modes plus one slot for an unknown one.
+const numModes = int(pgtx.CancelModeClose) + 2
+
+// outcomeIndex returns the slot of a cancel's outcome: what stopped the
+// statement, and for pg_cancel_backend whether the backend was still
+// there.
+func outcomeIndex(data pgtx.TraceCancelData) int {
+	switch {
+	case data.Closed:
+		return cancelClosed
+	case data.NotFound:
+		return cancelNotFound
+	case data.FellBack || data.Mode == pgtx.CancelModeProtocol:
+		return cancelProtocol
+	case data.Mode == pgtx.CancelModePool:
+		return cancelSignalled
 	}
-	return int(o)
+	return cancelUnknown
 }
 
 func modeIndex(m pgtx.CancelMode) int {
@@ -141,7 +162,7 @@ func modeIndex(m pgtx.CancelMode) int {
 }
 
 // cancelOutcomeName and cancelModeName are the attribute values by slot.
-func cancelOutcomeName(i int) string { return pgtx.CancelOutcome(i).String() }
+func cancelOutcomeName(i int) string { return cancelOutcomeNames[i] }
 
 func cancelModeName(i int) string {
 	if i == numModes-1 {
@@ -152,7 +173,7 @@ func cancelModeName(i int) string {
 
 // initCancelSets precomputes the options of the cancel metrics.
 func (t *Tracer) initCancelSets() {
-	for oi := range numOutcomes {
+	for oi := range numCancelOutcomes {
 		for mi := range numModes {
 			for fb := range 2 {
 				kvs := append(append([]attribute.KeyValue(nil), t.attrs...),

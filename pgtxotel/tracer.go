@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -15,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// ScopeName is the instrumentation scope of the Tracer's tracer and meter.
+// ScopeName is the instrumentation scope of the [Tracer]'s tracer and meter.
 const ScopeName = "github.com/pgtx-go/pgtx/pgtxotel"
 
 // Span, event and attribute names.
@@ -24,6 +25,7 @@ const (
 	eventAttempt       = "pgtx.attempt"
 	eventBudget        = "pgtx.retry_budget_exhausted"
 	eventCancel        = "pgtx.cancel"
+	eventBreaker       = "pgtx.breaker.state_change"
 	keyDBSystemName    = attribute.Key("db.system.name")
 	keyDBStatusCode    = attribute.Key("db.response.status_code")
 	keyErrorType       = attribute.Key("error.type")
@@ -43,6 +45,13 @@ const (
 	keyCancelFellBack  = attribute.Key("pgtx.cancel.fell_back")
 	keyCancelLatencyMS = attribute.Key("pgtx.cancel.latency_ms")
 	keyCancelPID       = attribute.Key("pgtx.cancel.pid")
+	keyBreakerName     = attribute.Key("pgtx.breaker.name")
+	keyBreakerFrom     = attribute.Key("pgtx.breaker.from")
+	keyBreakerTo       = attribute.Key("pgtx.breaker.to")
+	keyBreakerReason   = attribute.Key("pgtx.breaker.reason")
+	keyBreakerCalls    = attribute.Key("pgtx.breaker.calls")
+	keyBreakerFailures = attribute.Key("pgtx.breaker.failures")
+	keyBreakerSlow     = attribute.Key("pgtx.breaker.slow")
 
 	outcomeCommitted = "committed"
 	outcomeFailed    = "failed"
@@ -74,21 +83,23 @@ func classIndex(c pgtx.Class) int {
 	return int(c)
 }
 
-// classNames are the values of pgtx.class and error.type by slot.
+// classNames are the values of pgtx.class and error.type by slot: "unknown"
+// for a class pgtx does not define.
 var classNames = func() [numClasses]string {
 	var n [numClasses]string
 	for i := range n {
 		n[i] = pgtx.Class(i).String()
 	}
-	n[numClasses-1] = pgtx.Class(-1).String()
+	n[numClasses-1] = "unknown"
 	return n
 }()
 
 // Tracer reports pgtx calls as OpenTelemetry spans and metrics. It
-// implements pgtx.Tracer, pgtx.TransactionTracer, pgtx.CancelTracer and
-// pgtx.RetryBudgetTracer; set it as pgtx.Config.Tracer. The package
-// documentation lists its spans, events and metrics. A Tracer is safe for
-// concurrent use and may be shared by several pools.
+// implements every tracer interface of pgtx: [pgtx.TransactionTracer],
+// [pgtx.CancelTracer] and [pgtx.BreakerTracer]; set as [pgtx.Config].Tracer
+// it receives the events of the pool's calls, cancels and circuit breaker.
+// The package documentation lists its spans, events and metrics. A Tracer
+// is safe for concurrent use and may be shared by several pools.
 type Tracer struct {
 	tracer    trace.Tracer
 	spanAttrs []attribute.KeyValue // db.system.name and those of WithAttributes
@@ -103,6 +114,7 @@ type Tracer struct {
 	budgetExhausted metric.Int64Counter
 	cancels         metric.Int64Counter
 	cancelLatency   metric.Float64Histogram
+	breakerChanges  metric.Int64Counter
 
 	// noLabel holds the measurement options of calls without a label;
 	// labels those of labelled calls, copied on write so that lookups take
@@ -115,16 +127,15 @@ type Tracer struct {
 
 	// cancelAdd[outcome][mode][fellBack] and cancelRec are the measurement
 	// options of the cancel metrics.
-	cancelAdd [numOutcomes][numModes][2][]metric.AddOption
-	cancelRec [numOutcomes][numModes][2][]metric.RecordOption
+	cancelAdd [numCancelOutcomes][numModes][2][]metric.AddOption
+	cancelRec [numCancelOutcomes][numModes][2][]metric.RecordOption
 }
 
 // Compile-time checks of the interfaces pgtx looks for.
 var (
-	_ pgtx.Tracer            = (*Tracer)(nil)
 	_ pgtx.TransactionTracer = (*Tracer)(nil)
 	_ pgtx.CancelTracer      = (*Tracer)(nil)
-	_ pgtx.RetryBudgetTracer = (*Tracer)(nil)
+	_ pgtx.BreakerTracer     = (*Tracer)(nil)
 )
 
 // config is what the Options set.
@@ -134,30 +145,31 @@ type config struct {
 	attrs []attribute.KeyValue
 }
 
-// Option configures a Tracer made by New.
+// Option configures a [Tracer] made by [New], or the instruments of
+// [RegisterPoolMetrics].
 type Option func(*config)
 
-// WithTracerProvider sets the provider of the Tracer's spans. The default is
-// otel.GetTracerProvider() at the time New is called.
+// WithTracerProvider sets the provider of the [Tracer]'s spans. The default
+// is [otel.GetTracerProvider] at the time [New] is called.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) { c.tp = tp }
 }
 
-// WithMeterProvider sets the provider of the Tracer's metrics. The default is
-// otel.GetMeterProvider() at the time New is called.
+// WithMeterProvider sets the provider of the [Tracer]'s metrics. The default
+// is [otel.GetMeterProvider] at the time [New] is called.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) { c.mp = mp }
 }
 
 // WithAttributes adds attrs to every span and every measurement of the
-// Tracer, for instance semconv's db.namespace or server.address to tell
+// [Tracer], for instance semconv's db.namespace or server.address to tell
 // pools apart. Calls accumulate.
 func WithAttributes(attrs ...attribute.KeyValue) Option {
 	return func(c *config) { c.attrs = append(c.attrs, attrs...) }
 }
 
-// New returns a Tracer. It returns an error if one of its metric instruments
-// cannot be created; the Tracer is then nil.
+// New returns a [Tracer]. It returns an error if one of its metric
+// instruments cannot be created; the Tracer is then nil.
 func New(opts ...Option) (*Tracer, error) {
 	var c config
 	for _, opt := range opts {
@@ -210,6 +222,7 @@ func (t *Tracer) initInstruments(m metric.Meter) error {
 	t.budgetExhausted = counter("pgtx.retry_budget.exhausted", "{retry}", "Retries refused by the pool's retry budget.")
 	t.cancels = counter("pgtx.cancels", "{cancel}", "Statements cancelled because their context ended, by outcome.")
 	t.cancelLatency = histogram("pgtx.cancel.latency", "Time from a context's end to the cancel's answer.")
+	t.breakerChanges = counter("pgtx.breaker.transitions", "{transition}", "Changes of state of circuit breakers, by breaker name and the states left and entered.")
 	if err := errors.Join(errs...); err != nil {
 		return errors.Join(errors.New("pgtxotel: creating metric instruments"), err)
 	}
@@ -254,19 +267,34 @@ func (t *Tracer) TraceAttemptStart(ctx context.Context, _ pgtx.TraceAttemptStart
 }
 
 // TraceAttemptEnd adds a "pgtx.attempt" event to the call's span and counts
-// the attempt, and the retry if one follows.
+// the attempt, and the retry if one follows. A retry the retry budget
+// refused (no retry follows and the error matches
+// [pgtx.ErrRetryBudgetExhausted]) is also counted and gets a
+// "pgtx.retry_budget_exhausted" event, before the attempt's.
 func (t *Tracer) TraceAttemptEnd(ctx context.Context, data pgtx.TraceAttemptEndData) {
 	ls := t.sets(data.Label)
 	ci := classIndex(data.Class)
 	t.attempts.Add(ctx, 1, ls.classAdd[ci]...)
+	refused := false
 	if data.Retry {
 		t.retries.Add(ctx, 1, ls.classAdd[ci]...)
 		t.backoff.Record(ctx, data.Backoff.Seconds(), ls.classRec[ci]...)
+	} else if data.Err != nil && errors.Is(data.Err, pgtx.ErrRetryBudgetExhausted) {
+		refused = true
+		t.budgetExhausted.Add(ctx, 1, ls.classAdd[ci]...)
 	}
 
 	span := callSpan(ctx)
 	if span == nil {
 		return
+	}
+	if refused {
+		var buf [3]attribute.KeyValue
+		attrs := append(buf[:0], keyAttempt.Int(data.Attempt), keyClass.String(classNames[ci]))
+		if code := sqlState(data.Err); code != "" {
+			attrs = append(attrs, keyDBStatusCode.String(code))
+		}
+		span.AddEvent(eventBudget, trace.WithAttributes(attrs...))
 	}
 	var buf [10]attribute.KeyValue
 	attrs := append(buf[:0],
@@ -317,29 +345,11 @@ func (t *Tracer) TraceTransactionEnd(ctx context.Context, data pgtx.TraceTransac
 	span.End()
 }
 
-// TraceRetryBudgetExhausted adds a "pgtx.retry_budget_exhausted" event to the
-// call's span and counts the refused retry.
-func (t *Tracer) TraceRetryBudgetExhausted(ctx context.Context, data pgtx.TraceRetryBudgetData) {
-	ci := classIndex(data.Class)
-	t.budgetExhausted.Add(ctx, 1, t.sets(data.Label).classAdd[ci]...)
-
-	span := callSpan(ctx)
-	if span == nil {
-		return
-	}
-	var buf [3]attribute.KeyValue
-	attrs := append(buf[:0], keyAttempt.Int(data.Attempt), keyClass.String(classNames[ci]))
-	if code := pgtx.SQLState(data.Err); code != "" {
-		attrs = append(attrs, keyDBStatusCode.String(code))
-	}
-	span.AddEvent(eventBudget, trace.WithAttributes(attrs...))
-}
-
 // TraceCancel counts the cancellation and, if the span in ctx (the cancelled
 // statement's) is still recording, adds a "pgtx.cancel" event to it. It may
 // be called after the statement returned, from another goroutine.
 func (t *Tracer) TraceCancel(ctx context.Context, data pgtx.TraceCancelData) {
-	oi, mi, fb := outcomeIndex(data.Outcome), modeIndex(data.Mode), 0
+	oi, mi, fb := outcomeIndex(data), modeIndex(data.Mode), 0
 	if data.FellBack {
 		fb = 1
 	}
@@ -359,11 +369,55 @@ func (t *Tracer) TraceCancel(ctx context.Context, data pgtx.TraceCancelData) {
 	))
 }
 
+// TraceBreakerStateChange counts a circuit breaker's change of state and,
+// if the span in ctx is recording, adds a "pgtx.breaker.state_change" event
+// to it. ctx is the context of the call during which the state changed (the
+// caller's, outside the call's own span), or context.Background when the
+// change was noticed outside a call, by [pgtx.Pool.Stats] or
+// [pgtx.Pool.BreakerState].
+func (t *Tracer) TraceBreakerStateChange(ctx context.Context, data pgtx.TraceBreakerStateChangeData) {
+	from, to := breakerStateName(data.From), breakerStateName(data.To)
+	kvs := make([]attribute.KeyValue, 0, len(t.attrs)+3)
+	kvs = append(kvs, t.attrs...)
+	if data.Name != "" {
+		kvs = append(kvs, keyBreakerName.String(data.Name))
+	}
+	kvs = append(kvs, keyBreakerFrom.String(from), keyBreakerTo.String(to))
+	t.breakerChanges.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(kvs...)))
+
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	attrs := make([]attribute.KeyValue, 0, 7)
+	if data.Name != "" {
+		attrs = append(attrs, keyBreakerName.String(data.Name))
+	}
+	attrs = append(attrs,
+		keyBreakerFrom.String(from),
+		keyBreakerTo.String(to),
+		keyBreakerReason.String(data.Reason),
+		keyBreakerCalls.Int64(data.Calls),
+		keyBreakerFailures.Int64(data.Failures),
+		keyBreakerSlow.Int64(data.Slow),
+	)
+	span.AddEvent(eventBreaker, trace.WithAttributes(attrs...))
+}
+
+// breakerStateName is the value of pgtx.breaker.from and pgtx.breaker.to:
+// the state's name, "unknown" for a state this package does not know.
+func breakerStateName(s pgtx.BreakerState) string {
+	if s < pgtx.BreakerClosed || s > pgtx.BreakerOpen {
+		return "unknown"
+	}
+	return s.String()
+}
+
 // appendErrorAttrs appends the attributes describing a failed attempt or
 // call: error.type, the SQLSTATE and the markers pgtx puts on errors.
 func appendErrorAttrs(attrs []attribute.KeyValue, err error, class string) []attribute.KeyValue {
 	attrs = append(attrs, keyErrorType.String(class))
-	if code := pgtx.SQLState(err); code != "" {
+	if code := sqlState(err); code != "" {
 		attrs = append(attrs, keyDBStatusCode.String(code))
 	}
 	if errors.Is(err, pgtx.ErrCommitUnknown) {
@@ -373,6 +427,15 @@ func appendErrorAttrs(attrs []attribute.KeyValue, err error, class string) []att
 		attrs = append(attrs, keyBudgetExhausted.Bool(true))
 	}
 	return attrs
+}
+
+// sqlState returns the SQLSTATE of the first *pgconn.PgError in err's tree,
+// or "".
+func sqlState(err error) string {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // milliseconds returns d in milliseconds, with its fraction.

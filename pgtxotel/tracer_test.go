@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
 	"go.opentelemetry.io/otel"
@@ -61,8 +62,9 @@ type attempt struct {
 	err     error
 	retry   bool
 	backoff time.Duration
-	// budget: the retry budget refused a retry of this attempt, so
-	// TraceRetryBudgetExhausted precedes TraceAttemptEnd.
+	// budget: the retry budget refused a retry of this attempt: it is the
+	// last, without a retry, and its error matches
+	// pgtx.ErrRetryBudgetExhausted.
 	budget bool
 }
 
@@ -97,9 +99,6 @@ func run(ctx context.Context, tr *Tracer, c call, childOf func(context.Context))
 			childOf(actx)
 		}
 		class := pgtx.Classify(a.err)
-		if a.budget {
-			tr.TraceRetryBudgetExhausted(actx, pgtx.TraceRetryBudgetData{Label: c.label, Attempt: n, Err: a.err, Class: class})
-		}
 		tr.TraceAttemptEnd(actx, pgtx.TraceAttemptEndData{
 			Label: c.label, Isolation: c.iso, Attempt: n,
 			Err: a.err, Class: class, Duration: time.Duration(n) * time.Millisecond,
@@ -117,10 +116,19 @@ func pgErr(code string) error {
 	return &pgconn.PgError{Severity: "ERROR", Code: code, Message: "crafted " + code}
 }
 
+// codeOf returns the SQLSTATE of the *pgconn.PgError in err, or "".
+func codeOf(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
 func TestTransaction(t *testing.T) {
 	commitUnknown := fmt.Errorf("%w: %w", pgtx.ErrCommitUnknown, io.ErrUnexpectedEOF)
-	budgetSpent := fmt.Errorf("%w: %w", pgtx.ErrRetryBudgetExhausted, pgErr(pgtx.CodeTooManyConnections))
-	backoffEnded := fmt.Errorf("%w: %w", context.DeadlineExceeded, pgErr(pgtx.CodeSerializationFailure))
+	budgetSpent := fmt.Errorf("%w: %w", pgtx.ErrRetryBudgetExhausted, pgErr(pgerrcode.TooManyConnections))
+	backoffEnded := fmt.Errorf("%w: %w", context.DeadlineExceeded, pgErr(pgerrcode.SerializationFailure))
 
 	tests := []struct {
 		name string
@@ -151,7 +159,7 @@ func TestTransaction(t *testing.T) {
 		{
 			name: "conflict then commit",
 			call: call{label: "transfer", iso: pgtx.Serializable, attempts: []attempt{
-				{err: pgErr(pgtx.CodeSerializationFailure), retry: true, backoff: 5 * time.Millisecond},
+				{err: pgErr(pgerrcode.SerializationFailure), retry: true, backoff: 5 * time.Millisecond},
 				{},
 			}},
 			wantName:       "pgtx.transaction transfer",
@@ -166,8 +174,8 @@ func TestTransaction(t *testing.T) {
 		{
 			name: "conflicts then permanent error",
 			call: call{label: "book", iso: pgtx.RepeatableRead, attempts: []attempt{
-				{err: pgErr(pgtx.CodeDeadlockDetected), retry: true, backoff: 2 * time.Millisecond},
-				{err: pgErr(pgtx.CodeSerializationFailure), retry: true, backoff: 4 * time.Millisecond},
+				{err: pgErr(pgerrcode.DeadlockDetected), retry: true, backoff: 2 * time.Millisecond},
+				{err: pgErr(pgerrcode.SerializationFailure), retry: true, backoff: 4 * time.Millisecond},
 				{err: pgErr("23505")},
 			}},
 			wantName:       "pgtx.transaction book",
@@ -195,13 +203,13 @@ func TestTransaction(t *testing.T) {
 		{
 			name: "retry budget exhausted",
 			call: call{label: "report", iso: pgtx.ReadCommitted, attempts: []attempt{
-				{err: pgErr(pgtx.CodeTooManyConnections), retry: true, backoff: 150 * time.Millisecond},
+				{err: pgErr(pgerrcode.TooManyConnections), retry: true, backoff: 150 * time.Millisecond},
 				{err: budgetSpent, budget: true},
 			}},
 			wantName:       "pgtx.transaction report",
 			wantStatus:     codes.Error,
 			wantErrorType:  "overload",
-			wantStatusCode: pgtx.CodeTooManyConnections,
+			wantStatusCode: pgerrcode.TooManyConnections,
 			wantBudget:     true,
 			wantAttempts:   map[string]int64{"overload": 2},
 			wantRetries:    map[string]int64{"overload": 1},
@@ -213,12 +221,12 @@ func TestTransaction(t *testing.T) {
 		{
 			name: "context ended during backoff",
 			call: call{iso: pgtx.Serializable, attempts: []attempt{
-				{err: pgErr(pgtx.CodeSerializationFailure), retry: true, backoff: 50 * time.Millisecond},
+				{err: pgErr(pgerrcode.SerializationFailure), retry: true, backoff: 50 * time.Millisecond},
 			}, endErr: backoffEnded, endClass: pgtx.ClassTimeout, override: true},
 			wantName:       "pgtx.transaction",
 			wantStatus:     codes.Error,
 			wantErrorType:  "timeout",
-			wantStatusCode: pgtx.CodeSerializationFailure,
+			wantStatusCode: pgerrcode.SerializationFailure,
 			wantAttempts:   map[string]int64{"conflict": 1},
 			wantRetries:    map[string]int64{"conflict": 1},
 			wantBackoffN:   1,
@@ -318,7 +326,7 @@ func TestTransaction(t *testing.T) {
 					if a.err != nil {
 						wantEv["error.type"] = attribute.StringValue(pgtx.Classify(a.err).String())
 					}
-					if code := pgtx.SQLState(a.err); code != "" {
+					if code := codeOf(a.err); code != "" {
 						wantEv["db.response.status_code"] = attribute.StringValue(code)
 					}
 					if errors.Is(a.err, pgtx.ErrCommitUnknown) {
@@ -334,7 +342,7 @@ func TestTransaction(t *testing.T) {
 					assertAttrs(t, "budget event", attrMap(e.Attributes), map[attribute.Key]attribute.Value{
 						"pgtx.attempt":            attribute.IntValue(n + 1),
 						"pgtx.class":              attribute.StringValue(pgtx.Classify(a.err).String()),
-						"db.response.status_code": attribute.StringValue(pgtx.SQLState(a.err)),
+						"db.response.status_code": attribute.StringValue(codeOf(a.err)),
 					})
 				}
 			}
@@ -403,27 +411,39 @@ func TestTraceCancel(t *testing.T) {
 	}{
 		{
 			name:     "pool signalled",
-			data:     pgtx.TraceCancelData{PID: 41, Mode: pgtx.CancelModePool, Outcome: pgtx.CancelSignalled, Latency: 3 * time.Millisecond},
+			data:     pgtx.TraceCancelData{PID: 41, Mode: pgtx.CancelModePool, Latency: 3 * time.Millisecond},
 			span:     "recording",
 			wantMode: "pool", wantOut: "signalled",
 		},
 		{
 			name:     "pool fell back to protocol",
-			data:     pgtx.TraceCancelData{PID: 42, Mode: pgtx.CancelModePool, Outcome: pgtx.CancelProtocol, FellBack: true, Latency: 20 * time.Millisecond},
+			data:     pgtx.TraceCancelData{PID: 42, Mode: pgtx.CancelModePool, FellBack: true, Latency: 20 * time.Millisecond},
 			span:     "recording",
 			wantMode: "pool", wantOut: "protocol",
 		},
 		{
 			name:     "closed after the span ended",
-			data:     pgtx.TraceCancelData{PID: 43, Mode: pgtx.CancelModeClose, Outcome: pgtx.CancelClosed, Latency: time.Millisecond},
+			data:     pgtx.TraceCancelData{PID: 43, Mode: pgtx.CancelModeClose, Closed: true, Latency: time.Millisecond},
 			span:     "ended",
 			wantMode: "close", wantOut: "closed",
 		},
 		{
 			name:     "no span",
-			data:     pgtx.TraceCancelData{PID: 44, Mode: pgtx.CancelModeProtocol, Outcome: pgtx.CancelNotFound, Latency: 2 * time.Second},
+			data:     pgtx.TraceCancelData{PID: 44, Mode: pgtx.CancelModePool, NotFound: true, Latency: 2 * time.Second},
 			span:     "none",
-			wantMode: "protocol", wantOut: "not_found",
+			wantMode: "pool", wantOut: "not_found",
+		},
+		{
+			name:     "pool fell back to close",
+			data:     pgtx.TraceCancelData{PID: 45, Mode: pgtx.CancelModePool, Closed: true, FellBack: true, Latency: 2 * time.Second},
+			span:     "recording",
+			wantMode: "pool", wantOut: "closed",
+		},
+		{
+			name:     "unknown mode",
+			data:     pgtx.TraceCancelData{PID: 46, Mode: pgtx.CancelMode(9), Latency: time.Millisecond},
+			span:     "recording",
+			wantMode: "unknown", wantOut: "unknown",
 		},
 	}
 	for _, tt := range tests {
@@ -479,17 +499,116 @@ func TestTraceCancel(t *testing.T) {
 	}
 }
 
+func TestTraceBreakerStateChange(t *testing.T) {
+	tests := []struct {
+		name     string
+		data     pgtx.TraceBreakerStateChangeData
+		span     string // "recording", "ended" or "none"
+		wantFrom string
+		wantTo   string
+	}{
+		{
+			name:     "opened during a call",
+			data:     pgtx.TraceBreakerStateChangeData{Name: "replica", From: pgtx.BreakerClosed, To: pgtx.BreakerOpen, Reason: "5 consecutive failures", Calls: 9, Failures: 5, Slow: 2},
+			span:     "recording",
+			wantFrom: "closed", wantTo: "open",
+		},
+		{
+			name:     "half-open without a span",
+			data:     pgtx.TraceBreakerStateChangeData{Name: "replica", From: pgtx.BreakerOpen, To: pgtx.BreakerHalfOpen, Reason: "open for 5s"},
+			span:     "none",
+			wantFrom: "open", wantTo: "half-open",
+		},
+		{
+			name:     "closed after the span ended",
+			data:     pgtx.TraceBreakerStateChangeData{Name: "replica", From: pgtx.BreakerHalfOpen, To: pgtx.BreakerClosed, Reason: "half-open probes succeeded", Calls: 1},
+			span:     "ended",
+			wantFrom: "half-open", wantTo: "closed",
+		},
+		{
+			name:     "no name, unknown state",
+			data:     pgtx.TraceBreakerStateChangeData{From: pgtx.BreakerState(7), To: pgtx.BreakerOpen, Reason: "x"},
+			span:     "recording",
+			wantFrom: "unknown", wantTo: "open",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := newHarness(t)
+			ctx := context.Background()
+			var span trace.Span
+			if tt.span != "none" {
+				ctx, span = h.tp.Tracer("test").Start(ctx, "caller")
+			}
+			if tt.span == "ended" {
+				span.End()
+			}
+			h.tr.TraceBreakerStateChange(ctx, tt.data)
+			if tt.span == "recording" {
+				span.End()
+			}
+
+			var events []sdktrace.Event
+			for _, s := range h.spans.Ended() {
+				events = append(events, s.Events()...)
+			}
+			if tt.span != "recording" {
+				if len(events) != 0 {
+					t.Errorf("events = %v, want none", events)
+				}
+			} else {
+				if len(events) != 1 || events[0].Name != "pgtx.breaker.state_change" {
+					t.Fatalf("events = %v, want one pgtx.breaker.state_change", events)
+				}
+				want := map[attribute.Key]attribute.Value{
+					"pgtx.breaker.from":     attribute.StringValue(tt.wantFrom),
+					"pgtx.breaker.to":       attribute.StringValue(tt.wantTo),
+					"pgtx.breaker.reason":   attribute.StringValue(tt.data.Reason),
+					"pgtx.breaker.calls":    attribute.Int64Value(tt.data.Calls),
+					"pgtx.breaker.failures": attribute.Int64Value(tt.data.Failures),
+					"pgtx.breaker.slow":     attribute.Int64Value(tt.data.Slow),
+				}
+				if tt.data.Name != "" {
+					want["pgtx.breaker.name"] = attribute.StringValue(tt.data.Name)
+				}
+				assertAttrs(t, "breaker event", attrMap(events[0].Attributes), want)
+				assertExactKeys(t, "breaker event", attrMap(events[0].Attributes), want)
+			}
+
+			rm := collect(t, h.reader)
+			by := []attribute.KeyValue{
+				attribute.String("pgtx.breaker.from", tt.wantFrom),
+				attribute.String("pgtx.breaker.to", tt.wantTo),
+			}
+			if tt.data.Name != "" {
+				by = append(by, attribute.String("pgtx.breaker.name", tt.data.Name))
+			}
+			if got := sumInt(t, rm, "pgtx.breaker.transitions", by...); got != 1 {
+				t.Errorf("pgtx.breaker.transitions%v = %d, want 1", by, got)
+			}
+			m := mustFindMetric(t, rm, "pgtx.breaker.transitions")
+			for _, set := range pointSets(m) {
+				if _, ok := set.Value("pgtx.breaker.name"); ok != (tt.data.Name != "") {
+					t.Errorf("pgtx.breaker.transitions point %v: pgtx.breaker.name present %v, want %v", set.ToSlice(), ok, tt.data.Name != "")
+				}
+			}
+			checkUnits(t, rm)
+		})
+	}
+}
+
 func TestWithAttributes(t *testing.T) {
 	ns := attribute.String("db.namespace", "shop")
 	h := newHarness(t, WithAttributes(ns), WithAttributes(attribute.String("server.address", "db1")))
 	run(context.Background(), h.tr, call{label: "pay", iso: pgtx.Serializable, attempts: []attempt{
-		{err: pgErr(pgtx.CodeSerializationFailure), retry: true, backoff: time.Millisecond},
-		{err: fmt.Errorf("%w: %w", pgtx.ErrRetryBudgetExhausted, pgErr(pgtx.CodeConnectionFailure)), budget: true},
+		{err: pgErr(pgerrcode.SerializationFailure), retry: true, backoff: time.Millisecond},
+		{err: fmt.Errorf("%w: %w", pgtx.ErrRetryBudgetExhausted, pgErr(pgerrcode.ConnectionFailure)), budget: true},
 	}}, nil)
 	run(context.Background(), h.tr, call{iso: pgtx.Serializable, attempts: []attempt{
 		{err: fmt.Errorf("%w: %w", pgtx.ErrCommitUnknown, io.EOF)},
 	}}, nil)
-	h.tr.TraceCancel(context.Background(), pgtx.TraceCancelData{Mode: pgtx.CancelModePool, Outcome: pgtx.CancelSignalled})
+	h.tr.TraceCancel(context.Background(), pgtx.TraceCancelData{Mode: pgtx.CancelModePool})
+	h.tr.TraceBreakerStateChange(context.Background(), pgtx.TraceBreakerStateChangeData{Name: "replica", From: pgtx.BreakerClosed, To: pgtx.BreakerOpen})
 
 	for _, s := range h.spans.Ended() {
 		assertAttrs(t, s.Name(), attrMap(s.Attributes()), map[attribute.Key]attribute.Value{
@@ -515,7 +634,8 @@ func TestWithAttributes(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"pgtx.transactions", "pgtx.transaction.duration", "pgtx.attempts", "pgtx.retries",
-		"pgtx.backoff", "pgtx.commit_unknown", "pgtx.retry_budget.exhausted", "pgtx.cancels", "pgtx.cancel.latency"} {
+		"pgtx.backoff", "pgtx.commit_unknown", "pgtx.retry_budget.exhausted", "pgtx.cancels", "pgtx.cancel.latency",
+		"pgtx.breaker.transitions"} {
 		if !names[name] {
 			t.Errorf("metric %s not recorded", name)
 		}
@@ -527,7 +647,7 @@ func TestWithAttributes(t *testing.T) {
 func TestSampledOut(t *testing.T) {
 	h := newHarnessSampler(t, sdktrace.NeverSample())
 	run(context.Background(), h.tr, call{iso: pgtx.Serializable, attempts: []attempt{
-		{err: pgErr(pgtx.CodeSerializationFailure), retry: true, backoff: time.Millisecond},
+		{err: pgErr(pgerrcode.SerializationFailure), retry: true, backoff: time.Millisecond},
 		{},
 	}}, func(ctx context.Context) {
 		if callSpan(ctx) != nil {
@@ -552,7 +672,7 @@ func TestForeignContext(t *testing.T) {
 	h := newHarness(t)
 	ctx, caller := h.tp.Tracer("test").Start(context.Background(), "caller")
 	h.tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Attempt: 1, Err: pgErr("23505"), Class: pgtx.ClassPermanent})
-	h.tr.TraceRetryBudgetExhausted(ctx, pgtx.TraceRetryBudgetData{Attempt: 1, Class: pgtx.ClassOverload})
+	h.tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Attempt: 1, Err: pgtx.ErrRetryBudgetExhausted, Class: pgtx.ClassOverload})
 	h.tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Attempts: 1, Err: pgErr("23505"), Class: pgtx.ClassPermanent})
 	if !caller.IsRecording() {
 		t.Fatal("the caller's span was ended")
@@ -604,10 +724,11 @@ func TestConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range calls {
 				run(context.Background(), h.tr, call{label: "w" + strconv.Itoa((w+i)%4), iso: pgtx.Serializable, attempts: []attempt{
-					{err: pgErr(pgtx.CodeSerializationFailure), retry: true, backoff: time.Millisecond},
+					{err: pgErr(pgerrcode.SerializationFailure), retry: true, backoff: time.Millisecond},
 					{},
 				}}, nil)
-				h.tr.TraceCancel(context.Background(), pgtx.TraceCancelData{Mode: pgtx.CancelModePool, Outcome: pgtx.CancelSignalled})
+				h.tr.TraceCancel(context.Background(), pgtx.TraceCancelData{Mode: pgtx.CancelModePool})
+				h.tr.TraceBreakerStateChange(context.Background(), pgtx.TraceBreakerStateChangeData{From: pgtx.BreakerClosed, To: pgtx.BreakerOpen})
 			}
 		})
 	}
@@ -710,7 +831,7 @@ func BenchmarkTransaction(b *testing.B) {
 				b.Fatal(err)
 			}
 			c := call{label: "transfer", iso: pgtx.Serializable, attempts: []attempt{
-				{err: pgErr(pgtx.CodeSerializationFailure), retry: true, backoff: time.Millisecond},
+				{err: pgErr(pgerrcode.SerializationFailure), retry: true, backoff: time.Millisecond},
 				{},
 			}}
 			ctx := context.Background()
@@ -878,6 +999,7 @@ func checkUnits(t *testing.T, rm metricdata.ResourceMetrics) {
 		"pgtx.attempts": "{attempt}", "pgtx.retries": "{retry}", "pgtx.backoff": "s",
 		"pgtx.commit_unknown": "{transaction}", "pgtx.retry_budget.exhausted": "{retry}",
 		"pgtx.cancels": "{cancel}", "pgtx.cancel.latency": "s",
+		"pgtx.breaker.transitions": "{transition}",
 	}
 	for _, sm := range rm.ScopeMetrics {
 		if sm.Scope.Name != ScopeName {

@@ -19,10 +19,19 @@ const (
 	labelState   = "state"
 	labelOutcome = "outcome"
 	labelReason  = "reason"
+	labelBreaker = "breaker"
+	labelFrom    = "from"
+	labelTo      = "to"
 
 	stateAcquired     = "acquired"
 	stateIdle         = "idle"
 	stateConstructing = "constructing"
+
+	// The values of the outcome label of cancels_total.
+	outcomeSignalled = "signalled"
+	outcomeNotFound  = "not_found"
+	outcomeProtocol  = "protocol"
+	outcomeClosed    = "closed"
 )
 
 // config is what the Options set.
@@ -30,11 +39,13 @@ type config struct {
 	namespace string
 }
 
-// Option configures a Collector made by NewCollector.
+// Option configures a [Collector] made by [NewCollector] or a
+// [BreakerTracer] made by [NewBreakerTracer].
 type Option func(*config)
 
-// WithNamespace sets the prefix of every metric name, "pgtx" by default. An
-// empty namespace leaves the names without a prefix (pool_waiters, ...).
+// WithNamespace sets the prefix of every metric name, [DefaultNamespace] by
+// default. An empty namespace leaves the names without a prefix
+// (pool_waiters, ...).
 func WithNamespace(ns string) Option {
 	return func(c *config) { c.namespace = ns }
 }
@@ -46,9 +57,9 @@ type namedPool struct {
 }
 
 // Collector exports the statistics of pgtx pools as Prometheus metrics. It
-// implements prometheus.Collector and reads each pool's Stats once per
-// collection. It is safe for concurrent use. The package documentation lists
-// its metrics.
+// implements [prometheus.Collector] and reads each pool's [pgtx.Stats] once
+// per collection. It is safe for concurrent use. The package documentation
+// lists its metrics.
 type Collector struct {
 	pools []namedPool // sorted by name
 	descs []*prometheus.Desc
@@ -71,12 +82,12 @@ type Collector struct {
 
 var _ prometheus.Collector = (*Collector)(nil)
 
-// NewCollector returns a Collector over pools, whose keys become the values
-// of the pool label. The map is copied: pools added to it later are not
-// reported. It panics if a pool is nil, as prometheus.MustRegister does on a
-// programming error. Register the Collector with a prometheus.Registerer;
-// unregister it before closing its pools, or it keeps reporting their last
-// counters.
+// NewCollector returns a [Collector] over pools, whose keys become the
+// values of the pool label. The map is copied: pools added to it later are
+// not reported. It panics if a pool is nil, as [prometheus.MustRegister]
+// does on a programming error. Register the Collector with a
+// [prometheus.Registerer]; unregister it before closing its pools, or it
+// keeps reporting their last counters.
 func NewCollector(pools map[string]*pgtx.Pool, opts ...Option) *Collector {
 	cfg := config{namespace: DefaultNamespace}
 	for _, opt := range opts {
@@ -155,7 +166,7 @@ func NewCollector(pools map[string]*pgtx.Pool, opts ...Option) *Collector {
 		"Times the circuit breaker opened.")
 
 	c.resolutions = desc("commit_resolutions_total",
-		"Ambiguous COMMITs resolved (Config.ResolveCommits), by result: committed, aborted, not_applied, unknown.", "result")
+		"Ambiguous COMMITs resolved (Config.ResolveTimeout), by result: committed, aborted, not_applied, unknown.", "result")
 	return c
 }
 
@@ -166,7 +177,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect reads each pool's Stats once and sends its metrics.
+// Collect reads each pool's [pgtx.Stats] once and sends its metrics.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, np := range c.pools {
 		c.collectPool(ch, np.name, np.pool.Stats())
@@ -182,11 +193,11 @@ func (c *Collector) collectPool(ch chan<- prometheus.Metric, name string, s pgtx
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{name}, labels...)...)
 	}
 
-	gauge(c.waiters, float64(s.Waiters))
+	gauge(c.waiters, float64(s.Waiting))
 	count, sum, buckets := histogramBuckets(s.AcquireWait)
 	ch <- prometheus.MustNewConstHistogram(c.acquireWait, count, sum, buckets, name)
-	counter(c.acquireTimeouts, float64(s.AcquireTimeouts))
-	counter(c.queueFull, float64(s.QueueFull))
+	counter(c.acquireTimeouts, float64(s.AcquireTimeoutCount))
+	counter(c.queueFull, float64(s.QueueFullCount))
 
 	if ps := s.Pool; ps != nil {
 		connections(gauge, c.connections, ps)
@@ -200,40 +211,41 @@ func (c *Collector) collectPool(ch chan<- prometheus.Metric, name string, s pgtx
 		counter(c.destroyedCon, float64(ps.MaxIdleDestroyCount()), "max_idle")
 	}
 
-	counter(c.calls, float64(s.Calls))
+	counter(c.calls, float64(s.TransactionCount))
 	gauge(c.inFlight, float64(s.InFlight))
 	gauge(c.oldestInFlight, s.OldestInFlight.Seconds())
-	counter(c.holdSeconds, s.HoldTime.Seconds())
-	counter(c.holds, float64(s.Held))
+	counter(c.holdSeconds, s.HeldDuration.Seconds())
+	counter(c.holds, float64(s.HeldCount))
 
 	cs := s.Cancels
-	counter(c.cancels, float64(cs.Signalled), pgtx.CancelSignalled.String())
-	counter(c.cancels, float64(cs.NotFound), pgtx.CancelNotFound.String())
-	counter(c.cancels, float64(cs.Protocol), pgtx.CancelProtocol.String())
-	counter(c.cancels, float64(cs.Closed), pgtx.CancelClosed.String())
-	counter(c.cancelPoolErrors, float64(cs.PoolErrors))
-	ch <- prometheus.MustNewConstSummary(c.cancelLatency, uint64(max(cs.Latency.Count, 0)), cs.Latency.Total.Seconds(), nil, name)
+	counter(c.cancels, float64(cs.SignalledCount), outcomeSignalled)
+	counter(c.cancels, float64(cs.NotFoundCount), outcomeNotFound)
+	counter(c.cancels, float64(cs.ProtocolCount), outcomeProtocol)
+	counter(c.cancels, float64(cs.ClosedCount), outcomeClosed)
+	counter(c.cancelPoolErrors, float64(cs.PoolErrorCount))
+	ch <- prometheus.MustNewConstSummary(c.cancelLatency, uint64(max(cs.Latency.Count, 0)), cs.Latency.Duration.Seconds(), nil, name)
 	if ps := s.CancelPool; ps != nil {
 		connections(gauge, c.cancelPoolConnections, ps)
 		gauge(c.cancelPoolMaxConnections, float64(ps.MaxConns()))
 	}
 
 	rs := s.Resolved
-	counter(c.resolutions, float64(rs.Committed), "committed")
-	counter(c.resolutions, float64(rs.Aborted), "aborted")
-	counter(c.resolutions, float64(rs.NotApplied), "not_applied")
-	counter(c.resolutions, float64(rs.Unknown), "unknown")
+	counter(c.resolutions, float64(rs.CommittedCount), "committed")
+	counter(c.resolutions, float64(rs.AbortedCount), "aborted")
+	counter(c.resolutions, float64(rs.NotAppliedCount), "not_applied")
+	counter(c.resolutions, float64(rs.UnknownCount), "unknown")
 
 	if bs := s.Breaker; bs != nil {
 		gauge(c.breakerState, breakerStateValue(bs.State))
-		counter(c.breakerRejected, float64(bs.Rejected))
-		counter(c.breakerOpens, float64(bs.Opened))
+		counter(c.breakerRejected, float64(bs.RejectedCount))
+		counter(c.breakerOpens, float64(bs.OpenedCount))
 	}
 }
 
 // breakerStateValue is the value of the breaker_state gauge: 0 closed, 1
-// half-open, 2 open, in the order of increasing trouble (pgtx.BreakerState
-// numbers them otherwise); -1 for a state this package does not know.
+// half-open, 2 open, in the order of increasing trouble; -1 for a state this
+// package does not know. The values are this package's, by state, whatever
+// numbers pgtx.BreakerState gives the states.
 func breakerStateValue(s pgtx.BreakerState) float64 {
 	switch s {
 	case pgtx.BreakerClosed:
@@ -262,13 +274,13 @@ func histogramBuckets(h pgtx.Histogram) (count uint64, sum float64, buckets map[
 	buckets = make(map[float64]uint64, len(h.Bounds))
 	var cum uint64
 	for i, b := range h.Bounds {
-		if i < len(h.Counts) {
-			cum += uint64(max(h.Counts[i], 0))
+		if i < len(h.Buckets) {
+			cum += uint64(max(h.Buckets[i], 0))
 		}
 		buckets[b.Seconds()] = cum
 	}
-	for i := len(h.Bounds); i < len(h.Counts); i++ {
-		cum += uint64(max(h.Counts[i], 0))
+	for i := len(h.Bounds); i < len(h.Buckets); i++ {
+		cum += uint64(max(h.Buckets[i], 0))
 	}
-	return cum, h.Sum.Seconds(), buckets
+	return cum, h.Duration.Seconds(), buckets
 }

@@ -431,12 +431,12 @@ func TestHistogramBuckets(t *testing.T) {
 	}{
 		{
 			name:        "empty",
-			h:           pgtx.Histogram{Bounds: bounds, Counts: make([]int64, 4)},
+			h:           pgtx.Histogram{Bounds: bounds, Buckets: make([]int64, 4)},
 			wantBuckets: map[float64]uint64{0.001: 0, 0.01: 0, 1: 0},
 		},
 		{
 			name:        "cumulative, overflow in the count",
-			h:           pgtx.Histogram{Bounds: bounds, Counts: []int64{1, 2, 3, 4}, Count: 10, Sum: 5500 * time.Millisecond},
+			h:           pgtx.Histogram{Bounds: bounds, Buckets: []int64{1, 2, 3, 4}, Count: 10, Duration: 5500 * time.Millisecond},
 			wantCount:   10,
 			wantSum:     5.5,
 			wantBuckets: map[float64]uint64{0.001: 1, 0.01: 3, 1: 6},
@@ -445,14 +445,14 @@ func TestHistogramBuckets(t *testing.T) {
 			// The snapshot reads the buckets before the count: the count
 			// follows the buckets.
 			name:        "count behind the buckets",
-			h:           pgtx.Histogram{Bounds: bounds, Counts: []int64{0, 2, 0, 1}, Count: 2, Sum: time.Second},
+			h:           pgtx.Histogram{Bounds: bounds, Buckets: []int64{0, 2, 0, 1}, Count: 2, Duration: time.Second},
 			wantCount:   3,
 			wantSum:     1,
 			wantBuckets: map[float64]uint64{0.001: 0, 0.01: 2, 1: 2},
 		},
 		{
 			name:        "counts shorter than the bounds",
-			h:           pgtx.Histogram{Bounds: bounds, Counts: []int64{4}, Count: 4},
+			h:           pgtx.Histogram{Bounds: bounds, Buckets: []int64{4}, Count: 4},
 			wantCount:   4,
 			wantBuckets: map[float64]uint64{0.001: 4, 0.01: 4, 1: 4},
 		},
@@ -471,5 +471,98 @@ func TestHistogramBuckets(t *testing.T) {
 				t.Errorf("buckets = %v, want %v", buckets, tt.wantBuckets)
 			}
 		})
+	}
+}
+
+// statsCollector collects one crafted Stats with a Collector's descriptors.
+type statsCollector struct {
+	c *Collector
+	s pgtx.Stats
+}
+
+func (sc statsCollector) Describe(ch chan<- *prometheus.Desc) { sc.c.Describe(ch) }
+func (sc statsCollector) Collect(ch chan<- prometheus.Metric) { sc.c.collectPool(ch, "main", sc.s) }
+
+// TestCollectStatsFields checks that each field of Stats reaches its metric.
+func TestCollectStatsFields(t *testing.T) {
+	s := pgtx.Stats{
+		Waiting:             2,
+		AcquireTimeoutCount: 3,
+		QueueFullCount:      4,
+		TransactionCount:    5,
+		HeldCount:           6,
+		HeldDuration:        7 * time.Second,
+		InFlight:            8,
+		OldestInFlight:      9 * time.Second,
+		Cancels: pgtx.CancelStats{
+			SentCount: 100, SignalledCount: 11, NotFoundCount: 12, PoolErrorCount: 13, ProtocolCount: 14, ClosedCount: 15,
+			Latency: pgtx.Histogram{Count: 16, Duration: 17 * time.Second},
+		},
+		Resolved: pgtx.ResolveStats{CommittedCount: 18, AbortedCount: 19, NotAppliedCount: 20, UnknownCount: 21},
+		Breaker:  &pgtx.BreakerStats{State: pgtx.BreakerOpen, RejectedCount: 22, OpenedCount: 23},
+	}
+	sc := statsCollector{c: NewCollector(nil), s: s}
+	want := `
+# HELP pgtx_pool_waiters Acquires of a pool connection in progress now: the queue depth. Alert on it staying above 0, not on utilisation.
+# TYPE pgtx_pool_waiters gauge
+pgtx_pool_waiters{pool="main"} 2
+# HELP pgtx_pool_acquire_timeouts_total Waits of Transaction for a pool connection ended by the acquire timeout.
+# TYPE pgtx_pool_acquire_timeouts_total counter
+pgtx_pool_acquire_timeouts_total{pool="main"} 3
+# HELP pgtx_pool_queue_full_total Transaction calls refused at once because MaxWaiters callers were waiting for a connection.
+# TYPE pgtx_pool_queue_full_total counter
+pgtx_pool_queue_full_total{pool="main"} 4
+# HELP pgtx_transactions_calls_total Transaction calls started.
+# TYPE pgtx_transactions_calls_total counter
+pgtx_transactions_calls_total{pool="main"} 5
+# HELP pgtx_connection_holds_total Transaction attempts that held a connection and released it.
+# TYPE pgtx_connection_holds_total counter
+pgtx_connection_holds_total{pool="main"} 6
+# HELP pgtx_connection_hold_seconds_total Total time Transaction attempts held a connection, from BEGIN to release.
+# TYPE pgtx_connection_hold_seconds_total counter
+pgtx_connection_hold_seconds_total{pool="main"} 7
+# HELP pgtx_transactions_in_flight Transaction attempts holding a connection now.
+# TYPE pgtx_transactions_in_flight gauge
+pgtx_transactions_in_flight{pool="main"} 8
+# HELP pgtx_transaction_oldest_in_flight_seconds Age of the oldest Transaction attempt holding a connection now, 0 when there is none.
+# TYPE pgtx_transaction_oldest_in_flight_seconds gauge
+pgtx_transaction_oldest_in_flight_seconds{pool="main"} 9
+# HELP pgtx_cancels_total Statements cancelled because their context ended, by outcome.
+# TYPE pgtx_cancels_total counter
+pgtx_cancels_total{outcome="closed",pool="main"} 15
+pgtx_cancels_total{outcome="not_found",pool="main"} 12
+pgtx_cancels_total{outcome="protocol",pool="main"} 14
+pgtx_cancels_total{outcome="signalled",pool="main"} 11
+# HELP pgtx_cancel_pool_errors_total Cancels the cancel pool could not deliver, which then fell back.
+# TYPE pgtx_cancel_pool_errors_total counter
+pgtx_cancel_pool_errors_total{pool="main"} 13
+# HELP pgtx_cancel_latency_seconds Time from a context's end to the cancel's answer.
+# TYPE pgtx_cancel_latency_seconds summary
+pgtx_cancel_latency_seconds_sum{pool="main"} 17
+pgtx_cancel_latency_seconds_count{pool="main"} 16
+# HELP pgtx_commit_resolutions_total Ambiguous COMMITs resolved (Config.ResolveTimeout), by result: committed, aborted, not_applied, unknown.
+# TYPE pgtx_commit_resolutions_total counter
+pgtx_commit_resolutions_total{pool="main",result="aborted"} 19
+pgtx_commit_resolutions_total{pool="main",result="committed"} 18
+pgtx_commit_resolutions_total{pool="main",result="not_applied"} 20
+pgtx_commit_resolutions_total{pool="main",result="unknown"} 21
+# HELP pgtx_breaker_state State of the pool's circuit breaker: 0 closed, 1 half-open, 2 open.
+# TYPE pgtx_breaker_state gauge
+pgtx_breaker_state{pool="main"} 2
+# HELP pgtx_breaker_rejected_total Transaction calls the circuit breaker refused because it was open.
+# TYPE pgtx_breaker_rejected_total counter
+pgtx_breaker_rejected_total{pool="main"} 22
+# HELP pgtx_breaker_opens_total Times the circuit breaker opened.
+# TYPE pgtx_breaker_opens_total counter
+pgtx_breaker_opens_total{pool="main"} 23
+`
+	err := testutil.CollectAndCompare(sc, strings.NewReader(want),
+		"pgtx_pool_waiters", "pgtx_pool_acquire_timeouts_total", "pgtx_pool_queue_full_total",
+		"pgtx_transactions_calls_total", "pgtx_connection_holds_total", "pgtx_connection_hold_seconds_total",
+		"pgtx_transactions_in_flight", "pgtx_transaction_oldest_in_flight_seconds",
+		"pgtx_cancels_total", "pgtx_cancel_pool_errors_total", "pgtx_cancel_latency_seconds",
+		"pgtx_commit_resolutions_total", "pgtx_breaker_state", "pgtx_breaker_rejected_total", "pgtx_breaker_opens_total")
+	if err != nil {
+		t.Error(err)
 	}
 }

@@ -1,7 +1,13 @@
-// Package pgtxprom exports the statistics of pgtx pools (pgtx.Pool.Stats) as
-// Prometheus metrics.
+// Package pgtxprom exports the statistics of pgtx pools ([pgtx.Pool.Stats])
+// as Prometheus metrics.
 //
-// A Collector reads the statistics of one or more pools each time it is
+// It covers every tracer interface of pgtx. The events of
+// [pgtx.TransactionTracer] and [pgtx.CancelTracer] are counted by the pool
+// itself, in [pgtx.Stats], which a [Collector] exports: no tracer is needed
+// for them. Of the [pgtx.BreakerTracer] events, Stats keeps the state and
+// the openings; a [BreakerTracer] counts every change of state.
+//
+// A [Collector] reads the statistics of one or more pools each time it is
 // collected; nothing is counted in the transactions' path. Register it once,
 // after creating the pools:
 //
@@ -10,13 +16,14 @@
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
 // Every metric has the label pool, the pool's name in the map given to
-// NewCollector. A bulkhead (one pgtx.Pool per class of work, so that a slow
-// class cannot take the connections of the others) is one Collector over all
-// its pools, each under the name of its class:
+// [NewCollector]. A bulkhead (one [pgtx.Pool] per class of work, so that a
+// slow class cannot take the connections of the others) is one Collector
+// over all its pools, each under the name of its class:
 //
 //	pgtxprom.NewCollector(map[string]*pgtx.Pool{"interactive": web, "batch": jobs})
 //
-// For a pgtx.Bulkheads, map each of its Classes to its Pool.
+// For a [github.com/pgtx-go/pgtx/bulkhead.Pools], map each of its Classes
+// to its Pool.
 //
 // Pool names must be unique in a registry: two Collectors reporting the same
 // name make Gather fail with duplicate series. To tell apart the pools of
@@ -25,7 +32,8 @@
 //
 // # Metrics
 //
-// The names below are under the namespace "pgtx" (WithNamespace changes it).
+// The names below are under the namespace "pgtx" ([WithNamespace] changes
+// it).
 // Durations are in seconds; counters count from the pool's creation.
 //
 // The wait for a connection:
@@ -40,9 +48,10 @@
 //   - pgtx_pool_acquire_wait_seconds (histogram): Transaction's waits for a
 //     connection, from 1ms to 10s.
 //   - pgtx_pool_acquire_timeouts_total (counter): waits ended by
-//     Config.AcquireTimeout.
+//     [pgtx.Config].AcquireTimeout.
 //   - pgtx_pool_queue_full_total (counter): calls refused at once because
-//     Config.MaxWaiters callers were waiting (the bulkhead shedding load).
+//     [pgtx.Config].MaxWaiters callers were waiting (the bulkhead shedding
+//     load).
 //
 // The connections, from pgxpool:
 //
@@ -84,13 +93,27 @@
 //     from a context's end to the cancel's answer.
 //   - pgtx_cancel_pool_connections{state="acquired|idle|constructing"} and
 //     pgtx_cancel_pool_max_connections (gauges): the cancel pool's
-//     connections, only when the pool has one (CancelModePool).
+//     connections, only when the pool has one ([pgtx.CancelModePool]).
 //
-// The circuit breaker, only when the pool has one (Config.Breaker):
+// The resolutions of COMMITs whose connection was lost while they were in
+// flight ([pgtx.Config].ResolveTimeout):
+//
+//   - pgtx_commit_resolutions_total{result="committed|aborted|not_applied|unknown"}
+//     (counter): what the server said became of them; unknown, nothing
+//     could tell (the call failed with [pgtx.ErrCommitUnknown]).
+//
+// The circuit breaker, only when the pool has one ([pgtx.Config].Breaker):
 //
 //   - pgtx_breaker_state (gauge): 0 closed, 1 half-open, 2 open. Alert on it
-//     being 2: calls fail at once with pgtx.ErrCircuitOpen.
+//     being 2: calls fail at once with [pgtx.ErrCircuitOpen].
 //   - pgtx_breaker_rejected_total (counter): calls refused while it was
 //     open.
 //   - pgtx_breaker_opens_total (counter): the times it opened.
+//
+// And, from a [BreakerTracer] set as [pgtx.BreakerConfig].Tracer and
+// registered on its own:
+//
+//   - pgtx_breaker_transitions_total{breaker, from, to} (counter): changes
+//     of state, by the breaker's [pgtx.BreakerConfig].Name and the states
+//     left and entered ("closed", "half-open", "open").
 package pgtxprom

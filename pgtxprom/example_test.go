@@ -41,3 +41,25 @@ func Example() {
 		log.Print(err)
 	}
 }
+
+// ExampleNewBreakerTracer counts the changes of state of a replica pool's
+// circuit breaker, next to the pool's statistics.
+func ExampleNewBreakerTracer() {
+	ctx := context.Background()
+	transitions := pgtxprom.NewBreakerTracer()
+	cfg, err := pgtx.ParseConfig(os.Getenv("REPLICA_URL"))
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	cfg.Breaker = &pgtx.BreakerConfig{Name: "replica", Tracer: transitions}
+	replica, err := pgtx.NewWithConfig(ctx, cfg)
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	defer replica.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(transitions, pgtxprom.NewCollector(map[string]*pgtx.Pool{"replica": replica}))
+}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxslog"
@@ -33,7 +34,7 @@ func Example() {
 		Attempt:   1,
 		Err: &pgconn.PgError{
 			Severity: "ERROR",
-			Code:     pgtx.CodeSerializationFailure,
+			Code:     pgerrcode.SerializationFailure,
 			Message:  "could not serialize access due to concurrent update",
 		},
 		Class:    pgtx.ClassConflict,

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxslog"
@@ -107,14 +109,14 @@ func pgErr(code string) *pgconn.PgError {
 func errText(err error) string { return slog.AnyValue(err).String() }
 
 var (
-	errConflict     = pgErr(pgtx.CodeSerializationFailure)
-	errDeadlock     = pgErr(pgtx.CodeDeadlockDetected)
-	errOverload     = pgErr(pgtx.CodeTooManyConnections)
-	errConnLost     = pgErr(pgtx.CodeAdminShutdown)
+	errConflict     = pgErr(pgerrcode.SerializationFailure)
+	errDeadlock     = pgErr(pgerrcode.DeadlockDetected)
+	errOverload     = pgErr(pgerrcode.TooManyConnections)
+	errConnLost     = pgErr(pgerrcode.AdminShutdown)
 	errUnique       = pgErr("23505")
 	errDiskFull     = pgErr("53100")
 	errInternal     = pgErr("XX000")
-	errStmtTimeout  = pgErr(pgtx.CodeQueryCanceled)
+	errStmtTimeout  = pgErr(pgerrcode.QueryCanceled)
 	errSyntax       = pgErr("42601")
 	errCommitLost   = fmt.Errorf("%w: %w", pgtx.ErrCommitUnknown, io.ErrUnexpectedEOF)
 	errBudget       = fmt.Errorf("%w: %w", pgtx.ErrRetryBudgetExhausted, errOverload)
@@ -378,35 +380,68 @@ func TestTraceTransactionEnd(t *testing.T) {
 	}
 }
 
-func TestTraceRetryBudgetExhausted(t *testing.T) {
+// TestBudgetRefusal: a retry the budget refused is an attempt end with no
+// retry and an error matching pgtx.ErrRetryBudgetExhausted.
+func TestBudgetRefusal(t *testing.T) {
 	t.Parallel()
+	lostBudget := fmt.Errorf("%w: %w", pgtx.ErrRetryBudgetExhausted, io.EOF)
 	tests := []struct {
 		name string
 		opts *pgtxslog.Options
-		data pgtx.TraceRetryBudgetData
+		data pgtx.TraceAttemptEndData
 		want []line
 	}{
 		{
 			name: "overload refusal at warn",
-			data: pgtx.TraceRetryBudgetData{Label: "pay", Attempt: 2, Err: errBudget, Class: pgtx.ClassOverload},
+			data: pgtx.TraceAttemptEndData{Label: "pay", Isolation: pgtx.ReadCommitted, Attempt: 2, Err: errBudget, Class: pgtx.ClassOverload},
 			want: []line{{slog.LevelWarn, pgtxslog.MsgBudgetExhausted, map[string]string{
-				"pgtx.label": "pay", "pgtx.attempt": "2", "pgtx.class": "overload",
+				"pgtx.label": "pay", "pgtx.isolation": "READ COMMITTED", "pgtx.attempt": "2", "pgtx.class": "overload",
 				"pgtx.sqlstate": "53300", "pgtx.err": errText(errBudget),
 			}}},
 		},
 		{
 			name: "connection lost refusal without label",
-			data: pgtx.TraceRetryBudgetData{Attempt: 1, Err: io.EOF, Class: pgtx.ClassConnectionLost},
+			data: pgtx.TraceAttemptEndData{Isolation: pgtx.Serializable, Attempt: 1, Err: lostBudget, Class: pgtx.ClassConnectionLost},
 			want: []line{{slog.LevelWarn, pgtxslog.MsgBudgetExhausted, map[string]string{
-				"pgtx.attempt": "1", "pgtx.class": "connection_lost", "pgtx.err": errText(io.EOF),
+				"pgtx.isolation": "SERIALIZABLE", "pgtx.attempt": "1", "pgtx.class": "connection_lost", "pgtx.err": errText(lostBudget),
 			}}},
 		},
 		{
 			name: "level overridden",
 			opts: &pgtxslog.Options{BudgetExhausted: slog.LevelError},
-			data: pgtx.TraceRetryBudgetData{Attempt: 1, Err: io.EOF, Class: pgtx.ClassConnectionLost},
+			data: pgtx.TraceAttemptEndData{Isolation: pgtx.Serializable, Attempt: 1, Err: lostBudget, Class: pgtx.ClassConnectionLost},
 			want: []line{{slog.LevelError, pgtxslog.MsgBudgetExhausted, map[string]string{
-				"pgtx.attempt": "1", "pgtx.class": "connection_lost", "pgtx.err": errText(io.EOF),
+				"pgtx.isolation": "SERIALIZABLE", "pgtx.attempt": "1", "pgtx.class": "connection_lost", "pgtx.err": errText(lostBudget),
+			}}},
+		},
+		{
+			name: "refusal then the attempt with LogAttempts",
+			opts: &pgtxslog.Options{LogAttempts: true},
+			data: pgtx.TraceAttemptEndData{Label: "pay", Isolation: pgtx.ReadCommitted, Attempt: 2, Err: errBudget, Class: pgtx.ClassOverload, Duration: 3 * time.Millisecond},
+			want: []line{
+				{slog.LevelWarn, pgtxslog.MsgBudgetExhausted, map[string]string{
+					"pgtx.label": "pay", "pgtx.isolation": "READ COMMITTED", "pgtx.attempt": "2", "pgtx.class": "overload",
+					"pgtx.sqlstate": "53300", "pgtx.err": errText(errBudget),
+				}},
+				{slog.LevelDebug, pgtxslog.MsgAttempt, map[string]string{
+					"pgtx.label": "pay", "pgtx.isolation": "READ COMMITTED", "pgtx.attempt": "2", "pgtx.class": "overload",
+					"pgtx.sqlstate": "53300", "pgtx.err": errText(errBudget), "pgtx.duration": "3ms",
+				}},
+			},
+		},
+		{
+			name: "refusal off",
+			opts: &pgtxslog.Options{BudgetExhausted: pgtxslog.LevelOff},
+			data: pgtx.TraceAttemptEndData{Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload},
+		},
+		{
+			// The budget is only asked for a retry that would follow: an
+			// error matching the sentinel with Retry set is a retry line.
+			name: "retry is not a refusal",
+			data: pgtx.TraceAttemptEndData{Attempt: 1, Err: lostBudget, Class: pgtx.ClassConnectionLost, Retry: true},
+			want: []line{{slog.LevelWarn, pgtxslog.MsgRetry, map[string]string{
+				"pgtx.isolation": "Isolation(0)", "pgtx.attempt": "1", "pgtx.class": "connection_lost", "pgtx.err": errText(lostBudget),
+				"pgtx.backoff": "0s", "pgtx.duration": "0s",
 			}}},
 		},
 	}
@@ -414,7 +449,7 @@ func TestTraceRetryBudgetExhausted(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			h, tr := newRecorder(slog.LevelDebug, tt.opts)
-			tr.TraceRetryBudgetExhausted(context.Background(), tt.data)
+			tr.TraceAttemptEnd(context.Background(), tt.data)
 			assertLines(t, h, tt.want...)
 		})
 	}
@@ -428,11 +463,10 @@ func TestBudgetRefusalIsOneLine(t *testing.T) {
 	ctx := context.Background()
 	ctx = tr.TraceTransactionStart(ctx, pgtx.TraceTransactionStartData{Label: "pay", Isolation: pgtx.Serializable})
 	actx := tr.TraceAttemptStart(ctx, pgtx.TraceAttemptStartData{Label: "pay", Isolation: pgtx.Serializable, Attempt: 1})
-	tr.TraceRetryBudgetExhausted(actx, pgtx.TraceRetryBudgetData{Label: "pay", Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload})
 	tr.TraceAttemptEnd(actx, pgtx.TraceAttemptEndData{Label: "pay", Isolation: pgtx.Serializable, Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload})
 	tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Label: "pay", Isolation: pgtx.Serializable, Attempts: 1, Err: errBudget, Class: pgtx.Classify(errBudget)})
 	assertLines(t, h, line{slog.LevelWarn, pgtxslog.MsgBudgetExhausted, map[string]string{
-		"pgtx.label": "pay", "pgtx.attempt": "1", "pgtx.class": "overload",
+		"pgtx.label": "pay", "pgtx.isolation": "SERIALIZABLE", "pgtx.attempt": "1", "pgtx.class": "overload",
 		"pgtx.sqlstate": "53300", "pgtx.err": errText(errBudget),
 	}})
 }
@@ -445,8 +479,8 @@ func TestTraceCancel(t *testing.T) {
 			"pgtx.cancel.fell_back": fellBack, "pgtx.cancel.latency": "800µs",
 		}}
 	}
-	data := func(mode pgtx.CancelMode, outcome pgtx.CancelOutcome, fellBack bool) pgtx.TraceCancelData {
-		return pgtx.TraceCancelData{PID: 4242, Mode: mode, Outcome: outcome, FellBack: fellBack, Latency: 800 * time.Microsecond}
+	data := func(mode pgtx.CancelMode, closed, notFound, fellBack bool) pgtx.TraceCancelData {
+		return pgtx.TraceCancelData{PID: 4242, Mode: mode, Closed: closed, NotFound: notFound, FellBack: fellBack, Latency: 800 * time.Microsecond}
 	}
 	tests := []struct {
 		name string
@@ -456,54 +490,59 @@ func TestTraceCancel(t *testing.T) {
 	}{
 		{
 			name: "signalled at debug",
-			data: data(pgtx.CancelModePool, pgtx.CancelSignalled, false),
+			data: data(pgtx.CancelModePool, false, false, false),
 			want: []line{cancelLine(slog.LevelDebug, "pool", "signalled", "false")},
 		},
 		{
 			name: "backend gone at debug",
-			data: data(pgtx.CancelModePool, pgtx.CancelNotFound, false),
+			data: data(pgtx.CancelModePool, false, true, false),
 			want: []line{cancelLine(slog.LevelDebug, "pool", "not_found", "false")},
 		},
 		{
 			name: "protocol mode at debug",
-			data: data(pgtx.CancelModeProtocol, pgtx.CancelProtocol, false),
+			data: data(pgtx.CancelModeProtocol, false, false, false),
 			want: []line{cancelLine(slog.LevelDebug, "protocol", "protocol", "false")},
 		},
 		{
 			name: "close mode at debug",
-			data: data(pgtx.CancelModeClose, pgtx.CancelClosed, false),
+			data: data(pgtx.CancelModeClose, true, false, false),
 			want: []line{cancelLine(slog.LevelDebug, "close", "closed", "false")},
 		},
 		{
 			name: "pool fell back to protocol at warn",
-			data: data(pgtx.CancelModePool, pgtx.CancelProtocol, true),
+			data: data(pgtx.CancelModePool, false, false, true),
 			want: []line{cancelLine(slog.LevelWarn, "pool", "protocol", "true")},
 		},
 		{
 			name: "pool fell back to close at warn",
-			data: data(pgtx.CancelModePool, pgtx.CancelClosed, true),
+			data: data(pgtx.CancelModePool, true, false, true),
 			want: []line{cancelLine(slog.LevelWarn, "pool", "closed", "true")},
 		},
 		{
 			name: "closed in pool mode without fallback flag at warn",
-			data: data(pgtx.CancelModePool, pgtx.CancelClosed, false),
+			data: data(pgtx.CancelModePool, true, false, false),
 			want: []line{cancelLine(slog.LevelWarn, "pool", "closed", "false")},
 		},
 		{
-			name: "protocol mode closed at warn",
-			data: data(pgtx.CancelModeProtocol, pgtx.CancelClosed, true),
-			want: []line{cancelLine(slog.LevelWarn, "protocol", "closed", "true")},
+			name: "closed in protocol mode at warn",
+			data: data(pgtx.CancelModeProtocol, true, false, false),
+			want: []line{cancelLine(slog.LevelWarn, "protocol", "closed", "false")},
 		},
 		{
 			name: "fallback level overridden",
 			opts: &pgtxslog.Options{CancelFallback: slog.LevelError},
-			data: data(pgtx.CancelModePool, pgtx.CancelProtocol, true),
+			data: data(pgtx.CancelModePool, false, false, true),
 			want: []line{cancelLine(slog.LevelError, "pool", "protocol", "true")},
+		},
+		{
+			name: "unknown mode",
+			data: data(pgtx.CancelMode(7), false, false, false),
+			want: []line{cancelLine(slog.LevelDebug, "CancelMode(7)", "unknown", "false")},
 		},
 		{
 			name: "cancel off",
 			opts: &pgtxslog.Options{Cancel: pgtxslog.LevelOff},
-			data: data(pgtx.CancelModePool, pgtx.CancelSignalled, false),
+			data: data(pgtx.CancelModePool, false, false, false),
 		},
 	}
 	for _, tt := range tests {
@@ -511,6 +550,69 @@ func TestTraceCancel(t *testing.T) {
 			t.Parallel()
 			h, tr := newRecorder(slog.LevelDebug, tt.opts)
 			tr.TraceCancel(context.Background(), tt.data)
+			assertLines(t, h, tt.want...)
+		})
+	}
+}
+
+func TestTraceBreakerStateChange(t *testing.T) {
+	t.Parallel()
+	change := func(name string, from, to pgtx.BreakerState, reason string) pgtx.TraceBreakerStateChangeData {
+		return pgtx.TraceBreakerStateChangeData{Name: name, From: from, To: to, Reason: reason, Calls: 12, Failures: 7, Slow: 1}
+	}
+	changeLine := func(level slog.Level, name, from, to, reason string) line {
+		l := line{level, pgtxslog.MsgBreakerStateChange, map[string]string{
+			"pgtx.breaker.from": from, "pgtx.breaker.to": to, "pgtx.breaker.reason": reason,
+			"pgtx.breaker.calls": "12", "pgtx.breaker.failures": "7", "pgtx.breaker.slow": "1",
+		}}
+		if name != "" {
+			l.attrs["pgtx.breaker.name"] = name
+		}
+		return l
+	}
+	tests := []struct {
+		name string
+		opts *pgtxslog.Options
+		data pgtx.TraceBreakerStateChangeData
+		want []line
+	}{
+		{
+			name: "opened at warn",
+			data: change("replica", pgtx.BreakerClosed, pgtx.BreakerOpen, "failure ratio 7/12"),
+			want: []line{changeLine(slog.LevelWarn, "replica", "closed", "open", "failure ratio 7/12")},
+		},
+		{
+			name: "reopened from half-open at warn",
+			data: change("replica", pgtx.BreakerHalfOpen, pgtx.BreakerOpen, "half-open probe failed"),
+			want: []line{changeLine(slog.LevelWarn, "replica", "half-open", "open", "half-open probe failed")},
+		},
+		{
+			name: "half-open at info",
+			data: change("replica", pgtx.BreakerOpen, pgtx.BreakerHalfOpen, "open for 5s"),
+			want: []line{changeLine(slog.LevelInfo, "replica", "open", "half-open", "open for 5s")},
+		},
+		{
+			name: "closed at info, without a name",
+			data: change("", pgtx.BreakerHalfOpen, pgtx.BreakerClosed, "half-open probes succeeded"),
+			want: []line{changeLine(slog.LevelInfo, "", "half-open", "closed", "half-open probes succeeded")},
+		},
+		{
+			name: "levels overridden",
+			opts: &pgtxslog.Options{BreakerOpened: slog.LevelError, BreakerChanged: slog.LevelDebug},
+			data: change("replica", pgtx.BreakerOpen, pgtx.BreakerClosed, "open for 5s, no probes"),
+			want: []line{changeLine(slog.LevelDebug, "replica", "open", "closed", "open for 5s, no probes")},
+		},
+		{
+			name: "opened off",
+			opts: &pgtxslog.Options{BreakerOpened: pgtxslog.LevelOff},
+			data: change("replica", pgtx.BreakerClosed, pgtx.BreakerOpen, "5 consecutive failures"),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h, tr := newRecorder(slog.LevelDebug, tt.opts)
+			tr.TraceBreakerStateChange(context.Background(), tt.data)
 			assertLines(t, h, tt.want...)
 		})
 	}
@@ -539,12 +641,13 @@ func TestHookContextReachesHandler(t *testing.T) {
 	ctx := context.WithValue(context.Background(), ctxKey{}, "trace-1")
 	tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Attempt: 1, Err: errConflict, Class: pgtx.ClassConflict, Retry: true})
 	tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Attempts: 2})
-	tr.TraceRetryBudgetExhausted(ctx, pgtx.TraceRetryBudgetData{Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload})
-	tr.TraceCancel(ctx, pgtx.TraceCancelData{PID: 1, Outcome: pgtx.CancelSignalled})
+	tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload})
+	tr.TraceCancel(ctx, pgtx.TraceCancelData{PID: 1, Mode: pgtx.CancelModePool})
+	tr.TraceBreakerStateChange(ctx, pgtx.TraceBreakerStateChangeData{From: pgtx.BreakerClosed, To: pgtx.BreakerOpen})
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.ctxs) != 4 {
-		t.Fatalf("got %d lines, want 4", len(h.ctxs))
+	if len(h.ctxs) != 5 {
+		t.Fatalf("got %d lines, want 5", len(h.ctxs))
 	}
 	for i, c := range h.ctxs {
 		if c.Value(ctxKey{}) != "trace-1" {
@@ -566,9 +669,11 @@ func TestDisabledLevelLogsNothing(t *testing.T) {
 	for _, err := range []error{nil, errConflict, errStmtTimeout, errCanceled, errUnique, errCaller} {
 		tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Attempts: 1, Err: err, Class: pgtx.Classify(err)})
 	}
-	tr.TraceRetryBudgetExhausted(ctx, pgtx.TraceRetryBudgetData{Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload})
-	tr.TraceCancel(ctx, pgtx.TraceCancelData{Mode: pgtx.CancelModePool, Outcome: pgtx.CancelSignalled})
-	tr.TraceCancel(ctx, pgtx.TraceCancelData{Mode: pgtx.CancelModePool, Outcome: pgtx.CancelProtocol, FellBack: true})
+	tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload})
+	tr.TraceCancel(ctx, pgtx.TraceCancelData{Mode: pgtx.CancelModePool})
+	tr.TraceCancel(ctx, pgtx.TraceCancelData{Mode: pgtx.CancelModeProtocol, FellBack: true})
+	tr.TraceBreakerStateChange(ctx, pgtx.TraceBreakerStateChangeData{From: pgtx.BreakerClosed, To: pgtx.BreakerOpen})
+	tr.TraceBreakerStateChange(ctx, pgtx.TraceBreakerStateChangeData{From: pgtx.BreakerOpen, To: pgtx.BreakerHalfOpen})
 	assertLines(t, h)
 
 	tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Attempts: 1, Err: errCommitLost, Class: pgtx.ClassAmbiguous})
@@ -606,11 +711,14 @@ func TestDisabledLevelAllocs(t *testing.T) {
 		{"TraceTransactionEnd timeout", func() {
 			tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Label: "x", Isolation: pgtx.Serializable, Attempts: 1, Err: errDeadline, Class: pgtx.ClassTimeout})
 		}},
-		{"TraceRetryBudgetExhausted", func() {
-			tr.TraceRetryBudgetExhausted(ctx, pgtx.TraceRetryBudgetData{Label: "x", Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload})
+		{"TraceAttemptEnd budget refusal", func() {
+			tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Label: "x", Isolation: pgtx.Serializable, Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload})
 		}},
 		{"TraceCancel fallback", func() {
-			tr.TraceCancel(ctx, pgtx.TraceCancelData{PID: 1, Mode: pgtx.CancelModePool, Outcome: pgtx.CancelClosed, FellBack: true})
+			tr.TraceCancel(ctx, pgtx.TraceCancelData{PID: 1, Mode: pgtx.CancelModeClose, FellBack: true})
+		}},
+		{"TraceBreakerStateChange open", func() {
+			tr.TraceBreakerStateChange(ctx, pgtx.TraceBreakerStateChangeData{Name: "x", From: pgtx.BreakerClosed, To: pgtx.BreakerOpen, Reason: "5 consecutive failures"})
 		}},
 		{"TraceAttemptStart", func() {
 			_ = tr.TraceAttemptStart(ctx, pgtx.TraceAttemptStartData{Label: "x", Isolation: pgtx.Serializable, Attempt: 1})
@@ -655,5 +763,53 @@ func TestNilLoggerUsesDefault(t *testing.T) {
 	got := h.lines(t)
 	if len(got) != 1 || got[0].msg != pgtxslog.MsgRetry || got[0].level != slog.LevelWarn {
 		t.Errorf("got %v, want one Warn retry line", got)
+	}
+}
+
+// TestPoolEvents sets a Tracer as a pool's Config.Tracer: a call that cannot
+// connect is logged, and so is the circuit breaker it opens, without setting
+// BreakerConfig.Tracer. The pool never reaches a server (nothing listens on
+// port 1) and starts no background connection (CancelModeProtocol).
+func TestPoolEvents(t *testing.T) {
+	t.Parallel()
+	h, tr := newRecorder(slog.LevelDebug, nil)
+	cfg, err := pgtx.ParseConfig("postgres://pgtx@127.0.0.1:1/pgtx?connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.CancelMode = pgtx.CancelModeProtocol
+	cfg.Retry.MaxRetries, cfg.Retry.MaxAdaptiveRetries = -1, -1
+	cfg.Breaker = &pgtx.BreakerConfig{Name: "offline", ConsecutiveFailures: 1, OpenFor: time.Hour}
+	cfg.Tracer = tr
+	pool, err := pgtx.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	err = pgtx.TransactionWithOptions(context.Background(), pool, pgtx.ReadCommitted, pgtx.Options{Label: "probe"},
+		func(context.Context, pgx.Tx) error { return nil })
+	if err == nil {
+		t.Fatal("Transaction on a closed port succeeded")
+	}
+	var failed, opened int
+	for _, l := range h.lines(t) {
+		switch l.msg {
+		case pgtxslog.MsgFailed:
+			failed++
+			if l.attrs["pgtx.label"] != "probe" || l.attrs["pgtx.attempts"] != "1" {
+				t.Errorf("failed line %v: want label probe, 1 attempt", l.attrs)
+			}
+		case pgtxslog.MsgBreakerStateChange:
+			opened++
+			if l.level != slog.LevelWarn || l.attrs["pgtx.breaker.name"] != "offline" ||
+				l.attrs["pgtx.breaker.from"] != "closed" || l.attrs["pgtx.breaker.to"] != "open" {
+				t.Errorf("breaker line %v %v: want Warn, offline, closed to open", l.level, l.attrs)
+			}
+		default:
+			t.Errorf("unexpected line %q %v", l.msg, l.attrs)
+		}
+	}
+	if failed != 1 || opened != 1 {
+		t.Errorf("%d failed and %d breaker lines, want 1 and 1", failed, opened)
 	}
 }
