@@ -17,11 +17,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/bulkhead"
 	"github.com/pgtx-go/pgtx/examples/repository/db"
 	"github.com/pgtx-go/pgtx/pgtxotel"
 	"github.com/pgtx-go/pgtx/pgtxprom"
 	"github.com/pgtx-go/pgtx/pgtxslog"
+	"github.com/pgtx-go/pgtx/replica"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -65,9 +68,9 @@ func readmeOpen(ctx context.Context) error {
 }
 
 func readmeBackpressure(cfg *pgtx.Config) {
-	cfg.Retry.MaxAdaptiveRetries = -1                   // no overload retries at all
-	cfg.Retry.Budget = pgtx.RetryBudget{Disabled: true} // per-call caps only
-	cfg.Retry.Budget.Ratio = 0.1                        // or a tighter budget
+	cfg.Retry.MaxAdaptiveRetries = -1              // no overload retries at all
+	cfg.Retry.Budget = pgtx.RetryBudget{Ratio: -1} // per-call caps only
+	cfg.Retry.Budget.Ratio = 0.1                   // or a tighter budget
 }
 
 func readmeDefaults(ctx context.Context) error {
@@ -103,11 +106,11 @@ func readmeReplica(ctx context.Context, primary *pgtx.Pool, replicaCfg *pgtx.Con
 	var name string
 	replicaCfg.Breaker = &pgtx.BreakerConfig{Name: "replica", SlowCallThreshold: 200 * time.Millisecond}
 	replicaCfg.CancelGrace = 100 * time.Millisecond // a read that falls back should not wait for the replica
-	replica, err := pgtx.NewWithConfig(ctx, replicaCfg)
+	replicaPool, err := pgtx.NewWithConfig(ctx, replicaCfg)
 	if err != nil {
 		return err
 	}
-	router, err := pgtx.NewReplicaRouter(primary, []*pgtx.Pool{replica}, pgtx.RouterConfig{})
+	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, replica.Config{})
 	if err != nil {
 		return err
 	}
@@ -118,7 +121,7 @@ func readmeReplica(ctx context.Context, primary *pgtx.Pool, replicaCfg *pgtx.Con
 }
 
 func readmeBulkheads(ctx context.Context, cfg *pgtx.Config) error {
-	bh, err := pgtx.NewBulkheads(ctx, cfg, map[string]pgtx.BulkheadClass{
+	bh, err := bulkhead.New(ctx, cfg, map[string]bulkhead.Class{
 		"checkout":  {MaxConns: 8},
 		"analytics": {MaxConns: 2, MaxWaiters: 4}, // a 5th waiter gets ErrQueueFull at once
 	})
@@ -133,13 +136,43 @@ func readmeBulkheads(ctx context.Context, cfg *pgtx.Config) error {
 
 func readmeMigrate(ctx context.Context, pool *pgtx.Pool, body func(context.Context, pgx.Tx) error) error {
 	// before: for attempt := 0; attempt < 5; attempt++ { err = pgx.BeginTxFunc(ctx, pool, opts, fn); if !retryable(err) { break }; time.Sleep(...) }
-	err := pgtx.TransactionWithOptions(ctx, pool, pgtx.TxOptions{Isolation: pgtx.Serializable, ReadOnly: true},
+	err := pgtx.TransactionWithOptions(ctx, pool, pgtx.Serializable, pgtx.Options{ReadOnly: true},
 		func(ctx context.Context, tx pgx.Tx) error { return body(ctx, tx) })
 	return err
 }
 
+func readmeAdopt(ctx context.Context, iamToken func(context.Context, *pgx.ConnConfig) error) error {
+	poolConfig, err := pgxpool.ParseConfig(os.Getenv("DATABASE_URL"))
+	if err != nil {
+		return err
+	}
+	poolConfig.BeforeConnect = iamToken // your hooks keep working
+	pool, err := pgtx.NewWithConfig(ctx, &pgtx.Config{Config: poolConfig})
+	if err == nil {
+		pool.Close()
+	}
+	return err
+}
+
+func readmeGuards(ctx context.Context, pool *pgtx.Pool, item string, sendReceipt func(context.Context, int64)) (int64, error) {
+	order, err := pgtx.TransactionValue(ctx, pool, pgtx.Serializable, pgtx.Options{Label: "checkout"},
+		func(ctx context.Context, tx pgx.Tx) (int64, error) {
+			var id int64
+			if err := tx.QueryRow(ctx, "insert into orders (item) values ($1) returning id", item).Scan(&id); err != nil {
+				return 0, err
+			}
+			if pgtx.Attempt(ctx) > 1 {
+				slog.InfoContext(ctx, "checkout ran again") // the attempt number, from ctx
+			}
+			// Runs once, after COMMIT; never for an attempt that was retried.
+			return id, pgtx.AfterCommit(ctx, func(ctx context.Context) { sendReceipt(ctx, id) })
+		})
+	return order, err
+}
+
 // The README's snippets are used, so the compiler checks every one of them.
-var _ = []any{readmeIntro, readmeOpen, readmeBackpressure, readmeDefaults, readmeObservability, readmeReplica, readmeBulkheads, readmeMigrate}
+var _ = []any{readmeIntro, readmeOpen, readmeBackpressure, readmeDefaults, readmeObservability, readmeReplica, readmeBulkheads, readmeMigrate,
+	readmeAdopt, readmeGuards}
 
 // TestReadmeCodeBlocks checks that every Go code block of README.md appears,
 // line for line (leading white space aside), in this file, where it compiles.
