@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/pgtx-go/pgtx"
 )
 
 // The cancel round: a statement that would run cancelSleep, holding a row
@@ -20,8 +20,10 @@ const (
 	cancelSleep    = 2 * time.Second
 )
 
-// cancelQuerier is what the cancel scenario needs of a pool: pgtx.Pool and
-// pgxpool.Pool both have it.
+// cancelQuerier is what the cancel scenario needs of a pool: a
+// pgxpool.Pool has it. pgtx's is its Pool.Pgxpool: a transaction begun on
+// it is not pgtx's, but its connections are watched by pgtx's cancel handler
+// (CancelModePool), which is what the scenario measures.
 type cancelQuerier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Begin(ctx context.Context) (pgx.Tx, error)
@@ -78,7 +80,7 @@ func cancelBench(ctx context.Context, e *env) (result, error) {
 		name string
 		pool cancelQuerier
 	}{
-		{"pgtx (CancelModePool)", tp},
+		{"pgtx (CancelModePool)", tp.Pgxpool()},
 		{"pgx default handler", plain},
 		{"pgx CancelRequestContextWatcherHandler", withRequest},
 	}
@@ -156,10 +158,20 @@ func cancelRound(ctx context.Context, pool cancelQuerier, waiter *pgx.Conn) (toR
 	_ = tx.Rollback(ctx) // frees the lock if the connection survived; a closed one freed it already
 	rel := <-released
 	switch {
-	case !errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err) && pgtx.SQLState(err) != pgtx.CodeQueryCanceled:
+	case !errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err) && sqlState(err) != pgerrcode.QueryCanceled:
 		return 0, 0, fmt.Errorf("the statement was not cancelled: %v", err)
 	case rel.err != nil:
 		return 0, 0, fmt.Errorf("waiter: %w", rel.err)
 	}
 	return returned.Sub(deadline), rel.at.Sub(deadline), nil
+}
+
+// sqlState returns the SQLSTATE of the last *pgconn.PgError in err's chain,
+// or "" when there is none.
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }

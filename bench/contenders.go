@@ -7,6 +7,7 @@ import (
 	"time"
 
 	crdbpgx "github.com/cockroachdb/cockroach-go/v2/crdb/crdbpgxv5"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,7 +24,7 @@ const (
 )
 
 // Parameters of the hand-written retry loops. MaxRetries matches pgtx's
-// DefaultMaxRetries so that every retrying contender gives up after the same
+// default RetryPolicy.MaxRetries (10) so that every retrying contender gives up after the same
 // number of attempts.
 const (
 	loopMaxRetries  = 10
@@ -144,7 +145,7 @@ func loopRetryable(err error) bool {
 		return false
 	}
 	switch pgErr.Code {
-	case pgtx.CodeSerializationFailure, pgtx.CodeDeadlockDetected, pgtx.CodeTooManyConnections:
+	case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected, pgerrcode.TooManyConnections:
 		return true
 	}
 	return false

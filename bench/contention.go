@@ -27,6 +27,14 @@ const (
 	variantCeiling = "ceiling" // READ COMMITTED, both rows locked in id order first
 )
 
+// pgtx's default conflict backoff (RetryPolicy.ConflictBaseBackoff and
+// ConflictMaxBackoff, as their docs state; pgtx does not export its
+// defaults), for the tables' notes.
+const (
+	pgtxConflictBaseBackoff = 5 * time.Millisecond
+	pgtxConflictMaxBackoff  = 500 * time.Millisecond
+)
+
 // nameCeiling is the ceiling's contender name.
 const nameCeiling = "ceiling: READ COMMITTED + FOR UPDATE"
 
@@ -78,7 +86,7 @@ func contention(ctx context.Context, e *env) (result, error) {
 		np, err := newPgtxPool(ctx, e.dsn, workers, func(c *pgtx.Config) {
 			c.Retry.ConflictBaseBackoff = e.opts.conflictBase
 			c.Retry.ConflictMaxBackoff = e.opts.conflictMax
-			c.ResolveCommits = false
+			c.ResolveTimeout = -1
 		})
 		if err != nil {
 			tp.Close()
@@ -223,7 +231,7 @@ func contentionRows(workers int, cells []transferCell, stats []transferStats) []
 
 // contentionTables lays the rows out as one table per variant.
 func contentionTables(rows []contentionRow, o options, deadlockTimeout string) []table {
-	backoff := fmt.Sprintf("pgtx with its default conflict backoff (%v base, %v cap)", pgtx.DefaultConflictBaseBackoff, pgtx.DefaultConflictMaxBackoff)
+	backoff := fmt.Sprintf("pgtx with its default conflict backoff (%v base, %v cap)", pgtxConflictBaseBackoff, pgtxConflictMaxBackoff)
 	if o.conflictBase != 0 || o.conflictMax != 0 {
 		backoff = fmt.Sprintf("pgtx with ConflictBaseBackoff %v, ConflictMaxBackoff %v (0 = default)", o.conflictBase, o.conflictMax)
 	}

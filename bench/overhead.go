@@ -30,9 +30,9 @@ const namePgtxUnbounded = "pgtx, AcquireTimeout -1"
 const namePgtxNoLimits = "pgtx, no session limits"
 
 // namePgtxNoResolve is pgtx with the resolution of ambiguous COMMITs
-// switched off (Config.ResolveCommits false): what capturing every
+// switched off (Config.ResolveTimeout < 0): what capturing every
 // transaction's id in BEGIN's round trip costs.
-const namePgtxNoResolve = "pgtx, ResolveCommits off"
+const namePgtxNoResolve = "pgtx, ResolveTimeout -1"
 
 // nameBeginControl is pgx.BeginTxFunc on a second plain pgxpool: the same
 // contender as the baseline, measured as if it were another one (an A/A
@@ -254,7 +254,7 @@ func newOverheadSet(ctx context.Context, e *env, maxConns int, countWrites bool)
 	loop := func(mk func(string, *pgxpool.Pool, int) contender) func(string, *pgxpool.Pool) contender {
 		return func(name string, p *pgxpool.Pool) contender { return mk(name, p, loopMaxRetries) }
 	}
-	beginOnPgtxPool := func(name string, p *pgtx.Pool) contender { return beginContender(name, p.Pool) }
+	beginOnPgtxPool := func(name string, p *pgtx.Pool) contender { return beginContender(name, p.Pgxpool()) }
 	makers := []maker{
 		onPgx(nameBegin, beginContender),
 		onPgx(nameBeginControl, beginContender),
@@ -262,7 +262,7 @@ func newOverheadSet(ctx context.Context, e *env, maxConns int, countWrites bool)
 		onPgtx(namePgtx, nil, pgtxContender),
 		onPgtx(namePgtxUnbounded, func(c *pgtx.Config) { c.AcquireTimeout = -1 }, pgtxContender),
 		onPgtx(namePgtxNoLimits, func(c *pgtx.Config) { c.StatementTimeout, c.IdleInTransactionTimeout = -1, -1 }, pgtxContender),
-		onPgtx(namePgtxNoResolve, func(c *pgtx.Config) { c.ResolveCommits = false }, pgtxContender),
+		onPgtx(namePgtxNoResolve, func(c *pgtx.Config) { c.ResolveTimeout = -1 }, pgtxContender),
 		onPgx(nameNaive, loop(naiveContender)),
 		onPgx(nameJitter, loop(jitterContender)),
 		onPgx(nameCrdb, crdbContender),

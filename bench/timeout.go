@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/bulkhead"
 )
 
 // The timeout storm: slow calls (pg_sleep(1)) arrive open-loop at
@@ -51,7 +52,7 @@ type timeoutRow struct {
 
 // timeoutStorm compares, under a storm of slow calls, the fast class's
 // goodput and latency with one shared pool, with per-class pools
-// (pgtx.NewBulkheads), and with per-class pools whose slow class has a
+// (bulkhead.New), and with per-class pools whose slow class has a
 // bounded queue (MaxWaiters) so that it fails fast.
 func timeoutStorm(ctx context.Context, e *env) (result, error) {
 	cfg, err := pgtx.ParseConfig(e.dsn)
@@ -64,7 +65,7 @@ func timeoutStorm(ctx context.Context, e *env) (result, error) {
 		return result{}, err
 	}
 	defer shared.Close()
-	split, err := pgtx.NewBulkheads(ctx, cfg, map[string]pgtx.BulkheadClass{
+	split, err := bulkhead.New(ctx, cfg, map[string]bulkhead.Class{
 		"fast": {MaxConns: stormFastConns},
 		"slow": {MaxConns: stormSlowConns},
 	})
@@ -72,7 +73,7 @@ func timeoutStorm(ctx context.Context, e *env) (result, error) {
 		return result{}, err
 	}
 	defer split.Close()
-	shedding, err := pgtx.NewBulkheads(ctx, cfg, map[string]pgtx.BulkheadClass{
+	shedding, err := bulkhead.New(ctx, cfg, map[string]bulkhead.Class{
 		"fast": {MaxConns: stormFastConns},
 		"slow": {MaxConns: stormSlowConns, MaxWaiters: stormSlowWaiters},
 	})
@@ -86,7 +87,7 @@ func timeoutStorm(ctx context.Context, e *env) (result, error) {
 		{name: fmt.Sprintf("bulkheads: fast %d, slow %d connections", stormFastConns, stormSlowConns), slowLoad: true},
 		{name: fmt.Sprintf("bulkheads, slow class MaxWaiters %d (fails fast)", stormSlowWaiters), slowLoad: true},
 	}
-	for i, bh := range map[int]*pgtx.Bulkheads{2: split, 3: shedding} {
+	for i, bh := range map[int]*bulkhead.Pools{2: split, 3: shedding} {
 		if setups[i].fast, err = bh.Pool("fast"); err != nil {
 			return result{}, err
 		}

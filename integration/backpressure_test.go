@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/internal/pgtest"
@@ -25,6 +26,12 @@ type attemptTracer struct {
 	classes    []pgtx.Class
 }
 
+func (a *attemptTracer) TraceTransactionStart(ctx context.Context, _ pgtx.TraceTransactionStartData) context.Context {
+	return ctx
+}
+
+func (a *attemptTracer) TraceTransactionEnd(context.Context, pgtx.TraceTransactionEndData) {}
+
 func (a *attemptTracer) TraceAttemptStart(ctx context.Context, _ pgtx.TraceAttemptStartData) context.Context {
 	a.attempts.Add(1)
 	return ctx
@@ -33,7 +40,7 @@ func (a *attemptTracer) TraceAttemptStart(ctx context.Context, _ pgtx.TraceAttem
 func (a *attemptTracer) TraceAttemptEnd(_ context.Context, d pgtx.TraceAttemptEndData) {
 	if d.Retry {
 		a.retries.Add(1)
-		if p := a.pool.Load(); p != nil && p.Stat().AcquiredConns() != 0 {
+		if p := a.pool.Load(); p != nil && p.Stats().Pool.AcquiredConns() != 0 {
 			a.heldDuring.Add(1)
 		}
 	}
@@ -86,11 +93,11 @@ func TestOverloadAtConnect(t *testing.T) {
 		pool := newOverloadPool(t, tr, &connects)
 		start := time.Now()
 		err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, work)
-		if pgtx.SQLState(err) != pgtx.CodeTooManyConnections || pgtx.Classify(err) != pgtx.ClassOverload {
+		if sqlState(err) != pgerrcode.TooManyConnections || pgtx.Classify(err) != pgtx.ClassOverload {
 			t.Fatalf("err = %v, want the 53300", err)
 		}
-		if n := connects.Load(); n != 1+pgtx.DefaultMaxAdaptiveRetries {
-			t.Errorf("connection attempts = %d, want %d", n, 1+pgtx.DefaultMaxAdaptiveRetries)
+		if n := connects.Load(); n != 1+defaultMaxAdaptiveRetries {
+			t.Errorf("connection attempts = %d, want %d", n, 1+defaultMaxAdaptiveRetries)
 		}
 		// jitter 0.5: 100ms then 200ms of backoff, not a tight loop.
 		if elapsed := time.Since(start); elapsed < 300*time.Millisecond {
@@ -127,7 +134,7 @@ func TestOverloadReleasesConnectionBeforeBackoff(t *testing.T) {
 		_, err := tx.Exec(ctx, raise("53300"))
 		return err
 	})
-	if pgtx.SQLState(err) != "53300" || tr.retries.Load() != 2 {
+	if sqlState(err) != "53300" || tr.retries.Load() != 2 {
 		t.Fatalf("err = %v, retries %d", err, tr.retries.Load())
 	}
 	if n := tr.heldDuring.Load(); n != 0 {
@@ -195,7 +202,7 @@ func TestRetryBudgetUnderAdmissionStorm(t *testing.T) {
 		calls, attempts, ok, refused, elapsed := run(t, pgtx.RetryBudget{})
 		onRatio = float64(attempts) / float64(calls)
 		// The floor's token bucket starts with one second's worth.
-		bound := (1+pgtx.DefaultBudgetRatio)*float64(calls) + pgtx.DefaultBudgetMinPerSecond*(elapsed.Seconds()+1)
+		bound := (1+defaultBudgetRatio)*float64(calls) + defaultBudgetMinPerSecond*(elapsed.Seconds()+1)
 		t.Logf("budget on: %d calls, %d attempts (%.3f per call), %d succeeded, %d refused by the budget; bound %.0f",
 			calls, attempts, onRatio, ok, refused, bound)
 		if float64(attempts) > bound {
@@ -206,7 +213,7 @@ func TestRetryBudgetUnderAdmissionStorm(t *testing.T) {
 		}
 	})
 	t.Run("budget off", func(t *testing.T) {
-		calls, attempts, ok, _, _ := run(t, pgtx.RetryBudget{Disabled: true})
+		calls, attempts, ok, _, _ := run(t, pgtx.RetryBudget{Ratio: -1})
 		offRatio := float64(attempts) / float64(calls)
 		t.Logf("budget off: %d calls, %d attempts (%.3f per call), %d succeeded", calls, attempts, offRatio, ok)
 		if offRatio <= onRatio {

@@ -8,11 +8,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/replica"
 )
 
-type breakerEvents struct{ ch chan pgtx.TraceBreakerData }
+type breakerEvents struct {
+	ch chan pgtx.TraceBreakerStateChangeData
+}
 
-func (e *breakerEvents) TraceBreakerStateChange(d pgtx.TraceBreakerData) {
+func (e *breakerEvents) TraceBreakerStateChange(_ context.Context, d pgtx.TraceBreakerStateChangeData) {
 	select {
 	case e.ch <- d:
 	default:
@@ -31,9 +34,9 @@ func TestReplicaBreakerFallback(t *testing.T) {
 	mustExec(t, ctx, admin, "create table items (id int primary key, name text not null)")
 	mustExec(t, ctx, admin, "insert into items select g, 'item ' || g from generate_series(1, 100) g")
 
-	events := &breakerEvents{ch: make(chan pgtx.TraceBreakerData, 16)}
+	events := &breakerEvents{ch: make(chan pgtx.TraceBreakerStateChangeData, 16)}
 	primary := newPool(t, direct, nil)
-	replica := newPool(t, through, func(c *pgtx.Config) {
+	replicaPool := newPool(t, through, func(c *pgtx.Config) {
 		c.CancelGrace = 100 * time.Millisecond // a read that falls back must not wait for the replica's cancel
 		c.AcquireTimeout = 300 * time.Millisecond
 		c.Breaker = &pgtx.BreakerConfig{
@@ -45,7 +48,7 @@ func TestReplicaBreakerFallback(t *testing.T) {
 			Tracer:              events,
 		}
 	})
-	router, err := pgtx.NewReplicaRouter(primary, []*pgtx.Pool{replica}, pgtx.RouterConfig{ReplicaTimeout: 300 * time.Millisecond})
+	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, replica.Config{ReplicaTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,14 +66,14 @@ func TestReplicaBreakerFallback(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s := router.Stats(); s.ReplicaReads != 5 || s.Fallbacks != 0 {
+	if s := router.Stats(); s.ReplicaReadCount != 5 || s.FallbackCount != 0 {
 		t.Fatalf("healthy: %+v, want 5 replica reads", s)
 	}
 
 	proxy.SetLatency(2 * time.Second)
-	for i := 0; replica.Stats().Breaker.State != pgtx.BreakerOpen; i++ {
+	for i := 0; replicaPool.Stats().Breaker.State != pgtx.BreakerOpen; i++ {
 		if i == 10 {
-			t.Fatalf("the breaker did not open after %d slow reads: %+v", i, replica.Stats().Breaker)
+			t.Fatalf("the breaker did not open after %d slow reads: %+v", i, replicaPool.Stats().Breaker)
 		}
 		if _, err := read(); err != nil {
 			t.Fatalf("a read must fall back to the primary, not fail: %v", err)
@@ -82,7 +85,7 @@ func TestReplicaBreakerFallback(t *testing.T) {
 
 	// Open: the primary serves at once.
 	var lat []time.Duration
-	rejectedBefore := replica.Stats().Breaker.Rejected
+	rejectedBefore := replicaPool.Stats().Breaker.RejectedCount
 	for range 50 {
 		d, err := read()
 		if err != nil {
@@ -95,23 +98,23 @@ func TestReplicaBreakerFallback(t *testing.T) {
 	if p99 >= 50*time.Millisecond {
 		t.Errorf("p99 %v with the breaker open, want < 50ms", p99)
 	}
-	if s := replica.Stats().Breaker; s.Rejected != rejectedBefore || s.State != pgtx.BreakerOpen {
+	if s := replicaPool.Stats().Breaker; s.RejectedCount != rejectedBefore || s.State != pgtx.BreakerOpen {
 		t.Errorf("breaker %+v: the router must skip an open replica without sending it anything", s)
 	}
 
 	// Recovery: latency gone, OpenFor passes, a probe closes the breaker.
 	proxy.SetLatency(0)
-	for deadline := time.Now().Add(5 * time.Second); replica.Stats().Breaker.State == pgtx.BreakerOpen; {
+	for deadline := time.Now().Add(5 * time.Second); replicaPool.Stats().Breaker.State == pgtx.BreakerOpen; {
 		if time.Now().After(deadline) {
 			t.Fatal("the breaker never became half-open")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	before := router.Stats().ReplicaReads
+	before := router.Stats().ReplicaReadCount
 	if _, err := read(); err != nil {
 		t.Fatal(err)
 	}
-	if st := replica.Stats().Breaker.State; st != pgtx.BreakerClosed {
+	if st := replicaPool.Stats().Breaker.State; st != pgtx.BreakerClosed {
 		t.Fatalf("after the probe the breaker is %v, want closed", st)
 	}
 	for _, want := range []pgtx.BreakerState{pgtx.BreakerHalfOpen, pgtx.BreakerClosed} {
@@ -119,7 +122,7 @@ func TestReplicaBreakerFallback(t *testing.T) {
 			t.Errorf("event %+v, want %v", ev, want)
 		}
 	}
-	if router.Stats().ReplicaReads != before+1 {
+	if router.Stats().ReplicaReadCount != before+1 {
 		t.Errorf("the probe read was not served by the replica: %+v", router.Stats())
 	}
 }
@@ -130,8 +133,8 @@ func TestReplicaRouterNoFallbackOnCallerErrors(t *testing.T) {
 	ctx := testCtx(t)
 	dsn := newDB(t)
 	primary := newPool(t, dsn, nil)
-	replica := newPool(t, dsn, func(c *pgtx.Config) { c.Breaker = &pgtx.BreakerConfig{} })
-	router, err := pgtx.NewReplicaRouter(primary, []*pgtx.Pool{replica}, pgtx.RouterConfig{})
+	replicaPool := newPool(t, dsn, func(c *pgtx.Config) { c.Breaker = &pgtx.BreakerConfig{} })
+	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, replica.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,20 +146,20 @@ func TestReplicaRouterNoFallbackOnCallerErrors(t *testing.T) {
 		_, err := tx.Exec(ctx, "select * from missing")
 		return err
 	})
-	if pgtx.SQLState(err) != "42P01" {
+	if sqlState(err) != "42P01" {
 		t.Fatalf("err = %v", err)
 	}
 	err = router.Read(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, "create table t (id int)")
 		return err
 	})
-	if pgtx.SQLState(err) != "25006" {
+	if sqlState(err) != "25006" {
 		t.Errorf("a write through the router must fail read-only: %v", err)
 	}
-	if s := router.Stats(); s.Fallbacks != 0 {
+	if s := router.Stats(); s.FallbackCount != 0 {
 		t.Errorf("stats %+v: no fallback for the caller's errors", s)
 	}
-	if _, err := pgtx.NewReplicaRouter(nil, nil, pgtx.RouterConfig{}); !errors.Is(err, pgtx.ErrInvalidArgument) {
+	if _, err := replica.New(nil, nil, replica.Config{}); !errors.Is(err, pgtx.ErrInvalidArgument) {
 		t.Errorf("nil primary: err = %v", err)
 	}
 }
@@ -177,7 +180,7 @@ func TestReplicaRouterRetargetOnOverload(t *testing.T) {
 	overloaded := newPool(t, dsn+"&application_name=overloaded", nil)
 	healthy := newPool(t, dsn+"&application_name=healthy", nil)
 	for _, retarget := range []bool{true, false} {
-		router, err := pgtx.NewReplicaRouter(primary, []*pgtx.Pool{overloaded, healthy}, pgtx.RouterConfig{RetargetOnOverload: retarget})
+		router, err := replica.New(primary, []*pgtx.Pool{overloaded, healthy}, replica.Config{RetargetOnOverload: retarget})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,10 +195,10 @@ func TestReplicaRouterRetargetOnOverload(t *testing.T) {
 		}
 		s := router.Stats()
 		t.Logf("retarget %v: %+v", retarget, s)
-		if retarget && (s.Retargets != 2 || s.Fallbacks != 0 || s.ReplicaReads != 4) {
+		if retarget && (s.RetargetCount != 2 || s.FallbackCount != 0 || s.ReplicaReadCount != 4) {
 			t.Errorf("retargeting on: %+v, want 2 retargets, 4 replica reads, no fallback", s)
 		}
-		if !retarget && (s.Retargets != 0 || s.Fallbacks != 2) {
+		if !retarget && (s.RetargetCount != 0 || s.FallbackCount != 2) {
 			t.Errorf("retargeting off: %+v, want the overloaded replica's reads on the primary", s)
 		}
 	}

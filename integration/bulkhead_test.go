@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/bulkhead"
 )
 
 // fastQuery is the fast class's statement: 5ms of server time, a quick
@@ -101,7 +102,7 @@ func stuckClass(t *testing.T, ctx context.Context, pool *pgtx.Pool, n int) (stop
 	})
 	stop = func() { cancel(); wait() }
 	t.Cleanup(stop)
-	maxConns := int(pool.Stat().MaxConns())
+	maxConns := int(pool.Stats().Pool.MaxConns())
 	pollUntil(t, "the slow class holds every connection", func() bool { return pool.Stats().InFlight == maxConns })
 	return stop
 }
@@ -124,7 +125,7 @@ func TestBulkheadKeepsFastClassThroughput(t *testing.T) {
 		t.Fatal(err)
 	}
 	base.AcquireTimeout = 500 * time.Millisecond // fail, rather than hang, when no connection comes
-	bh, err := pgtx.NewBulkheads(ctx, base, map[string]pgtx.BulkheadClass{
+	bh, err := bulkhead.New(ctx, base, map[string]bulkhead.Class{
 		"fast": {MaxConns: 4},
 		"slow": {MaxConns: 4},
 	})
@@ -153,7 +154,7 @@ func TestBulkheadKeepsFastClassThroughput(t *testing.T) {
 	slowStats := slow.Stats()
 	stopSlow()
 	t.Logf("with bulkheads, slow class stuck:  %v  (%.0f%% of alone; slow class queue depth %d)",
-		isolated, 100*isolated.throughput/baseline.throughput, slowStats.Waiters)
+		isolated, 100*isolated.throughput/baseline.throughput, slowStats.Waiting)
 
 	// (ii) One shared pool of 8 connections for both classes.
 	shared := newPool(t, dsn, func(c *pgtx.Config) {
@@ -166,7 +167,7 @@ func TestBulkheadKeepsFastClassThroughput(t *testing.T) {
 	sharedStats := shared.Stats()
 	stopShared()
 	t.Logf("one shared pool, slow class stuck: %v  (%.0f%% of alone; queue depth %d, acquire timeouts %d)",
-		together, 100*together.throughput/baseline.throughput, sharedStats.Waiters, sharedStats.AcquireTimeouts)
+		together, 100*together.throughput/baseline.throughput, sharedStats.Waiting, sharedStats.AcquireTimeoutCount)
 
 	if baseline.ok == 0 {
 		t.Fatal("the fast class alone completed no call")

@@ -30,7 +30,7 @@ func TestBadInputSendsNothing(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrInvalidArgument", tt.name, tt.err)
 		}
 	}
-	if n := pool.Stat().TotalConns(); n != 0 {
+	if n := pool.Stats().Pool.TotalConns(); n != 0 {
 		t.Errorf("%d connections opened for bad input", n)
 	}
 }
@@ -57,7 +57,7 @@ func TestPanicRollsBackReleasesAndRepanics(t *testing.T) {
 	if n := queryInt(t, ctx, directConn(t, dsn), "select count(*) from t"); n != 0 {
 		t.Errorf("rows = %d, want 0: a panic rolls back", n)
 	}
-	if s := pool.Stat(); s.AcquiredConns() != 0 {
+	if s := pool.Stats().Pool; s.AcquiredConns() != 0 {
 		t.Errorf("acquired = %d: the connection was not released", s.AcquiredConns())
 	}
 	// The only connection is usable again: the pool is not stuck.
@@ -77,7 +77,7 @@ func TestAcquireTimeout(t *testing.T) {
 		c.AcquireTimeout = 200 * time.Millisecond
 		c.ConnConfig.Tracer = acquires
 	})
-	held, err := pool.Acquire(ctx) // the pool's only connection
+	held, err := pool.Pgxpool().Acquire(ctx) // the pool's only connection
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestAcquireTimeout(t *testing.T) {
 		t.Run("acquire timeout fires: "+c.name, func(t *testing.T) {
 			cctx, cancel := c.ctx()
 			defer cancel()
-			before := pool.Stat().CanceledAcquireCount()
+			before := pool.Stats().Pool.CanceledAcquireCount()
 			start := time.Now()
 			err := pgtx.Transaction(cctx, pool, pgtx.ReadCommitted, fn)
 			if !errors.Is(err, pgtx.ErrAcquireTimeout) {
@@ -115,7 +115,7 @@ func TestAcquireTimeout(t *testing.T) {
 			if time.Since(start) < 200*time.Millisecond {
 				t.Errorf("returned before the acquire timeout")
 			}
-			if n := pool.Stat().CanceledAcquireCount() - before; n != 1 {
+			if n := pool.Stats().Pool.CanceledAcquireCount() - before; n != 1 {
 				t.Errorf("acquire attempts = %d, want 1: an acquire timeout is not retried", n)
 			}
 			if got := acquires.last(); got.value != cctx.Value(acquireKey{}) || !got.hasDeadline {
@@ -276,7 +276,7 @@ func TestRollbackSurvivesCancelledContext(t *testing.T) {
 	if n := queryInt(t, testCtx(t), directConn(t, dsn), "select count(*) from t"); n != 0 {
 		t.Errorf("rows = %d, want 0", n)
 	}
-	s := pool.Stat()
+	s := pool.Stats().Pool
 	if s.TotalConns() != 1 || s.NewConnsCount() != 1 || s.AcquiredConns() != 0 {
 		t.Errorf("total = %d, new = %d, acquired = %d: the connection must survive the dead context", s.TotalConns(), s.NewConnsCount(), s.AcquiredConns())
 	}
@@ -288,18 +288,19 @@ func TestTransactionModes(t *testing.T) {
 	mustExec(t, ctx, pool, "create table t (id int primary key)")
 	tests := []struct {
 		name                          string
-		opts                          pgtx.TxOptions
+		iso                           pgtx.Isolation
+		opts                          pgtx.Options
 		wantIso, wantRO, wantDeferred string
 	}{
-		{"read committed", pgtx.TxOptions{Isolation: pgtx.ReadCommitted}, "read committed", "off", "off"},
-		{"repeatable read", pgtx.TxOptions{Isolation: pgtx.RepeatableRead}, "repeatable read", "off", "off"},
-		{"serializable", pgtx.TxOptions{Isolation: pgtx.Serializable}, "serializable", "off", "off"},
-		{"serializable read only deferrable", pgtx.TxOptions{Isolation: pgtx.Serializable, ReadOnly: true, Deferrable: true}, "serializable", "on", "on"},
-		{"repeatable read read only with timeout", pgtx.TxOptions{Isolation: pgtx.RepeatableRead, ReadOnly: true, StatementTimeout: time.Second}, "repeatable read", "on", "off"},
+		{"read committed", pgtx.ReadCommitted, pgtx.Options{}, "read committed", "off", "off"},
+		{"repeatable read", pgtx.RepeatableRead, pgtx.Options{}, "repeatable read", "off", "off"},
+		{"serializable", pgtx.Serializable, pgtx.Options{}, "serializable", "off", "off"},
+		{"serializable read only deferrable", pgtx.Serializable, pgtx.Options{ReadOnly: true, Deferrable: true}, "serializable", "on", "on"},
+		{"repeatable read read only with timeout", pgtx.RepeatableRead, pgtx.Options{ReadOnly: true, StatementTimeout: time.Second}, "repeatable read", "on", "off"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := pgtx.TransactionWithOptions(ctx, pool, tt.opts, func(ctx context.Context, tx pgx.Tx) error {
+			err := pgtx.TransactionWithOptions(ctx, pool, tt.iso, tt.opts, func(ctx context.Context, tx pgx.Tx) error {
 				var iso, ro, def string
 				err := tx.QueryRow(ctx, "select current_setting('transaction_isolation'), current_setting('transaction_read_only'), current_setting('transaction_deferrable')").Scan(&iso, &ro, &def)
 				if err != nil {
@@ -317,23 +318,23 @@ func TestTransactionModes(t *testing.T) {
 	}
 	t.Run("read-only write fails with 25006, not retried", func(t *testing.T) {
 		var attempts counter
-		err := pgtx.TransactionWithOptions(ctx, pool, pgtx.TxOptions{Isolation: pgtx.ReadCommitted, ReadOnly: true}, func(ctx context.Context, tx pgx.Tx) error {
+		err := pgtx.TransactionWithOptions(ctx, pool, pgtx.ReadCommitted, pgtx.Options{ReadOnly: true}, func(ctx context.Context, tx pgx.Tx) error {
 			attempts.inc()
 			_, err := tx.Exec(ctx, "insert into t values (1)")
 			return err
 		})
-		if pgtx.SQLState(err) != "25006" || attempts.get() != 1 {
+		if sqlState(err) != "25006" || attempts.get() != 1 {
 			t.Errorf("err = %v, attempts = %d; want 25006 once", err, attempts.get())
 		}
 	})
 	t.Run("per-call MaxRetries", func(t *testing.T) {
 		var attempts counter
-		err := pgtx.TransactionWithOptions(ctx, pool, pgtx.TxOptions{Isolation: pgtx.Serializable, MaxRetries: 2, Label: "capped"}, func(ctx context.Context, tx pgx.Tx) error {
+		err := pgtx.TransactionWithOptions(ctx, pool, pgtx.Serializable, pgtx.Options{MaxRetries: 2, Label: "capped"}, func(ctx context.Context, tx pgx.Tx) error {
 			attempts.inc()
 			_, err := tx.Exec(ctx, raise("40P01"))
 			return err
 		})
-		if pgtx.SQLState(err) != "40P01" || attempts.get() != 3 {
+		if sqlState(err) != "40P01" || attempts.get() != 3 {
 			t.Errorf("err = %v, attempts = %d; want 40P01 after 3 attempts", err, attempts.get())
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
@@ -70,7 +71,9 @@ func BenchmarkCancel(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(p.Close)
-			return p
+			// The escape hatch: a transaction begun on the pgxpool.Pool, whose
+			// connections pgtx's cancel handler (pool mode) still watches.
+			return p.Pgxpool()
 		}},
 		{"pgx-default", func(b *testing.B) querier { return pgxPool(b, nil) }},
 		{"pgx-cancel-request", func(b *testing.B) querier {
@@ -133,7 +136,7 @@ func cancelRound(b *testing.B, ctx context.Context, pool querier, waiter *pgx.Co
 	_, err = tx.Exec(cctx, "select pg_sleep(2)")
 	returned := time.Now()
 	cancel()
-	if !errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err) && pgtx.SQLState(err) != pgtx.CodeQueryCanceled {
+	if !errors.Is(err, context.DeadlineExceeded) && !pgconn.Timeout(err) && sqlState(err) != pgerrcode.QueryCanceled {
 		b.Fatalf("unexpected: %v", err)
 	}
 	_ = tx.Rollback(ctx) // frees the lock if the connection survived; a dead one freed it already

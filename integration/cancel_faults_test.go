@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/internal/pgtest"
@@ -74,15 +75,15 @@ func assertNextBorrowerUntouched(t *testing.T, ctx context.Context, pool *pgtx.P
 	t.Helper()
 	start := time.Now()
 	_, err := pool.Exec(ctx, "select pg_sleep(2)")
-	if pgtx.SQLState(err) == pgtx.CodeQueryCanceled {
+	if sqlState(err) == pgerrcode.QueryCanceled {
 		t.Fatalf("the next borrower's statement got 57014 after %v: a late cancel hit it", time.Since(start).Round(time.Millisecond))
 	}
 	if err != nil {
 		t.Fatalf("next borrower: %v", err)
 	}
 	s := pool.Stats()
-	if got := s.Cancels.Closed - before.Cancels.Closed; got != 1 {
-		t.Errorf("Cancels.Closed grew by %d, want 1 (the connection of the unconfirmed cancel)", got)
+	if got := s.Cancels.ClosedCount - before.Cancels.ClosedCount; got != 1 {
+		t.Errorf("Cancels.ClosedCount grew by %d, want 1 (the connection of the unconfirmed cancel)", got)
 	}
 	if got := s.Pool.NewConnsCount() - before.Pool.NewConnsCount(); got != 1 {
 		t.Errorf("new connections: %d, want 1: the connection must be replaced, not reused", got)
@@ -90,7 +91,7 @@ func assertNextBorrowerUntouched(t *testing.T, ctx context.Context, pool *pgtx.P
 }
 
 // TestCancelPoolBusyIsNotUnhealthy: a storm of simultaneous cancels on a
-// cancel pool of one slow connection. Cancels that find the cancel pool busy
+// slow cancel pool (of its fixed two connections). Cancels that find the cancel pool busy
 // fall back to the protocol cancel; that does not mark the cancel pool
 // unhealthy, so the next cancel goes through it again.
 func TestCancelPoolBusyIsNotUnhealthy(t *testing.T) {
@@ -98,7 +99,6 @@ func TestCancelPoolBusyIsNotUnhealthy(t *testing.T) {
 	const storm = 8
 	pool, cancelProxy := slowCancelPath(t, ctx, func(c *pgtx.Config) {
 		c.MaxConns = storm
-		c.CancelPoolSize = 1
 		c.CancelGrace = time.Second
 	})
 	cancelProxy.SetLatency(200 * time.Millisecond)
@@ -117,9 +117,9 @@ func TestCancelPoolBusyIsNotUnhealthy(t *testing.T) {
 	warmCancel(t, ctx, pool)
 	after := pool.Stats()
 	t.Logf("storm of %d cancels: %+v", storm, mid.Cancels)
-	if after.Cancels.Signalled != mid.Cancels.Signalled+1 {
+	if after.Cancels.SignalledCount != mid.Cancels.SignalledCount+1 {
 		t.Errorf("the cancel after the storm was not signalled through the cancel pool (protocol %d -> %d): a busy pool was taken for an unhealthy one",
-			mid.Cancels.Protocol, after.Cancels.Protocol)
+			mid.Cancels.ProtocolCount, after.Cancels.ProtocolCount)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 )
@@ -38,7 +39,7 @@ func TestCancelReleasesLocksNow(t *testing.T) {
 	var toReturn, toRelease []time.Duration
 	for range rounds {
 		ret, rel, err := lockHolder(t, ctx, pool, waiter)
-		if !errors.Is(err, context.DeadlineExceeded) || pgtx.SQLState(err) != pgtx.CodeQueryCanceled {
+		if !errors.Is(err, context.DeadlineExceeded) || sqlState(err) != pgerrcode.QueryCanceled {
 			t.Fatalf("err = %v, want DeadlineExceeded with the server's 57014", err)
 		}
 		toReturn, toRelease = append(toReturn, ret), append(toRelease, rel)
@@ -52,8 +53,8 @@ func TestCancelReleasesLocksNow(t *testing.T) {
 	t.Logf("deadline→return p50 %v p99 %v; deadline→lock release p50 %v p99 %v; new connections %d over %d cancels",
 		percentile(toReturn, .5), percentile(toReturn, .99), percentile(toRelease, .5), percentile(toRelease, .99),
 		s.Pool.NewConnsCount(), rounds)
-	if s.Cancels.Signalled != rounds {
-		t.Errorf("cancels signalled = %d, want %d", s.Cancels.Signalled, rounds)
+	if s.Cancels.SignalledCount != rounds {
+		t.Errorf("cancels signalled = %d, want %d", s.Cancels.SignalledCount, rounds)
 	}
 }
 
@@ -85,7 +86,7 @@ func TestCancelKeepsConnection(t *testing.T) {
 	if n := s.Pool.NewConnsCount(); n != 1 || pid != pid0 {
 		t.Errorf("new connections = %d, backend %d then %d: the connection must survive every cancel", n, pid0, pid)
 	}
-	if s.Cancels.Closed != 0 || s.Cancels.Sent != 20 {
+	if s.Cancels.ClosedCount != 0 || s.Cancels.SentCount != 20 {
 		t.Errorf("cancels = %+v, want 20 sent and none closed", s.Cancels)
 	}
 }
@@ -149,7 +150,7 @@ func TestPlainQueriesCancelledOnServer(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("err = %v, want errors.Is DeadlineExceeded", err)
 			}
-			if pgtx.SQLState(err) != pgtx.CodeQueryCanceled {
+			if sqlState(err) != pgerrcode.QueryCanceled {
 				t.Errorf("err = %v: the server's 57014 must stay reachable", err)
 			}
 			var state string
@@ -194,7 +195,7 @@ func noBleed(t *testing.T, ctx context.Context, pool *pgtx.Pool, rounds int, see
 			cancelled++
 		}
 		if _, err := pool.Exec(ctx, "select 1"); err != nil {
-			if pgtx.SQLState(err) == pgtx.CodeQueryCanceled {
+			if sqlState(err) == pgerrcode.QueryCanceled {
 				spurious++
 			} else {
 				t.Fatalf("next statement: %v", err)
@@ -226,11 +227,11 @@ func TestCancelFallbacks(t *testing.T) {
 		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
 		_, err := pool.Exec(cctx, "select pg_sleep(10)")
-		if !errors.Is(err, context.DeadlineExceeded) || pgtx.SQLState(err) != pgtx.CodeQueryCanceled {
+		if !errors.Is(err, context.DeadlineExceeded) || sqlState(err) != pgerrcode.QueryCanceled {
 			t.Fatalf("err = %v, want DeadlineExceeded and 57014", err)
 		}
 		s := pool.Stats()
-		if s.Cancels.PoolErrors != 1 || s.Cancels.Protocol != 1 || s.Pool.NewConnsCount() != 1 {
+		if s.Cancels.PoolErrorCount != 1 || s.Cancels.ProtocolCount != 1 || s.Pool.NewConnsCount() != 1 {
 			t.Errorf("cancels = %+v, new connections %d; want one pool error, one protocol cancel, the connection kept", s.Cancels, s.Pool.NewConnsCount())
 		}
 	})
@@ -295,7 +296,7 @@ func TestCommitNotInterruptedByCancel(t *testing.T) {
 	if n := queryInt(t, ctx, directConn(t, dsn), "select count(*) from t"); n != 1 {
 		t.Errorf("rows = %d, want 1", n)
 	}
-	if s := pool.Stats(); s.Cancels.Sent != 0 || s.Pool.NewConnsCount() != 1 {
+	if s := pool.Stats(); s.Cancels.SentCount != 0 || s.Pool.NewConnsCount() != 1 {
 		t.Errorf("cancels %+v, new connections %d: nothing must be cancelled", s.Cancels, s.Pool.NewConnsCount())
 	}
 }
@@ -322,7 +323,7 @@ func TestCancelModes(t *testing.T) {
 				if !errors.Is(err, context.DeadlineExceeded) {
 					t.Fatalf("round %d: err = %v", i, err)
 				}
-				if got := pgtx.SQLState(err) == pgtx.CodeQueryCanceled; got != tt.wantServerErr {
+				if got := sqlState(err) == pgerrcode.QueryCanceled; got != tt.wantServerErr {
 					t.Errorf("round %d: err = %v; server 57014 %v, want %v", i, err, got, tt.wantServerErr)
 				}
 			}

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/internal/pgtest"
 )
 
@@ -197,7 +197,7 @@ func (in *chaosInjector) serverFull(ctx context.Context) (bool, error) {
 		c, err := pgx.Connect(cctx, in.dsn)
 		cancel()
 		if err != nil {
-			refused = pgtx.SQLState(err) == pgtx.CodeTooManyConnections
+			refused = sqlState(err) == pgerrcode.TooManyConnections
 			break
 		}
 		hogs = append(hogs, c)

@@ -73,7 +73,7 @@ type chaosCall struct {
 // agree with what every call reported: total unchanged, every success in the
 // ledger once, every ambiguous COMMIT at most once, every other failure
 // absent, and every account's balance explained by the ledger. It runs with
-// ResolveCommits off and on; with it on, no resolution may be wrong.
+// the resolution of ambiguous COMMITs off (ResolveTimeout -1) and on; with it on, no resolution may be wrong.
 //
 // -chaos.dur sets the length of each run, -chaos.seed the seed.
 func TestChaosBank(t *testing.T) {
@@ -122,7 +122,9 @@ func runChaosBank(t *testing.T, resolve bool, seed uint64, dur time.Duration) {
 		c.ConnConfig.RuntimeParams["application_name"] = chaosAppName // what the injector terminates
 		c.ConnConfig.ConnectTimeout = 3 * time.Second
 		c.AcquireTimeout = 3 * time.Second
-		c.ResolveCommits = resolve
+		if !resolve {
+			c.ResolveTimeout = -1
+		}
 		// A lost connection is retried after at most 100ms; the proxy
 		// refuses connections, and the server restarts, for up to about a
 		// second.
@@ -210,29 +212,29 @@ func runChaosBank(t *testing.T, resolve bool, seed uint64, dur time.Duration) {
 	}
 
 	if resolve {
-		resolved := res.Committed + res.Aborted + res.NotApplied
+		resolved := res.CommittedCount + res.AbortedCount + res.NotAppliedCount
 		share := 0.0
-		if n := resolved + res.Unknown; n > 0 {
+		if n := resolved + res.UnknownCount; n > 0 {
 			share = 100 * float64(resolved) / float64(n)
 		}
 		t.Logf("resolutions: committed %d, aborted %d, not applied %d, unknown %d: %d of %d ambiguous COMMITs resolved (%.0f%%); wrong resolutions %d",
-			res.Committed, res.Aborted, res.NotApplied, res.Unknown, resolved, resolved+res.Unknown, share, tally.wrong)
-		if got := int64(tally.unknownApplied + tally.unknownAbsent); got != res.Unknown {
-			t.Errorf("%d calls returned ErrCommitUnknown, Stats().Resolved.Unknown = %d: every unresolved COMMIT, and only those, must end its call with ErrCommitUnknown",
-				got, res.Unknown)
+			res.CommittedCount, res.AbortedCount, res.NotAppliedCount, res.UnknownCount, resolved, resolved+res.UnknownCount, share, tally.wrong)
+		if got := int64(tally.unknownApplied + tally.unknownAbsent); got != res.UnknownCount {
+			t.Errorf("%d calls returned ErrCommitUnknown, Stats().Resolved.UnknownCount = %d: every unresolved COMMIT, and only those, must end its call with ErrCommitUnknown",
+				got, res.UnknownCount)
 		}
-		if res.NotApplied != 0 {
-			t.Errorf("Stats().Resolved.NotApplied = %d: no transfer begins on a standby", res.NotApplied)
+		if res.NotAppliedCount != 0 {
+			t.Errorf("Stats().Resolved.NotAppliedCount = %d: no transfer begins on a standby", res.NotAppliedCount)
 		}
 		// At least 99% resolved; one unknown is tolerated in a run too
 		// short to have a hundred ambiguous COMMITs.
-		if total := resolved + res.Unknown; res.Unknown > max(1, total/100) {
-			t.Errorf("%d of %d ambiguous COMMITs unresolved: at least 99%% must be resolved", res.Unknown, total)
+		if total := resolved + res.UnknownCount; res.UnknownCount > max(1, total/100) {
+			t.Errorf("%d of %d ambiguous COMMITs unresolved: at least 99%% must be resolved", res.UnknownCount, total)
 		}
 	} else {
 		t.Logf("wrong outcomes (lost or phantom transfers): %d", tally.wrong)
 		if res != (pgtx.ResolveStats{}) {
-			t.Errorf("Stats().Resolved = %+v with ResolveCommits off, want zeros", res)
+			t.Errorf("Stats().Resolved = %+v with the resolution off, want zeros", res)
 		}
 	}
 
@@ -294,7 +296,7 @@ func chaosTransfer(ctx context.Context, pool *pgtx.Pool, iso pgtx.Isolation, id 
 	cctx, cancel := context.WithTimeout(ctx, chaosCallTimeout)
 	defer cancel()
 	start := time.Now()
-	c.err = pgtx.TransactionWithOptions(cctx, pool, pgtx.TxOptions{Isolation: iso, Label: "transfer"}, func(ctx context.Context, tx pgx.Tx) error {
+	c.err = pgtx.TransactionWithOptions(cctx, pool, iso, pgtx.Options{Label: "transfer"}, func(ctx context.Context, tx pgx.Tx) error {
 		c.runs++
 		rows, _ := tx.Query(ctx, "select id, balance from accounts where id = any($1) order by id for update", []int32{from, to})
 		var (
@@ -465,7 +467,7 @@ func verifyChaosBank(t *testing.T, dsn string, calls []chaosCall) chaosTally {
 			if present {
 				tally.wrong++
 				hint := ""
-				if pgtx.SQLState(c.err) == "23505" {
+				if sqlState(c.err) == "23505" {
 					hint = " (23505: fn ran again after a COMMIT that had applied)"
 				}
 				t.Errorf("PHANTOM: transfer %s failed (%s, fn ran %d times) but is in the ledger%s: %v", c.id, kind, c.runs, hint, c.err)
@@ -502,7 +504,7 @@ func chaosFailureKind(err error) string {
 	case errors.Is(err, context.DeadlineExceeded):
 		kind = "call deadline"
 	}
-	if code := pgtx.SQLState(err); code != "" {
+	if code := sqlState(err); code != "" {
 		kind += " " + code
 	}
 	return kind

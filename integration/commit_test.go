@@ -33,7 +33,7 @@ func TestCommitCutIsCommitUnknown(t *testing.T) {
 	direct, proxy, through := proxied(t)
 	admin := directConn(t, direct)
 	mustExec(t, ctx, admin, "create table ledger (transfer_id text primary key)")
-	pool := newPool(t, through, func(c *pgtx.Config) { c.ResolveCommits = false })
+	pool := newPool(t, through, func(c *pgtx.Config) { c.ResolveTimeout = -1 })
 
 	proxy.CutOnCommit(1)
 	var attempts counter
@@ -51,7 +51,7 @@ func TestCommitCutIsCommitUnknown(t *testing.T) {
 	if errors.Unwrap(err) == nil || pgtx.Classify(err) != pgtx.ClassAmbiguous {
 		t.Errorf("err = %v must wrap the original error and classify as ambiguous", err)
 	}
-	if pgtx.IsRetryable(err) {
+	if pgtx.Classify(err).Retryable() {
 		t.Errorf("an ambiguous commit must not be retryable")
 	}
 	if attempts.get() != 1 {
@@ -152,11 +152,11 @@ func TestNoMoreRoundTripsThanBeginTxFunc(t *testing.T) {
 		return proxy.Stats().Statements - before
 	}
 	baseline := count(func() error {
-		return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.Serializable}, func(tx pgx.Tx) error { return work(ctx, tx) })
+		return pgx.BeginTxFunc(ctx, pool.Pgxpool(), pgx.TxOptions{IsoLevel: pgx.Serializable}, func(tx pgx.Tx) error { return work(ctx, tx) })
 	})
 	plain := count(func() error { return pgtx.Transaction(ctx, pool, pgtx.Serializable, work) })
 	withTimeout := count(func() error {
-		return pgtx.TransactionWithOptions(ctx, pool, pgtx.TxOptions{Isolation: pgtx.Serializable, StatementTimeout: 1500 * time.Millisecond}, work)
+		return pgtx.TransactionWithOptions(ctx, pool, pgtx.Serializable, pgtx.Options{StatementTimeout: 1500 * time.Millisecond}, work)
 	})
 	if baseline == 0 || plain > baseline || withTimeout > baseline {
 		t.Errorf("statements sent: pgx.BeginTxFunc %d, pgtx %d, pgtx with per-call timeout %d; pgtx must not send more", baseline, plain, withTimeout)

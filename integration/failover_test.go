@@ -61,7 +61,7 @@ func TestResolveFailover(t *testing.T) {
 		c.Retry.MaxRetries = 50
 		c.Retry.MaxAdaptiveRetries = 10
 		c.Retry.MaxBackoff = 200 * time.Millisecond
-		c.Retry.Budget.Disabled = true
+		c.Retry.Budget.Ratio = -1
 	})
 
 	type call struct {
@@ -286,7 +286,6 @@ func TestResolveNotAskedElsewhere(t *testing.T) {
 		c.MaxConns = 2
 		c.ConnConfig.ConnectTimeout = 20 * time.Second
 		c.CancelConnectTimeout = 20 * time.Second // the resolution connects over the cancel pool
-		c.ResolveCommits = true
 		c.ResolveTimeout = 30 * time.Second
 	})
 
@@ -333,7 +332,7 @@ func TestResolveNotAskedElsewhere(t *testing.T) {
 	if err == nil {
 		t.Fatalf("the call reported success, and transfer t-1 is nowhere: the new primary's answer about id %d was another transaction's", xid)
 	}
-	if !errors.Is(err, pgtx.ErrCommitUnknown) || res.Elsewhere != 1 {
+	if !errors.Is(err, pgtx.ErrCommitUnknown) || res.ElsewhereCount != 1 {
 		t.Errorf("err = %v, resolutions %+v; want ErrCommitUnknown from another timeline", err, res)
 	}
 	if err := primary.Start(ctx); err != nil {

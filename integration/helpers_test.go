@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,17 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/internal/pgtest"
+)
+
+// The documented defaults of the settings some tests count on (the root
+// package no longer exports them: each field's doc states its default).
+const (
+	defaultMaxAdaptiveRetries = 2                      // RetryPolicy.MaxAdaptiveRetries
+	defaultBudgetRatio        = 0.2                    // RetryBudget.Ratio
+	defaultBudgetMinPerSecond = 10.0                   // RetryBudget.MinPerSecond
+	defaultResolveTimeout     = 5 * time.Second        // Config.ResolveTimeout
+	defaultSlowHold           = 100 * time.Millisecond // storm.Config.SlowHold
+	cancelPoolSize            = 2                      // the cancel pool's connections (fixed)
 )
 
 // testCtx returns a context bounded well under the test binary's timeout, so a
@@ -85,4 +97,14 @@ func (c *counter) get() int64 { return c.n.Load() }
 // raise returns a statement that fails with the given SQLSTATE.
 func raise(code string) string {
 	return "do $$ begin raise exception 'injected %', '" + code + "' using errcode = '" + code + "'; end $$"
+}
+
+// sqlState returns the SQLSTATE of the first *pgconn.PgError in err's chain,
+// or "" when there is none.
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }

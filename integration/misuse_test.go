@@ -78,7 +78,9 @@ func TestIdleSessionTimeoutAtCommitIsTimeout(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			pool := newPool(t, dsn, func(c *pgtx.Config) {
 				c.IdleInTransactionTimeout = 200 * time.Millisecond
-				c.ResolveCommits = resolve
+				if !resolve {
+					c.ResolveTimeout = -1
+				}
 			})
 			attempts := 0
 			err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
@@ -89,7 +91,7 @@ func TestIdleSessionTimeoutAtCommitIsTimeout(t *testing.T) {
 				<-time.After(600 * time.Millisecond) // the server's idle timeout fires meanwhile
 				return nil
 			})
-			if errors.Is(err, pgtx.ErrCommitUnknown) || pgtx.Classify(err) != pgtx.ClassTimeout || pgtx.SQLState(err) != "25P03" {
+			if errors.Is(err, pgtx.ErrCommitUnknown) || pgtx.Classify(err) != pgtx.ClassTimeout || sqlState(err) != "25P03" {
 				t.Fatalf("err = %v (class %v), want the 25P03 timeout, not ErrCommitUnknown", err, pgtx.Classify(err))
 			}
 			if attempts != 1 {
@@ -150,12 +152,12 @@ func TestMaxWaitersIsHard(t *testing.T) {
 		mu.Lock()
 		r := refused
 		mu.Unlock()
-		if int64(r)+pool.Stats().Waiters >= callers || time.Now().After(wait) {
+		if int64(r)+pool.Stats().Waiting >= callers || time.Now().After(wait) {
 			break
 		}
 		<-time.After(5 * time.Millisecond)
 	}
-	waiting := pool.Stats().Waiters
+	waiting := pool.Stats().Waiting
 	close(release)
 	wg.Wait()
 	if err := <-holderDone; err != nil {

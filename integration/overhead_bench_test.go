@@ -19,6 +19,10 @@ import (
 // costs when set.
 type nopTracer struct{}
 
+func (nopTracer) TraceTransactionStart(ctx context.Context, _ pgtx.TraceTransactionStartData) context.Context {
+	return ctx
+}
+func (nopTracer) TraceTransactionEnd(context.Context, pgtx.TraceTransactionEndData) {}
 func (nopTracer) TraceAttemptStart(ctx context.Context, _ pgtx.TraceAttemptStartData) context.Context {
 	return ctx
 }
@@ -86,7 +90,7 @@ func overheadContenders(b *testing.B, dsn string, maxConns int32, edit func(*pgt
 			return pgx.BeginTxFunc(ctx, control, iso, func(tx pgx.Tx) error { return selectOne(ctx, tx) })
 		}},
 		{"pgx.BeginTxFunc-pgtxpool", func(ctx context.Context) error {
-			return pgx.BeginTxFunc(ctx, tpBegin, iso, func(tx pgx.Tx) error { return selectOne(ctx, tx) })
+			return pgx.BeginTxFunc(ctx, tpBegin.Pgxpool(), iso, func(tx pgx.Tx) error { return selectOne(ctx, tx) })
 		}},
 		{"pgtx", func(ctx context.Context) error { return pgtx.Transaction(ctx, tp, pgtx.ReadCommitted, selectOne) }},
 	}

@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/replica"
 )
 
 // TestBouncerAdminLedger: workers record unique ids through a
@@ -123,9 +125,9 @@ func TestBouncerReplicaFallsBackOnRelayedOverload(t *testing.T) {
 	logOnFailure(t, b)
 	fillSlots(t, ctx, srv.DSN(""))
 	tr := &bouncerTracer{}
-	replica := newPool(t, b.DSN("replica_db"), func(c *pgtx.Config) { bouncerSettings(c); c.Tracer = tr; c.CancelMode = pgtx.CancelModeProtocol })
+	replicaPool := newPool(t, b.DSN("replica_db"), func(c *pgtx.Config) { bouncerSettings(c); c.Tracer = tr; c.CancelMode = pgtx.CancelModeProtocol })
 	primary := newPool(t, newDB(t), nil)
-	router, err := pgtx.NewReplicaRouter(primary, []*pgtx.Pool{replica}, pgtx.RouterConfig{ReplicaTimeout: 3 * time.Second})
+	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, replica.Config{ReplicaTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +140,7 @@ func TestBouncerReplicaFallsBackOnRelayedOverload(t *testing.T) {
 	if err != nil {
 		t.Fatalf("read: %v: a replica refusing for overload must fall back to the primary", err)
 	}
-	if s := router.Stats(); s.Fallbacks != 1 || s.ReplicaReads != 0 {
+	if s := router.Stats(); s.FallbackCount != 1 || s.ReplicaReadCount != 0 {
 		t.Errorf("router stats %+v, want one fallback", s)
 	}
 }
@@ -149,7 +151,7 @@ func fillSlots(t *testing.T, ctx context.Context, dsn string) {
 	t.Helper()
 	for range 100 {
 		c, err := pgx.Connect(ctx, dsn)
-		if pgtx.SQLState(err) == pgtx.CodeTooManyConnections {
+		if sqlState(err) == pgerrcode.TooManyConnections {
 			return
 		}
 		if err != nil {

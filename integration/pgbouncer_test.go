@@ -291,6 +291,12 @@ type bouncerTracer struct {
 	msgs     []string
 }
 
+func (b *bouncerTracer) TraceTransactionStart(ctx context.Context, _ pgtx.TraceTransactionStartData) context.Context {
+	return ctx
+}
+
+func (b *bouncerTracer) TraceTransactionEnd(context.Context, pgtx.TraceTransactionEndData) {}
+
 func (b *bouncerTracer) TraceAttemptStart(ctx context.Context, _ pgtx.TraceAttemptStartData) context.Context {
 	return ctx
 }

@@ -65,7 +65,7 @@ func TestCollectorWithServer(t *testing.T) {
 		{"pgtx_pool_max_connections", nil, 1},
 		{"pgtx_transactions_in_flight", nil, 0},
 		{"pgtx_pool_waiters", nil, 0},
-		{"pgtx_cancel_pool_max_connections", nil, pgtx.DefaultCancelPoolSize},
+		{"pgtx_cancel_pool_max_connections", nil, cancelPoolSize},
 	} {
 		if got := promValue(t, reg, tt.metric, tt.labels...); got != tt.want {
 			t.Errorf("%s%v = %g, want %g", tt.metric, tt.labels, got, tt.want)

@@ -32,8 +32,8 @@ func pollUntil(t *testing.T, what string, cond func() bool) {
 func holdAll(t *testing.T, ctx context.Context, pool *pgtx.Pool) (release func()) {
 	t.Helper()
 	var held []*pgxpool.Conn
-	for range pool.Stat().MaxConns() {
-		c, err := pool.Acquire(ctx)
+	for range pool.Stats().Pool.MaxConns() {
+		c, err := pool.Pgxpool().Acquire(ctx)
 		if err != nil {
 			t.Fatalf("acquire: %v", err)
 		}
@@ -54,7 +54,7 @@ func holdAll(t *testing.T, ctx context.Context, pool *pgtx.Pool) (release func()
 	}
 }
 
-// TestQueueDepthWhileCallersWait: the queue-depth metric (Stats.Waiters) is
+// TestQueueDepthWhileCallersWait: the queue-depth metric (Stats.Waiting) is
 // above 0 exactly while callers wait for a connection, drops by one as each
 // gets one, and returns to 0 after; the acquire-wait histogram grows by one
 // observation per call; InFlight and OldestInFlight follow the transactions
@@ -66,8 +66,8 @@ func TestQueueDepthWhileCallersWait(t *testing.T) {
 		c.AcquireTimeout = 30 * time.Second // the callers wait as long as the test needs
 	})
 	release := holdAll(t, ctx, pool)
-	if s := pool.Stats(); s.Waiters != 0 || s.InFlight != 0 {
-		t.Fatalf("with both connections held and no caller: Waiters %d, InFlight %d, want 0, 0", s.Waiters, s.InFlight)
+	if s := pool.Stats(); s.Waiting != 0 || s.InFlight != 0 {
+		t.Fatalf("with both connections held and no caller: Waiters %d, InFlight %d, want 0, 0", s.Waiting, s.InFlight)
 	}
 	before := pool.Stats()
 
@@ -104,17 +104,17 @@ func TestQueueDepthWhileCallersWait(t *testing.T) {
 		}
 	}
 
-	pollUntil(t, "Waiters == n", func() bool { return pool.Stats().Waiters == n })
-	if s := pool.Stats(); s.InFlight != 0 || s.Calls-before.Calls != n || s.AcquireWait.Count != before.AcquireWait.Count {
+	pollUntil(t, "Waiters == n", func() bool { return pool.Stats().Waiting == n })
+	if s := pool.Stats(); s.InFlight != 0 || s.TransactionCount-before.TransactionCount != n || s.AcquireWait.Count != before.AcquireWait.Count {
 		t.Fatalf("while all wait: InFlight %d, calls %d, acquire waits observed %d; want 0, %d, 0",
-			s.InFlight, s.Calls-before.Calls, s.AcquireWait.Count-before.AcquireWait.Count, n)
+			s.InFlight, s.TransactionCount-before.TransactionCount, s.AcquireWait.Count-before.AcquireWait.Count, n)
 	}
 
 	// One connection comes back: one caller gets it and parks in fn.
 	released := time.Now()
 	release()
 	awaitEntered()
-	pollUntil(t, "Waiters == n-1", func() bool { return pool.Stats().Waiters == n-1 })
+	pollUntil(t, "Waiters == n-1", func() bool { return pool.Stats().Waiting == n-1 })
 	if s := pool.Stats(); s.InFlight != 1 || s.AcquireWait.Count-before.AcquireWait.Count != 1 {
 		t.Fatalf("after one release: InFlight %d, acquire waits observed %d, want 1, 1", s.InFlight, s.AcquireWait.Count-before.AcquireWait.Count)
 	}
@@ -127,7 +127,7 @@ func TestQueueDepthWhileCallersWait(t *testing.T) {
 	// The second comes back: two in flight, n-2 waiting.
 	release()
 	awaitEntered()
-	pollUntil(t, "Waiters == n-2", func() bool { return pool.Stats().Waiters == n-2 })
+	pollUntil(t, "Waiters == n-2", func() bool { return pool.Stats().Waiting == n-2 })
 	if s := pool.Stats(); s.InFlight != 2 || s.OldestInFlight < parked {
 		t.Fatalf("after two releases: InFlight %d, OldestInFlight %v; want 2, >= %v", s.InFlight, s.OldestInFlight, parked)
 	}
@@ -142,31 +142,31 @@ func TestQueueDepthWhileCallersWait(t *testing.T) {
 	}
 	after := pool.Stats()
 	t.Logf("after: Waiters %d, InFlight %d, acquire waits %d (mean %v, p99 <= %v), held %d (mean %v)",
-		after.Waiters, after.InFlight, after.AcquireWait.Count-before.AcquireWait.Count,
-		(after.AcquireWait.Sum-before.AcquireWait.Sum)/n, after.AcquireWait.Quantile(0.99),
-		after.Held-before.Held, (after.HoldTime-before.HoldTime)/time.Duration(max(after.Held-before.Held, 1)))
-	if after.Waiters != 0 || after.InFlight != 0 || after.OldestInFlight != 0 {
-		t.Errorf("after: Waiters %d, InFlight %d, OldestInFlight %v, want 0, 0, 0", after.Waiters, after.InFlight, after.OldestInFlight)
+		after.Waiting, after.InFlight, after.AcquireWait.Count-before.AcquireWait.Count,
+		(after.AcquireWait.Duration-before.AcquireWait.Duration)/n, after.AcquireWait.Quantile(0.99),
+		after.HeldCount-before.HeldCount, (after.HeldDuration-before.HeldDuration)/time.Duration(max(after.HeldCount-before.HeldCount, 1)))
+	if after.Waiting != 0 || after.InFlight != 0 || after.OldestInFlight != 0 {
+		t.Errorf("after: Waiters %d, InFlight %d, OldestInFlight %v, want 0, 0, 0", after.Waiting, after.InFlight, after.OldestInFlight)
 	}
 	if got := after.AcquireWait.Count - before.AcquireWait.Count; got != n {
 		t.Errorf("acquire waits observed: %d, want %d", got, n)
 	}
-	if got := after.Held - before.Held; got != n {
+	if got := after.HeldCount - before.HeldCount; got != n {
 		t.Errorf("held: %d, want %d", got, n)
 	}
 	// Every caller but the first waited at least until the first had been
 	// parked in fn for 50ms.
-	if got := after.AcquireWait.Sum - before.AcquireWait.Sum; got < (n-1)*parked {
+	if got := after.AcquireWait.Duration - before.AcquireWait.Duration; got < (n-1)*parked {
 		t.Errorf("total acquire wait %v, want >= %v", got, (n-1)*parked)
 	}
-	if after.AcquireTimeouts != before.AcquireTimeouts || after.QueueFull != before.QueueFull {
-		t.Errorf("acquire timeouts %d, queue full %d: want none", after.AcquireTimeouts-before.AcquireTimeouts, after.QueueFull-before.QueueFull)
+	if after.AcquireTimeoutCount != before.AcquireTimeoutCount || after.QueueFullCount != before.QueueFullCount {
+		t.Errorf("acquire timeouts %d, queue full %d: want none", after.AcquireTimeoutCount-before.AcquireTimeoutCount, after.QueueFullCount-before.QueueFullCount)
 	}
 }
 
 // TestQueueFullRefusesAtOnce: with MaxWaiters 2 and two callers waiting, a
 // third call fails at once with ErrQueueFull, without running fn, and is
-// counted in Stats.QueueFull; the two waiting callers still succeed.
+// counted in Stats.QueueFullCount; the two waiting callers still succeed.
 func TestQueueFullRefusesAtOnce(t *testing.T) {
 	ctx := testCtx(t)
 	pool := newPool(t, newDB(t), func(c *pgtx.Config) {
@@ -184,7 +184,7 @@ func TestQueueFullRefusesAtOnce(t *testing.T) {
 	for range 2 {
 		go func() { errs <- pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, fn) }()
 	}
-	pollUntil(t, "Waiters == 2", func() bool { return pool.Stats().Waiters == 2 })
+	pollUntil(t, "Waiters == 2", func() bool { return pool.Stats().Waiting == 2 })
 
 	var ran counter
 	start := time.Now()
@@ -200,11 +200,11 @@ func TestQueueFullRefusesAtOnce(t *testing.T) {
 	if took > 100*time.Millisecond || ran.get() != 0 {
 		t.Fatalf("third call took %v and ran fn %d times; want at once, never", took, ran.get())
 	}
-	if pgtx.IsRetryable(err) {
+	if pgtx.Classify(err).Retryable() {
 		t.Error("ErrQueueFull is retryable; want not")
 	}
-	if s := pool.Stats(); s.QueueFull != 1 || s.Waiters != 2 || s.AcquireWait.Count != 0 {
-		t.Fatalf("Stats: QueueFull %d, Waiters %d, acquire waits %d; want 1, 2, 0", s.QueueFull, s.Waiters, s.AcquireWait.Count)
+	if s := pool.Stats(); s.QueueFullCount != 1 || s.Waiting != 2 || s.AcquireWait.Count != 0 {
+		t.Fatalf("Stats: QueueFull %d, Waiters %d, acquire waits %d; want 1, 2, 0", s.QueueFullCount, s.Waiting, s.AcquireWait.Count)
 	}
 
 	release()
@@ -214,8 +214,8 @@ func TestQueueFullRefusesAtOnce(t *testing.T) {
 			t.Fatalf("waiting caller: %v", err)
 		}
 	}
-	if s := pool.Stats(); s.Waiters != 0 || s.QueueFull != 1 || s.Calls != 3 || s.Held != 2 {
-		t.Errorf("after: Waiters %d, QueueFull %d, Calls %d, Held %d; want 0, 1, 3, 2", s.Waiters, s.QueueFull, s.Calls, s.Held)
+	if s := pool.Stats(); s.Waiting != 0 || s.QueueFullCount != 1 || s.TransactionCount != 3 || s.HeldCount != 2 {
+		t.Errorf("after: Waiters %d, QueueFull %d, Calls %d, Held %d; want 0, 1, 3, 2", s.Waiting, s.QueueFullCount, s.TransactionCount, s.HeldCount)
 	}
 }
 
@@ -245,9 +245,9 @@ func TestInFlightDuringSlowStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := pool.Stats()
-	t.Logf("held %d for %v", s.Held, s.HoldTime)
-	if s.InFlight != 0 || s.OldestInFlight != 0 || s.Held != 1 || s.HoldTime < sleep || s.HoldTime > time.Since(start) {
+	t.Logf("held %d for %v", s.HeldCount, s.HeldDuration)
+	if s.InFlight != 0 || s.OldestInFlight != 0 || s.HeldCount != 1 || s.HeldDuration < sleep || s.HeldDuration > time.Since(start) {
 		t.Errorf("after: InFlight %d, OldestInFlight %v, Held %d, HoldTime %v; want 0, 0, 1, in [%v, %v]",
-			s.InFlight, s.OldestInFlight, s.Held, s.HoldTime, sleep, time.Since(start))
+			s.InFlight, s.OldestInFlight, s.HeldCount, s.HeldDuration, sleep, time.Since(start))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/replica"
 )
 
 // waitReplicated waits until the table items, created on the primary, can be read
@@ -65,11 +66,11 @@ func TestReplicaRouterStandby(t *testing.T) {
 
 	const openFor = time.Second
 	primary := newPool(t, dsn, nil)
-	replica := newPool(t, standbyDSN, func(c *pgtx.Config) {
+	replicaPool := newPool(t, standbyDSN, func(c *pgtx.Config) {
 		c.CancelGrace = 100 * time.Millisecond // a read that falls back must not wait for the replica's cancel
 		c.Breaker = &pgtx.BreakerConfig{Name: "standby", ConsecutiveFailures: 3, MinCalls: 5, OpenFor: openFor}
 	})
-	router, err := pgtx.NewReplicaRouter(primary, []*pgtx.Pool{replica}, pgtx.RouterConfig{ReplicaTimeout: 300 * time.Millisecond})
+	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, replica.Config{ReplicaTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestReplicaRouterStandby(t *testing.T) {
 			t.Fatalf("healthy read %d ran where pg_is_in_recovery() is false: the primary", i)
 		}
 	}
-	if s := router.Stats(); s.ReplicaReads != 10 || s.Fallbacks != 0 {
+	if s := router.Stats(); s.ReplicaReadCount != 10 || s.FallbackCount != 0 {
 		t.Fatalf("healthy: %+v, want 10 replica reads and no fallback", s)
 	}
 
@@ -103,9 +104,9 @@ func TestReplicaRouterStandby(t *testing.T) {
 		t.Fatal(err)
 	}
 	readErrors := 0
-	for i := 0; replica.Stats().Breaker.State != pgtx.BreakerOpen; i++ {
+	for i := 0; replicaPool.Stats().Breaker.State != pgtx.BreakerOpen; i++ {
 		if i == 20 {
-			t.Fatalf("the breaker did not open after %d reads with the standby down: %+v", i, replica.Stats().Breaker)
+			t.Fatalf("the breaker did not open after %d reads with the standby down: %+v", i, replicaPool.Stats().Breaker)
 		}
 		onStandby, err := read()
 		if err != nil {
@@ -115,11 +116,11 @@ func TestReplicaRouterStandby(t *testing.T) {
 			t.Errorf("read %d with the standby down ran in recovery", i)
 		}
 	}
-	opened := replica.Stats().Breaker
-	if opened.Opened != 1 {
+	opened := replicaPool.Stats().Breaker
+	if opened.OpenedCount != 1 {
 		t.Errorf("breaker %+v: want opened once", opened)
 	}
-	fallbacks := router.Stats().Fallbacks
+	fallbacks := router.Stats().FallbackCount
 	for range 20 {
 		onStandby, err := read()
 		if err != nil {
@@ -130,11 +131,11 @@ func TestReplicaRouterStandby(t *testing.T) {
 		}
 	}
 	s := router.Stats()
-	t.Logf("standby down: router %+v, breaker %+v, read errors %d", s, replica.Stats().Breaker, readErrors)
-	if s.Fallbacks != fallbacks+20 || s.ReplicaReads != 10 {
+	t.Logf("standby down: router %+v, breaker %+v, read errors %d", s, replicaPool.Stats().Breaker, readErrors)
+	if s.FallbackCount != fallbacks+20 || s.ReplicaReadCount != 10 {
 		t.Errorf("router %+v: want the 20 reads with the breaker open served by the primary (fallbacks %d before)", s, fallbacks)
 	}
-	if b := replica.Stats().Breaker; b.Rejected != opened.Rejected {
+	if b := replicaPool.Stats().Breaker; b.RejectedCount != opened.RejectedCount {
 		t.Errorf("breaker %+v: the router must skip an open breaker without asking it", b)
 	}
 
@@ -154,12 +155,12 @@ func TestReplicaRouterStandby(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("reads never returned to the standby: router %+v, breaker %+v", router.Stats(), replica.Stats().Breaker)
+			t.Fatalf("reads never returned to the standby: router %+v, breaker %+v", router.Stats(), replicaPool.Stats().Breaker)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Logf("reads back on the standby %v after Start", time.Since(restarted).Round(time.Millisecond))
-	if st := replica.Stats().Breaker.State; st != pgtx.BreakerClosed {
+	if st := replicaPool.Stats().Breaker.State; st != pgtx.BreakerClosed {
 		t.Errorf("breaker %v after a read on the standby, want closed", st)
 	}
 	before := router.Stats()
@@ -172,7 +173,7 @@ func TestReplicaRouterStandby(t *testing.T) {
 			t.Errorf("read %d after recovery ran on the primary", i)
 		}
 	}
-	if s := router.Stats(); s.ReplicaReads != before.ReplicaReads+10 || s.Fallbacks != before.Fallbacks {
+	if s := router.Stats(); s.ReplicaReadCount != before.ReplicaReadCount+10 || s.FallbackCount != before.FallbackCount {
 		t.Errorf("after recovery: %+v, want 10 more replica reads than %+v and no fallback", s, before)
 	}
 	if readErrors != 0 {

@@ -110,8 +110,8 @@ func TestResolveByFault(t *testing.T) {
 			}
 			r := pool.Stats().Resolved
 			t.Logf("%s: %d ambiguous COMMITs, resolved %d (committed %d, aborted %d), unknown %d, backends ended %d",
-				f.name, r.Committed+r.Aborted+r.Unknown, r.Committed+r.Aborted, r.Committed, r.Aborted, r.Unknown, r.Terminated)
-			if r.Committed != int64(committed) || r.Aborted != int64(aborted) || r.Unknown != 0 {
+				f.name, r.CommittedCount+r.AbortedCount+r.UnknownCount, r.CommittedCount+r.AbortedCount, r.CommittedCount, r.AbortedCount, r.UnknownCount, r.TerminatedCount)
+			if r.CommittedCount != int64(committed) || r.AbortedCount != int64(aborted) || r.UnknownCount != 0 {
 				t.Errorf("resolutions %+v; the calls saw %d committed, %d run again", r, committed, aborted)
 			}
 			switch {

@@ -31,7 +31,6 @@ func TestResolveMassLoss(t *testing.T) {
 			mustExec(t, ctx, admin, "create table ledger (id text primary key)")
 			pool := newPool(t, through, func(c *pgtx.Config) {
 				c.MaxConns = int32(conns)
-				c.ResolveCommits = true
 			})
 			proxy.CutOnCommitReply(conns)
 
@@ -85,7 +84,7 @@ func TestResolveMassLoss(t *testing.T) {
 			if rows := queryInt(t, ctx, admin, "select count(*) from ledger"); rows != conns {
 				t.Errorf("rows %d, want %d", rows, conns)
 			}
-			if r := pool.Stats().Resolved; r.Committed != int64(conns) || r.Unknown != 0 {
+			if r := pool.Stats().Resolved; r.CommittedCount != int64(conns) || r.UnknownCount != 0 {
 				t.Errorf("resolutions %+v, want %d committed", r, conns)
 			}
 		})
@@ -121,11 +120,11 @@ func TestResolveNoIdIsNotNothingWritten(t *testing.T) {
 			mustExec(t, ctx, admin, "select nextval('pgtx_seq')")
 			listener := directConn(t, direct)
 			mustExec(t, ctx, listener, "listen pgtx_resolve")
-			pool := newPool(t, through, func(c *pgtx.Config) { c.ResolveCommits = true })
+			pool := newPool(t, through, nil) // resolution is on by default
 			proxy.CutOnCommitReply(1)
 
 			var runs counter
-			err := pgtx.TransactionWithOptions(ctx, pool, pgtx.TxOptions{Isolation: pgtx.ReadCommitted, ReadOnly: tt.readOnly},
+			err := pgtx.TransactionWithOptions(ctx, pool, pgtx.ReadCommitted, pgtx.Options{ReadOnly: tt.readOnly},
 				func(ctx context.Context, tx pgx.Tx) error {
 					runs.inc()
 					_, err := tx.Exec(ctx, tt.fn)
@@ -148,7 +147,7 @@ func TestResolveNoIdIsNotNothingWritten(t *testing.T) {
 					t.Errorf("the notification was delivered %d times, want once", n)
 				}
 			}
-			if r := pool.Stats().Resolved; r.Committed != 1 {
+			if r := pool.Stats().Resolved; r.CommittedCount != 1 {
 				t.Errorf("resolutions %+v, want one committed", r)
 			}
 		})
@@ -186,7 +185,7 @@ func TestResolveIdKnownBeforeCommit(t *testing.T) {
 	direct, proxy, through := proxied(t)
 	admin := directConn(t, direct)
 	mustExec(t, ctx, admin, "create table ledger (id text primary key)")
-	pool := newPool(t, through, func(c *pgtx.Config) { c.ResolveCommits = true })
+	pool := newPool(t, through, nil) // resolution is on by default
 	const calls = 5
 	for i := range calls {
 		proxy.CutOnCommit(1)
@@ -203,7 +202,7 @@ func TestResolveIdKnownBeforeCommit(t *testing.T) {
 	if rows := queryInt(t, ctx, admin, "select count(*) from ledger"); rows != calls {
 		t.Errorf("rows %d, want %d", rows, calls)
 	}
-	if r := pool.Stats().Resolved; r.Committed != calls {
+	if r := pool.Stats().Resolved; r.CommittedCount != calls {
 		t.Errorf("resolutions %+v, want %d committed", r, calls)
 	}
 }
@@ -254,10 +253,10 @@ func TestResolveLingeringBackend(t *testing.T) {
 	if n := queryInt(t, ctx, admin, "select count(*) from pg_stat_activity where pid = $1", pid); n != 0 {
 		t.Errorf("the stalled backend %d is still there", pid)
 	}
-	if r := pool.Stats().Resolved; r.Terminated != 1 || r.Aborted != 1 || r.Unknown != 0 {
+	if r := pool.Stats().Resolved; r.TerminatedCount != 1 || r.AbortedCount != 1 || r.UnknownCount != 0 {
 		t.Errorf("resolutions %+v, want one backend ended and one aborted", r)
 	}
-	if limit := commitTimeout + pgtx.DefaultResolveTimeout/2; took > limit {
+	if limit := commitTimeout + defaultResolveTimeout/2; took > limit {
 		t.Errorf("the call took %v, want well within CommitTimeout + ResolveTimeout (under %v)", took, limit)
 	}
 	t.Logf("the call took %v (CommitTimeout %v)", took, commitTimeout)

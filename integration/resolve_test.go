@@ -10,7 +10,7 @@ import (
 )
 
 // TestResolveCommittedAfterLostReply: the server commits, the proxy drops
-// its answer and cuts the connection. With ResolveCommits the transaction id,
+// its answer and cuts the connection. With resolution on the transaction id,
 // captured in COMMIT's round trip, tells a fresh connection it committed: the
 // call succeeds, fn ran once, the row is there once. Without it the same
 // fault is ErrCommitUnknown, and the row is there too (it was ambiguous, not
@@ -23,7 +23,11 @@ func TestResolveCommittedAfterLostReply(t *testing.T) {
 			direct, proxy, through := proxied(t)
 			admin := directConn(t, direct)
 			mustExec(t, ctx, admin, "create table ledger (id text primary key)")
-			pool := newPool(t, through, func(c *pgtx.Config) { c.ResolveCommits = resolve })
+			pool := newPool(t, through, func(c *pgtx.Config) {
+				if !resolve {
+					c.ResolveTimeout = -1
+				}
+			})
 			proxy.CutOnCommitReply(1)
 			var runs counter
 			err := pgtx.Transaction(ctx, pool, pgtx.Serializable, func(ctx context.Context, tx pgx.Tx) error {
@@ -42,7 +46,7 @@ func TestResolveCommittedAfterLostReply(t *testing.T) {
 				if err != nil {
 					t.Fatalf("err = %v: a COMMIT the server applied must resolve to success", err)
 				}
-				if r := pool.Stats().Resolved; r.Committed != 1 {
+				if r := pool.Stats().Resolved; r.CommittedCount != 1 {
 					t.Errorf("resolutions %+v, want one committed", r)
 				}
 			} else if !errors.Is(err, pgtx.ErrCommitUnknown) {
@@ -65,7 +69,7 @@ func TestResolveAbortedRunsAgain(t *testing.T) {
 		begin perform pg_sleep(0.5); return null; end $$`)
 	mustExec(t, ctx, admin, `create constraint trigger slow after insert on ledger deferrable initially deferred
 		for each row execute function slow_commit()`)
-	pool := newPool(t, dsn, func(c *pgtx.Config) { c.ResolveCommits = true })
+	pool := newPool(t, dsn, nil) // resolution is on by default
 	var runs counter
 	terminated := make(chan error, 1)
 	err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
@@ -85,7 +89,7 @@ func TestResolveAbortedRunsAgain(t *testing.T) {
 	if rows := queryInt(t, ctx, admin, "select count(*) from ledger"); rows != 1 || runs.get() != 2 {
 		t.Errorf("rows %d, fn ran %d times; want 1 row, 2 runs", rows, runs.get())
 	}
-	if r := pool.Stats().Resolved; r.Aborted != 1 {
+	if r := pool.Stats().Resolved; r.AbortedCount != 1 {
 		t.Errorf("resolutions %+v, want one aborted", r)
 	}
 }
@@ -117,7 +121,7 @@ func TestResolveNothingWritten(t *testing.T) {
 	if err != nil || runs.get() != 1 {
 		t.Fatalf("err = %v, runs %d; want success, fn once", err, runs.get())
 	}
-	if r := pool.Stats().Resolved; r.Committed != 1 || r.NotApplied != 0 {
+	if r := pool.Stats().Resolved; r.CommittedCount != 1 || r.NotAppliedCount != 0 {
 		t.Errorf("resolutions %+v, want one committed", r)
 	}
 }

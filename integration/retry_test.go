@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
@@ -91,7 +92,7 @@ func TestDeadlockRetried(t *testing.T) {
 				locked.Wait()
 			}
 			_, err := tx.Exec(ctx, "update counters set n = n + 1 where id = $1", second)
-			if pgtx.SQLState(err) == pgtx.CodeDeadlockDetected {
+			if sqlState(err) == pgerrcode.DeadlockDetected {
 				sawDeadlock.Do(func() { deadlocked = true })
 			}
 			return err
@@ -164,7 +165,7 @@ func TestCallerErrorKeepsIdentityAndRollsBack(t *testing.T) {
 	if n := queryInt(t, ctx, directConn(t, dsn), "select count(*) from t"); n != 0 {
 		t.Errorf("rows = %d, want 0: the transaction must roll back", n)
 	}
-	if s := pool.Stat(); s.AcquiredConns() != 0 || s.TotalConns() != 1 {
+	if s := pool.Stats().Pool; s.AcquiredConns() != 0 || s.TotalConns() != 1 {
 		t.Errorf("acquired = %d, total = %d: the connection must go back to the pool healthy", s.AcquiredConns(), s.TotalConns())
 	}
 }
@@ -188,7 +189,7 @@ func TestNonRetryableStopsRetries(t *testing.T) {
 				_, err := tx.Exec(ctx, raise("40001"))
 				return tt.wrap(err)
 			})
-			if pgtx.SQLState(err) != "40001" {
+			if sqlState(err) != "40001" {
 				t.Fatalf("err = %v, want the 40001", err)
 			}
 			if got := attempts.get(); got != tt.wantAttempts {
@@ -203,20 +204,20 @@ func TestStatementTimeoutNotRetried(t *testing.T) {
 	pool := newPool(t, newDB(t), func(c *pgtx.Config) { c.StatementTimeout = 300 * time.Millisecond })
 	tests := []struct {
 		name string
-		opts pgtx.TxOptions
+		opts pgtx.Options
 	}{
-		{"session statement_timeout", pgtx.TxOptions{Isolation: pgtx.ReadCommitted}},
-		{"per-call SET LOCAL", pgtx.TxOptions{Isolation: pgtx.ReadCommitted, StatementTimeout: 100 * time.Millisecond}},
+		{"session statement_timeout", pgtx.Options{}},
+		{"per-call SET LOCAL", pgtx.Options{StatementTimeout: 100 * time.Millisecond}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var attempts counter
-			err := pgtx.TransactionWithOptions(ctx, pool, tt.opts, func(ctx context.Context, tx pgx.Tx) error {
+			err := pgtx.TransactionWithOptions(ctx, pool, pgtx.ReadCommitted, tt.opts, func(ctx context.Context, tx pgx.Tx) error {
 				attempts.inc()
 				_, err := tx.Exec(ctx, "select pg_sleep(3)")
 				return err
 			})
-			if pgtx.SQLState(err) != pgtx.CodeQueryCanceled {
+			if sqlState(err) != pgerrcode.QueryCanceled {
 				t.Fatalf("err = %v, want 57014", err)
 			}
 			if pgtx.Classify(err) != pgtx.ClassTimeout || attempts.get() != 1 {
@@ -226,12 +227,12 @@ func TestStatementTimeoutNotRetried(t *testing.T) {
 	}
 	t.Run("plain pool query has the session limit", func(t *testing.T) {
 		_, err := pool.Exec(ctx, "select pg_sleep(3)")
-		if pgtx.SQLState(err) != pgtx.CodeQueryCanceled {
+		if sqlState(err) != pgerrcode.QueryCanceled {
 			t.Fatalf("err = %v, want 57014 from the session statement_timeout", err)
 		}
 	})
 	t.Run("per-call timeout is local to its transaction", func(t *testing.T) {
-		err := pgtx.TransactionWithOptions(ctx, pool, pgtx.TxOptions{Isolation: pgtx.ReadCommitted, StatementTimeout: 1234 * time.Millisecond},
+		err := pgtx.TransactionWithOptions(ctx, pool, pgtx.ReadCommitted, pgtx.Options{StatementTimeout: 1234 * time.Millisecond},
 			func(ctx context.Context, tx pgx.Tx) error {
 				var v string
 				if err := tx.QueryRow(ctx, "show statement_timeout").Scan(&v); err != nil {
@@ -279,7 +280,7 @@ func TestOverloadRetriedWithAdaptiveCap(t *testing.T) {
 				_, err := tx.Exec(ctx, raise("53300"))
 				return err
 			})
-			if pgtx.SQLState(err) != "53300" || pgtx.Classify(err) != pgtx.ClassOverload {
+			if sqlState(err) != "53300" || pgtx.Classify(err) != pgtx.ClassOverload {
 				t.Fatalf("err = %v, want the 53300", err)
 			}
 			if got := attempts.get(); got != tt.wantAttempts {
@@ -302,7 +303,7 @@ func TestSpecTimingJitter(t *testing.T) {
 			_, err := tx.Exec(ctx, raise("57P03"))
 			return err
 		})
-		if pgtx.SQLState(err) != "57P03" {
+		if sqlState(err) != "57P03" {
 			t.Fatalf("err = %v", err)
 		}
 		return time.Since(start)
@@ -327,7 +328,7 @@ func TestOverloadThenConflictsStopsAtThreeAttempts(t *testing.T) {
 		_, err := tx.Exec(ctx, raise(code))
 		return err
 	})
-	if pgtx.SQLState(err) != "40001" {
+	if sqlState(err) != "40001" {
 		t.Fatalf("err = %v, want the last error (40001)", err)
 	}
 	if got := attempts.get(); got != 3 {
@@ -350,7 +351,7 @@ func TestDeadlineBailOut(t *testing.T) {
 		_, err := tx.Exec(ctx, raise("53300"))
 		return err
 	})
-	if pgtx.SQLState(err) != "53300" {
+	if sqlState(err) != "53300" {
 		t.Fatalf("err = %v, want the 53300", err)
 	}
 	if ctx.Err() != nil {

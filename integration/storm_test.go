@@ -11,15 +11,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/storm"
 )
 
 // warmUp opens every connection of pool, so connects do not count as waits
 // in what the test measures.
 func warmUp(t *testing.T, ctx context.Context, pool *pgtx.Pool) {
 	t.Helper()
-	conns := make([]*pgxpool.Conn, 0, pool.Stat().MaxConns())
+	conns := make([]*pgxpool.Conn, 0, pool.Stats().Pool.MaxConns())
 	for range cap(conns) {
-		c, err := pool.Acquire(ctx)
+		c, err := pool.Pgxpool().Acquire(ctx)
 		if err != nil {
 			t.Fatalf("warm up: %v", err)
 		}
@@ -82,9 +83,9 @@ type statsSnapshot struct {
 func takeStats(pool *pgtx.Pool) statsSnapshot { return statsSnapshot{pool.Stats(), time.Now()} }
 
 // diagnose diagnoses the interval between two snapshots and logs the result.
-func logDiagnosis(t *testing.T, what string, from, to statsSnapshot, cfg pgtx.DiagnoseConfig) pgtx.Diagnosis {
+func logDiagnosis(t *testing.T, what string, from, to statsSnapshot, cfg storm.Config) storm.Diagnosis {
 	t.Helper()
-	d := pgtx.Diagnose(from.stats, to.stats, to.at.Sub(from.at), cfg)
+	d := storm.Diagnose(from.stats, to.stats, to.at.Sub(from.at), cfg)
 	t.Logf("%s over %v: %v\n\tadvice: %s\n\t%s", what, d.Interval.Round(time.Millisecond), d, d.Advice, strings.Join(d.Reasons, "\n\t"))
 	return d
 }
@@ -133,29 +134,29 @@ func TestDiagnoseNamesStormAndSpike(t *testing.T) {
 		stop() // the calls in flight are cancelled on the server
 		wait()
 
-		normal := logDiagnosis(t, "fast queries", s0, s1, pgtx.DiagnoseConfig{})
-		storm := logDiagnosis(t, "slow downstream", s1, s2, pgtx.DiagnoseConfig{})
-		baselined := logDiagnosis(t, "slow downstream against the fast run's baseline", s1, s2, pgtx.DiagnoseConfig{
+		normal := logDiagnosis(t, "fast queries", s0, s1, storm.Config{})
+		slowDiag := logDiagnosis(t, "slow downstream", s1, s2, storm.Config{})
+		baselined := logDiagnosis(t, "slow downstream against the fast run's baseline", s1, s2, storm.Config{
 			BaselineArrivalRate: normal.ArrivalRate, BaselineHold: normal.MeanHold,
 		})
 
 		// Waiters is an instant reading: a caller caught taking an idle
 		// connection at the statsSnapshot would count, so only a storm is
 		// ruled out unconditionally.
-		if normal.Verdict == pgtx.VerdictTimeoutStorm || (normal.Waiters == 0 && normal.Verdict != pgtx.VerdictHealthy) {
+		if normal.Verdict == storm.TimeoutStorm || (normal.Waiting == 0 && normal.Verdict != storm.Healthy) {
 			t.Errorf("fast queries at 40 calls/s: %v, want healthy", normal.Verdict)
 		}
-		for _, d := range []pgtx.Diagnosis{storm, baselined} {
-			if d.Verdict != pgtx.VerdictTimeoutStorm {
+		for _, d := range []storm.Diagnosis{slowDiag, baselined} {
+			if d.Verdict != storm.TimeoutStorm {
 				t.Errorf("slow downstream: %v, want timeout storm", d.Verdict)
 			}
 		}
-		if storm.MeanHold < 250*time.Millisecond || storm.Waiters == 0 || storm.AcquireTimeouts == 0 || storm.Utilization < 1.5 {
+		if slowDiag.MeanHold < 250*time.Millisecond || slowDiag.Waiting == 0 || slowDiag.AcquireTimeoutCount == 0 || slowDiag.Utilization < 1.5 {
 			t.Errorf("slow downstream: mean hold %v, queue depth %d, acquire timeouts %d, utilization %.2f; want >= 250ms, > 0, > 0, >= 1.5",
-				storm.MeanHold, storm.Waiters, storm.AcquireTimeouts, storm.Utilization)
+				slowDiag.MeanHold, slowDiag.Waiting, slowDiag.AcquireTimeoutCount, slowDiag.Utilization)
 		}
-		if r := storm.ArrivalRate / normal.ArrivalRate; r < 0.67 || r > 1.5 {
-			t.Errorf("arrival rate %.1f/s in the storm, %.1f/s before: want the same rate", storm.ArrivalRate, normal.ArrivalRate)
+		if r := slowDiag.ArrivalRate / normal.ArrivalRate; r < 0.67 || r > 1.5 {
+			t.Errorf("arrival rate %.1f/s in the storm, %.1f/s before: want the same rate", slowDiag.ArrivalRate, normal.ArrivalRate)
 		}
 	})
 
@@ -181,14 +182,14 @@ func TestDiagnoseNamesStormAndSpike(t *testing.T) {
 		stop()
 		wait()
 
-		spike := logDiagnosis(t, "64 callers, fast queries", s0, s1, pgtx.DiagnoseConfig{})
+		spike := logDiagnosis(t, "64 callers, fast queries", s0, s1, storm.Config{})
 		t.Logf("failed calls during the run: %d", errs.Load())
-		if spike.Verdict != pgtx.VerdictTrafficSpike {
+		if spike.Verdict != storm.TrafficSpike {
 			t.Errorf("many callers, fast queries: %v, want traffic spike", spike.Verdict)
 		}
-		if spike.Waiters == 0 || spike.MeanHold >= pgtx.DefaultSlowHold || spike.MeanHold == 0 || spike.ArrivalRate < 100 {
+		if spike.Waiting == 0 || spike.MeanHold >= defaultSlowHold || spike.MeanHold == 0 || spike.ArrivalRate < 100 {
 			t.Errorf("many callers: queue depth %d, mean hold %v, arrival %.1f/s; want > 0, in (0, %v), >= 100/s",
-				spike.Waiters, spike.MeanHold, spike.ArrivalRate, pgtx.DefaultSlowHold)
+				spike.Waiting, spike.MeanHold, spike.ArrivalRate, defaultSlowHold)
 		}
 	})
 }

@@ -13,7 +13,7 @@
 //     may not exceed 20% of the successful calls plus 10 per second; a retry
 //     beyond that is refused and the call returns at once, with an error
 //     matching pgtx.ErrRetryBudgetExhausted;
-//   - with the budget off (pgtx.RetryBudget{Disabled: true}): every call
+//   - with the budget off (pgtx.RetryBudget{Ratio: -1}): every call
 //     that meets 53300 retries up to Retry.MaxAdaptiveRetries (2) times.
 //
 // Per run it prints the calls, successes, attempts per call, budget
@@ -115,7 +115,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	on.print("budget on (default)")
-	off, err := storm(ctx, dsn, o, pgtx.RetryBudget{Disabled: true})
+	off, err := storm(ctx, dsn, o, pgtx.RetryBudget{Ratio: -1})
 	if err != nil {
 		return err
 	}
@@ -148,6 +148,14 @@ type result struct {
 type counter struct {
 	attempts, shed, retries atomic.Int64
 }
+
+// TraceTransactionStart does nothing: the counter counts attempts.
+func (c *counter) TraceTransactionStart(ctx context.Context, _ pgtx.TraceTransactionStartData) context.Context {
+	return ctx
+}
+
+// TraceTransactionEnd does nothing.
+func (c *counter) TraceTransactionEnd(context.Context, pgtx.TraceTransactionEndData) {}
 
 // TraceAttemptStart counts an attempt.
 func (c *counter) TraceAttemptStart(ctx context.Context, _ pgtx.TraceAttemptStartData) context.Context {
@@ -230,7 +238,7 @@ func arrivals(ctx context.Context, o options, launch func()) {
 func call(ctx context.Context, pool *pgtx.Pool, o options) error {
 	ctx, cancel := context.WithTimeout(ctx, o.callTimeout)
 	defer cancel()
-	return pgtx.TransactionWithOptions(ctx, pool, pgtx.TxOptions{Isolation: pgtx.ReadCommitted, Label: "admit"},
+	return pgtx.TransactionWithOptions(ctx, pool, pgtx.ReadCommitted, pgtx.Options{Label: "admit"},
 		func(ctx context.Context, tx pgx.Tx) error {
 			_, err := tx.Exec(ctx, "select overload_admit($1)", o.limit)
 			return err

@@ -7,7 +7,7 @@
 // and has a circuit breaker (Config.Breaker: a call of 200ms or more is slow,
 // 3 failures in a row open it, it stays open for 1s) and a CancelGrace of
 // 100ms, so that a read that gives up on the replica does not wait for the
-// replica's cancel. A pgtx.ReplicaRouter sends reads to the replica and falls
+// replica's cancel. A replica.Router sends reads to the replica and falls
 // back to the primary. A few readers read in a loop through three phases:
 //
 //  1. healthy: the replica serves the reads;
@@ -47,6 +47,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/replica"
 )
 
 // The fault and the limits that react to it.
@@ -123,7 +124,7 @@ func run(ctx context.Context, durs phaseDurations, readers int) error {
 	}
 
 	d := &demo{start: time.Now()}
-	primary, replica, err := openPools(ctx, dsn, replicaDSN, readers, d)
+	primary, replicaPool, err := openPools(ctx, dsn, replicaDSN, readers, d)
 	if err != nil {
 		return err
 	}
@@ -132,13 +133,13 @@ func run(ctx context.Context, durs phaseDurations, readers int) error {
 		// Closed before the proxy, which it goes through. Without the
 		// latency (still on after an interrupt) its goodbyes are quick.
 		proxy.SetLatency(0)
-		replica.Close()
+		replicaPool.Close()
 	}()
-	router, err := pgtx.NewReplicaRouter(primary, []*pgtx.Pool{replica}, pgtx.RouterConfig{ReplicaTimeout: replicaTimeout})
+	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, replica.Config{ReplicaTimeout: replicaTimeout})
 	if err != nil {
 		return err
 	}
-	d.router, d.replica = router, replica
+	d.router, d.replica = router, replicaPool
 	if err := setup(ctx, primary); err != nil {
 		return err
 	}
@@ -233,7 +234,7 @@ type sample struct {
 // breaker's state changes. It is the replica breaker's BreakerTracer.
 type demo struct {
 	start   time.Time
-	router  *pgtx.ReplicaRouter
+	router  *replica.Router
 	replica *pgtx.Pool
 	phase   atomic.Int32
 
@@ -247,12 +248,12 @@ type demo struct {
 type breakerEvent struct {
 	at    time.Time
 	phase int32
-	data  pgtx.TraceBreakerData
+	data  pgtx.TraceBreakerStateChangeData
 }
 
 // TraceBreakerStateChange prints a state change and remembers it. The first
 // opening during the slow phase starts the "breaker open" phase.
-func (d *demo) TraceBreakerStateChange(data pgtx.TraceBreakerData) {
+func (d *demo) TraceBreakerStateChange(_ context.Context, data pgtx.TraceBreakerStateChangeData) {
 	if data.To == pgtx.BreakerOpen {
 		d.phase.CompareAndSwap(phaseSlow, phaseOpen)
 	}
@@ -363,7 +364,7 @@ func (d *demo) live(ctx context.Context) {
 		rs := d.router.Stats()
 		d.printf("%6.2fs  %-12s reads %4d (replica %4d, primary %4d, failed %d)  p99 %-9v breaker %-9v router: replica %d, fallbacks %d\n",
 			time.Since(d.start).Seconds(), phaseNames[d.phase.Load()], len(recent), onReplica, onPrimary, failed,
-			percentile(durs, 0.99), d.replica.Stats().Breaker.State, rs.ReplicaReads, rs.Fallbacks)
+			percentile(durs, 0.99), d.replica.Stats().Breaker.State, rs.ReplicaReadCount, rs.FallbackCount)
 	}
 }
 
@@ -412,8 +413,8 @@ func (d *demo) report() {
 	}
 	rs := d.router.Stats()
 	bs := d.replica.Stats().Breaker
-	fmt.Printf("\nrouter.Stats()   replica reads %d, fallbacks to the primary %d\n", rs.ReplicaReads, rs.Fallbacks)
-	fmt.Printf("replica breaker  %v, opened %d times, %d calls refused while open\n", bs.State, bs.Opened, bs.Rejected)
+	fmt.Printf("\nrouter.Stats()   replica reads %d, fallbacks to the primary %d\n", rs.ReplicaReadCount, rs.FallbackCount)
+	fmt.Printf("replica breaker  %v, opened %d times, %d calls refused while open\n", bs.State, bs.OpenedCount, bs.RejectedCount)
 }
 
 // explain says what each phase showed; it is printed once check passed.

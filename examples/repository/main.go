@@ -36,7 +36,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/examples/repository/db"
 	"github.com/pgtx-go/pgtx/internal/pgtest"
@@ -442,7 +444,7 @@ func loadOne(ctx context.Context, repo *Repo, from, to, amount int64, st *loadSt
 		c.committed.Add(1)
 	case errors.Is(err, ErrInsufficientFunds):
 		st.insufficient.Add(1)
-	case pgtx.SQLState(err) == "40001" || pgtx.SQLState(err) == "40P01":
+	case sqlState(err) == pgerrcode.SerializationFailure || sqlState(err) == pgerrcode.DeadlockDetected:
 		st.gaveUp.Add(1)
 	default:
 		c.fail("transfer %d -> %d: unexpected error: %v", from, to, err)
@@ -450,6 +452,16 @@ func loadOne(ctx context.Context, repo *Repo, from, to, amount int64, st *loadSt
 	st.mu.Lock()
 	st.latencies = append(st.latencies, d)
 	st.mu.Unlock()
+}
+
+// sqlState returns the SQLSTATE of the last *pgconn.PgError in err's chain,
+// or "" when there is none.
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // final prints the balances and checks the invariants.

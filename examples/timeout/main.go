@@ -11,7 +11,7 @@
 //     row lock is released at the deadline and B gets it at once, not when
 //     pg_sleep (or statement_timeout) would have ended;
 //   - the error matches context.DeadlineExceeded, with the server's 57014
-//     (query_canceled) still reachable through pgtx.SQLState;
+//     (query_canceled) still reachable with errors.As (*pgconn.PgError);
 //   - the connection is kept: the pool opened no new connection and the
 //     same backend pid serves the next query.
 //
@@ -40,6 +40,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
@@ -243,8 +244,8 @@ func round(ctx context.Context, pool *pgtx.Pool, s *sessions, deadline time.Dura
 // sessionA is the slow request: it locks the row, reports its pid on
 // locked, and sleeps until its context's deadline stops it.
 func sessionA(ctx context.Context, pool *pgtx.Pool, locked chan<- uint32) error {
-	opts := pgtx.TxOptions{Isolation: pgtx.ReadCommitted, Label: "slow"}
-	return pgtx.TransactionWithOptions(ctx, pool, opts, func(ctx context.Context, tx pgx.Tx) error {
+	opts := pgtx.Options{Label: "slow"}
+	return pgtx.TransactionWithOptions(ctx, pool, pgtx.ReadCommitted, opts, func(ctx context.Context, tx pgx.Tx) error {
 		var pid uint32
 		if err := tx.QueryRow(ctx, lockSQL).Scan(&pid); err != nil {
 			return err
@@ -350,13 +351,13 @@ func tracedRound(ctx context.Context, dsn string, s *sessions, deadline time.Dur
 	fmt.Println()
 	field("error", "%v", r.err)
 	field("errors.Is(err, context.DeadlineExceeded)", "%v", errors.Is(r.err, context.DeadlineExceeded))
-	field("pgtx.SQLState(err)", "%q (57014 query_canceled: the server stopped the statement)", pgtx.SQLState(r.err))
+	field("errors.As(err, &pgErr); pgErr.Code", "%q (57014 query_canceled: the server stopped the statement)", sqlState(r.err))
 	if hasPgErr {
-		field("errors.As(err, &pgErr)", "%q", pgErr.Message)
+		field("pgErr.Message", "%q", pgErr.Message)
 	}
 	field("pgtx.Classify(err)", "%v (never retried: what took too long takes too long again)", pgtx.Classify(r.err))
 	field("pool.Stats().Cancels", "sent %d, signalled %d, closed %d",
-		st.Cancels.Sent, st.Cancels.Signalled, st.Cancels.Closed)
+		st.Cancels.SentCount, st.Cancels.SignalledCount, st.Cancels.ClosedCount)
 	field("new connections during the round", "%d (pool.Stats().Pool.NewConnsCount() = %d)",
 		r.newConns, st.Pool.NewConnsCount())
 	kept := "the connection was kept"
@@ -370,8 +371,8 @@ func tracedRound(ctx context.Context, dsn string, s *sessions, deadline time.Dur
 	if !errors.Is(r.err, context.DeadlineExceeded) {
 		problems = append(problems, fmt.Sprintf("the error %v does not match context.DeadlineExceeded", r.err))
 	}
-	if pgtx.SQLState(r.err) != "57014" {
-		problems = append(problems, fmt.Sprintf("SQLSTATE %q, want 57014 from the server's cancel", pgtx.SQLState(r.err)))
+	if code := sqlState(r.err); code != pgerrcode.QueryCanceled {
+		problems = append(problems, fmt.Sprintf("SQLSTATE %q, want 57014 from the server's cancel", code))
 	}
 	if r.toLock > maxLockDelay {
 		problems = append(problems, fmt.Sprintf("B waited %v after the deadline for the lock, want < %v", r.toLock, maxLockDelay))
@@ -462,11 +463,21 @@ func runMode(ctx context.Context, dsn string, s *sessions, mode pgtx.CancelMode,
 		if r.pidNext == r.pidA {
 			sum.samePid++
 		}
-		if pgtx.SQLState(r.err) == "57014" {
+		if sqlState(r.err) == pgerrcode.QueryCanceled {
 			sum.sqlstate57014++
 		}
 	}
 	return sum, nil
+}
+
+// sqlState returns the SQLSTATE of the last *pgconn.PgError in err's chain,
+// or "" when there is none.
+func sqlState(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
 }
 
 // field prints one labelled line of the narrative.

@@ -115,7 +115,7 @@ var errInsufficient = errors.New("insufficient funds")
 // wait for each other in a cycle. Under SERIALIZABLE two transfers touching
 // the same account still conflict (40001); pgtx runs the loser again.
 func transfer(ctx context.Context, pool *pgtx.Pool, from, to, amount int) error {
-	return pgtx.TransactionWithOptions(ctx, pool, pgtx.TxOptions{Isolation: pgtx.Serializable, Label: "transfer"},
+	return pgtx.TransactionWithOptions(ctx, pool, pgtx.Serializable, pgtx.Options{Label: "transfer"},
 		func(ctx context.Context, tx pgx.Tx) error {
 			var balance int
 			if err := tx.QueryRow(ctx, "select balance from transfer_accounts where id = $1", from).Scan(&balance); err != nil {
@@ -161,7 +161,8 @@ func totalBalance(ctx context.Context, pool *pgtx.Pool) (int, error) {
 	return total, err
 }
 
-// transferStats counts calls and attempts; it is the pool's pgtx.Tracer.
+// transferStats counts calls and attempts; it is the pool's
+// pgtx.TransactionTracer.
 type transferStats struct {
 	commits, failed, insufficient, cutShort atomic.Int64
 	attempts                                atomic.Int64
@@ -170,6 +171,12 @@ type transferStats struct {
 	mu        sync.Mutex
 	latencies []time.Duration
 }
+
+func (s *transferStats) TraceTransactionStart(ctx context.Context, _ pgtx.TraceTransactionStartData) context.Context {
+	return ctx
+}
+
+func (s *transferStats) TraceTransactionEnd(context.Context, pgtx.TraceTransactionEndData) {}
 
 func (s *transferStats) TraceAttemptStart(ctx context.Context, _ pgtx.TraceAttemptStartData) context.Context {
 	s.attempts.Add(1)

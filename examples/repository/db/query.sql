@@ -5,6 +5,9 @@
 insert into accounts (owner, balance) values ($1, $2)
 returning id, owner, balance;
 
+-- name: CreateAccounts :copyfrom
+insert into accounts (owner, balance) values ($1, $2);
+
 -- name: GetAccount :one
 select id, owner, balance from accounts
 where id = $1;

@@ -26,6 +26,12 @@ func (q *Queries) CreateAccount(ctx context.Context, arg CreateAccountParams) (A
 	return i, err
 }
 
+// CreateAccountsParams are the parameters of one row of CreateAccounts.
+type CreateAccountsParams struct {
+	Owner   string
+	Balance int64
+}
+
 const getAccount = `-- name: GetAccount :one
 select id, owner, balance from accounts
 where id = $1
