@@ -8,45 +8,41 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// callState is what the context of fn tells about its call: the pool (to
-// refuse a nested call), the attempt number, and the work registered to run
-// after the commit.
-type callState struct {
-	pool    *Pool
-	parent  *callState // the call fn of which made this one (on another pool)
-	attempt int
-	inFn    bool // fn of the current attempt is running
-	hooks   []func(context.Context)
+// attemptCtx is the context fn receives: the attempt's context, which also
+// carries what the call's guards need: the pool (to refuse a nested call),
+// the attempt's number, and the work it registered to run after the commit.
+// Each attempt has its own, so a goroutine fn left running still sees its
+// own attempt; the first is part of the call's txAttempt and costs no
+// allocation.
+type attemptCtx struct {
+	context.Context
+	pool   *Pool
+	parent *attemptCtx // the attempt whose fn made this call (on another pool)
+	n      int
+	inFn   bool // fn is running
+	hooks  []func(context.Context)
 }
 
-// callKey is the context key of a callState.
+// callKey is the context key of an attemptCtx.
 type callKey struct{}
 
-// callContext is the context fn receives: the attempt's context, which also
-// carries the call's state. It is part of the call's txAttempt, so it costs
-// no allocation of its own.
-type callContext struct {
-	context.Context
-	call *callState
-}
-
-// Value returns the call's state for callKey, and otherwise asks the
-// attempt's context.
-func (c *callContext) Value(key any) any {
+// Value returns the attempt for callKey, and otherwise asks the attempt's
+// context.
+func (c *attemptCtx) Value(key any) any {
 	if key == (callKey{}) {
-		return c.call
+		return c
 	}
 	return c.Context.Value(key)
 }
 
-// callOf returns the state of the innermost call ctx is inside, or nil.
-func callOf(ctx context.Context) *callState {
-	c, _ := ctx.Value(callKey{}).(*callState)
+// attemptOf returns the innermost attempt ctx is inside, or nil.
+func attemptOf(ctx context.Context) *attemptCtx {
+	c, _ := ctx.Value(callKey{}).(*attemptCtx)
 	return c
 }
 
-// inside reports whether the call or one of its parents runs on pool.
-func (c *callState) inside(pool *Pool) bool {
+// inside reports whether the attempt or one of its parents runs on pool.
+func (c *attemptCtx) inside(pool *Pool) bool {
 	for ; c != nil; c = c.parent {
 		if c.pool == pool {
 			return true
@@ -55,20 +51,9 @@ func (c *callState) inside(pool *Pool) bool {
 	return false
 }
 
-// begin starts the next attempt: the work the previous attempt registered
-// is dropped with its transaction.
-func (c *callState) begin() {
-	c.attempt++
-	clear(c.hooks)
-	c.hooks = c.hooks[:0]
-	c.inFn = true
-}
-
-// fnReturned marks the end of fn: AfterCommit is refused from then on.
-func (c *callState) fnReturned() { c.inFn = false }
-
-// afterCommit runs the work the committed attempt registered, in order.
-func (c *callState) afterCommit(ctx context.Context) {
+// afterCommit runs the work the committed attempt registered, in order,
+// once.
+func (c *attemptCtx) afterCommit(ctx context.Context) {
 	hooks := c.hooks
 	c.hooks = nil
 	for _, h := range hooks {
@@ -101,7 +86,7 @@ func AfterCommit(ctx context.Context, fn func(ctx context.Context)) error {
 	if ctx == nil {
 		return &invalidArgError{msg: "AfterCommit: nil context"}
 	}
-	c := callOf(ctx)
+	c := attemptOf(ctx)
 	switch {
 	case c == nil:
 		return &invalidArgError{msg: "AfterCommit: ctx is not the context fn of a Transaction received"}
@@ -119,8 +104,8 @@ func Attempt(ctx context.Context) int {
 	if ctx == nil {
 		return 0
 	}
-	if c := callOf(ctx); c != nil {
-		return c.attempt
+	if c := attemptOf(ctx); c != nil {
+		return c.n
 	}
 	return 0
 }

@@ -121,13 +121,13 @@ func newTestPool(t *testing.T) *Pool {
 func TestNestedTransactionRefused(t *testing.T) {
 	a, b := newTestPool(t), newTestPool(t)
 	fn := func(context.Context, pgx.Tx) error { t.Error("fn ran"); return nil }
-	outer := &callState{pool: a, attempt: 1, inFn: true}
-	ctx := &callContext{Context: context.Background(), call: outer}
+	outer := &attemptCtx{Context: context.Background(), pool: a, n: 1, inFn: true}
+	ctx := context.Context(outer)
 	err := Transaction(ctx, a, Serializable, fn)
 	if !errors.Is(err, ErrNestedTransaction) || !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "pass its pgx.Tx down") {
 		t.Errorf("same pool: err = %v", err)
 	}
-	inner := &callContext{Context: ctx, call: &callState{pool: b, parent: outer, attempt: 1, inFn: true}}
+	inner := &attemptCtx{Context: ctx, pool: b, parent: outer, n: 1, inFn: true}
 	if err := Transaction(inner, a, Serializable, fn); !errors.Is(err, ErrNestedTransaction) {
 		t.Errorf("same pool through another pool's call: err = %v", err)
 	}
@@ -136,8 +136,9 @@ func TestNestedTransactionRefused(t *testing.T) {
 	}
 }
 
-// TestAfterCommitAndAttempt: AfterCommit and Attempt read the call from
-// fn's context; outside it they refuse (AfterCommit) or say 0 (Attempt).
+// TestAfterCommitAndAttempt: AfterCommit and Attempt read the attempt from
+// fn's context (and contexts derived from it); outside it they refuse
+// (AfterCommit) or say 0 (Attempt); once fn returned, AfterCommit refuses.
 func TestAfterCommitAndAttempt(t *testing.T) {
 	bg := context.Background()
 	if err := AfterCommit(bg, func(context.Context) {}); !errors.Is(err, ErrInvalidArgument) {
@@ -146,32 +147,33 @@ func TestAfterCommitAndAttempt(t *testing.T) {
 	if n := Attempt(bg); n != 0 {
 		t.Errorf("Attempt outside a Transaction = %d", n)
 	}
-	c := &callState{}
-	ctx := context.WithValue(&callContext{Context: bg, call: c}, ctxKey{}, 1) // derived contexts carry it too
 	var ran []int
-	for attempt := 1; attempt <= 3; attempt++ {
-		c.begin()
-		if got := Attempt(ctx); got != attempt {
-			t.Errorf("Attempt = %d, want %d", got, attempt)
+	var last *attemptCtx
+	for n := 1; n <= 3; n++ {
+		ac := &attemptCtx{Context: bg, n: n, inFn: true}
+		ctx := context.WithValue(ac, ctxKey{}, 1) // derived contexts carry it too
+		if got := Attempt(ctx); got != n {
+			t.Errorf("Attempt = %d, want %d", got, n)
 		}
 		for i := range 2 {
-			if err := AfterCommit(ctx, func(context.Context) { ran = append(ran, attempt*10+i) }); err != nil {
+			if err := AfterCommit(ctx, func(context.Context) { ran = append(ran, n*10+i) }); err != nil {
 				t.Fatal(err)
 			}
 		}
-		c.fnReturned()
+		ac.inFn = false
+		if err := AfterCommit(ctx, func(context.Context) {}); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("after fn returned: err = %v", err)
+		}
+		last = ac
 	}
-	if err := AfterCommit(ctx, func(context.Context) {}); !errors.Is(err, ErrInvalidArgument) {
-		t.Errorf("after fn returned: err = %v", err)
-	}
-	if err := AfterCommit(ctx, nil); !errors.Is(err, ErrInvalidArgument) {
+	if err := AfterCommit(last, nil); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("nil fn: err = %v", err)
 	}
-	c.afterCommit(bg)
+	last.afterCommit(bg)
 	if len(ran) != 2 || ran[0] != 30 || ran[1] != 31 {
-		t.Errorf("ran %v: want only the last attempt's work, once, in order", ran)
+		t.Errorf("ran %v: want only the committed attempt's work, once, in order", ran)
 	}
-	c.afterCommit(bg)
+	last.afterCommit(bg)
 	if len(ran) != 2 {
 		t.Errorf("ran %v: the work must run once", ran)
 	}

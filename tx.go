@@ -134,7 +134,7 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts
 	pool.queue.calls.Add(1)
 	a := &txAttempt{pool: pool, iso: iso, opts: opts, fn: fn, resolve: pool.settings.resolveCommits,
 		uniqueAsConflict: opts.RetryUniqueViolations && iso == Serializable}
-	a.call.pool, a.call.parent = pool, callOf(ctx)
+	a.parent = attemptOf(ctx)
 	loop := retryLoop{
 		policy:     &pool.settings.retry,
 		clock:      pool.clock,
@@ -159,7 +159,7 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts
 		err = pool.breaker.do(ctx, func(ctx context.Context) error { return loop.run(ctx, a.run) })
 	}
 	if err == nil {
-		a.call.afterCommit(ctx)
+		a.cur.afterCommit(ctx)
 	}
 	return err
 }
@@ -196,7 +196,7 @@ func validateCall(ctx context.Context, pool *Pool, iso Isolation, fn func(contex
 	case !iso.valid():
 		return &invalidArgError{msg: fmt.Sprintf("unknown isolation level %d: use ReadCommitted, RepeatableRead or Serializable", int(iso))}
 	}
-	if callOf(ctx).inside(pool) {
+	if attemptOf(ctx).inside(pool) {
 		return nestedError{}
 	}
 	return nil
@@ -269,8 +269,10 @@ type txAttempt struct {
 	resolve          bool // capture the transaction id, to resolve a lost COMMIT
 	uniqueAsConflict bool // Options.RetryUniqueViolations under SERIALIZABLE
 	tx               fnTx // what fn receives, reused by every attempt of the call
-	call             callState
-	fnCtx            callContext // the context fn receives, reused likewise
+	parent           *attemptCtx // the attempt whose fn made this call, on another pool
+	attempts         int
+	first            attemptCtx  // the first attempt's context, without an allocation
+	cur              *attemptCtx // the current attempt's
 }
 
 // beginKind is how an attempt's transaction began.
@@ -287,7 +289,13 @@ const (
 // rolled back (if needed) and released, so the retry loop never sleeps while
 // holding a connection.
 func (a *txAttempt) run(ctx context.Context) (Class, error) {
-	a.call.begin()
+	a.attempts++
+	ac := &a.first
+	if a.attempts > 1 {
+		ac = new(attemptCtx)
+	}
+	*ac = attemptCtx{Context: ctx, pool: a.pool, parent: a.parent, n: a.attempts}
+	a.cur = ac
 	c, err := a.held(ctx)
 	if a.uniqueAsConflict && c == ClassPermanent && isUniqueViolation(err) {
 		c = ClassConflict
@@ -345,9 +353,10 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 	}()
 
 	a.tx = fnTx{Tx: tx}
-	a.fnCtx = callContext{Context: ctx, call: &a.call}
-	err = a.fn(&a.fnCtx, &a.tx)
-	a.call.fnReturned()
+	ac := a.cur
+	ac.Context, ac.inFn = ctx, true
+	err = a.fn(ac, &a.tx)
+	ac.inFn = false
 	if err != nil {
 		if a.tx.ended != "" {
 			return ClassPermanent, a.tx.misuse(err)
