@@ -62,7 +62,7 @@ func TestPoolerAndUnavailableClasses(t *testing.T) {
 }
 
 // TestUnavailableBacksOffAsOverload: a refused connection is retried with
-// the spec's backoff and cap, and is reported under its own class.
+// the Client Backpressure specification's backoff and cap, and is reported under its own class.
 func TestUnavailableBacksOffAsOverload(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 	clk := &fakeClock{now: time.Unix(1000, 0)}
@@ -73,7 +73,7 @@ func TestUnavailableBacksOffAsOverload(t *testing.T) {
 		t.Fatalf("calls %d, err %v; want %d calls ending with the refusal", calls, err, 1+defaultMaxAdaptiveRetries)
 	}
 	if want := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}; fmt.Sprint(clk.sleeps) != fmt.Sprint(want) {
-		t.Errorf("sleeps %v, want the spec's %v", clk.sleeps, want)
+		t.Errorf("sleeps %v, want the Client Backpressure specification's %v", clk.sleeps, want)
 	}
 }
 
@@ -90,7 +90,7 @@ func TestBudgetRefusalSaysWhy(t *testing.T) {
 	}
 }
 
-// TestDisabledClassStaysOffAfterOverload: the spec's cap replaces the
+// TestDisabledClassStaysOffAfterOverload: the Client Backpressure specification's cap replaces the
 // count limit once an overload was seen, but a class the caller switched
 // off is never retried.
 func TestDisabledClassStaysOffAfterOverload(t *testing.T) {

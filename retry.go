@@ -77,7 +77,7 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	return p
 }
 
-// backoff returns jitter * min(maxBackoff, base * 2^attempt), the spec's
+// backoff returns jitter * min(maxBackoff, base * 2^attempt), the Client Backpressure specification's
 // formula, for attempt >= 1. jitter is clamped to [0, 1].
 func backoff(jitter float64, base, maxBackoff time.Duration, attempt int) time.Duration {
 	if jitter <= 0 || base <= 0 || maxBackoff <= 0 {
@@ -98,7 +98,7 @@ func backoff(jitter float64, base, maxBackoff time.Duration, attempt int) time.D
 
 // retryState is the per-call state of the retry loop.
 type retryState struct {
-	// retries counts all retries of the call so far (the spec's attempt).
+	// retries counts all retries of the call so far (the Client Backpressure specification's attempt).
 	retries int
 	// overloadSeen sticks once any attempt failed with an overload error.
 	overloadSeen bool
@@ -125,7 +125,7 @@ const (
 // next decides whether a call that failed with an error of class c runs
 // again, and after how long. maxRetries is the conflict/lost-connection cap
 // for this call (the policy's or the per-call override, already resolved).
-// It follows the spec's pseudocode: the retry counter counts every retry; an
+// It follows the Client Backpressure specification's pseudocode: the retry counter counts every retry; an
 // overload makes MaxAdaptiveRetries the cap of the call from then on; a
 // backoff that would end past the deadline ends the call at once.
 func (p *RetryPolicy) next(st *retryState, c Class, maxRetries int, now time.Time, deadline time.Time, hasDeadline bool) decision {

@@ -144,7 +144,7 @@ func TestOverloadBackoffFormula(t *testing.T) {
 	}
 }
 
-// TestSpecTimingDifference is the spec's timing test in unit form: with
+// TestSpecTimingDifference is the Client Backpressure specification's timing test in unit form: with
 // jitter 0 the two retries cost nothing, with jitter ~1 they cost 0.2s+0.4s.
 func TestSpecTimingDifference(t *testing.T) {
 	run := func(j float64) time.Duration {

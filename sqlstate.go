@@ -37,7 +37,7 @@ const (
 	// ClassUnavailable is a connection that could not be made to a server
 	// that may come back: refused, or reset or closed while connecting (a
 	// server restarting, a pooler not admitting). It is backed off exactly
-	// as an overload (the spec's backoff, RetryPolicy.MaxAdaptiveRetries,
+	// as an overload (the Client Backpressure specification's backoff, [RetryPolicy].MaxAdaptiveRetries,
 	// the retry budget) but named for what it is.
 	ClassUnavailable
 	// ClassConnectionLost is a connection that died before COMMIT was sent
@@ -88,7 +88,7 @@ func (c Class) Retryable() bool {
 	return c == ClassConflict || c == ClassOverload || c == ClassUnavailable || c == ClassConnectionLost
 }
 
-// adaptive reports the classes backed off by the spec's rules: the overload
+// adaptive reports the classes backed off by the Client Backpressure specification's rules: the overload
 // backoff, the MaxAdaptiveRetries cap that sticks.
 func (c Class) adaptive() bool { return c == ClassOverload || c == ClassUnavailable }
 

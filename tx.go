@@ -266,9 +266,9 @@ type txAttempt struct {
 	iso              Isolation
 	opts             Options
 	fn               func(context.Context, pgx.Tx) error
-	resolve          bool // capture the transaction id, to resolve a lost COMMIT
-	uniqueAsConflict bool // Options.RetryUniqueViolations under SERIALIZABLE
-	tx               fnTx // what fn receives, reused by every attempt of the call
+	resolve          bool        // capture the transaction id, to resolve a lost COMMIT
+	uniqueAsConflict bool        // Options.RetryUniqueViolations under SERIALIZABLE
+	tx               fnTx        // what fn receives, reused by every attempt of the call
 	parent           *attemptCtx // the attempt whose fn made this call, on another pool
 	attempts         int
 	first            attemptCtx  // the first attempt's context, without an allocation
