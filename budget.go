@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// ErrRetryBudgetExhausted is matched (errors.Is) by the error Transaction
+// ErrRetryBudgetExhausted is matched (errors.Is) by the error [Transaction]
 // returns when an overload or lost-connection retry was refused because the
 // pool's retry budget was spent. The error also wraps the last database
 // error, which stays reachable with errors.As.

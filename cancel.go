@@ -32,7 +32,7 @@ const (
 	// backend_start in pg_stat_activity (the same role, a member of it, or
 	// a member of pg_read_all_stats). When it cannot see the identity, or
 	// cannot connect, may not cancel, or is busy, that cancel goes as the
-	// protocol cancel request (CancelModeProtocol). So does every cancel of
+	// protocol cancel request ([CancelModeProtocol]). So does every cancel of
 	// a connection that does not reach its backend directly: pgtx compares,
 	// when the connection is made, the pid the server reports for the
 	// session with the one the connection was given, and behind a pooler

@@ -120,7 +120,7 @@ type Config struct {
 	// the whole transaction runs again; a transaction still in progress
 	// (its backend has not noticed its client is gone) has its backend
 	// ended, after which the answer is definitive. Default 5s; negative:
-	// resolution is off, and every lost COMMIT is ErrCommitUnknown.
+	// resolution is off, and every lost COMMIT is [ErrCommitUnknown].
 	//
 	// The transaction id is captured in BEGIN's round trip ("select
 	// pg_current_xact_id()" after BEGIN), so it is known before COMMIT is
@@ -136,10 +136,10 @@ type Config struct {
 	// connections the main pool's exhaustion cannot hold, or else over a
 	// connection made for it; a question whose server is a different
 	// system or timeline (after a failover, where the id may have been
-	// given to another transaction) is not answered: ErrCommitUnknown. A
+	// given to another transaction) is not answered: [ErrCommitUnknown]. A
 	// server without pg_xact_status (PostgreSQL before 13, CockroachDB,
 	// YugabyteDB) is detected when each connection is made; there every
-	// lost COMMIT is ErrCommitUnknown and nothing else changes. On a hot
+	// lost COMMIT is [ErrCommitUnknown] and nothing else changes. On a hot
 	// standby, where a transaction can change nothing, no id is captured
 	// and a lost COMMIT runs again. [Stats].Resolved counts each outcome.
 	ResolveTimeout time.Duration

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// ErrQueueFull is matched (errors.Is) by the error Transaction returns at
+// ErrQueueFull is matched (errors.Is) by the error [Transaction] returns at
 // once, without waiting, when Config.MaxWaiters callers already wait for a
 // connection of the pool. It is not retried: it is the pool shedding load.
 var ErrQueueFull = errors.New("pgtx: too many callers waiting for a pool connection")

@@ -26,13 +26,13 @@ const (
 	ClassNone Class = iota
 	// ClassConflict is 40001 serialization_failure and 40P01 deadlock_detected:
 	// someone else committed, so the whole transaction runs again after a short
-	// jittered pause, up to RetryPolicy.MaxRetries times.
+	// jittered pause, up to [RetryPolicy].MaxRetries times.
 	ClassConflict
 	// ClassOverload is the server (or a pooler in front of it) shedding load:
 	// 53300 too_many_connections, 57P03 cannot_connect_now, the poolers'
 	// admission errors and the server's overload errors a pooler relays.
 	// Retried with exponential backoff and full jitter, at most
-	// RetryPolicy.MaxAdaptiveRetries times.
+	// [RetryPolicy].MaxAdaptiveRetries times.
 	ClassOverload
 	// ClassUnavailable is a connection that could not be made to a server
 	// that may come back: refused, or reset or closed while connecting (a
@@ -46,15 +46,15 @@ const (
 	ClassConnectionLost
 	// ClassAmbiguous is a connection lost while COMMIT was in flight: the
 	// transaction may or may not have committed. Never retried; the error
-	// matches ErrCommitUnknown.
+	// matches [ErrCommitUnknown].
 	ClassAmbiguous
 	// ClassTimeout is 57014 query_canceled, 25P03, 25P04, a context error,
-	// ErrAcquireTimeout or ErrQueueFull. Never retried: what took too long
+	// [ErrAcquireTimeout] or [ErrQueueFull]. Never retried: what took too long
 	// takes too long again, and a full pool queue is the pool shedding load.
 	ClassTimeout
 	// ClassPermanent is everything else: constraint, syntax and data errors,
 	// authentication failures, a database, host or socket that does not
-	// exist, the caller's own errors and errors wrapped by NonRetryable.
+	// exist, the caller's own errors and errors wrapped by [NonRetryable].
 	ClassPermanent
 )
 
@@ -92,10 +92,10 @@ func (c Class) Retryable() bool {
 // backoff, the MaxAdaptiveRetries cap that sticks.
 func (c Class) adaptive() bool { return c == ClassOverload || c == ClassUnavailable }
 
-// Classify returns the class of err as Transaction sees it outside of COMMIT.
-// It looks through wrapped and joined errors. The precedence is: NonRetryable
-// and ErrCommitUnknown first (they are explicit decisions), then context
-// errors and ErrAcquireTimeout (the caller's budget is spent), then the
+// Classify returns the class of err as [Transaction] sees it outside of COMMIT.
+// It looks through wrapped and joined errors. The precedence is: [NonRetryable]
+// and [ErrCommitUnknown] first (they are explicit decisions), then context
+// errors and [ErrAcquireTimeout] (the caller's budget is spent), then the
 // SQLSTATE of the first PgError (with the texts of the poolers that send
 // their own errors under a generic code), then network-level failures — no
 // such host or socket file (permanent), a connection that could not be made

@@ -71,7 +71,7 @@ type TraceAttemptEndData struct {
 	// Err is the attempt's error; nil when it committed. When no retry
 	// follows it is the error the call returns.
 	Err error
-	// Class is the class of the attempt's error (ClassNone when it
+	// Class is the class of the attempt's error ([ClassNone] when it
 	// committed).
 	Class Class
 	// Duration is the attempt's wall time, acquire to release.
@@ -95,13 +95,13 @@ type TraceCancelData struct {
 	// Mode is the pool's [CancelMode].
 	Mode CancelMode
 	// How the cancellation ended: Closed reports that the connection was
-	// closed instead of kept (in CancelModeClose, or because the cancel
+	// closed instead of kept (in [CancelModeClose], or because the cancel
 	// could not be confirmed finished in time); NotFound that
 	// pg_cancel_backend found the backend (pid and backend_start) gone, so
 	// nothing was signalled; FellBack that the cancel pool failed and the
-	// protocol cancel request was sent instead. In CancelModePool with none
+	// protocol cancel request was sent instead. In [CancelModePool] with none
 	// of them set, pg_cancel_backend signalled the backend; in
-	// CancelModeProtocol, the protocol cancel request was delivered.
+	// [CancelModeProtocol], the protocol cancel request was delivered.
 	Closed   bool
 	NotFound bool
 	FellBack bool
