@@ -155,6 +155,9 @@ func (e *RetryError) Error() string {
 		verb, why = "failed", "not retryable: "+Classify(e.Err).String()
 	case stopCapReached:
 		why = e.limit + " " + strconv.Itoa(e.cap)
+		if e.cap == 0 {
+			why = e.limit + " off" // switched off with a negative value
+		}
 	case stopDeadline:
 		why = "the next retry would end past the context's deadline"
 	case stopBudget:

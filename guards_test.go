@@ -30,7 +30,7 @@ func TestRetryErrorSaysWhatHappened(t *testing.T) {
 	}{
 		{name: "cap", errs: repeat(conflict, 20), want: "pgtx: gave up after 11 attempts (MaxRetries 10): ", attempts: 11},
 		{name: "adaptive cap", errs: append([]error{overload}, repeat(conflict, 20)...), want: "pgtx: gave up after 3 attempts (MaxAdaptiveRetries 2): ", attempts: 3},
-		{name: "class off", policy: RetryPolicy{MaxAdaptiveRetries: -1}, errs: []error{overload}, want: "pgtx: gave up after 1 attempt (MaxAdaptiveRetries 0): ", attempts: 1},
+		{name: "class off", policy: RetryPolicy{MaxAdaptiveRetries: -1}, errs: []error{overload}, want: "pgtx: gave up after 1 attempt (MaxAdaptiveRetries off): ", attempts: 1},
 		{name: "deadline", policy: RetryPolicy{ConflictBaseBackoff: time.Hour, ConflictMaxBackoff: time.Hour}, deadline: time.Minute,
 			errs: []error{conflict}, want: "pgtx: gave up after 1 attempt (the next retry would end past the context's deadline): ", attempts: 1},
 		{name: "budget", policy: RetryPolicy{Budget: RetryBudget{Ratio: 0.1, MinPerSecond: -1}}, budget: true, errs: []error{overload},
