@@ -110,7 +110,7 @@ func stuckClass(t *testing.T, ctx context.Context, pool *pgtx.Pool, n int) (stop
 // TestBulkheadKeepsFastClassThroughput: with the slow class stuck on
 // pg_sleep, the fast class keeps at least 90% of its throughput and a p99
 // under 50ms when each class has its own pool (Bulkheads); on one shared
-// pool it collapses. The failure card's blast radius, contained.
+// pool it collapses. The slow class's blast radius, contained.
 func TestBulkheadKeepsFastClassThroughput(t *testing.T) {
 	ctx := testCtx(t)
 	dsn := newDB(t)

@@ -321,7 +321,7 @@ func (b *bouncerTracer) snapshot() (string, string) {
 
 // TestBouncerAdmissionBackoff: PgBouncer's max_client_conn and
 // query_wait_timeout are overload: retried MaxAdaptiveRetries times with
-// the spec's backoff (jitter 0.5: 100ms, then 200ms), then returned.
+// the Client Backpressure specification's backoff (jitter 0.5: 100ms, then 200ms), then returned.
 func TestBouncerAdmissionBackoff(t *testing.T) {
 	ctx := testCtx(t)
 	half := func() float64 { return 0.5 }
@@ -343,7 +343,7 @@ func TestBouncerAdmissionBackoff(t *testing.T) {
 			t.Errorf("err = %v, want PgBouncer's max_client_conn overload", err)
 		}
 		if classes != "[overload overload overload]" || backoffs != "[100ms 200ms]" {
-			t.Errorf("classes %s, backoffs %s; want three overload attempts and the spec's 100ms, 200ms", classes, backoffs)
+			t.Errorf("classes %s, backoffs %s; want three overload attempts and the backoff's 100ms, 200ms", classes, backoffs)
 		}
 	})
 	t.Run("query_wait_timeout", func(t *testing.T) {
@@ -373,7 +373,7 @@ func TestBouncerAdmissionBackoff(t *testing.T) {
 			t.Errorf("err = %v, want PgBouncer's query_wait_timeout overload", err)
 		}
 		if classes != "[overload overload overload]" || backoffs != "[100ms 200ms]" {
-			t.Errorf("classes %s, backoffs %s; want three overload attempts and the spec's 100ms, 200ms", classes, backoffs)
+			t.Errorf("classes %s, backoffs %s; want three overload attempts and the backoff's 100ms, 200ms", classes, backoffs)
 		}
 	})
 }

@@ -92,7 +92,7 @@ func logDiagnosis(t *testing.T, what string, from, to statsSnapshot, cfg storm.C
 
 // TestDiagnoseNamesStormAndSpike: the diagnosis names the timeout storm in a
 // slow-downstream run and the traffic spike in a many-callers-fast-queries
-// run, the two cases of the connection-timeout-storm failure card.
+// run, the two cases of a connection-timeout storm.
 func TestDiagnoseNamesStormAndSpike(t *testing.T) {
 	dsn := newDB(t)
 

@@ -18,7 +18,7 @@ import (
 // TestNoServerIsNamedForWhatItIs: a connection string that names a socket
 // file that does not exist (what a missing DATABASE_URL leads to) fails at
 // once as permanent, without backoff; a port nobody listens on is an
-// unavailable server, backed off as the spec says and named as such, never
+// unavailable server, backed off as the Client Backpressure specification says and named as such, never
 // "overload".
 func TestNoServerIsNamedForWhatItIs(t *testing.T) {
 	ctx := testCtx(t)
