@@ -252,12 +252,15 @@ func (a *txAttempt) beginSQL(ctx context.Context, capture bool) string {
 	if timeout == 0 {
 		return beginSQLs[b2i(capture)][a.iso][b2i(opts.ReadOnly)][b2i(opts.Deferrable)]
 	}
-	q := beginSQLs[0][a.iso][b2i(opts.ReadOnly)][b2i(opts.Deferrable)] + "; set local statement_timeout = " +
-		strconv.FormatInt(durationMillis(max(timeout, 0)), 10)
+	// One allocation: the statement is built in a buffer on the stack.
+	var buf [160]byte
+	q := append(buf[:0], beginSQLs[0][a.iso][b2i(opts.ReadOnly)][b2i(opts.Deferrable)]...)
+	q = append(q, "; set local statement_timeout = "...)
+	q = strconv.AppendInt(q, durationMillis(max(timeout, 0)), 10)
 	if capture {
-		q += captureSQL
+		q = append(q, captureSQL...)
 	}
-	return q
+	return string(q)
 }
 
 // txAttempt is one call's attempt: acquire, BEGIN, fn, COMMIT, release.

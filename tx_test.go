@@ -166,6 +166,19 @@ func TestIsolationString(t *testing.T) {
 	}
 }
 
+// TestBeginSQLWithTimeoutAllocatesOnce: a statement with a timeout (the
+// call's, or the context's deadline) costs one allocation, the string.
+func TestBeginSQLWithTimeoutAllocatesOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	a := &txAttempt{pool: &Pool{settings: settings{statementTimeout: 5 * time.Second}}, iso: Serializable, opts: Options{ReadOnly: true}}
+	for _, capture := range []bool{false, true} {
+		if n := testing.AllocsPerRun(100, func() { _ = a.beginSQL(ctx, capture) }); n != 1 {
+			t.Errorf("beginSQL(deadline, capture %v) allocates %v times, want 1", capture, n)
+		}
+	}
+}
+
 func TestBeginSQLDoesNotAllocate(t *testing.T) {
 	a := &txAttempt{pool: &Pool{settings: settings{statementTimeout: 5 * time.Second}}, iso: Serializable}
 	for _, capture := range []bool{false, true} {

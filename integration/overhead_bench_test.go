@@ -259,10 +259,12 @@ func medianOf(vs []float64) float64 {
 // its allocations per transaction: pgx.BeginTxFunc on a plain pgxpool and
 // on pgtx's pool, pgtx without a tracer, and pgtx with a no-op tracer; with
 // context.Background and with a per-call deadline, as a request has (which
-// makes pgx watch the context of every statement). Its ns/op are
+// makes pgx watch the context of every statement), once later than the
+// session's statement_timeout and once earlier (which pgtx carries to the
+// server). Its ns/op are
 // sequential, not interleaved: compare latencies with BenchmarkOverhead.
 //
-//	go test ./integration -run '^$' -bench Transaction -benchmem
+//	cd integration && go test -run '^$' -bench Transaction -benchmem
 func BenchmarkTransaction(b *testing.B) {
 	dsn := newDB(b)
 	cs, _ := overheadContenders(b, dsn, 1, nil)
@@ -270,19 +272,25 @@ func BenchmarkTransaction(b *testing.B) {
 	traced := withTracer[3]
 	traced.name = "pgtx-tracer"
 	cs = append(slices.Delete(cs, 1, 2), traced) // the A/A control allocates as the baseline
-	for _, deadline := range []bool{false, true} {
+	// The deadlines: none; 10s, later than the session's statement_timeout
+	// (5s), so pgtx carries nothing to the server; 1s, which pgtx carries
+	// (SET LOCAL statement_timeout in BEGIN's round trip).
+	for _, deadline := range []time.Duration{0, 10 * time.Second, time.Second} {
 		for _, c := range cs {
 			name := "ctx=background/" + c.name
-			if deadline {
+			switch deadline {
+			case 10 * time.Second:
 				name = "ctx=deadline/" + c.name
+			case time.Second:
+				name = "ctx=deadline-carried/" + c.name
 			}
 			b.Run(name, func(b *testing.B) {
 				b.ReportAllocs()
 				parent := context.Background()
 				for b.Loop() {
 					ctx, cancel := parent, context.CancelFunc(func() {})
-					if deadline {
-						ctx, cancel = context.WithTimeout(parent, 10*time.Second)
+					if deadline > 0 {
+						ctx, cancel = context.WithTimeout(parent, deadline)
 					}
 					err := c.call(ctx)
 					cancel()
