@@ -90,8 +90,8 @@ func TestChaosBank(t *testing.T) {
 		name    string
 		resolve bool
 	}{
-		{"ResolveCommitsOff", false},
-		{"ResolveCommitsOn", true},
+		{"ResolutionOff", false},
+		{"ResolutionOn", true},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
