@@ -232,6 +232,10 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	}
 	own := *cfg
 	own.Config = cfg.Config.Copy()
+	if cfg.Breaker != nil {
+		bc := *cfg.Breaker
+		own.Breaker = &bc
+	}
 	pc := cfg.Config.Copy()
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
@@ -322,6 +326,10 @@ func (p *Pool) Config() *Config {
 	}
 	c := *p.cfg
 	c.Config = p.cfg.Config.Copy()
+	if c.Breaker != nil {
+		bc := *c.Breaker
+		c.Breaker = &bc
+	}
 	return &c
 }
 
