@@ -11,21 +11,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx/internal/cancelquery"
 )
 
-// identitySQL captures, when a connection is made, the pid of the backend
-// serving it and that backend's start time. pg_stat_activity always shows a
-// role its own backend in full.
-const identitySQL = "select pid, backend_start from pg_stat_activity where pid = pg_backend_pid()"
-
-// cancelSQL cancels the backend only if it is still the one the connection
-// was made to (a pid alone may have been recycled by a stranger's session),
-// and says whether the cancel pool's role could see its identity at all:
-// without pg_read_all_stats (or membership in the backend's role),
-// pg_stat_activity shows another role's backend with backend_start NULL.
-const cancelSQL = `select backend_start is not null,
-	case when backend_start = $2 then pg_cancel_backend(pid) else false end
-	from pg_stat_activity where pid = $1`
+// The statements of the cancel path, shared with the integration tests.
+const (
+	identitySQL = cancelquery.Identity
+	cancelSQL   = cancelquery.Cancel
+)
 
 // poolUnhealthyFor is how long the cancel pool is skipped after it could not
 // be reached or used, so a storm of cancels does not pay a failing attempt

@@ -19,7 +19,6 @@ import (
 // the tests failed, goroutines they abandoned are expected and not reported.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	server.stop()
 	if code == 0 {
 		if leaked := leakedGoroutines(5 * time.Second); len(leaked) > 0 {
 			fmt.Fprintf(os.Stderr, "pgtx: %d goroutine(s) leaked by the tests:\n\n%s\n", len(leaked), strings.Join(leaked, "\n\n"))

@@ -1,0 +1,20 @@
+// Package cancelquery holds the statements pgtx's cancel path sends to the
+// server, so that the integration tests run the very statements pgtx runs
+// against a real server.
+package cancelquery
+
+// Identity captures, when a connection is made, the pid of the backend
+// serving it and that backend's start time: together they name the backend
+// where a pid alone may be recycled.
+const Identity = "select pid, backend_start from pg_stat_activity where pid = pg_backend_pid()"
+
+// Cancel cancels the backend $1 only if it is still the one the connection
+// was made to, the one that started at $2 (a pid alone may have been
+// recycled by a stranger's session), and says whether the caller's role
+// could see its identity at all: without pg_read_all_stats (or membership in
+// the backend's role), pg_stat_activity shows another role's backend with
+// backend_start NULL. It returns (visible, signalled), or no row when no
+// backend has that pid.
+const Cancel = `select backend_start is not null,
+	case when backend_start = $2 then pg_cancel_backend(pid) else false end
+	from pg_stat_activity where pid = $1`
