@@ -69,7 +69,8 @@ func (c *canceller) prepare(ctx context.Context, conn *pgx.Conn) error {
 
 // cancelPoolConfig derives the cancel pool's config from the main one: same
 // server, role and TLS, its own size and short connect timeout, pgx's
-// default context handling and none of the main pool's hooks. Its sessions
+// default context handling and none of the main pool's hooks but BeforeConnect
+// (unless CancelConnString names its own role). Its sessions
 // get a statement_timeout of the grace, unless Config.StatementTimeout is
 // negative (which also tells pgtx to send no startup parameter a pooler
 // would refuse).
@@ -102,6 +103,12 @@ func cancelPoolConfig(cfg *Config, mainCfg *pgxpool.Config) (*pgxpool.Config, er
 		cc.RuntimeParams["application_name"] = app + " (pgtx cancel)"
 	}
 	cp.ConnConfig = cc
+	if cfg.CancelConnString == "" {
+		// The caller's credentials may come from its hook (an IAM token, a
+		// password fetched per connection): the cancel pool logs in as the
+		// main pool does.
+		cp.BeforeConnect = cfg.BeforeConnect
+	}
 	cp.MaxConns = cancelPoolSize
 	cp.MinConns = 1 // kept warm: the first cancel does not pay a connect
 	cp.MaxConnIdleTime = mainCfg.MaxConnIdleTime

@@ -93,7 +93,9 @@ type Config struct {
 	CancelGrace time.Duration
 
 	// CancelConnString, when set, is the connection string of the cancel
-	// pool; by default it reaches the main pool's server as the same role.
+	// pool; by default it reaches the main pool's server as the same role,
+	// running the Config's BeforeConnect as the main pool does (so
+	// credentials fetched per connection work there too).
 	// Set it to use a role of its own (a member of pg_signal_backend and
 	// pg_read_all_stats: see [CancelModePool]). It must reach the same
 	// server: backends are matched by pid and backend_start.

@@ -148,6 +148,9 @@ type resolver struct {
 	timeout time.Duration   // ResolveTimeout
 	pool    *pgxpool.Pool   // the cancel pool; nil: connect directly
 	direct  *pgx.ConnConfig // the main pool's server, without pgtx's hooks
+	// beforeConnect is the caller's pgxpool BeforeConnect, run on a copy of
+	// direct before each connect, as the main pool runs it.
+	beforeConnect func(context.Context, *pgx.ConnConfig) error
 	// cannotTerminate is set when the server refuses to end a backend (the
 	// role may not), so later questions do not fail on it.
 	cannotTerminate atomic.Bool
@@ -165,7 +168,7 @@ func newResolver(cfg *Config, cancelPool *pgxpool.Pool) *resolver {
 	cc.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: pgConn.Conn()}
 	}
-	return &resolver{timeout: timeout, direct: cc}
+	return &resolver{timeout: timeout, direct: cc, beforeConnect: cfg.BeforeConnect}
 }
 
 // answer is what one question found.
@@ -249,7 +252,14 @@ func (r *resolver) conn(ctx context.Context) (*pgx.Conn, func(), error) {
 		}
 		return c.Conn(), c.Release, nil
 	}
-	c, err := pgx.ConnectConfig(ctx, r.direct)
+	cc := r.direct
+	if r.beforeConnect != nil {
+		cc = r.direct.Copy()
+		if err := r.beforeConnect(ctx, cc); err != nil {
+			return nil, nil, err
+		}
+	}
+	c, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return nil, nil, err
 	}
