@@ -172,9 +172,17 @@ func TestBulkheadKeepsFastClassThroughput(t *testing.T) {
 	if baseline.ok == 0 {
 		t.Fatal("the fast class alone completed no call")
 	}
-	if isolated.throughput < 0.9*baseline.throughput || isolated.p99 >= 50*time.Millisecond {
-		t.Errorf("with bulkheads: %.0f tx/s (alone %.0f), p99 %v; want >= 90%% of alone and < 50ms",
-			isolated.throughput, baseline.throughput, isolated.p99)
+	// The isolated fast class keeps 90% of its throughput alone; under the
+	// race detector, whose instrumentation makes the slow class's waiting
+	// goroutines cost the two cores far more, 70%. Sharing one pool it
+	// collapses either way (below).
+	keep := 0.9
+	if raceEnabled {
+		keep = 0.7
+	}
+	if isolated.throughput < keep*baseline.throughput || isolated.p99 >= 50*time.Millisecond {
+		t.Errorf("with bulkheads: %.0f tx/s (alone %.0f), p99 %v; want >= %.0f%% of alone and < 50ms",
+			isolated.throughput, baseline.throughput, isolated.p99, 100*keep)
 	}
 	if !(together.throughput < 0.5*baseline.throughput || together.p99 > 250*time.Millisecond) {
 		t.Errorf("one shared pool: %.0f tx/s (alone %.0f), p99 %v; want < 50%% of alone or p99 > 250ms",
