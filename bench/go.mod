@@ -7,7 +7,7 @@ require (
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/pgtx-go/pgtx v0.0.0
-	github.com/pgtx-go/pgtx/internal/pgtest v0.0.0
+	github.com/pgtx-go/pgtx/pgtxtest v0.0.0
 )
 
 require (
@@ -72,5 +72,5 @@ require (
 
 replace (
 	github.com/pgtx-go/pgtx => ../
-	github.com/pgtx-go/pgtx/internal/pgtest => ../internal/pgtest
+	github.com/pgtx-go/pgtx/pgtxtest => ../pgtxtest
 )

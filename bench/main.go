@@ -4,7 +4,7 @@
 // crdbpgxv5.ExecuteTx — in one run on one server.
 //
 // It uses DATABASE_URL when set, otherwise it starts a throwaway PostgreSQL
-// (internal/pgtest) and removes it at the end:
+// (pgtxtest) and removes it at the end:
 //
 //	cd bench && go run .                               # every scenario, default durations
 //	cd bench && go run . -dur 1s overhead contention   # the short CI run
@@ -34,7 +34,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
 // options are the command-line settings every scenario sees.
@@ -212,7 +212,7 @@ func parseArgs(args []string, stderr io.Writer) (options, []string, error) {
 // runScenarios starts or finds the server, runs the chosen scenarios in the
 // order of the scenarios list, and writes the reports.
 func runScenarios(ctx context.Context, opts options, names []string, stdout, stderr io.Writer) error {
-	dsn, cleanup, err := pgtest.DatabaseURL(ctx)
+	dsn, cleanup, err := pgtxtest.DatabaseURL(ctx)
 	if err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
 // attemptTracer counts calls and attempts and lets a test act when an
@@ -58,7 +58,7 @@ func (a *attemptTracer) TraceAttemptEnd(_ context.Context, d pgtx.TraceAttemptEn
 // after exactly 1 + MaxAdaptiveRetries connection attempts.
 func TestOverloadAtConnect(t *testing.T) {
 	ctx := testCtx(t)
-	srv := pgtest.Dedicated(t, pgtest.Options{Settings: map[string]string{
+	srv := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{
 		"max_connections": "4", "superuser_reserved_connections": "0",
 	}})
 	dsn := srv.DSN("")

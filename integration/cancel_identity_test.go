@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/internal/cancelquery"
-	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
 // TestCancelQueryNeverSignalsAStranger: the statement pgtx's cancel pool
@@ -23,7 +23,7 @@ import (
 func TestCancelQueryNeverSignalsAStranger(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dsn := pgtest.NewDatabase(t)
+	dsn := pgtxtest.NewDatabase(t)
 	stranger, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ func waitBackendActive(t *testing.T, ctx context.Context, conn *pgx.Conn, pid ui
 func TestCancelWhileConnectingCloses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dsn := pgtest.NewDatabase(t)
+	dsn := pgtxtest.NewDatabase(t)
 	cfg, err := pgtx.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)

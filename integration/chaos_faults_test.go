@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
 // chaosAdminTimeout bounds every statement and connect of the fault injector.
@@ -31,19 +31,19 @@ type chaosFault struct {
 // connection; the others act for a short, random while.
 var chaosFaults = []chaosFault{
 	{"cut before BEGIN", 3, func(_ context.Context, in *chaosInjector) (bool, error) {
-		in.proxy.CutBeforeForward(pgtest.MatchPrefix("begin"), 1)
+		in.proxy.CutBeforeForward(pgtxtest.MatchPrefix("begin"), 1)
 		return true, nil
 	}},
 	{"cut before UPDATE", 3, func(_ context.Context, in *chaosInjector) (bool, error) {
-		in.proxy.CutBeforeForward(pgtest.MatchPrefix("update accounts"), 1)
+		in.proxy.CutBeforeForward(pgtxtest.MatchPrefix("update accounts"), 1)
 		return true, nil
 	}},
 	{"cut after UPDATE", 3, func(_ context.Context, in *chaosInjector) (bool, error) {
-		in.proxy.CutAfterForward(pgtest.MatchPrefix("update accounts"), 1)
+		in.proxy.CutAfterForward(pgtxtest.MatchPrefix("update accounts"), 1)
 		return true, nil
 	}},
 	{"cut before COMMIT", 2, func(_ context.Context, in *chaosInjector) (bool, error) {
-		in.proxy.CutBeforeForward(pgtest.IsCommit, 1)
+		in.proxy.CutBeforeForward(pgtxtest.IsCommit, 1)
 		return true, nil
 	}},
 	{"cut after COMMIT forwarded", 3, func(_ context.Context, in *chaosInjector) (bool, error) {
@@ -68,8 +68,8 @@ var chaosFaults = []chaosFault{
 // goroutine has been joined.
 type chaosInjector struct {
 	t     *testing.T
-	srv   *pgtest.Server
-	proxy *pgtest.Proxy
+	srv   *pgtxtest.Server
+	proxy *pgtxtest.Proxy
 	dsn   string // the test database, directly (not through the proxy)
 	rng   *rand.Rand
 
@@ -85,7 +85,7 @@ type chaosInjector struct {
 // newChaosInjector returns an injector for the server srv behind proxy;
 // dsn reaches the test database directly. seed fixes the order of the
 // faults and their parameters.
-func newChaosInjector(t *testing.T, srv *pgtest.Server, proxy *pgtest.Proxy, dsn string, seed uint64) *chaosInjector {
+func newChaosInjector(t *testing.T, srv *pgtxtest.Server, proxy *pgtxtest.Proxy, dsn string, seed uint64) *chaosInjector {
 	return &chaosInjector{
 		t: t, srv: srv, proxy: proxy, dsn: dsn,
 		rng:      rand.New(rand.NewPCG(seed, 0x5eed)),

@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
 var (
@@ -107,11 +107,11 @@ func runChaosBank(t *testing.T, resolve bool, seed uint64, dur time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), dur+3*time.Minute)
 	defer cancel()
 
-	srv := pgtest.Dedicated(t, pgtest.Options{Settings: map[string]string{
+	srv := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{
 		"max_connections": strconv.Itoa(chaosMaxConnections),
 	}})
-	direct := pgtest.NewDatabaseOn(t, srv)
-	proxy := pgtest.NewProxy(t, srv.Addr())
+	direct := pgtxtest.NewDatabaseOn(t, srv)
+	proxy := pgtxtest.NewProxy(t, srv.Addr())
 	through, err := proxy.DSN(direct)
 	if err != nil {
 		t.Fatal(err)

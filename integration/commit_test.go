@@ -8,15 +8,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
 // proxied returns a fresh database, a fault proxy in front of the server and
 // the proxied DSN.
-func proxied(t *testing.T) (direct string, proxy *pgtest.Proxy, through string) {
+func proxied(t *testing.T) (direct string, proxy *pgtxtest.Proxy, through string) {
 	t.Helper()
 	direct = newDB(t)
-	proxy = pgtest.NewProxy(t, pgtest.Shared(t).Addr())
+	proxy = pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
 	through, err := proxy.DSN(direct)
 	if err != nil {
 		t.Fatal(err)
@@ -85,8 +85,8 @@ func TestConnectionCutMidFnRetried(t *testing.T) {
 		name string
 		arm  func()
 	}{
-		{"cut before the statement reaches the server", func() { proxy.CutBeforeForward(pgtest.MatchPrefix("update accounts set balance = balance + 10"), 1) }},
-		{"cut after the statement reached the server", func() { proxy.CutAfterForward(pgtest.MatchPrefix("update accounts set balance = balance + 10"), 1) }},
+		{"cut before the statement reaches the server", func() { proxy.CutBeforeForward(pgtxtest.MatchPrefix("update accounts set balance = balance + 10"), 1) }},
+		{"cut after the statement reached the server", func() { proxy.CutAfterForward(pgtxtest.MatchPrefix("update accounts set balance = balance + 10"), 1) }},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,9 +7,9 @@ require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/pgtx-go/pgtx v0.0.0
 	github.com/pgtx-go/pgtx/examples v0.0.0
-	github.com/pgtx-go/pgtx/internal/pgtest v0.0.0
 	github.com/pgtx-go/pgtx/pgtxotel v0.0.0
 	github.com/pgtx-go/pgtx/pgtxprom v0.0.0
+	github.com/pgtx-go/pgtx/pgtxtest v0.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 )
@@ -82,7 +82,7 @@ require (
 replace (
 	github.com/pgtx-go/pgtx => ../
 	github.com/pgtx-go/pgtx/examples => ../examples
-	github.com/pgtx-go/pgtx/internal/pgtest => ../internal/pgtest
 	github.com/pgtx-go/pgtx/pgtxotel => ../pgtxotel
 	github.com/pgtx-go/pgtx/pgtxprom => ../pgtxprom
+	github.com/pgtx-go/pgtx/pgtxtest => ../pgtxtest
 )

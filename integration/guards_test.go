@@ -25,7 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/integration/internal/dbtx"
-	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
 // SQLSTATEs the guards expect from the server.
@@ -89,10 +89,10 @@ func guardConn(t *testing.T, dsn string) *pgx.Conn {
 
 // guardProxied returns a fresh database, a fault proxy in front of the
 // server, and the DSN that goes through the proxy.
-func guardProxied(t *testing.T) (direct string, proxy *pgtest.Proxy, through string) {
+func guardProxied(t *testing.T) (direct string, proxy *pgtxtest.Proxy, through string) {
 	t.Helper()
-	direct = pgtest.NewDatabase(t)
-	proxy = pgtest.NewProxy(t, pgtest.Shared(t).Addr())
+	direct = pgtxtest.NewDatabase(t)
+	proxy = pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
 	through, err := proxy.DSN(direct)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +206,7 @@ func TestGuardAfterCommitOnceAfterRetries(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := guardCtx(t)
-			dsn := pgtest.NewDatabase(t)
+			dsn := pgtxtest.NewDatabase(t)
 			other := guardConn(t, dsn)
 			guardExec(t, ctx, other, guardConflictSQL...)
 			guardExec(t, ctx, other,
@@ -341,7 +341,7 @@ func TestGuardAfterCommitNotOnFailure(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := guardCtx(t)
-			dsn := pgtest.NewDatabase(t)
+			dsn := pgtxtest.NewDatabase(t)
 			other := guardConn(t, dsn)
 			guardExec(t, ctx, other, guardConflictSQL...)
 			guardExec(t, ctx, other, "create table guard_ledger (attempt int not null)")
@@ -448,7 +448,7 @@ func TestGuardAfterCommitLostCommit(t *testing.T) {
 // refused with ErrInvalidArgument and registers nothing.
 func TestGuardAfterCommitMisuse(t *testing.T) {
 	ctx := guardCtx(t)
-	pool := guardPool(t, pgtest.NewDatabase(t), nil)
+	pool := guardPool(t, pgtxtest.NewDatabase(t), nil)
 
 	if err := pgtx.AfterCommit(ctx, func(context.Context) {}); !errors.Is(err, pgtx.ErrInvalidArgument) {
 		t.Errorf("AfterCommit outside a Transaction: err = %v, want ErrInvalidArgument", err)
@@ -493,7 +493,7 @@ func TestGuardAttempt(t *testing.T) {
 	for _, failures := range []int{0, 1, 3} {
 		t.Run(fmt.Sprintf("%d conflicts", failures), func(t *testing.T) {
 			ctx := guardCtx(t)
-			dsn := pgtest.NewDatabase(t)
+			dsn := pgtxtest.NewDatabase(t)
 			admin := guardConn(t, dsn)
 			guardExec(t, ctx, admin, guardConflictSQL...)
 			pool := guardPool(t, dsn, nil)
@@ -568,7 +568,7 @@ func TestGuardNestedSamePoolRefused(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := guardCtx(t)
-			dsn := pgtest.NewDatabase(t)
+			dsn := pgtxtest.NewDatabase(t)
 			admin := guardConn(t, dsn)
 			guardExec(t, ctx, admin, "create table guard_ledger (who text not null)")
 			pool := guardPool(t, dsn, func(c *pgtx.Config) {
@@ -620,7 +620,7 @@ func TestGuardNestedSamePoolRefused(t *testing.T) {
 // inner one is still refused (the whole chain counts).
 func TestGuardNestedOtherPoolAllowed(t *testing.T) {
 	ctx := guardCtx(t)
-	dsn := pgtest.NewDatabase(t)
+	dsn := pgtxtest.NewDatabase(t)
 	admin := guardConn(t, dsn)
 	guardExec(t, ctx, admin, "create table guard_ledger (who text not null)")
 	one := func(c *pgtx.Config) { c.MaxConns = 1; c.AcquireTimeout = 2 * time.Second }
@@ -752,7 +752,7 @@ func TestGuardRetryErrorSaysWhatHappened(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := guardCtx(t)
-			dsn := pgtest.NewDatabase(t)
+			dsn := pgtxtest.NewDatabase(t)
 			admin := guardConn(t, dsn)
 			guardExec(t, ctx, admin, guardConflictSQL...)
 			pool := guardPool(t, dsn, nil)
@@ -842,7 +842,7 @@ func TestGuardDeadlineStatementTimeout(t *testing.T) {
 	ctx := guardCtx(t)
 	// One connection, so the plain query after the transaction reads the
 	// very session the transaction ran on.
-	pool := guardPool(t, pgtest.NewDatabase(t), func(c *pgtx.Config) { c.MaxConns = 1 })
+	pool := guardPool(t, pgtxtest.NewDatabase(t), func(c *pgtx.Config) { c.MaxConns = 1 })
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			callCtx := guardNoDeadline(t)
@@ -904,7 +904,7 @@ func TestGuardDeadlineStatementTimeout(t *testing.T) {
 // afterwards: the work really stopped on the server.
 func TestGuardDeadlineStopsServerWork(t *testing.T) {
 	ctx := guardCtx(t)
-	dsn := pgtest.NewDatabase(t)
+	dsn := pgtxtest.NewDatabase(t)
 	admin := guardConn(t, dsn)
 	pool := guardPool(t, dsn, nil)
 
@@ -985,7 +985,7 @@ func TestGuardUniqueViolationRetry(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(guardCtx(t))
-			dsn := pgtest.NewDatabase(t)
+			dsn := pgtxtest.NewDatabase(t)
 			admin := guardConn(t, dsn)
 			guardExec(t, ctx, admin, "create table guard_keys (k int not null, who text not null)",
 				"create unique index on guard_keys (k)")
@@ -1094,7 +1094,7 @@ func TestGuardUniqueViolationRetry(t *testing.T) {
 // to MaxRetries before its 23505 is returned.
 func TestGuardUniqueViolationTrueDuplicate(t *testing.T) {
 	ctx := guardCtx(t)
-	dsn := pgtest.NewDatabase(t)
+	dsn := pgtxtest.NewDatabase(t)
 	admin := guardConn(t, dsn)
 	guardExec(t, ctx, admin, "create table guard_keys (k int primary key)", "insert into guard_keys values (1)")
 	pool := guardPool(t, dsn, nil)
@@ -1140,7 +1140,7 @@ var (
 // rolled back with it.
 func TestGuardDBTX(t *testing.T) {
 	ctx := guardCtx(t)
-	pool := guardPool(t, pgtest.NewDatabase(t), nil)
+	pool := guardPool(t, pgtxtest.NewDatabase(t), nil)
 	guardExec(t, ctx, pool, dbtx.Schema)
 	q := dbtx.New(pool)
 
@@ -1255,7 +1255,7 @@ func TestGuardPoolMethodsCancelOnServer(t *testing.T) {
 		}},
 	}
 	ctx := guardCtx(t)
-	pool := guardPool(t, pgtest.NewDatabase(t), func(c *pgtx.Config) { c.MaxConns = 1 })
+	pool := guardPool(t, pgtxtest.NewDatabase(t), func(c *pgtx.Config) { c.MaxConns = 1 })
 	guardExec(t, ctx, pool,
 		"create table guard_sink (v int)",
 		`create function guard_slow() returns trigger language plpgsql as $$ begin perform pg_sleep(10); return new; end $$`,

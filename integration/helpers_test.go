@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
 // The documented defaults of the settings some tests count on (the root
@@ -36,7 +36,7 @@ func testCtx(t testing.TB) context.Context {
 // newDB creates a fresh database for the test and returns its DSN.
 func newDB(t testing.TB) string {
 	t.Helper()
-	return pgtest.NewDatabase(t)
+	return pgtxtest.NewDatabase(t)
 }
 
 // newPool opens a pgtx pool on dsn, with mutate applied to its Config, and

@@ -3,9 +3,9 @@ package integration
 import (
 	"testing"
 
-	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
 func TestMain(m *testing.M) {
-	pgtest.Main(m)
+	pgtxtest.Main(m)
 }

@@ -13,26 +13,26 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
 // behindBouncer creates a database for the test and a PgBouncer in front of
 // the shared server; it returns the database's DSN directly and through the
 // bouncer.
-func behindBouncer(t *testing.T, opts pgtest.BouncerOptions) (direct, through string, b *pgtest.Bouncer) {
+func behindBouncer(t *testing.T, opts pgtxtest.BouncerOptions) (direct, through string, b *pgtxtest.Bouncer) {
 	t.Helper()
 	direct = newDB(t)
 	u, err := url.Parse(direct)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b = pgtest.StartBouncer(t, pgtest.Shared(t), opts)
+	b = pgtxtest.StartBouncer(t, pgtxtest.Shared(t), opts)
 	logOnFailure(t, b)
 	return direct, b.DSN(strings.TrimPrefix(u.Path, "/")), b
 }
 
 // logOnFailure logs the tail of the bouncer's log when the test fails.
-func logOnFailure(t *testing.T, b *pgtest.Bouncer) {
+func logOnFailure(t *testing.T, b *pgtxtest.Bouncer) {
 	t.Helper()
 	t.Cleanup(func() {
 		if !t.Failed() {
@@ -61,17 +61,17 @@ func bouncerSettings(c *pgtx.Config) {
 // pool hold: every call succeeds and no money is made or lost.
 func TestBouncerWorkload(t *testing.T) {
 	ctx := testCtx(t)
-	for _, mode := range []pgtest.PoolMode{pgtest.PoolTransaction, pgtest.PoolSession} {
+	for _, mode := range []pgtxtest.PoolMode{pgtxtest.PoolTransaction, pgtxtest.PoolSession} {
 		t.Run(string(mode), func(t *testing.T) {
 			maxConns, serverConns := int32(8), 2
-			if mode == pgtest.PoolSession {
+			if mode == pgtxtest.PoolSession {
 				// A client holds a server for its whole session, and so does
 				// the cancel pool's connection: as the README says, both must
 				// fit in default_pool_size, or a client waits in PgBouncer for
 				// a server until the acquire that opened it times out.
 				maxConns, serverConns = 2, 3
 			}
-			direct, through, _ := behindBouncer(t, pgtest.BouncerOptions{Mode: mode, DefaultPoolSize: serverConns})
+			direct, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{Mode: mode, DefaultPoolSize: serverConns})
 			admin := directConn(t, direct)
 			mustExec(t, ctx, admin, "create table acct (id int primary key, balance bigint not null)")
 			mustExec(t, ctx, admin, "insert into acct select g, 1000 from generate_series(1, 10) g")
@@ -125,8 +125,8 @@ func TestBouncerCancelStopsStatement(t *testing.T) {
 		{"protocol", pgtx.CancelModeProtocol, false},
 		{"close", pgtx.CancelModeClose, false},
 	}
-	for _, poolMode := range []pgtest.PoolMode{pgtest.PoolTransaction, pgtest.PoolSession} {
-		direct, through, _ := behindBouncer(t, pgtest.BouncerOptions{Mode: poolMode, DefaultPoolSize: 3})
+	for _, poolMode := range []pgtxtest.PoolMode{pgtxtest.PoolTransaction, pgtxtest.PoolSession} {
+		direct, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{Mode: poolMode, DefaultPoolSize: 3})
 		admin := directConn(t, direct)
 		mustExec(t, ctx, admin, "create table hot (id int primary key, n int not null)")
 		mustExec(t, ctx, admin, "insert into hot values (1, 0)")
@@ -173,7 +173,7 @@ func TestBouncerCancelStopsStatement(t *testing.T) {
 // before.
 func TestBouncerNoBleed(t *testing.T) {
 	ctx := testCtx(t)
-	_, through, _ := behindBouncer(t, pgtest.BouncerOptions{DefaultPoolSize: 2})
+	_, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{DefaultPoolSize: 2})
 	for _, mode := range []pgtx.CancelMode{pgtx.CancelModePool, pgtx.CancelModeProtocol, pgtx.CancelModeClose} {
 		t.Run(mode.String(), func(t *testing.T) {
 			pool := newPool(t, through, func(c *pgtx.Config) { bouncerSettings(c); c.MaxConns = 1; c.CancelMode = mode })
@@ -188,7 +188,7 @@ func TestBouncerNoBleed(t *testing.T) {
 // server connection, nor the next statement of its own.
 func TestBouncerNoBleedConcurrentClients(t *testing.T) {
 	ctx := testCtx(t)
-	_, through, _ := behindBouncer(t, pgtest.BouncerOptions{DefaultPoolSize: 2})
+	_, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{DefaultPoolSize: 2})
 	for _, mode := range []pgtx.CancelMode{pgtx.CancelModePool, pgtx.CancelModeProtocol} {
 		t.Run(mode.String(), func(t *testing.T) {
 			var wg sync.WaitGroup
@@ -206,7 +206,7 @@ func TestBouncerNoBleedConcurrentClients(t *testing.T) {
 // too.
 func TestBouncerCancelPoolConnects(t *testing.T) {
 	ctx := testCtx(t)
-	_, through, _ := behindBouncer(t, pgtest.BouncerOptions{})
+	_, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{})
 	pool := newPool(t, through, bouncerSettings)
 	if err := pool.Ping(ctx); err != nil {
 		t.Fatal(err)
@@ -225,7 +225,7 @@ func TestBouncerCancelPoolConnects(t *testing.T) {
 // not depend on it: two clients sharing one server connection both connect.
 func TestBouncerDefaultExecModeConnects(t *testing.T) {
 	ctx := testCtx(t)
-	_, through, _ := behindBouncer(t, pgtest.BouncerOptions{DefaultPoolSize: 1})
+	_, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{DefaultPoolSize: 1})
 	pool := newPool(t, through, func(c *pgtx.Config) {
 		c.StatementTimeout, c.IdleInTransactionTimeout = -1, -1
 		c.MaxConns = 2
@@ -251,7 +251,7 @@ func TestBouncerDefaultExecModeConnects(t *testing.T) {
 // overrun is bounded by CancelGrace.
 func TestBouncerQueuedClientDeadline(t *testing.T) {
 	ctx := testCtx(t)
-	_, through, _ := behindBouncer(t, pgtest.BouncerOptions{DefaultPoolSize: 1, QueryWaitTimeout: 10 * time.Second})
+	_, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{DefaultPoolSize: 1, QueryWaitTimeout: 10 * time.Second})
 	const grace = 500 * time.Millisecond
 	pool := newPool(t, through, func(c *pgtx.Config) { bouncerSettings(c); c.CancelGrace = grace; c.MaxConns = 1 })
 	if err := pool.Ping(ctx); err != nil {
@@ -326,7 +326,7 @@ func TestBouncerAdmissionBackoff(t *testing.T) {
 	ctx := testCtx(t)
 	half := func() float64 { return 0.5 }
 	t.Run("max_client_conn", func(t *testing.T) {
-		_, through, _ := behindBouncer(t, pgtest.BouncerOptions{MaxClientConn: 2})
+		_, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{MaxClientConn: 2})
 		for range 2 {
 			c, err := pgx.Connect(ctx, through)
 			if err != nil {
@@ -347,7 +347,7 @@ func TestBouncerAdmissionBackoff(t *testing.T) {
 		}
 	})
 	t.Run("query_wait_timeout", func(t *testing.T) {
-		_, through, _ := behindBouncer(t, pgtest.BouncerOptions{DefaultPoolSize: 1, QueryWaitTimeout: time.Second})
+		_, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{DefaultPoolSize: 1, QueryWaitTimeout: time.Second})
 		holder, err := pgx.Connect(ctx, through)
 		if err != nil {
 			t.Fatal(err)

@@ -2,7 +2,7 @@ package integration
 
 // TestCollectorWithServer moved here from pgtxprom (collector_test.go): it
 // needs a server, which would make the pgtxprom module require the test
-// harness (internal/pgtest) and so put testcontainers in the module graph of
+// harness (pgtxtest) and so put testcontainers in the module graph of
 // every pgtxprom user.
 
 import (
@@ -14,8 +14,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/internal/pgtest"
 	"github.com/pgtx-go/pgtx/pgtxprom"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -26,7 +26,7 @@ import (
 func TestCollectorWithServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg, err := pgtx.ParseConfig(pgtest.NewDatabase(t))
+	cfg, err := pgtx.ParseConfig(pgtxtest.NewDatabase(t))
 	if err != nil {
 		t.Fatalf("ParseConfig: %v", err)
 	}

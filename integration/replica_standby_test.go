@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 	"github.com/pgtx-go/pgtx/replica"
 )
 
@@ -52,10 +52,10 @@ func waitReplicated(t *testing.T, ctx context.Context, dsn string, rows int) {
 // and reads return to the standby.
 func TestReplicaRouterStandby(t *testing.T) {
 	ctx := testCtx(t)
-	primarySrv := pgtest.Dedicated(t, pgtest.Options{})
-	standbySrv := pgtest.StartStandby(t, primarySrv)
-	dsn := pgtest.NewDatabaseOn(t, primarySrv)
-	standbyDSN, err := pgtest.DSNWithAddr(dsn, standbySrv.Addr())
+	primarySrv := pgtxtest.Dedicated(t, pgtxtest.Options{})
+	standbySrv := pgtxtest.StartStandby(t, primarySrv)
+	dsn := pgtxtest.NewDatabaseOn(t, primarySrv)
+	standbyDSN, err := pgtxtest.DSNWithAddr(dsn, standbySrv.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
 // TestServerRestartRetried: the server restarts (fast shutdown: sessions end
@@ -17,7 +17,7 @@ import (
 // commits once; the retries are classified and reported to the tracer.
 func TestServerRestartRetried(t *testing.T) {
 	ctx := testCtx(t)
-	srv := pgtest.Dedicated(t, pgtest.Options{})
+	srv := pgtxtest.Dedicated(t, pgtxtest.Options{})
 	dsn := srv.DSN("")
 	tr := &attemptTracer{}
 	pool := newPool(t, dsn, func(c *pgtx.Config) {

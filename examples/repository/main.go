@@ -41,7 +41,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/examples/repository/db"
-	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
 //go:embed db/schema.sql
@@ -165,7 +165,7 @@ func main() {
 // run sets up the server and the schema, then runs the round, the load
 // and the final checks.
 func run(ctx context.Context, workers, perWorker int) error {
-	dsn, cleanup, err := pgtest.DatabaseURL(ctx)
+	dsn, cleanup, err := pgtxtest.DatabaseURL(ctx)
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/internal/pgtest"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
 const initialBalance = 1000
@@ -48,7 +48,7 @@ func main() {
 }
 
 func run(ctx context.Context, dur time.Duration, workers, accounts int) error {
-	dsn, cleanup, err := pgtest.DatabaseURL(ctx)
+	dsn, cleanup, err := pgtxtest.DatabaseURL(ctx)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,201 @@
+package pgtxtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// exists reports whether a database (or, with schema, a schema) exists.
+func exists(t *testing.T, admin *pgx.Conn, catalog, name string) bool {
+	t.Helper()
+	q := "SELECT count(*)::text FROM pg_database WHERE datname = $1"
+	if catalog == "schema" {
+		q = "SELECT count(*)::text FROM pg_namespace WHERE nspname = $1"
+	}
+	return queryString(t, admin, q, name) == "1"
+}
+
+func TestDatabaseIsolatedAndDropped(t *testing.T) {
+	t.Parallel()
+	s := Shared(t)
+	admin := connect(t, s.DSN(""))
+	var names [2]string
+	var leftOpen *pgx.Conn
+
+	t.Run("two databases", func(t *testing.T) {
+		dsnA, dsnB := NewDatabase(t), NewDatabase(t)
+		if dsnA == dsnB {
+			t.Fatalf("NewDatabase returned %q twice", dsnA)
+		}
+		a, b := connect(t, dsnA), connect(t, dsnB)
+		names[0] = queryString(t, a, "SELECT current_database()::text")
+		names[1] = queryString(t, b, "SELECT current_database()::text")
+		if names[0] == names[1] {
+			t.Fatalf("both DSNs reach database %q", names[0])
+		}
+		if got := queryString(t, a, "SELECT count(*)::text FROM pg_class WHERE relnamespace = 'public'::regnamespace"); got != "0" {
+			t.Errorf("a new database has %s relations in public", got)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := a.Exec(ctx, "CREATE TABLE only_in_a (id int)"); err != nil {
+			t.Fatal(err)
+		}
+		if got := queryString(t, b, "SELECT coalesce(to_regclass('only_in_a')::text, 'none')"); got != "none" {
+			t.Errorf("a table made in one test database is visible in another: %s", got)
+		}
+		for _, name := range names {
+			if !exists(t, admin, "database", name) {
+				t.Errorf("database %s is not in pg_database", name)
+			}
+		}
+		// A connection still open when the test ends must not stop the drop.
+		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var err error
+		if leftOpen, err = pgx.Connect(ctx, dsnA); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if leftOpen != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = leftOpen.Close(ctx)
+	}
+
+	for _, name := range names {
+		if name != "" && exists(t, admin, "database", name) {
+			t.Errorf("database %s still exists after its test's cleanup", name)
+		}
+	}
+}
+
+func TestDatabaseNames(t *testing.T) {
+	t.Parallel()
+	valid := regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+	seen := map[string]bool{}
+	for _, testName := range []string{
+		"TestX", "TestX/sub_case#01", "Tést/ünï côdé", strings.Repeat("VeryLong", 40), "", "////", "Test/'; DROP DATABASE x; --",
+	} {
+		for range 50 {
+			name := databaseName(testName)
+			if !valid.MatchString(name) || len(name) > 63 {
+				t.Errorf("databaseName(%q) = %q: not a plain identifier of at most 63 bytes", testName, name)
+			}
+			if seen[name] {
+				t.Errorf("databaseName(%q) = %q twice", testName, name)
+			}
+			seen[name] = true
+		}
+	}
+}
+
+// A role that may not CREATE DATABASE gets a schema of its own instead.
+func TestDatabaseSchemaFallback(t *testing.T) {
+	t.Parallel()
+	s := Shared(t)
+	admin := connect(t, s.DSN(""))
+	if queryString(t, admin, "SELECT rolsuper::text FROM pg_roles WHERE rolname = current_user") != "true" {
+		t.Skip("the shared server's role is not a superuser and cannot make the role this test needs")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	random := make([]byte, 8)
+	_, _ = rand.Read(random)
+	role, password := "pgtx_limited_"+hex.EncodeToString(random[:4]), hex.EncodeToString(random)
+	roleIdent := pgx.Identifier{role}.Sanitize()
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+roleIdent+" LOGIN NOCREATEDB NOSUPERUSER PASSWORD '"+password+"'"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // runs last, after the database below is dropped
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := admin.Exec(ctx, "DROP ROLE IF EXISTS "+roleIdent); err != nil {
+			t.Error(err)
+		}
+	})
+	home := NewDatabase(t)
+	homeName := queryString(t, connect(t, home), "SELECT current_database()::text")
+	if _, err := admin.Exec(ctx, "GRANT CREATE ON DATABASE "+pgx.Identifier{homeName}.Sanitize()+" TO "+roleIdent); err != nil {
+		t.Fatal(err)
+	}
+
+	// The limited role's server, as if it came from PGTX_TEST_DATABASE_URL.
+	u, err := envURL(s.DSN(homeName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(role, password)
+	limited, err := openEnv(ctx, "TEST_URL", u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = limited.Stop() })
+	if limited.Kind() != KindEnv {
+		t.Errorf("Kind() = %q", limited.Kind())
+	}
+
+	var schema string
+	t.Run("schema instead of database", func(t *testing.T) {
+		dsn := NewDatabaseOn(t, limited)
+		cfg, err := pgconn.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(cfg.RuntimeParams["options"], "-csearch_path=") {
+			t.Errorf("DSN %q sets no search_path", redact(dsn))
+		}
+		conn := connect(t, dsn)
+		schema = queryString(t, conn, "SELECT current_schema()::text")
+		if !strings.HasPrefix(schema, "pgtx_") {
+			t.Errorf("current_schema() = %q, want the test's own schema", schema)
+		}
+		if got := queryString(t, conn, "SELECT current_database()::text"); got != homeName {
+			t.Errorf("current_database() = %q, want %q", got, homeName)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(ctx, "CREATE TABLE t (id int)"); err != nil {
+			t.Fatal(err)
+		}
+		if got := queryString(t, conn, "SELECT schemaname::text FROM pg_tables WHERE tablename = 't'"); got != schema {
+			t.Errorf("table t landed in schema %q, want %q", got, schema)
+		}
+	})
+	inHome := connect(t, home)
+	if schema != "" && exists(t, inHome, "schema", schema) {
+		t.Errorf("schema %s still exists after its test's cleanup", schema)
+	}
+}
+
+func TestDatabaseOnZeroServerFails(t *testing.T) {
+	t.Parallel()
+	for _, s := range []*Server{nil, {}} {
+		if tb := runFakeTB(func(tb testing.TB) { NewDatabaseOn(tb, s) }); !tb.failed {
+			t.Errorf("NewDatabaseOn(%v) did not fail the test", s)
+		}
+	}
+}
+
+func TestDatabaseOnStoppedServer(t *testing.T) {
+	t.Parallel()
+	s := Dedicated(t, Options{})
+	t.Run("server stopped before cleanup", func(t *testing.T) {
+		dsn := NewDatabaseOn(t, s)
+		connect(t, dsn)
+		if err := s.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		// The cleanup must not fail for want of a server.
+	})
+}

@@ -1,0 +1,400 @@
+package pgtxtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Bounds of the local cluster's steps.
+const (
+	readyTimeout    = 30 * time.Second // from starting postgres to accepting connections
+	initdbTimeout   = 2 * time.Minute  // initdb of the template
+	lockTimeout     = 3 * time.Minute  // waiting for another test binary building the template
+	copyTimeout     = time.Minute      // cp -a of the template
+	toolTimeout     = 10 * time.Second // pg_config, postgres --version
+	killGrace       = 10 * time.Second // after SIGKILL, for the process to be reaped
+	startAttempts   = 3                // ports taken by someone else are retried on a new port
+	templateFormat  = "v1"             // bump when the initdb flags change
+	superuser       = "postgres"
+	defaultMaxConns = "200"
+)
+
+// localCluster is a PostgreSQL cluster run from the local binaries in a directory of
+// its own: root/data (a copy of the template), root/sock and root/server.log.
+type localCluster struct {
+	bindir   string
+	root     string
+	port     int
+	settings map[string]string
+	cred     *syscall.Credential // nil when not root
+
+	proc *serverProcess // nil while down
+}
+
+func (c *localCluster) dataDir() string { return filepath.Join(c.root, "data") }
+func (c *localCluster) sockDir() string { return filepath.Join(c.root, "sock") }
+func (c *localCluster) logPath() string { return filepath.Join(c.root, "server.log") }
+
+func (c *localCluster) dsn() *url.URL {
+	return &url.URL{
+		Scheme:   "postgres",
+		User:     url.User(superuser),
+		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(c.port)),
+		Path:     "/postgres",
+		RawQuery: "sslmode=disable",
+	}
+}
+
+// startLocal makes a new cluster from the binaries in bindir and starts it. settings
+// are extra server settings, applied after (and so overriding) the harness's own.
+func startLocal(ctx context.Context, bindir string, settings map[string]string) (*Server, error) {
+	if err := validateSettings(settings); err != nil {
+		return nil, err
+	}
+	cred, err := serverCredential()
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := ensureTemplate(ctx, bindir, cred)
+	if err != nil {
+		return nil, err
+	}
+	root, err := newClusterRoot()
+	if err != nil {
+		return nil, err
+	}
+	c := &localCluster{bindir: bindir, root: root, settings: settings, cred: cred}
+	if err := c.prepare(ctx, tmpl); err != nil {
+		return nil, errors.Join(err, os.RemoveAll(root))
+	}
+	if err := c.startOnFreePort(ctx); err != nil {
+		return nil, errors.Join(err, os.RemoveAll(root))
+	}
+	s := newServer(KindLocal, c.dsn())
+	s.local = c
+	return s, nil
+}
+
+// newClusterRoot makes the directory of a new cluster in the base directory, under a
+// name that sweepStaleClusters recognizes once this binary is gone.
+func newClusterRoot() (string, error) {
+	base := clusterBaseDir()
+	sweepStaleClusters(base)
+	root, err := os.MkdirTemp(base, fmt.Sprintf("pgtx-pgtest-cluster-%d-", os.Getpid()))
+	if err != nil {
+		return "", fmt.Errorf("pgtxtest: make cluster directory: %w", err)
+	}
+	return root, nil
+}
+
+// startOnFreePort starts the server on a free port, trying another one when someone
+// else takes the port between choosing and listening.
+func (c *localCluster) startOnFreePort(ctx context.Context) error {
+	var err error
+	for range startAttempts {
+		if c.port, err = freePort(); err != nil {
+			return err
+		}
+		if err = c.start(ctx); !errors.Is(err, errPortTaken) {
+			return err
+		}
+	}
+	return err
+}
+
+// prepare copies the template into the cluster directory and hands it to the server's
+// user.
+func (c *localCluster) prepare(ctx context.Context, tmpl string) error {
+	if err := c.makeDirs(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, copyTimeout)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "cp", "-a", tmpl, c.dataDir()).CombinedOutput(); err != nil {
+		return fmt.Errorf("pgtxtest: copy template %s: %w: %s", tmpl, err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// makeDirs makes the socket directory and hands it and the cluster directory to the
+// server's user, who must be able to create the data directory and the log there.
+func (c *localCluster) makeDirs() error {
+	if err := os.Mkdir(c.sockDir(), 0o700); err != nil {
+		return fmt.Errorf("pgtxtest: make socket directory: %w", err)
+	}
+	if c.cred != nil {
+		for _, dir := range []string{c.root, c.sockDir()} {
+			if err := os.Chown(dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
+				return fmt.Errorf("pgtxtest: hand %s to the postgres user: %w", dir, err)
+			}
+		}
+	}
+	return nil
+}
+
+var errPortTaken = errors.New("port already in use")
+
+// start runs the postmaster on c.port and waits until it accepts connections.
+func (c *localCluster) start(ctx context.Context) error {
+	logFile, err := os.OpenFile(c.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("pgtxtest: open server log: %w", err)
+	}
+	defer logFile.Close() // the child has its own copy of the descriptor
+	var logStart int64
+	if st, err := logFile.Stat(); err == nil {
+		logStart = st.Size()
+	}
+
+	args := []string{
+		"-D", c.dataDir(),
+		"-p", strconv.Itoa(c.port),
+		"-k", c.sockDir(),
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "fsync=off",
+		"-c", "synchronous_commit=off",
+		"-c", "full_page_writes=off",
+		"-c", "max_connections=" + defaultMaxConns,
+		// Segments live in the data directory, so a killed server leaves nothing in /dev/shm.
+		"-c", "dynamic_shared_memory_type=mmap",
+	}
+	args = append(args, settingArgs(c.settings)...)
+	cmd := exec.Command(filepath.Join(c.bindir, "postgres"), args...)
+	cmd.Dir = c.root
+	cmd.Env = serverEnv()
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = serverSysProcAttr(c.cred)
+	p, err := startProcess(cmd)
+	if err != nil {
+		return fmt.Errorf("pgtxtest: start postgres: %w", err)
+	}
+	c.proc = p
+
+	if err := waitReady(ctx, c.dsn().String(), c.dataDir(), p, readyTimeout); err != nil {
+		stopErr := c.stopProcess(syscall.SIGQUIT)
+		logTail := tail(c.logPath(), logStart, 4096)
+		if strings.Contains(logTail, "Address already in use") {
+			err = errPortTaken
+		}
+		return errors.Join(fmt.Errorf("pgtxtest: postgres on port %d did not start: %w\nserver log:\n%s", c.port, err, logTail), stopErr)
+	}
+	return nil
+}
+
+// waitReady polls the server until a connection succeeds, the process exits or
+// timeout passes. The server that answers must be the one with dataDir: another
+// may have taken the port first.
+func waitReady(ctx context.Context, dsn, dataDir string, p *serverProcess, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return p.waitReady(ctx, "server", func(ctx context.Context) (bool, error) {
+		attemptCtx, attemptCancel := context.WithTimeout(ctx, time.Second)
+		conn, err := pgconn.Connect(attemptCtx, dsn)
+		attemptCancel()
+		if err != nil {
+			return true, err
+		}
+		res := conn.ExecParams(ctx, "SELECT current_setting('data_directory')", nil, nil, nil, nil).Read()
+		err = errors.Join(res.Err, conn.Close(ctx))
+		switch {
+		case err != nil:
+			return false, fmt.Errorf("first query: %w", err)
+		case len(res.Rows) != 1 || len(res.Rows[0]) != 1:
+			return false, fmt.Errorf("first query: %d rows", len(res.Rows))
+		case filepath.Clean(string(res.Rows[0][0])) != filepath.Clean(dataDir):
+			return false, fmt.Errorf("%w: a server with data directory %s answers", errPortTaken, res.Rows[0][0])
+		}
+		return false, nil
+	})
+}
+
+// stopProcess signals the postmaster (SIGINT: fast shutdown, SIGQUIT: immediate) and
+// waits until it has exited, sending SIGKILL if it does not within stopTimeout.
+func (c *localCluster) stopProcess(sig syscall.Signal) error {
+	p := c.proc
+	if p == nil {
+		return nil
+	}
+	c.proc = nil
+	return p.stop("postgres", sig, stopTimeout)
+}
+
+// restart stops the server, waits downtime and starts it on the same port.
+func (c *localCluster) restart(ctx context.Context, downtime time.Duration) error {
+	if err := c.stopProcess(syscall.SIGINT); err != nil {
+		return err
+	}
+	timer := time.NewTimer(downtime)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("during downtime: %w", ctx.Err())
+	case <-timer.C:
+	}
+	return c.start(ctx)
+}
+
+// crash stops the server with an immediate shutdown, waiting at most until ctx ends.
+func (c *localCluster) crash(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p := c.proc
+	c.proc = nil
+	timeout := stopTimeout
+	if deadline, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(deadline))
+	}
+	return p.stop("postgres", syscall.SIGQUIT, max(timeout, 0))
+}
+
+// destroy stops the server and removes its directory.
+func (c *localCluster) destroy(context.Context) error {
+	return errors.Join(c.stopProcess(syscall.SIGINT), os.RemoveAll(c.root))
+}
+
+var settingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]*$`)
+
+func validateSettings(settings map[string]string) error {
+	for name, value := range settings {
+		if !settingName.MatchString(name) {
+			return fmt.Errorf("pgtxtest: invalid server setting name %q", name)
+		}
+		if strings.ContainsRune(value, 0) {
+			return fmt.Errorf("pgtxtest: server setting %s: value contains a NUL byte", name)
+		}
+	}
+	return nil
+}
+
+// settingArgs turns settings into -c arguments, in a stable order.
+func settingArgs(settings map[string]string) []string {
+	names := make([]string, 0, len(settings))
+	for name := range settings {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	args := make([]string, 0, 2*len(names))
+	for _, name := range names {
+		args = append(args, "-c", name+"="+settings[name])
+	}
+	return args
+}
+
+// serverEnv is the environment of initdb and postgres: ours without libpq's PG*
+// variables, in the C locale.
+func serverEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "PG") || strings.HasPrefix(kv, "LC_") || strings.HasPrefix(kv, "LANG=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "LC_ALL=C")
+}
+
+// serverCredential returns the credential to run the server with: the postgres
+// system user when running as root (Postgres refuses to run as root), else nil.
+func serverCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("pgtxtest: running as root, the server needs the \"postgres\" system user: %w", err)
+	}
+	uid, errU := strconv.ParseUint(u.Uid, 10, 32)
+	gid, errG := strconv.ParseUint(u.Gid, 10, 32)
+	if errU != nil || errG != nil {
+		return nil, fmt.Errorf("pgtxtest: user postgres has a non-numeric uid %q or gid %q", u.Uid, u.Gid)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pgtxtest: find a free port: %w", err)
+	}
+	defer l.Close()
+	addr, ok := l.Addr().(*net.TCPAddr)
+	if !ok {
+		return 0, fmt.Errorf("pgtxtest: find a free port: unexpected address %v", l.Addr())
+	}
+	return addr.Port, nil
+}
+
+// tail returns up to the last n bytes of a file written after offset start, for
+// error messages.
+func tail(path string, start, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil {
+		start = max(start, st.Size()-n, 0)
+	}
+	if _, err := f.Seek(start, io.SeekStart); err != nil {
+		return fmt.Sprintf("(log unreadable: %v)", err)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, n))
+	if err != nil {
+		return fmt.Sprintf("(log unreadable: %v)", err)
+	}
+	return string(b)
+}
+
+// clusterBaseDir is where cluster directories go: PGTX_TEST_CLUSTER_DIR if set, else
+// a memory-backed directory if there is one with room, else os.TempDir().
+func clusterBaseDir() string {
+	if dir := os.Getenv("PGTX_TEST_CLUSTER_DIR"); dir != "" {
+		return dir
+	}
+	if dir, ok := fastDir(); ok {
+		return dir
+	}
+	return os.TempDir()
+}
+
+// sweepStaleClusters removes the cluster directories in base of test binaries that
+// died without cleaning up (their servers died with them, see serverSysProcAttr).
+func sweepStaleClusters(base string) {
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), "pgtx-pgtest-cluster-")
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			_ = os.RemoveAll(filepath.Join(base, e.Name()))
+		}
+	}
+}

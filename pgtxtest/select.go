@@ -1,0 +1,242 @@
+package pgtxtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// envVars are the variables that name a server, in order of precedence.
+var envVars = []string{"PGTX_TEST_DATABASE_URL", "DATABASE_URL"}
+
+// Options for a dedicated server (local kind only).
+type Options struct {
+	// Settings are extra server settings, passed as -c name=value and applied after the
+	// harness's own, e.g. {"max_connections": "8"}. Names must be plain setting names.
+	Settings map[string]string
+}
+
+// probe is what the harness asks of the machine to choose a server. Its fields are
+// seams for tests.
+type probe struct {
+	getenv      func(string) string
+	dockerPing  func(context.Context) error
+	pingTimeout time.Duration
+	findBindir  func() (string, error)
+}
+
+var systemProbe = probe{
+	getenv:      os.Getenv,
+	dockerPing:  dockerPing,
+	pingTimeout: dockerPingTimeout,
+	findBindir:  systemBinFinder.find,
+}
+
+// plan is the choice of a server, made before starting it.
+type plan struct {
+	kind   string   // KindEnv, KindDocker, KindLocal, or "" when no server can be had
+	envVar string   // KindEnv: the variable that names the server
+	dsn    string   // KindEnv: its value
+	bindir string   // KindLocal: where the server binaries are
+	notes  []string // why each option before the chosen one was passed over
+}
+
+// choose picks the server: an env DSN, else Docker if its daemon answers a ping
+// within p.pingTimeout, else local binaries, else none. It asks only as much as it
+// needs: with an env DSN, Docker is not pinged.
+func choose(ctx context.Context, p probe) plan {
+	for _, name := range envVars {
+		if dsn := strings.TrimSpace(p.getenv(name)); dsn != "" {
+			return plan{kind: KindEnv, envVar: name, dsn: dsn}
+		}
+	}
+	notes := []string{strings.Join(envVars, " and ") + " are not set"}
+
+	pingCtx, cancel := context.WithTimeout(ctx, p.pingTimeout)
+	err := p.dockerPing(pingCtx)
+	cancel()
+	if err == nil {
+		return plan{kind: KindDocker, notes: notes}
+	}
+	notes = append(notes, "no Docker daemon answered ("+err.Error()+")")
+
+	bindir, err := p.findBindir()
+	if err == nil {
+		return plan{kind: KindLocal, bindir: bindir, notes: notes}
+	}
+	return plan{notes: append(notes, err.Error())}
+}
+
+// isCI reports whether the tests run in CI, where a missing server is a failure.
+func isCI(getenv func(string) string) bool {
+	ci, _ := strconv.ParseBool(getenv("CI"))
+	return ci
+}
+
+// missingServer tells what a test does when no server can be had: under CI=true it
+// fails, elsewhere it is skipped; msg says how to get a server.
+func missingServer(getenv func(string) string, p plan) (fail bool, msg string) {
+	msg = "pgtxtest: no PostgreSQL server for this test (" + strings.Join(p.notes, "; ") + "). " +
+		"To run it, set PGTX_TEST_DATABASE_URL to the postgres:// URL of a server whose role may CREATE DATABASE, " +
+		"start a Docker daemon, or install the PostgreSQL server package (initdb and postgres, e.g. apt-get install postgresql)."
+	if isCI(getenv) {
+		return true, msg + " CI=true: a missing server is a failure, not a skip."
+	}
+	return false, msg
+}
+
+// dedicatedVerdict tells whether Dedicated can start a local cluster, given the
+// shared server's kind and whether local binaries exist; if not, whether the test
+// fails or is skipped, and why.
+func dedicatedVerdict(getenv func(string) string, p plan, haveLocal bool) (run, fail bool, msg string) {
+	ci := isCI(getenv)
+	switch {
+	case haveLocal && (p.kind == KindLocal || p.kind == "" || ci):
+		return true, false, ""
+	case p.kind == "":
+		fail, msg = missingServer(getenv, p)
+		return false, fail, msg
+	case haveLocal:
+		return false, false, fmt.Sprintf("pgtxtest: this test needs a dedicated local server, and the shared server is %s "+
+			"(%s); dedicated local servers run only when the shared one is local or CI=true", p.kind, p.describe())
+	default:
+		return false, false, fmt.Sprintf("pgtxtest: this test needs a dedicated local server (it changes server settings or "+
+			"restarts the server), which the %s server (%s) cannot be; install the PostgreSQL server package "+
+			"(initdb and postgres) to run it", p.kind, p.describe())
+	}
+}
+
+func (p plan) describe() string {
+	switch p.kind {
+	case KindEnv:
+		return "from " + p.envVar
+	case KindDocker:
+		return "a Docker container"
+	case KindLocal:
+		return "local binaries in " + p.bindir
+	}
+	return "none"
+}
+
+var (
+	selection struct {
+		once sync.Once
+		plan plan
+	}
+	shared struct {
+		once sync.Once
+		srv  *Server
+		err  error
+	}
+	localBins struct {
+		once   sync.Once
+		bindir string
+		err    error
+	}
+)
+
+// selected returns the plan for this test binary, choosing it on first use.
+func selected() plan {
+	selection.once.Do(func() { selection.plan = choose(context.Background(), systemProbe) })
+	return selection.plan
+}
+
+func localBindir() (string, error) {
+	localBins.once.Do(func() { localBins.bindir, localBins.err = systemBinFinder.find() })
+	return localBins.bindir, localBins.err
+}
+
+// Shared returns the server for this test binary, starting it on first use. Without
+// any server the test is skipped, or fails when CI=true; if the chosen server cannot
+// be started or reached, every test that asks for it fails. Main stops it.
+func Shared(tb testing.TB) *Server {
+	tb.Helper()
+	p := selected()
+	shared.once.Do(func() {
+		start := time.Now()
+		shared.srv, shared.err = startPlanned(context.Background(), p)
+		if shared.srv != nil {
+			tb.Logf("pgtxtest: shared %s server at %s (%s), ready in %v",
+				shared.srv.Kind(), shared.srv.Addr(), p.describe(), time.Since(start).Round(time.Millisecond))
+		}
+	})
+	if shared.err != nil {
+		tb.Fatalf("pgtxtest: shared server (%s): %v", p.describe(), shared.err)
+	}
+	if shared.srv == nil {
+		noServer(tb, os.Getenv, p)
+	}
+	return shared.srv
+}
+
+// noServer skips or fails tb, as missingServer says.
+func noServer(tb testing.TB, getenv func(string) string, p plan) {
+	tb.Helper()
+	if fail, msg := missingServer(getenv, p); fail {
+		tb.Fatal(msg)
+	} else {
+		tb.Skip(msg)
+	}
+}
+
+// Dedicated starts a server of its own for a test that must change server settings
+// or restart it, and stops it in tb.Cleanup. It runs local binaries only: when the
+// shared server comes from an env DSN or Docker, the test is skipped with the reason,
+// unless CI=true and local binaries exist. Without any server it behaves as Shared.
+// Invalid settings fail the test.
+func Dedicated(tb testing.TB, opts Options) *Server {
+	tb.Helper()
+	bindir, err := localBindir()
+	run, fail, msg := dedicatedVerdict(os.Getenv, selected(), err == nil)
+	switch {
+	case fail:
+		tb.Fatal(msg)
+	case !run:
+		tb.Skip(msg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout+copyTimeout+startAttempts*readyTimeout)
+	defer cancel()
+	s, err := startLocal(ctx, bindir, opts.Settings)
+	if err != nil {
+		tb.Fatalf("pgtxtest: dedicated server: %v", err)
+	}
+	tb.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			tb.Errorf("%v", err)
+		}
+	})
+	return s
+}
+
+// startPlanned starts the planned server; it returns (nil, nil) when the plan has
+// none. When Docker answered but its container cannot start, local binaries are
+// tried before giving up.
+func startPlanned(ctx context.Context, p plan) (*Server, error) {
+	switch p.kind {
+	case KindEnv:
+		return openEnv(ctx, p.envVar, p.dsn)
+	case KindDocker:
+		s, err := startDocker(ctx)
+		if err == nil {
+			return s, nil
+		}
+		bindir, lerr := localBindir()
+		if lerr != nil {
+			return nil, err
+		}
+		s, lerr = startLocal(ctx, bindir, nil)
+		if lerr != nil {
+			return nil, errors.Join(err, lerr)
+		}
+		return s, nil
+	case KindLocal:
+		return startLocal(ctx, p.bindir, nil)
+	}
+	return nil, nil
+}
