@@ -131,7 +131,10 @@ func testRole(t *testing.T, ctx context.Context, admin *pgx.Conn, dsn, prefix, g
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	name := prefix + "_" + hex.EncodeToString(b)
-	mustExec(t, ctx, admin, "create role "+name+" login "+grants)
+	// A password, for servers that ask for one (a Docker or env server); a
+	// local one trusts every role.
+	password := "pw_" + hex.EncodeToString(b)
+	mustExec(t, ctx, admin, "create role "+name+" login password '"+password+"' "+grants)
 	t.Cleanup(func() {
 		c, err := pgx.Connect(context.Background(), dsn)
 		if err != nil {
@@ -145,7 +148,7 @@ func testRole(t *testing.T, ctx context.Context, admin *pgx.Conn, dsn, prefix, g
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.User = url.User(name)
+	u.User = url.UserPassword(name, password)
 	return name, u.String()
 }
 

@@ -22,27 +22,50 @@ const dbTimeout = 30 * time.Second
 
 var dbSeq atomic.Uint64
 
-// NewDatabase creates a fresh, empty database on the shared server for one test and
-// returns its DSN. It is dropped in tb.Cleanup (DROP DATABASE ... WITH (FORCE), so
-// connections left open do not stop it). When the server is an env DSN whose role
-// cannot CREATE DATABASE, NewDatabase creates a fresh schema instead, returns a DSN
-// whose search_path is that schema, and drops the schema in cleanup.
-func NewDatabase(tb testing.TB) string {
+// NewDatabase creates a fresh database for one test and returns its DSN, a
+// postgres:// URL. The database is dropped in tb.Cleanup (DROP DATABASE ... WITH
+// (FORCE), so connections left open do not stop it).
+//
+// Without options the database is empty (a copy of template0) and lives on the
+// [Shared] server. [WithServer] picks another server, and [WithMigrations],
+// [WithMigrationsDir] and [WithMigrate] give it a schema: the migrations run once
+// per server into a template database, and every test's database is a copy of the
+// template, which takes milliseconds (see [WithMigrations]). NewDatabase is safe to
+// call from parallel tests and from test binaries that share a server.
+//
+// When the server's role may not CREATE DATABASE (a server named by the
+// environment), NewDatabase creates a schema of its own instead, in the DSN's
+// database, returns a DSN whose search_path is that schema, runs the migrations,
+// if any, in that schema (every time: there is no template), and drops the schema
+// with everything in it in cleanup. See [WithMigrations] for what migrations can do
+// there.
+//
+// A migration that fails, or an option meant for [NewPool] only, fails the test;
+// without a server the test is skipped, or fails, as with [Shared].
+func NewDatabase(tb testing.TB, opts ...Option) string {
 	tb.Helper()
-	return NewDatabaseOn(tb, Shared(tb))
+	o := collectOptions(tb, "NewDatabase", opts, false)
+	return newDatabase(tb, o)
 }
 
-// NewDatabaseOn is NewDatabase on the given server. If the server is stopped by the
-// time the test ends, there is nothing to drop.
-func NewDatabaseOn(tb testing.TB, s *Server) string {
+// NewDatabaseOn is [NewDatabase] on the given server, such as one from
+// [Dedicated] or [StartStandby]'s primary; it is NewDatabase with [WithServer](s)
+// given last. If the server is stopped by the time the test ends, there is nothing
+// to drop.
+func NewDatabaseOn(tb testing.TB, s *Server, opts ...Option) string {
 	tb.Helper()
-	if s == nil || s.base == nil {
-		tb.Fatal("pgtxtest: NewDatabaseOn needs a server from Shared or Dedicated")
-		return ""
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+	opts = append(opts[:len(opts):len(opts)], WithServer(s))
+	o := collectOptions(tb, "NewDatabaseOn", opts, false)
+	return newDatabase(tb, o)
+}
+
+// newDatabase makes the database the options describe and registers its drop.
+func newDatabase(tb testing.TB, o *options) string {
+	tb.Helper()
+	s := o.serverFor(tb)
+	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout+o.migrateTimeout())
 	defer cancel()
-	dsn, drop, err := createDatabase(ctx, s, databaseName(tb.Name()))
+	dsn, drop, err := createDatabase(ctx, s, databaseName(tb.Name()), o.steps)
 	if err != nil {
 		tb.Fatalf("pgtxtest: %v", err)
 	}
@@ -88,20 +111,25 @@ func databaseName(testName string) string {
 		strings.Trim(b.String(), "_"), strconv.FormatUint(dbSeq.Add(1), 36), hex.EncodeToString(random))
 }
 
-// createDatabase creates the database (or, without the privilege, the schema) and
-// returns its DSN and the function that drops it.
-func createDatabase(ctx context.Context, s *Server, name string) (string, func(context.Context) error, error) {
+// createDatabase creates the database (or, without the privilege, the schema), with
+// the migrations steps applied, and returns its DSN and the function that drops it.
+// Without steps the database is a copy of template0; with steps, of the template
+// that ensureTemplate makes for them.
+func createDatabase(ctx context.Context, s *Server, name string, steps []step) (string, func(context.Context) error, error) {
 	ident := pgx.Identifier{name}.Sanitize()
-	err := withAdmin(ctx, s, func(conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, "CREATE DATABASE "+ident+" TEMPLATE template0")
-		return err
-	})
-	if err == nil {
-		return s.DSN(name), func(ctx context.Context) error { return dropDatabase(ctx, s, name) }, nil
-	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "42501" { // insufficient_privilege
-		return "", nil, fmt.Errorf("create database %s on the %s server: %w", name, s.kind, err)
+	err := errNoCreateDB
+	if !s.noCreateDB.Load() {
+		err = cloneFor(ctx, s, ident, steps)
+		if err == nil {
+			return s.DSN(name), func(ctx context.Context) error { return dropDatabase(ctx, s, name) }, nil
+		}
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "42501" { // insufficient_privilege
+			s.noCreateDB.Store(true)
+			err = fmt.Errorf("%w: %w", errNoCreateDB, err)
+		}
+		if !errors.Is(err, errNoCreateDB) {
+			return "", nil, fmt.Errorf("create database %s on the %s server: %w", name, s.kind, err)
+		}
 	}
 	if serr := withAdmin(ctx, s, func(conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, "CREATE SCHEMA "+ident)
@@ -109,31 +137,94 @@ func createDatabase(ctx context.Context, s *Server, name string) (string, func(c
 	}); serr != nil {
 		return "", nil, fmt.Errorf("create database %s: %w; create schema instead: %w", name, err, serr)
 	}
+	drop := func(ctx context.Context) error { return dropSchema(ctx, s, name) }
 	dsn, err := withSearchPath(s.DSN(""), name)
-	if err != nil {
-		return "", nil, errors.Join(err, dropSchema(ctx, s, name))
+	if err == nil && len(steps) > 0 {
+		err = migrateDSN(ctx, dsn, steps)
+		if err != nil {
+			err = fmt.Errorf("migrate schema %s: %w", name, err)
+		}
 	}
-	return dsn, func(ctx context.Context) error { return dropSchema(ctx, s, name) }, nil
+	if err != nil {
+		return "", nil, errors.Join(err, drop(ctx))
+	}
+	return dsn, drop, nil
+}
+
+// cloneFor creates the database ident as a copy of template0, or with steps, of
+// their template, which it makes first if need be. A template that this binary
+// made but someone has since dropped is made again.
+func cloneFor(ctx context.Context, s *Server, ident string, steps []step) error {
+	if len(steps) == 0 {
+		return cloneDatabase(ctx, s, ident, "template0")
+	}
+	for attempt := 0; ; attempt++ {
+		source, err := ensureDBTemplate(ctx, s, steps)
+		if err != nil {
+			return err
+		}
+		err = cloneDatabase(ctx, s, ident, pgx.Identifier{source}.Sanitize())
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "3D000" && attempt == 0 { // invalid_catalog_name
+			s.template(source).forget()
+			continue
+		}
+		return err
+	}
+}
+
+// errNoCreateDB marks a server whose role may not CREATE DATABASE.
+var errNoCreateDB = errors.New("the role may not create databases")
+
+// cloneRetryFor bounds cloneDatabase's retries of a template that is in use.
+const cloneRetryFor = 10 * time.Second
+
+// cloneDatabase runs CREATE DATABASE ident TEMPLATE source. PostgreSQL refuses to
+// copy a template that a session is connected to (55006 object_in_use, "source
+// database is being accessed by other users", after waiting 5 seconds itself); the
+// harness's own sessions are gone before a template is marked ready, so that is a
+// stray session, and the clone is tried again for a while.
+func cloneDatabase(ctx context.Context, s *Server, ident, source string) error {
+	return withAdmin(ctx, s, func(conn *pgx.Conn) error {
+		deadline := time.Now().Add(cloneRetryFor)
+		pause := 10 * time.Millisecond
+		for {
+			_, err := conn.Exec(ctx, "CREATE DATABASE "+ident+" TEMPLATE "+source)
+			pgErr, ok := errors.AsType[*pgconn.PgError](err)
+			if !ok || pgErr.Code != "55006" || time.Now().After(deadline) {
+				return err
+			}
+			t := time.NewTimer(pause)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return errors.Join(err, ctx.Err())
+			case <-t.C:
+			}
+			pause = min(2*pause, 200*time.Millisecond)
+		}
+	})
 }
 
 func dropDatabase(ctx context.Context, s *Server, name string) error {
-	ident := pgx.Identifier{name}.Sanitize()
-	err := withAdmin(ctx, s, func(conn *pgx.Conn) error {
-		_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "42601" { // syntax_error: a server before 13
-			return err
-		}
-		if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name); err != nil {
-			return err
-		}
-		_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident)
-		return err
-	})
-	if err != nil {
+	if err := withAdmin(ctx, s, func(conn *pgx.Conn) error { return dropDatabaseOn(ctx, conn, name) }); err != nil {
 		return fmt.Errorf("drop database %s: %w", name, err)
 	}
 	return nil
+}
+
+// dropDatabaseOn drops a database, ending its sessions, on an admin connection.
+func dropDatabaseOn(ctx context.Context, conn *pgx.Conn, name string) error {
+	ident := pgx.Identifier{name}.Sanitize()
+	_, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident+" WITH (FORCE)")
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "42601" { // syntax_error: a server before 13
+		return err
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name); err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+ident)
+	return err
 }
 
 func dropSchema(ctx context.Context, s *Server, name string) error {

@@ -176,6 +176,22 @@ func TestDatabaseSchemaFallback(t *testing.T) {
 	if schema != "" && exists(t, inHome, "schema", schema) {
 		t.Errorf("schema %s still exists after its test's cleanup", schema)
 	}
+
+	// With migrations, they run in the test's schema.
+	var migrated string
+	t.Run("migrations in the schema", func(t *testing.T) {
+		conn := connect(t, NewDatabaseOn(t, limited, WithMigrations(accountsMigrations)))
+		migrated = queryString(t, conn, "SELECT current_schema()::text")
+		if got := queryString(t, conn, "SELECT schemaname || '.' || tablename || ' ' || (SELECT count(*) FROM accounts) FROM pg_tables WHERE tablename = 'accounts'"); got != migrated+".accounts 1" {
+			t.Errorf("table and rows: %q, want the seeded accounts in %s", got, migrated)
+		}
+		if got := queryString(t, conn, "SELECT coalesce(to_regclass('accounts_owner')::text, 'none')"); got != "accounts_owner" {
+			t.Errorf("index: %s", got)
+		}
+	})
+	if migrated == "" || migrated == schema || exists(t, inHome, "schema", migrated) {
+		t.Errorf("migrated schema %q: want a new one, dropped after its test", migrated)
+	}
 }
 
 func TestDatabaseOnZeroServerFails(t *testing.T) {

@@ -3,6 +3,7 @@ package pgtxtest
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -63,7 +64,8 @@ var (
 // any other client message.
 //
 // Fault rules (CutAfterForward, CutBeforeForward, CutOnCommit,
-// CutOnCommitReply, StallOnCommit) are shared by all connections.
+// CutOnCommitReply, StallOnCommit, FailCommits, FailEveryCommitOnce,
+// SlowStatements) are shared by all connections.
 // Statements are matched on the text of a simple Query message, or on the
 // SQL of the Parse message that created an extended-protocol statement; see
 // CutAfterForward and CutBeforeForward for exactly when an
@@ -85,16 +87,30 @@ type Proxy struct {
 	classLatency [numConnClasses]atomic.Int64 // per ConnClass, see SetClassLatency
 	refuse       atomic.Bool
 
+	tb testing.TB // the test of a proxy from NewProxy, which a refused argument fails
+
 	mu     sync.Mutex
 	closed bool
 	conns  map[*proxyConn]struct{}
 	rules  []*rule
+
+	// Failing COMMITs (FailCommits, FailEveryCommitOnce), under mu.
+	failN       int    // COMMITs left to fail; -1: every one
+	failCode    string // FailCommits' SQLSTATE
+	everyCode   string // FailEveryCommitOnce's SQLSTATE, "" when off
+	everyCounts map[[sha256.Size]byte]int
+	failArmed   atomic.Bool // a COMMIT may fail: failN != 0 or everyCode != ""
+	everyOn     atomic.Bool // everyCode != "": connections fingerprint their transactions
+
+	slowRules []slowRule  // SlowStatements, under mu
+	slowOn    atomic.Bool // len(slowRules) > 0
 
 	accepted, refused, active      atomic.Int64
 	cutsAfter, cutsBefore, cutsAll atomic.Int64
 	cutsOnReply                    atomic.Int64
 	stalls                         atomic.Int64
 	statements                     atomic.Int64
+	injected, slowed               atomic.Int64
 }
 
 // ProxyStats is a snapshot of a Proxy's counters, as returned by Stats.
@@ -125,6 +141,11 @@ type ProxyStats struct {
 	// Statements counts simple-protocol Query messages plus
 	// extended-protocol Parse messages seen from clients.
 	Statements int64
+	// InjectedFailures counts the COMMITs that FailCommits and
+	// FailEveryCommitOnce made fail.
+	InjectedFailures int64
+	// SlowedStatements counts the statements that SlowStatements held.
+	SlowedStatements int64
 }
 
 // NewProxy starts a Proxy that listens on 127.0.0.1 on a free port and
@@ -136,6 +157,7 @@ func NewProxy(tb testing.TB, upstream string) *Proxy {
 	if err != nil {
 		tb.Fatalf("pgtxtest: start proxy: %v", err)
 	}
+	p.tb = tb
 	tb.Cleanup(func() {
 		if err := p.Close(); err != nil {
 			tb.Errorf("pgtxtest: close proxy: %v", err)
@@ -442,16 +464,20 @@ func (p *Proxy) snapshot() []*proxyConn {
 	return conns
 }
 
-// Reset disarms every fault rule (StallOnCommit included), removes any
-// latency (of every class too) and stops refusing new connections. Counters
-// and connections are left alone: stalled connections stay stalled until
-// ReleaseStalled or Close.
+// Reset disarms every fault rule (StallOnCommit included), stops failing
+// COMMITs (as StopFailing does) and slowing statements (SlowStatements),
+// removes any latency (of every class too) and stops refusing new
+// connections. Counters and connections are left alone: stalled connections
+// stay stalled until ReleaseStalled or Close.
 func (p *Proxy) Reset() {
 	p.mu.Lock()
 	for _, r := range p.rules {
 		r.dead = true
 	}
 	p.rules = nil
+	p.stopFailingLocked()
+	p.slowRules = nil
+	p.slowOn.Store(false)
 	p.mu.Unlock()
 	p.latency.Store(0)
 	for i := range p.classLatency {
@@ -472,6 +498,8 @@ func (p *Proxy) Stats() ProxyStats {
 		CutsOnCommitReply: p.cutsOnReply.Load(),
 		Stalls:            p.stalls.Load(),
 		Statements:        p.statements.Load(),
+		InjectedFailures:  p.injected.Load(),
+		SlowedStatements:  p.slowed.Load(),
 	}
 }
 
@@ -507,8 +535,9 @@ func (p *Proxy) acceptLoop() {
 			finished:    make(chan struct{}),
 			clientEnded: make(chan struct{}),
 			stmts:       make(map[string]string),
-			portals:     make(map[string]string),
+			portals:     make(map[string]portal),
 		}
+		pc.txStatus.Store('I')
 		pc.sr = &stampReader{r: c}
 		pc.br = bufio.NewReaderSize(pc.sr, 32<<10)
 		if !p.register(pc) {

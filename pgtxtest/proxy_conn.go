@@ -3,9 +3,11 @@ package pgtxtest
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net"
 	"sync"
@@ -43,6 +45,11 @@ type proxyConn struct {
 	// stall by one message.
 	stalled atomic.Bool
 
+	// txStatus is the transaction status of the server's last ReadyForQuery
+	// ('I', 'T' or 'E'), set by the relay.
+	txStatus atomic.Uint32
+	inj      injections // failed COMMITs whose answers the relay rewrites
+
 	finished    chan struct{} // closed when run has fully finished with both sockets
 	clientEnded chan struct{} // closed when a stalled connection's client side has ended
 
@@ -63,8 +70,20 @@ type proxyConn struct {
 	bw           *bufio.Writer // server writes; nil until dialled
 	relayDone    chan struct{} // nil until the relay starts
 	stmts        map[string]string
-	portals      map[string]string
+	portals      map[string]portal
 	cutAfterSync bool // an Execute matched a CutAfterForward rule
+	// fp hashes what the current transaction executed, for
+	// FailEveryCommitOnce; nil until first needed.
+	fp hash.Hash
+	// rollbackAtSync: an extended-protocol COMMIT was failed, and the
+	// ROLLBACK that ends its transaction goes after the client's Sync.
+	rollbackAtSync bool
+}
+
+// portal is what the proxy knows of a bound portal.
+type portal struct {
+	sql    string            // the SQL of its statement
+	digest [sha256.Size]byte // its SQL and bound parameters, when fingerprinting
 }
 
 // run serves the connection and cleans up after it.
@@ -333,6 +352,12 @@ func (pc *proxyConn) pump() error {
 			if (typ == 'S' || typ == 'H') && pc.cutAfterSync {
 				return pc.cutNow(cutAfter)
 			}
+			if typ == 'S' && pc.rollbackAtSync {
+				pc.rollbackAtSync = false
+				if err := pc.write(rollbackQuery); err != nil {
+					return err
+				}
+			}
 		}
 		if pc.br.Buffered() == 0 {
 			if err := pc.bw.Flush(); err != nil {
@@ -343,7 +368,8 @@ func (pc *proxyConn) pump() error {
 }
 
 // inspect decodes a statement-related message, applies the fault rules and
-// forwards it (unless cut before forwarding, or stalled).
+// forwards it (unless cut before forwarding, stalled, or replaced by a failed
+// COMMIT).
 func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
 	p := pc.p
 	after := false
@@ -357,6 +383,9 @@ func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
 		// A simple Query destroys the unnamed statement and portal.
 		delete(pc.stmts, "")
 		delete(pc.portals, "")
+		if err := pc.slow(m.String); err != nil {
+			return err
+		}
 		if pc.fire(cutBefore, m.String) {
 			return pc.cutNow(cutBefore)
 		}
@@ -367,6 +396,11 @@ func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
 			after = true
 			pc.muted.Store(true) // before the server can possibly answer
 		}
+		kind := statementKind(m.String)
+		if !after && pc.failCommit(kind, false) {
+			return nil
+		}
+		pc.track(kind, 'Q', []byte(m.String))
 	case 'P':
 		var m pgproto3.Parse
 		if err := m.Decode(body); err != nil {
@@ -383,32 +417,48 @@ func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
 	case 'B':
 		// Only the portal and statement names are needed; decoding the
 		// whole Bind would copy every parameter value.
-		portal, rest, ok := cstring(body)
-		stmt, _, ok2 := cstring(rest)
+		name, rest, ok := cstring(body)
+		stmt, params, ok2 := cstring(rest)
 		if !ok || !ok2 {
 			return fmt.Errorf("%w: bad Bind", errMalformed)
 		}
 		if sql, ok := pc.stmts[stmt]; ok {
-			pc.portals[portal] = sql
+			pt := portal{sql: sql}
+			if p.everyOn.Load() {
+				h := sha256.New()
+				h.Write([]byte(sql))
+				h.Write([]byte{0})
+				h.Write(params)
+				h.Sum(pt.digest[:0])
+			}
+			pc.portals[name] = pt
 		} else {
-			delete(pc.portals, portal)
+			delete(pc.portals, name)
 		}
 	case 'E':
 		var m pgproto3.Execute
 		if err := m.Decode(body); err != nil {
 			return fmt.Errorf("%w: %v", errMalformed, err)
 		}
-		if sql, ok := pc.portals[m.Portal]; ok {
-			if pc.fire(cutBefore, sql) {
+		if pt, ok := pc.portals[m.Portal]; ok {
+			if err := pc.slow(pt.sql); err != nil {
+				return err
+			}
+			if pc.fire(cutBefore, pt.sql) {
 				return pc.cutNow(cutBefore)
 			}
-			if pc.fire(stallCommit, sql) {
+			if pc.fire(stallCommit, pt.sql) {
 				return pc.stallNow()
 			}
-			if !pc.cutAfterSync && pc.fire(cutAfter, sql) {
+			if !pc.cutAfterSync && pc.fire(cutAfter, pt.sql) {
 				pc.cutAfterSync = true
 				pc.muted.Store(true) // before the server can possibly answer
 			}
+			kind := statementKind(pt.sql)
+			if !pc.cutAfterSync && pc.failCommit(kind, true) {
+				return nil
+			}
+			pc.track(kind, 'E', pt.digest[:])
 		}
 	case 'C':
 		var m pgproto3.Close
@@ -432,6 +482,97 @@ func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
 		return pc.cutNow(cutAfter)
 	}
 	return nil
+}
+
+// track updates the fingerprint of the current transaction with a statement
+// of the given kind, executed as typ ('Q' with its SQL, 'E' with its portal's
+// digest): BEGIN starts a new one, the end of a transaction clears it.
+func (pc *proxyConn) track(kind int, typ byte, b []byte) {
+	if !pc.p.everyOn.Load() {
+		pc.fp = nil
+		return
+	}
+	switch kind {
+	case stmtBegin, stmtCommit, stmtEnd:
+		if pc.fp != nil {
+			pc.fp.Reset()
+		}
+		return
+	}
+	if pc.fp == nil {
+		pc.fp = sha256.New()
+	}
+	var n [9]byte
+	n[0] = typ
+	binary.BigEndian.PutUint64(n[1:], uint64(len(b)))
+	pc.fp.Write(n[:])
+	pc.fp.Write(b)
+}
+
+// rollbackQuery ends the transaction of a failed COMMIT.
+var rollbackQuery = func() []byte {
+	b, _ := (&pgproto3.Query{String: "ROLLBACK"}).Encode(nil)
+	return b
+}()
+
+// failCommit fails the COMMIT being inspected, a statement of the given kind,
+// if a FailCommits or FailEveryCommitOnce rule says so, and reports whether it
+// did: it has then sent the server what makes it raise the error in place of
+// the COMMIT (which is not forwarded) and told the relay to rewrite the
+// answers. extended is set for an Execute.
+func (pc *proxyConn) failCommit(kind int, extended bool) bool {
+	p := pc.p
+	if kind != stmtCommit || !p.failArmed.Load() || pc.stalled.Load() || pc.txStatus.Load() != 'T' {
+		return false
+	}
+	var fp *[sha256.Size]byte
+	if p.everyOn.Load() {
+		var sum [sha256.Size]byte
+		if pc.fp != nil {
+			pc.fp.Sum(sum[:0])
+			pc.fp.Reset()
+		} else {
+			sum = sha256.Sum256(nil)
+		}
+		fp = &sum
+	}
+	code, ok := p.commitFailure(fp)
+	if !ok {
+		return false
+	}
+	pc.inj.push() // before the server can possibly answer
+	msg, _ := (&pgproto3.Query{String: failSQL(code)}).Encode(nil)
+	if extended {
+		pc.rollbackAtSync = true
+	} else {
+		msg = append(msg, rollbackQuery...)
+	}
+	p.injected.Add(1)
+	_ = pc.write(msg) // if the server is gone, the pump's flush finds out
+	return true
+}
+
+// slow holds the statement being inspected, whose SQL is sql, for as long as
+// the SlowStatements rules say, after flushing what was forwarded before it.
+func (pc *proxyConn) slow(sql string) error {
+	d := pc.p.slowFor(sql)
+	if d <= 0 || pc.stalled.Load() {
+		return nil
+	}
+	pc.p.slowed.Add(1)
+	if err := pc.bw.Flush(); err != nil {
+		return fmt.Errorf("%w: %v", errServerGone, err)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-pc.done:
+		return errCut
+	case <-pc.p.ctx.Done():
+		return errCut
+	}
 }
 
 // fire is Proxy.fire for a statement of this connection; a stalled

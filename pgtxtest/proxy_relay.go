@@ -36,10 +36,12 @@ func (pc *proxyConn) relay(server net.Conn) {
 }
 
 // relayMessages forwards framed server messages until the server side ends.
-// It reads whole only the small CommandComplete messages, to let a
-// CutOnCommitReply rule drop a COMMIT's answer; everything else is streamed.
-// Once the connection is muted (cut, stalled or closing) the answer would
-// not reach the client anyway, so it no longer uses up a firing of the rule.
+// It reads whole only small messages it must look at: ReadyForQuery, to know
+// the transaction status; CommandComplete, to let a CutOnCommitReply rule drop
+// a COMMIT's answer; and while a failed COMMIT's answers are being rewritten
+// (see FailCommits), ErrorResponse too. Everything else is streamed. Once the
+// connection is muted (cut, stalled or closing) the answer would not reach
+// the client anyway, so it no longer uses up a firing of the rule.
 func (pc *proxyConn) relayMessages(sbr *bufio.Reader) {
 	buf := make([]byte, 32<<10)
 	for {
@@ -54,13 +56,24 @@ func (pc *proxyConn) relayMessages(sbr *bufio.Reader) {
 			pc.relayRaw(sbr, buf) // not framing we understand: pass bytes on
 			return
 		}
-		if typ == 'C' && n <= 64 {
+		whole := (typ == 'Z' && n == 5) || (typ == 'C' && n <= 64)
+		if !whole && typ == 'E' && n <= inspectInline {
+			whole = pc.inj.pending()
+		}
+		if whole {
 			m := make([]byte, 1+n)
 			if k, err := io.ReadFull(sbr, m); err != nil {
 				pc.toClient(m[:k])
 				return
 			}
-			if tag, _, _ := cstring(m[5:]); tag == "COMMIT" && !pc.muted.Load() && pc.p.fire(cutOnReply, tag) {
+			if typ == 'Z' {
+				pc.txStatus.Store(uint32(m[5]))
+			}
+			if pc.inj.pending() {
+				pc.toClient(pc.inj.rewrite(m))
+				continue
+			}
+			if tag, _, _ := cstring(m[5:]); typ == 'C' && tag == "COMMIT" && !pc.muted.Load() && pc.p.fire(cutOnReply, tag) {
 				pc.cut(&pc.p.cutsOnReply) // the answer is dropped; the relay drains the server
 				continue
 			}

@@ -15,7 +15,7 @@ import (
 // envVars are the variables that name a server, in order of precedence.
 var envVars = []string{"PGTX_TEST_DATABASE_URL", "DATABASE_URL"}
 
-// Options for a dedicated server (local kind only).
+// Options configures a server that [Dedicated] starts (a local server).
 type Options struct {
 	// Settings are extra server settings, passed as -c name=value and applied after the
 	// harness's own, e.g. {"max_connections": "8"}. Names must be plain setting names.
@@ -45,12 +45,17 @@ type plan struct {
 	dsn    string   // KindEnv: its value
 	bindir string   // KindLocal: where the server binaries are
 	notes  []string // why each option before the chosen one was passed over
+	forced string   // PGTX_TEST_SERVER, when set: the kind asked for, its absence a failure
 }
 
 // choose picks the server: an env DSN, else Docker if its daemon answers a ping
 // within p.pingTimeout, else local binaries, else none. It asks only as much as it
-// needs: with an env DSN, Docker is not pinged.
+// needs: with an env DSN, Docker is not pinged. PGTX_TEST_SERVER names the kind to
+// use instead (chooseForced).
 func choose(ctx context.Context, p probe) plan {
+	if want := strings.TrimSpace(p.getenv(serverKindEnv)); want != "" {
+		return chooseForced(ctx, p, want)
+	}
 	for _, name := range envVars {
 		if dsn := strings.TrimSpace(p.getenv(name)); dsn != "" {
 			return plan{kind: KindEnv, envVar: name, dsn: dsn}
@@ -85,6 +90,9 @@ func missingServer(getenv func(string) string, p plan) (fail bool, msg string) {
 	msg = "pgtxtest: no PostgreSQL server for this test (" + strings.Join(p.notes, "; ") + "). " +
 		"To run it, set PGTX_TEST_DATABASE_URL to the postgres:// URL of a server whose role may CREATE DATABASE, " +
 		"start a Docker daemon, or install the PostgreSQL server package (initdb and postgres, e.g. apt-get install postgresql)."
+	if p.forced != "" {
+		return true, msg + " " + serverKindEnv + "=" + p.forced + " asks for that server: its absence is a failure, not a skip."
+	}
 	if isCI(getenv) {
 		return true, msg + " CI=true: a missing server is a failure, not a skip."
 	}
@@ -162,8 +170,15 @@ func Shared(tb testing.TB) *Server {
 		start := time.Now()
 		shared.srv, shared.err = startPlanned(context.Background(), p)
 		if shared.srv != nil {
-			tb.Logf("pgtxtest: shared %s server at %s (%s), ready in %v",
-				shared.srv.Kind(), shared.srv.Addr(), p.describe(), time.Since(start).Round(time.Millisecond))
+			how := p.describe()
+			if shared.srv.Kind() != p.kind {
+				// Docker answered but its container could not start: say so,
+				// and why, rather than call the local server a container.
+				bindir, _ := localBindir()
+				how = "local binaries in " + bindir + ", because the Docker container could not start: " + shared.srv.fellBack
+			}
+			tb.Logf("pgtxtest: shared %s server at %s (%s%s), ready in %v",
+				shared.srv.Kind(), shared.srv.Addr(), how, dockerNote(shared.srv), time.Since(start).Round(time.Millisecond))
 		}
 	})
 	if shared.err != nil {
@@ -223,8 +238,8 @@ func startPlanned(ctx context.Context, p plan) (*Server, error) {
 		return openEnv(ctx, p.envVar, p.dsn)
 	case KindDocker:
 		s, err := startDocker(ctx)
-		if err == nil {
-			return s, nil
+		if err == nil || p.forced != "" {
+			return s, err
 		}
 		bindir, lerr := localBindir()
 		if lerr != nil {
@@ -234,6 +249,7 @@ func startPlanned(ctx context.Context, p plan) (*Server, error) {
 		if lerr != nil {
 			return nil, errors.Join(err, lerr)
 		}
+		s.fellBack = err.Error()
 		return s, nil
 	case KindLocal:
 		return startLocal(ctx, p.bindir, nil)

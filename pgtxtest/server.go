@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,10 +33,16 @@ type Server struct {
 
 	local     *localCluster               // set for KindLocal
 	stopExtra func(context.Context) error // set for KindDocker
+	fellBack  string                      // why the planned Docker container was not used, if it was not
 
 	mu      sync.Mutex // serializes Stop, Restart, Crash, Start and Promote
 	stopped bool
 	stopErr error
+
+	noCreateDB atomic.Bool // the role was refused CREATE DATABASE: NewDatabase makes schemas
+
+	tmplMu    sync.Mutex
+	templates map[string]*templateState // the migrated templates this binary used, by name
 }
 
 // Kind tells where the server comes from: "env", "docker" or "local".

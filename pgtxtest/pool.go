@@ -1,0 +1,56 @@
+package pgtxtest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/pgtx-go/pgtx"
+)
+
+// NewPool returns a [pgtx.Pool] on a fresh database of its own for one test, made
+// as [NewDatabase] makes it (with the same options: [WithServer], [WithMigrations],
+// [WithMigrationsDir], [WithMigrate]), and closes it in tb.Cleanup, before the
+// database is dropped.
+//
+// The pool's configuration is [pgtx.ParseConfig] of the database's DSN, changed by
+// the [WithConfig] functions; pool.Config().ConnString() returns that DSN. [WithProxy] and [FailEveryCommitOnce] route the pool
+// through a fault-injecting [Proxy] in front of the server (which must then be
+// reached over TCP); the proxy is closed after the pool. A configuration pgtx
+// refuses fails the test.
+func NewPool(tb testing.TB, opts ...Option) *pgtx.Pool {
+	tb.Helper()
+	o := collectOptions(tb, "NewPool", opts, true)
+	s := o.serverFor(tb)
+	dsn := newDatabase(tb, o)
+	if len(o.proxyOut) > 0 || o.failEvery != "" {
+		if s.Addr() == "" {
+			tb.Fatalf("pgtxtest: NewPool: the %s server is reached over a Unix socket, and a proxy needs TCP: name a server with a host and port", s.Kind())
+		}
+		p := NewProxy(tb, s.Addr())
+		if o.failEvery != "" {
+			p.FailEveryCommitOnce(o.failEvery)
+		}
+		var err error
+		if dsn, err = p.DSN(dsn); err != nil {
+			tb.Fatalf("pgtxtest: NewPool: %v", err)
+		}
+		for _, out := range o.proxyOut {
+			*out = p
+		}
+	}
+	cfg, err := pgtx.ParseConfig(dsn)
+	if err != nil {
+		tb.Fatalf("pgtxtest: NewPool: parse the DSN: %v", err)
+	}
+	for _, fn := range o.configs {
+		fn(cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
+	defer cancel()
+	pool, err := pgtx.NewWithConfig(ctx, cfg)
+	if err != nil {
+		tb.Fatalf("pgtxtest: NewPool: %v", err)
+	}
+	tb.Cleanup(pool.Close)
+	return pool
+}
