@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -24,7 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/integration/internal/dbtx"
+	"github.com/pgtx-go/pgtx/examples/repository/db"
 	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
@@ -1118,18 +1119,19 @@ func TestGuardUniqueViolationTrueDuplicate(t *testing.T) {
 	}
 }
 
-// sqlc's interfaces: DBTX from internal/dbtx (written in the exact shape
-// sqlc generates for pgx/v5), and the SendBatch method sqlc adds to it when
-// the queries include :batch ones. Both *pgtx.Pool and pgx.Tx satisfy them,
+// sqlc's interfaces: DBTX of the repository example's sqlc-style package
+// (examples/repository/db, in the exact shape sqlc generates for pgx/v5,
+// CopyFrom included), and the SendBatch method sqlc adds to it when the
+// queries include :batch ones. Both *pgtx.Pool and pgx.Tx satisfy them,
 // checked at compile time.
 type guardBatchDBTX interface {
-	dbtx.DBTX
+	db.DBTX
 	SendBatch(context.Context, *pgx.Batch) pgx.BatchResults
 }
 
 var (
-	_ dbtx.DBTX      = (*pgtx.Pool)(nil)
-	_ dbtx.DBTX      = pgx.Tx(nil)
+	_ db.DBTX        = (*pgtx.Pool)(nil)
+	_ db.DBTX        = pgx.Tx(nil)
 	_ guardBatchDBTX = (*pgtx.Pool)(nil)
 	_ guardBatchDBTX = pgx.Tx(nil)
 )
@@ -1140,39 +1142,45 @@ var (
 // rolled back with it.
 func TestGuardDBTX(t *testing.T) {
 	ctx := guardCtx(t)
-	pool := guardPool(t, pgtxtest.NewDatabase(t), nil)
-	guardExec(t, ctx, pool, dbtx.Schema)
-	q := dbtx.New(pool)
-
-	n, err := q.InsertItems(ctx, []dbtx.InsertItemsParams{{ID: 1, Name: "a"}, {ID: 2, Name: "b"}, {ID: 3, Name: "c"}})
-	if err != nil || n != 3 {
-		t.Fatalf("InsertItems (CopyFrom) through the pool: %d rows, %v; want 3", n, err)
+	schema, err := os.ReadFile("../examples/repository/db/schema.sql")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if c, err := q.CountItems(ctx); err != nil || c != 3 {
-		t.Fatalf("CountItems through the pool: %d, %v; want 3", c, err)
+	pool := guardPool(t, pgtxtest.NewDatabase(t), func(c *pgtx.Config) {
+		c.ConnConfig.RuntimeParams["search_path"] = "pgtx_repository_example"
+	})
+	guardExec(t, ctx, pool, string(schema))
+	q := db.New(pool)
+
+	n, err := q.CreateAccounts(ctx, []db.CreateAccountsParams{{Owner: "a", Balance: 1}, {Owner: "b", Balance: 2}, {Owner: "c", Balance: 3}})
+	if err != nil || n != 3 {
+		t.Fatalf("CreateAccounts (CopyFrom) through the pool: %d rows, %v; want 3", n, err)
+	}
+	if accts, err := q.ListAccounts(ctx); err != nil || len(accts) != 3 {
+		t.Fatalf("ListAccounts through the pool: %d, %v; want 3", len(accts), err)
 	}
 
 	err = pgtx.Transaction(ctx, pool, pgtx.Serializable, func(ctx context.Context, tx pgx.Tx) error {
 		qtx := q.WithTx(tx)
-		item, err := qtx.CreateItem(ctx, dbtx.CreateItemParams{ID: 4, Name: "d"})
+		acct, err := qtx.CreateAccount(ctx, db.CreateAccountParams{Owner: "d", Balance: 4})
 		if err != nil {
 			return err
 		}
-		if item != (dbtx.Item{ID: 4, Name: "d"}) {
-			return pgtx.NonRetryable(fmt.Errorf("CreateItem returned %+v", item))
+		if acct.Owner != "d" || acct.Balance != 4 {
+			return pgtx.NonRetryable(fmt.Errorf("CreateAccount returned %+v", acct))
 		}
-		if err := qtx.RenameItem(ctx, dbtx.RenameItemParams{ID: 1, Name: "A"}); err != nil {
+		if err := qtx.UpdateBalance(ctx, db.UpdateBalanceParams{ID: 1, Balance: 10}); err != nil {
 			return err
 		}
-		if _, err := qtx.InsertItems(ctx, []dbtx.InsertItemsParams{{ID: 5, Name: "e"}}); err != nil {
+		if _, err := qtx.CreateAccounts(ctx, []db.CreateAccountsParams{{Owner: "e", Balance: 5}}); err != nil {
 			return err
 		}
-		items, err := qtx.ListItems(ctx)
+		accts, err := qtx.ListAccounts(ctx)
 		if err != nil {
 			return err
 		}
-		if len(items) != 5 || items[0].Name != "A" {
-			return pgtx.NonRetryable(fmt.Errorf("ListItems in the transaction: %+v", items))
+		if len(accts) != 5 || accts[0].Balance != 10 {
+			return pgtx.NonRetryable(fmt.Errorf("ListAccounts in the transaction: %+v", accts))
 		}
 		return nil
 	})
@@ -1182,7 +1190,7 @@ func TestGuardDBTX(t *testing.T) {
 
 	errRollback := errors.New("guard: roll back")
 	err = pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := q.WithTx(tx).CreateItem(ctx, dbtx.CreateItemParams{ID: 6, Name: "f"}); err != nil {
+		if _, err := q.WithTx(tx).CreateAccount(ctx, db.CreateAccountParams{Owner: "f", Balance: 6}); err != nil {
 			return err
 		}
 		return errRollback
@@ -1191,16 +1199,19 @@ func TestGuardDBTX(t *testing.T) {
 		t.Fatalf("rolled-back Transaction: err = %v", err)
 	}
 
-	items, err := q.ListItems(ctx)
+	accts, err := q.ListAccounts(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []dbtx.Item{{ID: 1, Name: "A"}, {ID: 2, Name: "b"}, {ID: 3, Name: "c"}, {ID: 4, Name: "d"}, {ID: 5, Name: "e"}}
-	if !slices.Equal(items, want) {
-		t.Errorf("items through the pool: %+v, want %+v (the committed writes, not the rolled-back one)", items, want)
+	var owners []string
+	for _, a := range accts {
+		owners = append(owners, a.Owner)
 	}
-	if item, err := q.GetItem(ctx, 4); err != nil || item.Name != "d" {
-		t.Errorf("GetItem(4) through the pool: %+v, %v", item, err)
+	if want := []string{"a", "b", "c", "d", "e"}; !slices.Equal(owners, want) {
+		t.Errorf("accounts through the pool: %v, want %v (the committed writes, not the rolled-back one)", owners, want)
+	}
+	if acct, err := q.GetAccount(ctx, 1); err != nil || acct.Balance != 10 {
+		t.Errorf("GetAccount(1) through the pool: %+v, %v", acct, err)
 	}
 }
 
