@@ -152,6 +152,12 @@ type Config struct {
 	// [BreakerConfig].
 	Breaker *BreakerConfig
 
+	// Contention configures the contention manager, which limits how many
+	// attempts of a kind of transaction run at once while they conflict
+	// with each other; its zero value is on, with the defaults of
+	// [ContentionConfig].
+	Contention ContentionConfig
+
 	// Tracer, when set, receives an event at the start and end of every
 	// Transaction call and every attempt; one that also implements
 	// [CancelTracer] or [BreakerTracer] receives those events too.
@@ -197,6 +203,8 @@ func (c *Config) validate() error {
 		return &invalidArgError{msg: "unknown " + c.CancelMode.String()}
 	case c.Breaker != nil && c.Breaker.validate() != nil:
 		return c.Breaker.validate()
+	case c.Contention.validate() != nil:
+		return c.Contention.validate()
 	}
 	return c.Retry.validate()
 }
@@ -211,16 +219,17 @@ func (c *Config) validate() error {
 // A Pool satisfies the DBTX interface sqlc generates, as [pgx.Tx] does, so
 // one set of generated queries serves both.
 type Pool struct {
-	pool     *pgxpool.Pool
-	cfg      *Config // a copy of the Config it was made from
-	settings settings
-	clock    clock
-	cancel   *canceller
-	budget   *retryBudget
-	queue    *queue
-	breaker  *breaker // nil: none
-	resolved resolveCounters
-	resolver *resolver
+	pool       *pgxpool.Pool
+	cfg        *Config // a copy of the Config it was made from
+	settings   settings
+	clock      clock
+	cancel     *canceller
+	budget     *retryBudget
+	queue      *queue
+	breaker    *breaker    // nil: none
+	contention *contention // nil: none
+	resolved   resolveCounters
+	resolver   *resolver
 	// acquireCtxs are the reusable contexts of bounded acquires.
 	acquireCtxs acquireCtxPool
 }
@@ -280,10 +289,11 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 			resolveTimeout:   durDefault(cfg.ResolveTimeout, defaultResolveTimeout),
 			statementTimeout: sessionMillis(pc.ConnConfig.RuntimeParams["statement_timeout"]),
 		},
-		clock:   realClock{},
-		budget:  newRetryBudget(cfg.Retry.Budget, time.Now()),
-		queue:   q,
-		breaker: br,
+		clock:      realClock{},
+		budget:     newRetryBudget(cfg.Retry.Budget, time.Now()),
+		queue:      q,
+		breaker:    br,
+		contention: newContention(cfg.Contention, realClock{}, int(cfg.MaxConns), defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout), cfg.Tracer),
 	}, nil
 }
 
@@ -303,6 +313,9 @@ func newPgxpool(ctx context.Context, pc *pgxpool.Config) (pool *pgxpool.Pool, er
 func (p *Pool) Close() {
 	if p == nil || p.pool == nil {
 		return // a Pool not made by New or NewWithConfig: nothing to close
+	}
+	if p.contention != nil {
+		p.contention.close()
 	}
 	p.pool.Close()
 	if p.cancel != nil {

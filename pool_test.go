@@ -39,6 +39,8 @@ func TestNewWithConfigRejectsBadConfig(t *testing.T) {
 		{"negative MinIdleConns", func() *Config { c := mustParse(t, unreachableDSN); c.MinIdleConns = -1; return c }},
 		{"unknown CancelMode", func() *Config { c := mustParse(t, unreachableDSN); c.CancelMode = 7; return c }},
 		{"NaN budget ratio", func() *Config { c := mustParse(t, unreachableDSN); c.Retry.Budget.Ratio = math.NaN(); return c }},
+		{"NaN contention threshold", func() *Config { c := mustParse(t, unreachableDSN); c.Contention.Threshold = math.NaN(); return c }},
+		{"contention threshold above 1", func() *Config { c := mustParse(t, unreachableDSN); c.Contention.Threshold = 1.5; return c }},
 		{"breaker ratio above 1", func() *Config {
 			c := mustParse(t, unreachableDSN)
 			c.Breaker = &BreakerConfig{FailureRatio: 2}
@@ -151,6 +153,7 @@ func TestNegativeSwitchesOff(t *testing.T) {
 	cfg.StatementTimeout, cfg.IdleInTransactionTimeout = -1, -1
 	cfg.Retry = RetryPolicy{MaxRetries: -1, MaxAdaptiveRetries: -1, BaseBackoff: -1, MaxBackoff: -1,
 		ConflictBaseBackoff: -1, ConflictMaxBackoff: -1, Budget: RetryBudget{Ratio: -1}}
+	cfg.Contention.Threshold = -1
 	p, err := NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("negative settings must be accepted: %v", err)
@@ -158,7 +161,7 @@ func TestNegativeSwitchesOff(t *testing.T) {
 	t.Cleanup(p.Close)
 	s := p.settings
 	if s.acquireTimeout != 0 || s.commitTimeout != 0 || s.rollbackTimeout != 0 || s.resolveCommits || p.queue.maxWaiters != 0 ||
-		p.cancel.grace != 0 || p.budget != nil || s.statementTimeout != 0 {
+		p.cancel.grace != 0 || p.budget != nil || s.statementTimeout != 0 || p.contention != nil || p.Stats().Contention != nil {
 		t.Errorf("settings %+v, maxWaiters %d, grace %v, budget %v: every one must be off", s, p.queue.maxWaiters, p.cancel.grace, p.budget)
 	}
 	r := s.retry

@@ -2,6 +2,7 @@ package pgtx
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"time"
 )
@@ -206,6 +207,7 @@ type retryLoop struct {
 	tracer     TransactionTracer // nil: no events
 	label      string
 	isolation  Isolation
+	gate       *gate // nil: no contention manager
 }
 
 // attemptFunc runs one whole attempt and returns its error and class.
@@ -227,8 +229,10 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 	var st retryState
 	deadline, hasDeadline := ctx.Deadline()
 	callCtx, callStart := ctx, time.Time{}
-	if l.tracer != nil {
+	if l.tracer != nil || l.gate != nil {
 		callStart = l.clock.Now()
+	}
+	if l.tracer != nil {
 		callCtx = l.tracer.TraceTransactionStart(ctx, TraceTransactionStartData{Label: l.label, Isolation: l.isolation})
 	}
 	n, err, class := 0, error(nil), ClassNone
@@ -240,9 +244,30 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			start = l.clock.Now()
 			actx = l.tracer.TraceAttemptStart(callCtx, TraceAttemptStartData{Label: l.label, Isolation: l.isolation, Attempt: n})
 		}
-		class, err = attempt(actx)
+		var t admission
+		var admitErr error
+		if l.gate != nil {
+			t, admitErr = l.gate.admit(ctx, callStart.UnixNano())
+		}
+		if admitErr != nil {
+			class, err = ClassTimeout, admitErr
+		} else if l.gate != nil {
+			began := l.clock.Now()
+			class, err = attempt(actx)
+			l.gate.done(actx, t, class, l.clock.Now().Sub(began))
+		} else {
+			class, err = attempt(actx)
+		}
 		var d decision
 		switch {
+		case admitErr != nil && ctx.Err() == nil:
+			// The wait at the gate ended (the acquire timeout, or a deadline
+			// no admitted attempt could meet): no retry, as after a backoff
+			// that would end past the deadline.
+			d.reason = stopNotRetryable
+			if n > 1 && errors.Is(admitErr, errAdmissionDeadline) {
+				d.reason = stopDeadline
+			}
 		case err == nil:
 			if l.budget != nil {
 				l.budget.success(l.clock.Now())
@@ -257,6 +282,11 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			if d.retry && l.budget != nil && budgeted(class) && !l.budget.withdraw(l.clock.Now()) {
 				d = decision{reason: stopBudget}
 			}
+			if d.retry && class == ClassConflict && l.gate != nil && l.gate.limiting.Load() {
+				// The gate orders the retry: it runs when a slot frees,
+				// that is when a running attempt of the label ends.
+				d.backoff = 0
+			}
 		}
 		if !d.retry && err != nil {
 			err = l.gaveUp(err, n, d.reason, st.overloadSeen)
@@ -265,7 +295,7 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			l.tracer.TraceAttemptEnd(actx, TraceAttemptEndData{
 				Label: l.label, Isolation: l.isolation, Attempt: n,
 				Err: err, Class: class, Duration: l.clock.Now().Sub(start),
-				Retry: d.retry, Backoff: d.backoff,
+				Retry: d.retry, Backoff: d.backoff, AdmissionWait: t.wait, Limit: t.limit,
 			})
 		}
 		if !d.retry {

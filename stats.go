@@ -49,6 +49,11 @@ type Stats struct {
 	// Breaker is the pool's circuit breaker; nil when it has none.
 	Breaker *BreakerStats
 
+	// Contention is the state of the contention manager
+	// ([Config].Contention), one entry per label, the empty label first;
+	// nil when the manager is off.
+	Contention []ContentionStats
+
 	// Resolved counts the resolutions of ambiguous COMMITs
 	// ([Config].ResolveTimeout).
 	Resolved ResolveStats
@@ -201,6 +206,9 @@ func (p *Pool) Stats() Stats {
 		Resolved:            p.resolved.snapshot(),
 	}
 	s.InFlight, s.OldestInFlight = q.inflight.snapshot(time.Now())
+	if p.contention != nil {
+		s.Contention = p.contention.stats()
+	}
 	if p.breaker != nil {
 		bs := p.breaker.stats()
 		s.Breaker = &bs

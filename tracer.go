@@ -79,6 +79,12 @@ type TraceAttemptEndData struct {
 	// Retry reports whether another attempt follows, after Backoff.
 	Retry   bool
 	Backoff time.Duration
+	// AdmissionWait is how long the attempt waited at the contention
+	// manager's gate ([ContentionConfig]) before it acquired a connection,
+	// and Limit the label's limit it was admitted under; 0 when the gate
+	// was not limiting.
+	AdmissionWait time.Duration
+	Limit         int
 }
 
 // CancelTracer is an optional interface of a [Config].Tracer: it receives an

@@ -144,6 +144,9 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts
 		label:      opts.Label,
 		isolation:  iso,
 	}
+	if pool.contention != nil {
+		loop.gate = pool.contention.gate(opts.Label)
+	}
 	if opts.MaxRetries != 0 {
 		loop.maxRetries = defaultOrNone(opts.MaxRetries, 0)
 	}

@@ -33,7 +33,7 @@ const (
 	startAttempts   = 3                // ports taken by someone else are retried on a new port
 	templateFormat  = "v1"             // bump when the initdb flags change
 	superuser       = "postgres"
-	defaultMaxConns = "200"
+	defaultMaxConns = "600" // room for the benchmark's 128-worker pools side by side
 )
 
 // localCluster is a PostgreSQL cluster run from the local binaries in a directory of

@@ -60,7 +60,7 @@ func TestServerSharedAcceptsQueries(t *testing.T) {
 		t.Errorf("SELECT 1 + 1 = %q", got)
 	}
 	if s.Kind() == KindLocal {
-		for setting, want := range map[string]string{"fsync": "off", "max_connections": "200", "listen_addresses": "127.0.0.1"} {
+		for setting, want := range map[string]string{"fsync": "off", "max_connections": defaultMaxConns, "listen_addresses": "127.0.0.1"} {
 			if got := queryString(t, conn, "SELECT current_setting($1)", setting); got != want {
 				t.Errorf("%s = %q, want %q", setting, got, want)
 			}
@@ -264,7 +264,7 @@ func TestDedicatedAppliesSettings(t *testing.T) {
 		settings map[string]string
 		want     map[string]string
 	}{
-		{name: "defaults", want: map[string]string{"max_connections": "200", "fsync": "off", "synchronous_commit": "off"}},
+		{name: "defaults", want: map[string]string{"max_connections": defaultMaxConns, "fsync": "off", "synchronous_commit": "off"}},
 		{name: "max_connections", settings: map[string]string{"max_connections": "8"}, want: map[string]string{"max_connections": "8"}},
 		{
 			name:     "several",
