@@ -21,13 +21,14 @@ import (
 )
 
 var (
-	chaosDur  = flag.Duration("chaos.dur", 15*time.Second, "how long each of TestChaosBank's two runs injects faults")
+	chaosDur  = flag.Duration("chaos.dur", 15*time.Second, "how long each of TestChaosBank's runs injects faults")
 	chaosSeed = flag.Uint64("chaos.seed", 0, "seed of TestChaosBank's workload and fault schedule; 0 picks one (it is logged)")
 )
 
 // The bank of TestChaosBank.
 const (
 	chaosAccounts       = 20
+	chaosHotAccounts    = 4
 	chaosInitialBalance = 1000
 	chaosMaxAmount      = 50
 	chaosWorkers        = 8
@@ -73,7 +74,9 @@ type chaosCall struct {
 // agree with what every call reported: total unchanged, every success in the
 // ledger once, every ambiguous COMMIT at most once, every other failure
 // absent, and every account's balance explained by the ledger. It runs with
-// the resolution of ambiguous COMMITs off (ResolveTimeout -1) and on; with it on, no resolution may be wrong.
+// the resolution of ambiguous COMMITs off (ResolveTimeout -1) and on, and on
+// four hot accounts where the contention manager limits the transfers; with
+// the resolution on, no resolution may be wrong.
 //
 // -chaos.dur sets the length of each run, -chaos.seed the seed.
 func TestChaosBank(t *testing.T) {
@@ -87,21 +90,34 @@ func TestChaosBank(t *testing.T) {
 	t.Logf("seed %d (-chaos.seed=%d repeats the workload and the order of the faults, not their timing); %v of faults per run",
 		seed, seed, *chaosDur)
 	tests := []struct {
-		name    string
-		resolve bool
+		name string
+		bank chaosBank
 	}{
-		{"ResolutionOff", false},
-		{"ResolutionOn", true},
+		{"ResolutionOff", chaosBank{accounts: chaosAccounts}},
+		{"ResolutionOn", chaosBank{resolve: true, accounts: chaosAccounts}},
+		// Hot rows: every worker SERIALIZABLE on four accounts, so that the
+		// contention manager limits the transfers while the faults hit.
+		{"HotRowsContentionManager", chaosBank{resolve: true, accounts: chaosHotAccounts, hot: true}},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			runChaosBank(t, tt.resolve, seed+uint64(i), *chaosDur)
+			runChaosBank(t, tt.bank, seed+uint64(i), *chaosDur)
 		})
 	}
 }
 
+// chaosBank is the shape of one run of TestChaosBank.
+type chaosBank struct {
+	resolve  bool  // resolve ambiguous COMMITs
+	accounts int32 // how many accounts
+	// hot makes every worker SERIALIZABLE (not only the even ones), and
+	// requires the contention manager to have limited the transfers.
+	hot bool
+}
+
 // runChaosBank is one run of TestChaosBank on a server of its own.
-func runChaosBank(t *testing.T, resolve bool, seed uint64, dur time.Duration) {
+func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) {
+	resolve := bank.resolve
 	// Every wait of the run is bounded by ctx: the faults, the calls in
 	// flight when they stop (each has its own deadline), the checks.
 	ctx, cancel := context.WithTimeout(context.Background(), dur+3*time.Minute)
@@ -116,7 +132,7 @@ func runChaosBank(t *testing.T, resolve bool, seed uint64, dur time.Duration) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setupChaosBank(t, ctx, direct)
+	setupChaosBank(t, ctx, direct, bank.accounts)
 	pool := newPool(t, through, func(c *pgtx.Config) {
 		c.MaxConns = chaosPoolConns
 		c.ConnConfig.RuntimeParams["application_name"] = chaosAppName // what the injector terminates
@@ -143,7 +159,7 @@ func runChaosBank(t *testing.T, resolve bool, seed uint64, dur time.Duration) {
 	var wg sync.WaitGroup
 	wg.Go(func() { in.run(ctx, runCtx, dur) })
 	for w := range chaosWorkers {
-		wg.Go(func() { results[w] = chaosWorker(ctx, runCtx, pool, w, seed) })
+		wg.Go(func() { results[w] = chaosWorker(ctx, runCtx, pool, w, seed, bank) })
 	}
 	joined := make(chan struct{})
 	go func() {
@@ -171,7 +187,7 @@ func runChaosBank(t *testing.T, resolve bool, seed uint64, dur time.Duration) {
 	}
 	during := len(calls)
 	for i := range chaosAfterCalls {
-		from, to := int32(i%chaosAccounts)+1, int32((i+1)%chaosAccounts)+1
+		from, to := int32(i)%bank.accounts+1, int32(i+1)%bank.accounts+1
 		c := chaosTransfer(ctx, pool, pgtx.Serializable, fmt.Sprintf("after-%d", i), from, to, 1)
 		if c.outcome != chaosCommitted && c.outcome != chaosDeclined {
 			t.Errorf("after the faults, transfer %s failed (fn ran %d times): %v", c.id, c.runs, c.err)
@@ -179,7 +195,7 @@ func runChaosBank(t *testing.T, resolve bool, seed uint64, dur time.Duration) {
 		calls = append(calls, c)
 	}
 
-	tally := verifyChaosBank(t, direct, calls)
+	tally := verifyChaosBank(t, direct, calls, bank.accounts)
 	res := pool.Stats().Resolved
 
 	// What happened, for the log.
@@ -238,6 +254,22 @@ func runChaosBank(t *testing.T, resolve bool, seed uint64, dur time.Duration) {
 		}
 	}
 
+	// The contention manager: on hot rows it must have limited the
+	// transfers while the faults hit, or the run proves nothing about it.
+	for _, c := range pool.Stats().Contention {
+		if c.Label != "transfer" {
+			continue
+		}
+		t.Logf("contention manager: %d attempts, %d conflicts, %d commits; %d admissions while limiting (wait p99 %v, max %v); limiting %v, limit %d at the end",
+			c.AttemptCount, c.ConflictCount, c.CommitCount, c.Wait.Count, c.Wait.Quantile(0.99), c.Wait.Max, c.Limiting, c.Limit)
+		if bank.hot && c.Wait.Count == 0 {
+			t.Errorf("the contention manager never limited the hot transfers (%d attempts, %d conflicts)", c.AttemptCount, c.ConflictCount)
+		}
+		if c.Running != 0 || c.Waiting != 0 {
+			t.Errorf("after every call returned, the gate shows %d running and %d waiting", c.Running, c.Waiting)
+		}
+	}
+
 	// A run that injected nothing, or committed nothing, proves nothing.
 	if len(in.injected) == 0 || tally.outcomes["committed"] == 0 {
 		t.Errorf("the run injected %d kinds of fault and committed %d transfers: it proves nothing",
@@ -250,7 +282,7 @@ func runChaosBank(t *testing.T, resolve bool, seed uint64, dur time.Duration) {
 
 // setupChaosBank creates the accounts, each with chaosInitialBalance, and the
 // empty ledger.
-func setupChaosBank(t *testing.T, ctx context.Context, dsn string) {
+func setupChaosBank(t *testing.T, ctx context.Context, dsn string, accounts int32) {
 	t.Helper()
 	conn := directConn(t, dsn)
 	mustExec(t, ctx, conn, "create table accounts (id int primary key, balance bigint not null)")
@@ -259,7 +291,7 @@ func setupChaosBank(t *testing.T, ctx context.Context, dsn string) {
 		src int not null references accounts,
 		dst int not null references accounts,
 		amount bigint not null check (amount > 0))`)
-	mustExec(t, ctx, conn, "insert into accounts select i, $1 from generate_series(1, $2::int) i", chaosInitialBalance, chaosAccounts)
+	mustExec(t, ctx, conn, "insert into accounts select i, $1 from generate_series(1, $2::int) i", chaosInitialBalance, accounts)
 	if err := conn.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -268,17 +300,18 @@ func setupChaosBank(t *testing.T, ctx context.Context, dsn string) {
 // chaosWorker makes transfers between random accounts until runCtx ends,
 // each call with its own deadline under ctx (so the last call finishes
 // rather than being cut short), and returns every call's outcome. Even
-// workers use SERIALIZABLE, odd ones READ COMMITTED.
-func chaosWorker(ctx, runCtx context.Context, pool *pgtx.Pool, w int, seed uint64) []chaosCall {
+// workers use SERIALIZABLE, odd ones READ COMMITTED, unless the bank is hot:
+// then all of them use SERIALIZABLE.
+func chaosWorker(ctx, runCtx context.Context, pool *pgtx.Pool, w int, seed uint64, bank chaosBank) []chaosCall {
 	rng := rand.New(rand.NewPCG(seed, uint64(w)+1))
 	iso := pgtx.ReadCommitted
-	if w%2 == 0 {
+	if w%2 == 0 || bank.hot {
 		iso = pgtx.Serializable
 	}
 	var calls []chaosCall
 	for n := 0; runCtx.Err() == nil; n++ {
-		from := rng.Int32N(chaosAccounts) + 1
-		to := rng.Int32N(chaosAccounts-1) + 1
+		from := rng.Int32N(bank.accounts) + 1
+		to := rng.Int32N(bank.accounts-1) + 1
 		if to >= from {
 			to++
 		}
@@ -357,7 +390,7 @@ type chaosTally struct {
 // verifyChaosBank checks the server's ledger and balances, read over a
 // direct connection, against every call's outcome, and fails t for each
 // disagreement.
-func verifyChaosBank(t *testing.T, dsn string, calls []chaosCall) chaosTally {
+func verifyChaosBank(t *testing.T, dsn string, calls []chaosCall, accounts int32) chaosTally {
 	t.Helper()
 	ctx := testCtx(t)
 	conn := directConn(t, dsn)
@@ -398,11 +431,11 @@ func verifyChaosBank(t *testing.T, dsn string, calls []chaosCall) chaosTally {
 	for _, b := range balances {
 		total += b
 	}
-	if want := int64(chaosAccounts * chaosInitialBalance); total != want || len(balances) != chaosAccounts {
-		t.Errorf("total balance %d over %d accounts, want %d over %d", total, len(balances), want, chaosAccounts)
+	if want := int64(accounts) * chaosInitialBalance; total != want || len(balances) != int(accounts) {
+		t.Errorf("total balance %d over %d accounts, want %d over %d", total, len(balances), want, accounts)
 	}
-	want := make(map[int32]int64, chaosAccounts)
-	for i := range int32(chaosAccounts) {
+	want := make(map[int32]int64, accounts)
+	for i := range accounts {
 		want[i+1] = chaosInitialBalance
 	}
 	for _, e := range ledger {
