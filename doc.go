@@ -25,7 +25,8 @@
 //
 // # One rule for every setting
 //
-// In [Config], [RetryPolicy], [RetryBudget], [BreakerConfig], [Options] and
+// In [Config], [RetryPolicy], [RetryBudget], [BreakerConfig],
+// [ContentionConfig], [Options] and
 // the config types of the sub-packages:
 //
 //   - a zero value means the default, which each field's doc states;
@@ -76,6 +77,20 @@
 // bounded by a [RetryBudget]. A call that ends after retries (or with a
 // retry refused) returns a [*RetryError] saying how many attempts it made
 // and why it stopped.
+//
+// # Hot rows
+//
+// When many callers update the same few rows, retrying each conflict after
+// a pause wastes attempts and leaves the server idle. The contention
+// manager ([Config].Contention, on by default) watches, per
+// [Options].Label, the share of attempts that fail with a conflict; above
+// [ContentionConfig].Threshold it admits only as many of the label's
+// attempts at once as commit most, lets the rest wait in the client
+// (oldest call first, holding no connection), and runs a conflict retry as
+// soon as a running attempt ends instead of after a pause. A transaction
+// that does not conflict pays two atomic additions. [Stats].Contention shows
+// each label's limit and waits; a [ContentionTracer] is told of every
+// change.
 //
 // # What is never retried
 //
@@ -133,7 +148,8 @@
 //
 // [Config].Tracer, a [TransactionTracer], receives an event at the start and
 // end of every call and every attempt, and, when it implements them, of
-// every cancel ([CancelTracer]) and breaker state change ([BreakerTracer]).
+// every cancel ([CancelTracer]), breaker state change ([BreakerTracer]) and
+// change of a contention limit ([ContentionTracer]).
 // pgtxslog adapts them to log/slog; the modules pgtxotel and pgtxprom adapt
 // them to OpenTelemetry and Prometheus.
 package pgtx

@@ -207,3 +207,34 @@ func ExampleTransactionTracer() {
 	_ = pgtx.TransactionWithOptions(context.Background(), pool, pgtx.Serializable, pgtx.Options{Label: "transfer"},
 		func(ctx context.Context, tx pgx.Tx) error { return nil })
 }
+
+// ExampleContentionConfig shows the contention manager's state for the
+// label of a hot kind of transaction, and how to switch it off.
+func ExampleContentionConfig() {
+	ctx := context.Background()
+	cfg, err := pgtx.ParseConfig(os.Getenv("DATABASE_URL"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// The default: on, limiting a label once more than 10% of its attempts
+	// conflict. Threshold -1 switches the manager off.
+	cfg.Contention = pgtx.ContentionConfig{Threshold: 0.2}
+	pool, err := pgtx.NewWithConfig(ctx, cfg)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer pool.Close()
+
+	_ = pgtx.TransactionWithOptions(ctx, pool, pgtx.Serializable, pgtx.Options{Label: "transfer"},
+		func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "update accounts set balance = balance + 1 where id = 1")
+			return err
+		})
+	for _, s := range pool.Stats().Contention {
+		if s.Limiting {
+			fmt.Printf("%s: %d at once, %d waiting, wait p99 %v\n", s.Label, s.Limit, s.Waiting, s.Wait.Quantile(0.99))
+		}
+	}
+}
