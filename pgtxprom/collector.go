@@ -19,6 +19,7 @@ const (
 	labelState   = "state"
 	labelOutcome = "outcome"
 	labelReason  = "reason"
+	labelLabel   = "label"
 	labelBreaker = "breaker"
 	labelFrom    = "from"
 	labelTo      = "to"
@@ -78,6 +79,9 @@ type Collector struct {
 	breakerState, breakerRejected, breakerOpens *prometheus.Desc
 
 	resolutions *prometheus.Desc
+
+	contentionLimit, contentionWaiting, contentionWait *prometheus.Desc
+	contentionAttempts, contentionConflicts            *prometheus.Desc
 }
 
 var _ prometheus.Collector = (*Collector)(nil)
@@ -167,6 +171,17 @@ func NewCollector(pools map[string]*pgtx.Pool, opts ...Option) *Collector {
 
 	c.resolutions = desc("commit_resolutions_total",
 		"Ambiguous COMMITs resolved (Config.ResolveTimeout), by result: committed, aborted, not_applied, unknown.", "result")
+
+	c.contentionLimit = desc("contention_limit",
+		"Attempts of the label the contention manager lets run at once; 0 while it does not limit them.", labelLabel)
+	c.contentionWaiting = desc("contention_waiting",
+		"Attempts of the label waiting at the contention manager's gate now.", labelLabel)
+	c.contentionWait = desc("contention_wait_seconds",
+		"Waits at the contention manager's gate, while it limited the label.", labelLabel)
+	c.contentionAttempts = desc("contention_attempts_total",
+		"Transaction attempts of the label.", labelLabel)
+	c.contentionConflicts = desc("contention_conflicts_total",
+		"Transaction attempts of the label that failed with a conflict (40001, 40P01).", labelLabel)
 	return c
 }
 
@@ -234,6 +249,15 @@ func (c *Collector) collectPool(ch chan<- prometheus.Metric, name string, s pgtx
 	counter(c.resolutions, float64(rs.AbortedCount), "aborted")
 	counter(c.resolutions, float64(rs.NotAppliedCount), "not_applied")
 	counter(c.resolutions, float64(rs.UnknownCount), "unknown")
+
+	for _, cs := range s.Contention {
+		gauge(c.contentionLimit, float64(cs.Limit), cs.Label)
+		gauge(c.contentionWaiting, float64(cs.Waiting), cs.Label)
+		count, sum, buckets := histogramBuckets(cs.Wait)
+		ch <- prometheus.MustNewConstHistogram(c.contentionWait, count, sum, buckets, name, cs.Label)
+		counter(c.contentionAttempts, float64(cs.AttemptCount), cs.Label)
+		counter(c.contentionConflicts, float64(cs.ConflictCount), cs.Label)
+	}
 
 	if bs := s.Breaker; bs != nil {
 		gauge(c.breakerState, breakerStateValue(bs.State))

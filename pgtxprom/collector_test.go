@@ -206,6 +206,12 @@ func TestCollectAndCount(t *testing.T) {
 		{"pgtx_breaker_rejected_total", 0},
 		{"pgtx_breaker_opens_total", 0},
 		{"pgtx_commit_resolutions_total", 8},
+		// The contention manager's empty label, on by default.
+		{"pgtx_contention_limit", 2},
+		{"pgtx_contention_waiting", 2},
+		{"pgtx_contention_wait_seconds", 2},
+		{"pgtx_contention_attempts_total", 2},
+		{"pgtx_contention_conflicts_total", 2},
 	}
 	total := 0
 	for _, tt := range tests {
@@ -500,6 +506,10 @@ func TestCollectStatsFields(t *testing.T) {
 		},
 		Resolved: pgtx.ResolveStats{CommittedCount: 18, AbortedCount: 19, NotAppliedCount: 20, UnknownCount: 21},
 		Breaker:  &pgtx.BreakerStats{State: pgtx.BreakerOpen, RejectedCount: 22, OpenedCount: 23},
+		Contention: []pgtx.ContentionStats{
+			{Label: ""},
+			{Label: "transfer", Limiting: true, Limit: 24, Waiting: 25, AttemptCount: 26, ConflictCount: 27, CommitCount: 28},
+		},
 	}
 	sc := statsCollector{c: NewCollector(nil), s: s}
 	want := `
@@ -555,13 +565,30 @@ pgtx_breaker_rejected_total{pool="main"} 22
 # HELP pgtx_breaker_opens_total Times the circuit breaker opened.
 # TYPE pgtx_breaker_opens_total counter
 pgtx_breaker_opens_total{pool="main"} 23
+# HELP pgtx_contention_limit Attempts of the label the contention manager lets run at once; 0 while it does not limit them.
+# TYPE pgtx_contention_limit gauge
+pgtx_contention_limit{label="",pool="main"} 0
+pgtx_contention_limit{label="transfer",pool="main"} 24
+# HELP pgtx_contention_waiting Attempts of the label waiting at the contention manager's gate now.
+# TYPE pgtx_contention_waiting gauge
+pgtx_contention_waiting{label="",pool="main"} 0
+pgtx_contention_waiting{label="transfer",pool="main"} 25
+# HELP pgtx_contention_attempts_total Transaction attempts of the label.
+# TYPE pgtx_contention_attempts_total counter
+pgtx_contention_attempts_total{label="",pool="main"} 0
+pgtx_contention_attempts_total{label="transfer",pool="main"} 26
+# HELP pgtx_contention_conflicts_total Transaction attempts of the label that failed with a conflict (40001, 40P01).
+# TYPE pgtx_contention_conflicts_total counter
+pgtx_contention_conflicts_total{label="",pool="main"} 0
+pgtx_contention_conflicts_total{label="transfer",pool="main"} 27
 `
 	err := testutil.CollectAndCompare(sc, strings.NewReader(want),
 		"pgtx_pool_waiters", "pgtx_pool_acquire_timeouts_total", "pgtx_pool_queue_full_total",
 		"pgtx_transactions_calls_total", "pgtx_connection_holds_total", "pgtx_connection_hold_seconds_total",
 		"pgtx_transactions_in_flight", "pgtx_transaction_oldest_in_flight_seconds",
 		"pgtx_cancels_total", "pgtx_cancel_pool_errors_total", "pgtx_cancel_latency_seconds",
-		"pgtx_commit_resolutions_total", "pgtx_breaker_state", "pgtx_breaker_rejected_total", "pgtx_breaker_opens_total")
+		"pgtx_commit_resolutions_total", "pgtx_breaker_state", "pgtx_breaker_rejected_total", "pgtx_breaker_opens_total",
+		"pgtx_contention_limit", "pgtx_contention_waiting", "pgtx_contention_attempts_total", "pgtx_contention_conflicts_total")
 	if err != nil {
 		t.Error(err)
 	}

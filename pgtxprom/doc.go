@@ -102,6 +102,20 @@
 //     (counter): what the server said became of them; unknown, nothing
 //     could tell (the call failed with [pgtx.ErrCommitUnknown]).
 //
+// The contention manager ([pgtx.Config].Contention), one series per
+// [pgtx.Options].Label (label="" for calls without one), absent when it is
+// off:
+//
+//   - pgtx_contention_limit (gauge): how many of the label's attempts the
+//     gate lets run at once; 0 while it does not limit them.
+//   - pgtx_contention_waiting (gauge): attempts waiting at the gate now.
+//   - pgtx_contention_wait_seconds (histogram): the waits at the gate while
+//     it limited the label, from 1ms to 10s.
+//   - pgtx_contention_attempts_total and pgtx_contention_conflicts_total
+//     (counters): the label's attempts, and those that failed with a
+//     conflict; their rates' ratio is the conflict ratio the manager acts
+//     on.
+//
 // The circuit breaker, only when the pool has one ([pgtx.Config].Breaker):
 //
 //   - pgtx_breaker_state (gauge): 0 closed, 1 half-open, 2 open. Alert on it
