@@ -13,6 +13,16 @@ const (
 	defaultContentionThreshold = 0.1
 	// contentionWindow is the number of attempts in one measurement.
 	contentionWindow = 50
+	// contentionWindowAttempts is how many mean attempt times a
+	// measurement lasts at least: long enough for the slow attempts (a
+	// deadlock found after deadlock_timeout, a lock wait) to end within
+	// it, instead of only the quick ones.
+	contentionWindowAttempts = 10
+	// contentionOpenWindow is the number of attempts over which an open
+	// gate compares its conflict ratio with the threshold: long enough that
+	// a chance burst of conflicts on rows that are not hot (2% of 1,000
+	// accounts' transfers conflict) does not engage it.
+	contentionOpenWindow = 4 * contentionWindow
 	// contentionProbeEvery is how many measurements are taken at the best
 	// limit between two probes of a neighbouring one.
 	contentionProbeEvery = 4
@@ -22,6 +32,10 @@ const (
 	// contentionSmoothing weighs a new measurement of a limit against the
 	// ones before it.
 	contentionSmoothing = 0.5
+	// contentionCalmMargin is how much less a probe up may seem to commit,
+	// within the noise of one measurement, and still win when its attempts
+	// hardly conflicted.
+	contentionCalmMargin = 0.9
 	// maxContentionLabels bounds the labels managed apart; calls with any
 	// further label share the gate of the empty label.
 	maxContentionLabels = 256

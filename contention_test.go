@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"testing"
@@ -39,6 +40,13 @@ func (r *recordingContention) TraceContention(_ context.Context, d TraceContenti
 type workload struct {
 	duration func(c int) time.Duration
 	conflict func(c int) float64
+	// noise, when set, scales each attempt's duration by a factor drawn
+	// uniformly from [1-noise, 1+noise], from a fixed seed.
+	noise float64
+	// deadlock, when set, is the share of the attempts admitted at
+	// concurrency c that wait 100ms (a deadlock_timeout) and then fail
+	// with a conflict.
+	deadlock func(c int) float64
 }
 
 // goodput is the model's commits per second at a concurrency of c.
@@ -53,15 +61,19 @@ func (w workload) goodput(c int) float64 {
 func simulate(t *testing.T, g *gate, clk *fakeClock, w workload, callers, n int) []int {
 	t.Helper()
 	type running struct {
-		end time.Time
-		adm admission
-		c   int
+		end     time.Time
+		adm     admission
+		c       int
+		d       time.Duration
+		stalled bool
 	}
 	var (
 		inFlight []running
 		limits   []int
 		acc      float64
 		idle     = callers
+		rng      = rand.New(rand.NewPCG(1, 2))
+		stalls   float64
 	)
 	ctx := context.Background()
 	for done := 0; done < n; {
@@ -82,7 +94,18 @@ func simulate(t *testing.T, g *gate, clk *fakeClock, w workload, callers, n int)
 			}
 			idle--
 			c := len(inFlight) + 1
-			inFlight = append(inFlight, running{end: clk.now.Add(w.duration(c)), adm: adm, c: c})
+			d := w.duration(c)
+			if w.noise > 0 {
+				d = time.Duration(float64(d) * (1 + w.noise*(2*rng.Float64()-1)))
+			}
+			stalled := false
+			if w.deadlock != nil {
+				if stalls += w.deadlock(c); stalls >= 1 {
+					stalls--
+					d, stalled = 100*time.Millisecond, true
+				}
+			}
+			inFlight = append(inFlight, running{end: clk.now.Add(d), adm: adm, c: c, d: d, stalled: stalled})
 		}
 		sort.Slice(inFlight, func(i, j int) bool { return inFlight[i].end.Before(inFlight[j].end) })
 		r := inFlight[0]
@@ -94,7 +117,10 @@ func simulate(t *testing.T, g *gate, clk *fakeClock, w workload, callers, n int)
 			acc--
 			class = ClassConflict
 		}
-		g.done(ctx, r.adm, class, w.duration(r.c))
+		if r.stalled {
+			class = ClassConflict
+		}
+		g.done(ctx, r.adm, class, r.d)
 		idle++
 		done++
 		limits = append(limits, g.limit)
@@ -145,6 +171,18 @@ func TestContentionLimitFindsTheBestConcurrency(t *testing.T) {
 				conflict: func(c int) float64 { return 1 - math.Pow(0.6, float64(c-1)) },
 			},
 			wantLo: 2, wantHigh: 2,
+		},
+		{
+			// Rows updated in random order: two at once may deadlock, and
+			// a deadlock costs 100ms, so one at a time commits most
+			// although most attempts at two are quick.
+			name: "deadlocks, 8 callers", callers: 8,
+			w: workload{
+				duration: func(c int) time.Duration { return time.Millisecond + time.Duration(c)*100*time.Microsecond },
+				conflict: func(c int) float64 { return 1 - math.Pow(0.8, float64(c-1)) },
+				deadlock: func(c int) float64 { return 0.05 * float64(c-1) },
+			},
+			wantLo: 1, wantHigh: 1,
 		},
 		{
 			// Warm rows: conflicts rise slowly, the best is 7 or 8 at once.
@@ -288,7 +326,7 @@ func engage(g *gate, limit int) {
 	defer g.mu.Unlock()
 	g.limit, g.best, g.probeDir, g.probeEvery = limit, limit, -1, contentionProbeEvery
 	g.est = map[int]float64{}
-	g.win = measurement{last: g.m.clock.Now()}
+	g.win = measurement{start: g.m.clock.Now(), last: g.m.clock.Now()}
 	g.limiting.Store(true)
 }
 
@@ -490,4 +528,28 @@ func TestContentionCloseLetsWaitersGo(t *testing.T) {
 			t.Errorf("after close: %+v", s)
 		}
 	})
+}
+
+// TestContentionClimbsBackWhenRowsCool: a gate engaged on rows that then
+// stop conflicting (or that were never hot: a chance burst) climbs back to
+// the pool's size and opens, although every caller is waiting.
+func TestContentionClimbsBackWhenRowsCool(t *testing.T) {
+	for _, start := range []int{1, 2, 4} {
+		t.Run(fmt.Sprintf("from %d", start), func(t *testing.T) {
+			g, clk, tr := newTestGate(t, 8)
+			engage(g, start)
+			cool := workload{
+				// A saturated server: more at once commit no more, and
+				// no less, so only the lack of conflicts says the gate
+				// is not needed.
+				duration: func(c int) time.Duration { return time.Duration(c) * time.Millisecond },
+				conflict: func(int) float64 { return 0.01 },
+				noise:    0.5, // lock waits, a neighbour's burst
+			}
+			simulate(t, g, clk, cool, 8, 40*contentionWindow)
+			if g.limiting.Load() {
+				t.Fatalf("still limiting at %d after %d attempts without conflicts (events %+v)", g.limit, 40*contentionWindow, tr.events)
+			}
+		})
+	}
 }

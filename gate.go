@@ -27,28 +27,31 @@ type gate struct {
 	openConflicts int64
 	conflicts     int64
 	limit         int
-	running       int       // attempts admitted while limiting, running now
-	waiters       []*waiter // ascending priority
-	wait          histogram
-	win           measurement
-	est           map[int]float64 // commits per second, by limit
-	best          int
-	probing       bool
-	probeDir      int
-	sinceProbe    int
-	probeEvery    int
-	meanAttempt   time.Duration // smoothed attempt time while limiting
+	running       int // attempts admitted while limiting, running now
+	// epoch counts the changes of limit; current counts the running
+	// attempts admitted since the last one, which alone are measured.
+	epoch, current int
+	waiters        []*waiter // ascending priority
+	wait           histogram
+	win            measurement
+	est            map[int]float64 // commits per second, by limit
+	best           int
+	probing        bool
+	probeDir       int
+	sinceProbe     int
+	probeEvery     int
+	meanAttempt    time.Duration // smoothed attempt time while limiting
 }
 
 // measurement accumulates one window of attempts at one limit.
 type measurement struct {
 	attempts, commits, conflicts int
-	attemptTime                  time.Duration // total time of the attempts
-	waited                       bool          // an admission waited
-	// The time integral of running, over the time anything ran, gives the
-	// concurrency the limit really allowed.
-	last       time.Time
-	area, busy float64
+	waited                       bool // an admission waited
+	// The time integral of the attempts admitted under the limit that
+	// are running, over the time any ran, gives the concurrency the limit
+	// really allowed.
+	start, last time.Time
+	busy        float64 // seconds during which an attempt of the epoch ran
 }
 
 // waiter is an attempt waiting at the gate.
@@ -56,12 +59,15 @@ type waiter struct {
 	prio     int64
 	ch       chan struct{}
 	admitted bool // under gate.mu
+	limit    int  // the limit it was admitted under, and its epoch
+	epoch    int
 }
 
 // admission is what admit gives an attempt for done.
 type admission struct {
 	held  bool // the attempt holds a slot of the limit
 	limit int  // the limit it was admitted under (0: the gate was open)
+	epoch int  // the gate's epoch then
 	wait  time.Duration
 }
 
@@ -96,7 +102,8 @@ func (g *gate) admit(ctx context.Context, prio int64) (admission, error) {
 	if g.running < g.limit && len(g.waiters) == 0 {
 		g.accrue(now)
 		g.running++
-		t := admission{held: true, limit: g.limit}
+		g.current++
+		t := admission{held: true, limit: g.limit, epoch: g.epoch}
 		g.wait.observe(0)
 		g.mu.Unlock()
 		return t, nil
@@ -155,7 +162,7 @@ func (g *gate) admit(ctx context.Context, prio int64) (admission, error) {
 		g.inflight.Add(-1)
 		return admission{}, err
 	}
-	t := admission{held: g.limiting.Load(), limit: g.limit, wait: waited}
+	t := admission{held: w.limit > 0, limit: w.limit, epoch: w.epoch, wait: waited}
 	if err != nil {
 		// Admitted as the wait ended: give the slot to the next.
 		g.releaseLocked(t, g.m.clock.Now())
@@ -195,10 +202,9 @@ func (g *gate) done(ctx context.Context, t admission, c Class, d time.Duration) 
 	if c == ClassConflict {
 		g.conflicts++
 	}
-	if t.limit == g.limit && g.limiting.Load() {
+	if t.epoch == g.epoch && g.limiting.Load() {
 		w := &g.win
 		w.attempts++
-		w.attemptTime += d
 		switch c {
 		case ClassNone:
 			w.commits++
@@ -212,7 +218,7 @@ func (g *gate) done(ctx context.Context, t admission, c Class, d time.Duration) 
 		}
 	}
 	g.releaseLocked(t, now)
-	if g.win.attempts >= contentionWindow {
+	if g.win.attempts >= max(contentionWindow, 4*g.limit) && now.Sub(g.win.start) >= contentionWindowAttempts*g.meanAttempt {
 		g.measure(ctx, now)
 	}
 }
@@ -221,7 +227,7 @@ func (g *gate) done(ctx context.Context, t admission, c Class, d time.Duration) 
 // over at least a window of attempts, is above the threshold.
 func (g *gate) considerLimiting(ctx context.Context) {
 	n := g.openAttempts.Load()
-	if n < contentionWindow {
+	if n < contentionOpenWindow {
 		return
 	}
 	ratio := float64(g.openConflicts) / float64(n)
@@ -238,9 +244,10 @@ func (g *gate) considerLimiting(ctx context.Context) {
 	g.limit, g.best, g.probeDir, g.probing = limit, limit, -1, false
 	g.sinceProbe, g.probeEvery = contentionProbeEvery-1, contentionProbeEvery
 	g.est = map[int]float64{}
-	g.running = 0
+	g.running, g.current = 0, 0
+	g.epoch++
 	g.meanAttempt = 0
-	g.win = measurement{last: now}
+	g.win = measurement{start: now, last: now}
 	g.limiting.Store(true)
 	g.trace(ctx, 0, ratio)
 }
@@ -250,12 +257,20 @@ func (g *gate) releaseLocked(t admission, now time.Time) {
 	g.accrue(now)
 	if t.held && g.running > 0 {
 		g.running--
+		if t.epoch == g.epoch && g.current > 0 {
+			g.current--
+		}
 	}
-	for len(g.waiters) > 0 && (g.running < g.limit || !g.limiting.Load()) {
+	limiting := g.limiting.Load()
+	for len(g.waiters) > 0 && (g.running < g.limit || !limiting) {
 		w := g.waiters[0]
 		g.waiters = g.waiters[1:]
 		w.admitted = true
-		g.running++
+		if limiting {
+			g.running++
+			g.current++
+			w.limit, w.epoch = g.limit, g.epoch
+		}
 		w.ch <- struct{}{}
 	}
 }
@@ -263,8 +278,7 @@ func (g *gate) releaseLocked(t admission, now time.Time) {
 // accrue adds the time since the last event to the integral of running.
 func (g *gate) accrue(now time.Time) {
 	w := &g.win
-	if dt := now.Sub(w.last).Seconds(); dt > 0 && g.running > 0 {
-		w.area += dt * float64(g.running)
+	if dt := now.Sub(w.last).Seconds(); dt > 0 && g.current > 0 {
 		w.busy += dt
 	}
 	w.last = now
@@ -275,13 +289,9 @@ func (g *gate) accrue(now time.Time) {
 func (g *gate) measure(ctx context.Context, now time.Time) {
 	w := g.win
 	ratio := float64(w.conflicts) / float64(w.attempts)
-	concurrency := float64(g.limit)
-	if w.busy > 0 {
-		concurrency = w.area / w.busy
-	}
 	goodput := 0.0
-	if s := w.attemptTime.Seconds(); s > 0 {
-		goodput = float64(w.commits) * concurrency / s
+	if w.busy > 0 {
+		goodput = float64(w.commits) / w.busy
 	}
 	if old, ok := g.est[g.limit]; ok {
 		g.est[g.limit] = old + contentionSmoothing*(goodput-old)
@@ -289,21 +299,29 @@ func (g *gate) measure(ctx context.Context, now time.Time) {
 		g.est[g.limit] = goodput
 	}
 	prev := g.limit
-	if !w.waited && ratio <= g.m.threshold/2 {
-		// Not limited by the gate and hardly conflicting: open it.
+	if !w.waited && ratio <= g.m.threshold/2 || g.limit >= g.m.maxLimit && ratio <= g.m.threshold {
+		// The gate holds nobody back, or no more than the pool would, and
+		// the attempts hardly conflict: open it.
 		g.limiting.Store(false)
+		g.epoch++
+		g.current = 0
 		g.openAttempts.Store(0)
 		g.openConflicts = 0
 		g.limit = 0
-		g.win = measurement{last: now}
+		g.win = measurement{start: now, last: now}
 		g.releaseLocked(admission{}, now)
 		g.trace(ctx, prev, ratio)
 		return
 	}
+	calm := ratio <= g.m.threshold/2
 	next := g.best
 	if g.probing {
 		g.probing = false
-		if g.est[g.limit] > g.est[g.best] {
+		// A probe up that hardly conflicted wins unless it clearly
+		// committed less: on rows that are not hot after all, the gate
+		// climbs back to the pool's size, and opens.
+		up := g.probeDir > 0 && calm && g.est[g.limit] >= contentionCalmMargin*g.est[g.best]
+		if up || g.est[g.limit] > g.est[g.best] {
 			// Better: go on the same way at once.
 			g.best = g.limit
 			g.probeEvery = contentionProbeEvery
@@ -320,6 +338,10 @@ func (g *gate) measure(ctx context.Context, now time.Time) {
 	} else {
 		g.best = g.limit
 		g.sinceProbe++
+		if calm && g.probeDir < 0 {
+			// Hardly a conflict at this limit: the next probe goes up.
+			g.probeDir = 1
+		}
 		if g.sinceProbe >= g.probeEvery {
 			g.sinceProbe = 0
 			cand := g.neighbour(g.probeDir)
@@ -333,9 +355,11 @@ func (g *gate) measure(ctx context.Context, now time.Time) {
 			}
 		}
 	}
-	g.win = measurement{last: now}
+	g.win = measurement{start: now, last: now}
 	if next != g.limit {
 		g.limit = next
+		g.epoch++
+		g.current = 0
 		g.releaseLocked(admission{}, now)
 		g.trace(ctx, prev, ratio)
 	}
@@ -354,6 +378,8 @@ func (g *gate) open() {
 	defer g.mu.Unlock()
 	g.limiting.Store(false)
 	g.limit = 0
+	g.epoch++
+	g.current = 0
 	g.releaseLocked(admission{}, g.m.clock.Now())
 }
 
