@@ -70,7 +70,7 @@ func backoffSweep(ctx context.Context, e *env) (result, error) {
 	if len(e.opts.sweep) > maxSweep {
 		return result{}, fmt.Errorf("-sweep: at most %d settings per run, got %d", maxSweep, len(e.opts.sweep))
 	}
-	if err := setupAccounts(ctx, e.admin); err != nil {
+	if err := setupAccounts(ctx, e.admin, hotAccounts); err != nil {
 		return result{}, err
 	}
 	restore := setDeadlockTimeout(ctx, e)
@@ -137,11 +137,11 @@ func sweepAt(ctx context.Context, e *env, workers int) ([]backoffRow, error) {
 	}
 	cells = append(cells, transferCell{variantOrdered, jit}, transferCell{variantRandom, jit},
 		transferCell{variantCeiling, beginContender(nameCeiling, xp)})
-	stats, err := runTransfers(ctx, e, workers, cells, pools)
+	stats, err := runTransfers(ctx, e, workers, hotAccounts, cells, pools, nil)
 	if err != nil {
 		return nil, err
 	}
-	cr := contentionRows(workers, cells, stats)
+	cr := contentionRows(workers, hotAccounts, cells, stats)
 	n := len(e.opts.sweep)
 	rows := make([]backoffRow, 0, 2*n)
 	for k, set := range e.opts.sweep {

@@ -65,6 +65,15 @@ func pgtxContender(name string, p *pgtx.Pool) contender {
 	}}
 }
 
+// labelledPgtxContender runs the transaction with
+// pgtx.TransactionWithOptions on p, with label as its Options.Label.
+func labelledPgtxContender(name string, p *pgtx.Pool, label string) contender {
+	opts := pgtx.Options{Label: label}
+	return contender{name: name, call: func(ctx context.Context, iso pgtx.Isolation, fn txFunc) error {
+		return pgtx.TransactionWithOptions(ctx, p, iso, opts, fn)
+	}}
+}
+
 // beginContender runs the transaction once with pgx.BeginTxFunc: no retry.
 func beginContender(name string, p *pgxpool.Pool) contender {
 	return contender{name: name, call: func(ctx context.Context, iso pgtx.Isolation, fn txFunc) error {
@@ -189,17 +198,4 @@ func newPgxPool(ctx context.Context, dsn string, maxConns int, edit func(*pgxpoo
 		edit(cfg)
 	}
 	return pgxpool.NewWithConfig(ctx, cfg)
-}
-
-// standardContenders are the five contenders on a pgtx pool and a pgx pool
-// of the same size, pgtx first. The pgx-based ones share the pgx pool: they
-// never run at the same time.
-func standardContenders(tp *pgtx.Pool, xp *pgxpool.Pool) []contender {
-	return []contender{
-		pgtxContender(namePgtx, tp),
-		beginContender(nameBegin, xp),
-		naiveContender(nameNaive, xp, loopMaxRetries),
-		jitterContender(nameJitter, xp, loopMaxRetries),
-		crdbContender(nameCrdb, xp),
-	}
 }

@@ -2,22 +2,23 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
-	"os"
 	"strconv"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx"
 )
 
-// The hot accounts of the contention scenario.
+// The accounts and cells of the contention scenario.
 const (
-	hotAccounts    = 10
+	hotAccounts    = 10    // the hot cells: every transfer between 2 of 10 accounts
+	lowAccounts    = 1_000 // the low-contention cell
+	lowWorkers     = 8     // the low-contention cell's workers
 	initialBalance = 1_000_000
+	// extrasUpTo is the largest worker count at which pgx.BeginTxFunc,
+	// crdbpgxv5.ExecuteTx and pgtx without resolution run: above it they
+	// add only cut-short calls and time.
+	extrasUpTo = 32
 )
 
 // The variants of the transfer workload.
@@ -38,82 +39,84 @@ const (
 // nameCeiling is the ceiling's contender name.
 const nameCeiling = "ceiling: READ COMMITTED + FOR UPDATE"
 
-var errInsufficient = errors.New("insufficient funds")
+// namePgtxNoManager is pgtx with its contention manager switched off
+// (Contention.Threshold -1): a conflict retry always waits its backoff.
+const namePgtxNoManager = "pgtx, contention manager off"
 
-// contentionRow is one contender on one variant at one worker count.
-type contentionRow struct {
-	Variant   string `json:"variant"`
-	Workers   int    `json:"workers"`
-	Contender string `json:"contender"`
-	// CommitsPerS counts the transfers that really committed (each one adds 2
-	// to the accounts' update counters), per second.
-	CommitsPerS float64 `json:"commits_per_s"`
-	// Phantom counts calls that returned nil although their transaction did
-	// not commit (cockroach-go ignores COMMIT's error).
-	Phantom           int64            `json:"reported_not_committed"`
-	AttemptsPerCommit float64          `json:"attempts_per_commit"`
-	Calls             int64            `json:"calls"`
-	Failed            int64            `json:"failed_calls"`
-	Causes            map[string]int64 `json:"failed_by_cause,omitempty"`
-	CutShort          int64            `json:"cut_short"`
-	P50ms             float64          `json:"p50_ms"`
-	P99ms             float64          `json:"p99_ms"`
-	VsJitter          float64          `json:"vs_full_jitter"`
-	OfCeiling         float64          `json:"of_ceiling"`
-	Invariant         string           `json:"invariant"`
+// pgbenchTries is pgbench's --max-tries: one try and loopMaxRetries retries,
+// as every Go contender that retries.
+const pgbenchTries = loopMaxRetries + 1
+
+// namePgbench is the outside anchor's contender name.
+var namePgbench = "pgbench --max-tries=" + strconv.Itoa(pgbenchTries)
+
+// cellPlan is one worker count of the contention scenario: the accounts,
+// the variants and which contenders run.
+type cellPlan struct {
+	workers, accounts int
+	variants          []string
+	naive             bool // the naive retry loop
+	extras            bool // pgx.BeginTxFunc, crdbpgxv5.ExecuteTx
+	noResolve         bool // pgtx without resolution
+	ceiling           bool // the READ COMMITTED ceiling
 }
 
-// contention runs SERIALIZABLE transfers over 10 hot accounts, at 8 and 32
-// workers, rows updated in id order and in random order, for every
-// contender, and the READ COMMITTED ceiling, all interleaved per worker count.
+// hotPlan is the plan of the hot cells at workers.
+func hotPlan(workers int) cellPlan {
+	return cellPlan{workers: workers, accounts: hotAccounts, variants: []string{variantOrdered, variantRandom},
+		naive: true, extras: workers <= extrasUpTo, noResolve: workers <= extrasUpTo, ceiling: true}
+}
+
+// lowPlan is the plan of the low-contention cell.
+func lowPlan() cellPlan {
+	return cellPlan{workers: lowWorkers, accounts: lowAccounts, variants: []string{variantOrdered}, noResolve: true}
+}
+
+// pools is the number of pools the plan's contenders open at once, each of
+// workers connections.
+func (p cellPlan) pools() int {
+	n := 3 // pgtx, pgtx without the manager, the pgx pool
+	if p.noResolve {
+		n++ // pgtx without resolution
+	}
+	return n
+}
+
+// contention runs SERIALIZABLE transfers over 10 hot accounts at each
+// -workers count, rows updated in id order and in random order, for every
+// contender, and the READ COMMITTED ceiling, all interleaved per worker
+// count, then pgbench on each variant; and a low-contention cell, 1,000
+// accounts at 8 workers, ordered, with pgtx, pgtx without its contention
+// manager, the full-jitter loop and pgbench.
 func contention(ctx context.Context, e *env) (result, error) {
-	if err := setupAccounts(ctx, e.admin); err != nil {
+	plans := make([]cellPlan, 0, len(e.opts.workers)+1)
+	for _, w := range e.opts.workers {
+		plans = append(plans, hotPlan(w))
+	}
+	plans = append(plans, lowPlan())
+	// Before minutes of Go slices, not after them.
+	if _, err := findPgbench(); err != nil {
+		return result{}, err
+	}
+	if err := checkMaxConnections(ctx, e, plans); err != nil {
 		return result{}, err
 	}
 	restore := setDeadlockTimeout(ctx, e)
 	defer restore()
 	var rows []contentionRow
-	for _, workers := range []int{8, 32} {
-		tp, err := newPgtxPool(ctx, e.dsn, workers, func(c *pgtx.Config) {
-			c.Retry.ConflictBaseBackoff = e.opts.conflictBase
-			c.Retry.ConflictMaxBackoff = e.opts.conflictMax
-		})
-		if err != nil {
-			return result{}, err
-		}
-		// The same pgtx without resolution of ambiguous COMMITs: what
-		// capturing each transaction's id costs under write contention.
-		np, err := newPgtxPool(ctx, e.dsn, workers, func(c *pgtx.Config) {
-			c.Retry.ConflictBaseBackoff = e.opts.conflictBase
-			c.Retry.ConflictMaxBackoff = e.opts.conflictMax
-			c.ResolveTimeout = -1
-		})
-		if err != nil {
-			tp.Close()
-			return result{}, err
-		}
-		xp, err := newPgxPool(ctx, e.dsn, workers, nil)
-		if err != nil {
-			tp.Close()
-			np.Close()
-			return result{}, err
-		}
-		var cells []transferCell
-		for _, v := range []string{variantOrdered, variantRandom} {
-			for _, c := range standardContenders(tp, xp) {
-				cells = append(cells, transferCell{variant: v, c: c})
+	accounts := 0
+	for _, p := range plans {
+		if p.accounts != accounts {
+			if err := setupAccounts(ctx, e.admin, p.accounts); err != nil {
+				return result{}, err
 			}
-			cells = append(cells, transferCell{variant: v, c: pgtxContender(namePgtxNoResolve, np)})
+			accounts = p.accounts
 		}
-		cells = append(cells, transferCell{variant: variantCeiling, c: beginContender(nameCeiling, xp)})
-		stats, err := runTransfers(ctx, e, workers, cells, []execFunc{tp.Exec, np.Exec, xp.Exec})
-		tp.Close()
-		np.Close()
-		xp.Close()
+		r, err := runCell(ctx, e, p)
 		if err != nil {
-			return result{}, err
+			return result{}, fmt.Errorf("%d workers, %d accounts: %w", p.workers, p.accounts, err)
 		}
-		rows = append(rows, contentionRows(workers, cells, stats)...)
+		rows = append(rows, r...)
 	}
 	deadlockTimeout, err := showDeadlockTimeout(ctx, e)
 	if err != nil {
@@ -122,273 +125,204 @@ func contention(ctx context.Context, e *env) (result, error) {
 	return result{Tables: contentionTables(rows, e.opts, deadlockTimeout), Data: rows}, nil
 }
 
-// transferCell is one contender on one variant of the transfer workload.
-type transferCell struct {
-	variant string
-	c       contender
-}
-
-// call is the cell's callFunc: a transfer of 1 to 10 between two distinct
-// random hot accounts.
-func (tc transferCell) call() callFunc {
-	return func(ctx context.Context, rng *rand.Rand) (int, error) {
-		from := 1 + rng.IntN(hotAccounts)
-		to := 1 + rng.IntN(hotAccounts-1)
-		if to >= from {
-			to++
-		}
-		amount := 1 + rng.IntN(10)
-		if tc.variant == variantCeiling {
-			return tc.c.run(ctx, pgtx.ReadCommitted, lockedTransfer(from, to, amount))
-		}
-		return tc.c.run(ctx, pgtx.Serializable, transfer(from, to, amount, tc.variant == variantOrdered))
+// checkMaxConnections fails when the server's max_connections cannot hold
+// the largest cell: its pools open at once, pgbench's clients (the pools
+// stay open while it runs), and a margin for the admin pool and the checks.
+func checkMaxConnections(ctx context.Context, e *env, plans []cellPlan) error {
+	var s string
+	if err := e.admin.QueryRow(ctx, "show max_connections").Scan(&s); err != nil {
+		return err
 	}
-}
-
-// transferStats is what runTransfers measured for one cell.
-type transferStats struct {
-	sample
-	inWindow  int64  // transfers committed within the slices' windows
-	committed int64  // transfers committed in all, the slices' ends included
-	invariant string // "unchanged", or what was found
-}
-
-// runTransfers runs the cells at one worker count, interleaved, and counts
-// the transfers that really committed, from the accounts' update counters:
-// commits/s is what committed within each slice's window, read at its end
-// while the last calls still run. Calls still running a grace period later
-// are cancelled, so that a slice of calls stuck behind a deadlock_timeout
-// (1s) ends soon after its window; the pools are filled before each slice.
-// After every slice the total balance is checked.
-func runTransfers(ctx context.Context, e *env, workers int, cells []transferCell, pools []execFunc) ([]transferStats, error) {
-	calls := make([]callFunc, len(cells))
-	for i, tc := range cells {
-		calls[i] = tc.call()
+	have, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("show max_connections: %q: %w", s, err)
 	}
-	stats := make([]transferStats, len(cells))
-	for i := range stats {
-		stats[i].invariant = "unchanged"
-	}
-	slice := e.opts.dur / time.Duration(e.opts.rounds)
-	grace := min(slice/5, 100*time.Millisecond)
-	err := interleave(ctx, len(cells), e.opts.rounds, func(ctx context.Context, round, i int) error {
-		for _, p := range pools {
-			if err := fill(ctx, workers, p); err != nil {
-				return err
-			}
-		}
-		before, err := readLedger(ctx, e.admin)
-		if err != nil {
-			return err
-		}
-		var atEnd ledger
-		var endErr error
-		s := closedLoopCut(ctx, workers, slice, grace, uint64(round), calls[i], func() { atEnd, endErr = readLedger(ctx, e.admin) })
-		after, err := readLedger(ctx, e.admin)
-		if err = errors.Join(endErr, err); err != nil {
-			return err
-		}
-		st := &stats[i]
-		st.add(s)
-		st.inWindow += (atEnd.updates - before.updates) / 2
-		st.committed += (after.updates - before.updates) / 2
-		if after.total != hotAccounts*initialBalance && st.invariant == "unchanged" {
-			st.invariant = fmt.Sprintf("BROKEN: total %d, want %d", after.total, hotAccounts*initialBalance)
-		}
-		return nil
-	})
-	return stats, err
-}
-
-// contentionRows turns one worker count's stats into rows, with the ratios
-// to the full-jitter loop and to the ceiling of the same variant.
-func contentionRows(workers int, cells []transferCell, stats []transferStats) []contentionRow {
-	rate := func(i int) float64 { return perSecond(stats[i].inWindow, stats[i].Window) }
-	jitter, ceiling := map[string]float64{}, 0.0
-	for i, tc := range cells {
-		switch {
-		case tc.c.name == nameJitter:
-			jitter[tc.variant] = rate(i)
-		case tc.variant == variantCeiling:
-			ceiling = rate(i)
-		}
-	}
-	rows := make([]contentionRow, len(cells))
-	for i, tc := range cells {
-		s := &stats[i]
-		rows[i] = contentionRow{
-			Variant: tc.variant, Workers: workers, Contender: tc.c.name,
-			CommitsPerS: rate(i), Phantom: max(0, s.OK-s.committed),
-			AttemptsPerCommit: ratio(float64(s.Attempts), float64(s.committed)),
-			Calls:             s.Calls, Failed: s.Failed, Causes: s.Causes, CutShort: s.CutShort,
-			P50ms: msf(percentile(s.okLat, .5)), P99ms: msf(percentile(s.okLat, .99)),
-			VsJitter: ratio(rate(i), jitter[tc.variant]), OfCeiling: ratio(rate(i), ceiling),
-			Invariant: s.invariant,
-		}
-	}
-	return rows
-}
-
-// contentionTables lays the rows out as one table per variant.
-func contentionTables(rows []contentionRow, o options, deadlockTimeout string) []table {
-	backoff := fmt.Sprintf("pgtx with its default conflict backoff (%v base, %v cap)", pgtxConflictBaseBackoff, pgtxConflictMaxBackoff)
-	if o.conflictBase != 0 || o.conflictMax != 0 {
-		backoff = fmt.Sprintf("pgtx with ConflictBaseBackoff %v, ConflictMaxBackoff %v (0 = default)", o.conflictBase, o.conflictMax)
-	}
-	note := "Transfers between 2 of 10 hot accounts (read one balance, update both rows), SERIALIZABLE, closed loop, " +
-		"contenders alternating in slices. Commits are counted in the database (an update counter on each row) within " +
-		"each slice's window, not from what the calls returned; \"reported, not committed\" are calls that returned nil " +
-		"although nothing committed. Calls still running shortly after a slice's window are cancelled and not counted " +
-		"as calls (\"cut short\"; their attempts count). Latencies are of the calls that returned nil, retries included. " +
-		"Retrying contenders give up after 10 retries. " + backoff + ". deadlock_timeout was " + deadlockTimeout +
-		" (-deadlock-timeout; the server default is 1s): in the random variant a deadlock is found only after that wait. The invariant (sum of balances) is checked after every slice."
-	header := []string{"workers", "contender", "commits/s", "× full-jitter", "of ceiling", "attempts/commit",
-		"failed calls", "reported, not committed", "cut short", "p50 ms", "p99 ms", "invariant"}
-	var ts []table
-	for _, v := range []struct{ variant, title string }{
-		{variantOrdered, "Contention, rows updated in id order (40001 only)"},
-		{variantRandom, "Contention, rows updated in random order (40001 and 40P01)"},
-		{variantCeiling, "Contention ceiling: the same transfers in READ COMMITTED, both rows locked in id order (`select ... for update`), no aborts"},
-	} {
-		t := table{Title: v.title, Header: header}
-		if v.variant == variantOrdered {
-			t.Note = note
-		}
-		for _, r := range rows {
-			if r.Variant != v.variant {
-				continue
-			}
-			failed := itoa64(r.Failed)
-			if r.Failed > 0 {
-				failed += " (" + causes(r.Causes) + ")"
-			}
-			vsJitter := x(r.VsJitter)
-			if r.Variant == variantCeiling {
-				vsJitter = "—"
-			}
-			t.Rows = append(t.Rows, []string{itoa(r.Workers), r.Contender, num(r.CommitsPerS), vsJitter,
-				pct(r.OfCeiling), fmtf(r.AttemptsPerCommit, 2), failed, itoa64(r.Phantom), itoa64(r.CutShort),
-				ms(time.Duration(r.P50ms * float64(time.Millisecond))), ms(time.Duration(r.P99ms * float64(time.Millisecond))),
-				r.Invariant})
-		}
-		ts = append(ts, t)
-	}
-	return ts
-}
-
-// transfer is the SERIALIZABLE transfer: read the source balance, then
-// update both rows, in id order when ordered, else source first.
-func transfer(from, to, amount int, ordered bool) txFunc {
-	return func(ctx context.Context, tx pgx.Tx) error {
-		var balance int64
-		if err := tx.QueryRow(ctx, "select balance from bench_accounts where id = $1", from).Scan(&balance); err != nil {
-			return err
-		}
-		if balance < int64(amount) {
-			return errInsufficient
-		}
-		first, second := from, to
-		if ordered && second < first {
-			first, second = second, first
-		}
-		return updateBoth(ctx, tx, from, first, second, amount)
-	}
-}
-
-// lockedTransfer is the ceiling's transfer: READ COMMITTED, both rows
-// locked in id order by one statement, then updated in id order.
-func lockedTransfer(from, to, amount int) txFunc {
-	return func(ctx context.Context, tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, "select id, balance from bench_accounts where id in ($1, $2) order by id for update", from, to)
-		if err != nil {
-			return err
-		}
-		var balance int64
-		for rows.Next() {
-			var id int
-			var b int64
-			if err := rows.Scan(&id, &b); err != nil {
-				rows.Close()
-				return err
-			}
-			if id == from {
-				balance = b
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if balance < int64(amount) {
-			return errInsufficient
-		}
-		return updateBoth(ctx, tx, from, min(from, to), max(from, to), amount)
-	}
-}
-
-// updateBoth moves amount from the account from, updating first then
-// second, and counts each update in the row's counter.
-func updateBoth(ctx context.Context, tx pgx.Tx, from, first, second, amount int) error {
-	for _, id := range [2]int{first, second} {
-		delta := amount
-		if id == from {
-			delta = -amount
-		}
-		if _, err := tx.Exec(ctx, "update bench_accounts set balance = balance + $1, n = n + 1 where id = $2", delta, id); err != nil {
-			return err
-		}
+	margin := int(e.admin.Config().MaxConns) + 6
+	need, worst := connectionsNeeded(plans, margin)
+	if have < need {
+		return fmt.Errorf("the server's max_connections is %d; the contention scenario needs at least %d "+
+			"(at %d workers: %d pools of %d connections open at once, pgbench's %d clients, and %d for the admin pool and checks): "+
+			"raise max_connections or pass a smaller -workers", have, need, worst.workers, worst.pools(), worst.workers, worst.workers, margin)
 	}
 	return nil
 }
 
-// setupAccounts creates the hot accounts afresh.
-func setupAccounts(ctx context.Context, admin *pgxpool.Pool) error {
-	_, err := admin.Exec(ctx, `drop table if exists bench_accounts;
-		create table bench_accounts (id int primary key, balance bigint not null check (balance >= 0), n bigint not null default 0)`)
+// connectionsNeeded is the most connections a plan of plans needs at once,
+// and that plan: its pools, pgbench's clients while they are open, and
+// margin.
+func connectionsNeeded(plans []cellPlan, margin int) (need int, worst cellPlan) {
+	for _, p := range plans {
+		if n := p.pools()*p.workers + p.workers + margin; n > need {
+			need, worst = n, p
+		}
+	}
+	return need, worst
+}
+
+// runCell runs one worker count: the Go contenders interleaved slice by
+// slice, then pgbench once per variant, on the pools' server while the
+// pools stay open.
+func runCell(ctx context.Context, e *env, p cellPlan) ([]contentionRow, error) {
+	backoff := func(edit func(*pgtx.Config)) func(*pgtx.Config) {
+		return func(c *pgtx.Config) {
+			c.Retry.ConflictBaseBackoff = e.opts.conflictBase
+			c.Retry.ConflictMaxBackoff = e.opts.conflictMax
+			if edit != nil {
+				edit(c)
+			}
+		}
+	}
+	tp, err := newPgtxPool(ctx, e.dsn, p.workers, backoff(nil))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = admin.Exec(ctx, "insert into bench_accounts (id, balance) select g, $1 from generate_series(1, $2) g", initialBalance, hotAccounts)
-	return err
-}
-
-// setDeadlockTimeout sets the database's deadlock_timeout to -deadlock-timeout
-// for the sessions opened from now on, and returns what puts it back. The
-// server's default (1s) would make every deadlock of the random variant a 1s
-// wait, longer than a slice. Setting it needs a superuser (the throwaway
-// server's role is one); without one, the server's value stays, and the
-// tables say which was in force.
-func setDeadlockTimeout(ctx context.Context, e *env) (restore func()) {
-	if e.opts.deadlock <= 0 {
-		return func() {}
-	}
-	ms := strconv.FormatInt(e.opts.deadlock.Milliseconds(), 10)
-	if _, err := e.admin.Exec(ctx, "do $$ begin execute format('alter database %I set deadlock_timeout = "+ms+"', current_database()); end $$"); err != nil {
-		fmt.Fprintf(os.Stderr, "bench: deadlock_timeout left as it is: %v\n", err)
-		return func() {}
-	}
-	return func() {
-		_, _ = e.admin.Exec(context.WithoutCancel(ctx), "do $$ begin execute format('alter database %I reset deadlock_timeout', current_database()); end $$")
-	}
-}
-
-// showDeadlockTimeout is the deadlock_timeout of a new session.
-func showDeadlockTimeout(ctx context.Context, e *env) (string, error) {
-	conn, err := pgx.Connect(ctx, e.dsn)
+	defer tp.Close()
+	// The same pgtx without its contention manager: what the manager buys
+	// over the backoff alone.
+	op, err := newPgtxPool(ctx, e.dsn, p.workers, backoff(func(c *pgtx.Config) { c.Contention.Threshold = -1 }))
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	var v string
-	err = conn.QueryRow(ctx, "show deadlock_timeout").Scan(&v)
-	return v, err
+	defer op.Close()
+	xp, err := newPgxPool(ctx, e.dsn, p.workers, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer xp.Close()
+	execs := []execFunc{tp.Exec, op.Exec, xp.Exec}
+
+	// The pgx-based contenders share the pgx pool: they never run at the
+	// same time.
+	var np *pgtx.Pool
+	if p.noResolve {
+		// The same pgtx without resolution of ambiguous COMMITs: what
+		// capturing each transaction's id costs under write contention.
+		np, err = newPgtxPool(ctx, e.dsn, p.workers, backoff(func(c *pgtx.Config) { c.ResolveTimeout = -1 }))
+		if err != nil {
+			return nil, err
+		}
+		defer np.Close()
+		execs = append(execs, np.Exec)
+	}
+	// pgtx's calls carry a label per variant, as an application names its
+	// kinds of transaction: the contention manager learns each apart.
+	var cells []transferCell
+	for _, v := range p.variants {
+		label := "transfer-" + v
+		cs := []contender{labelledPgtxContender(namePgtx, tp, label), labelledPgtxContender(namePgtxNoManager, op, label)}
+		if p.extras {
+			cs = append(cs, beginContender(nameBegin, xp))
+		}
+		if p.naive {
+			cs = append(cs, naiveContender(nameNaive, xp, loopMaxRetries))
+		}
+		cs = append(cs, jitterContender(nameJitter, xp, loopMaxRetries))
+		if p.extras {
+			cs = append(cs, crdbContender(nameCrdb, xp))
+		}
+		if np != nil {
+			cs = append(cs, labelledPgtxContender(namePgtxNoResolve, np, label))
+		}
+		for _, c := range cs {
+			cells = append(cells, transferCell{variant: v, c: c})
+		}
+	}
+	if p.ceiling {
+		cells = append(cells, transferCell{variant: variantCeiling, c: beginContender(nameCeiling, xp)})
+	}
+	watch := newManagerWatch(tp)
+	for i, tc := range cells {
+		if tc.c.name == namePgtx {
+			watch.follow(i, "transfer-"+tc.variant)
+		}
+	}
+	stats, err := runTransfers(ctx, e, p.workers, p.accounts, cells, execs, watch.observe)
+	if err != nil {
+		return nil, err
+	}
+	rows := contentionRows(p.workers, p.accounts, cells, stats)
+	for i := range rows {
+		rows[i].Manager = watch.state(i)
+	}
+	for _, v := range p.variants {
+		r, err := pgbenchRow(ctx, e, p.workers, p.accounts, v)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
+	}
+	anchorRatios(rows)
+	return rows, nil
 }
 
-// ledger is the accounts' total balance and total update count.
-type ledger struct{ total, updates int64 }
+// pgbenchRow runs pgbench on one variant for -dur and makes its row: its
+// commits, retries and failures are its own counts, checked against the
+// accounts' update counters, and the invariant is checked after it.
+func pgbenchRow(ctx context.Context, e *env, workers, accounts int, variant string) (contentionRow, error) {
+	before, err := readLedger(ctx, e.admin)
+	if err != nil {
+		return contentionRow{}, err
+	}
+	run, err := runPgbench(ctx, e.dsn, workers, accounts, variant == variantOrdered, e.opts.dur, pgbenchTries)
+	if err != nil {
+		return contentionRow{}, err
+	}
+	after, err := readLedger(ctx, e.admin)
+	if err != nil {
+		return contentionRow{}, err
+	}
+	committed := (after.updates - before.updates) / 2
+	causes := map[string]int64{}
+	for code, n := range map[string]int64{
+		"40001": run.SerializationFailures,
+		"40P01": run.DeadlockFailures,
+		"other": run.Failed - run.SerializationFailures - run.DeadlockFailures,
+	} {
+		if n > 0 {
+			causes[code] = n
+		}
+	}
+	if len(causes) == 0 {
+		causes = nil
+	}
+	inv := checkInvariant(after, accounts)
+	if committed < run.Processed {
+		msg := fmt.Sprintf("MISMATCH: the counters show %d commits, pgbench %d", committed, run.Processed)
+		if inv == "unchanged" {
+			inv = msg
+		} else {
+			inv += "; " + msg
+		}
+	}
+	return contentionRow{
+		Variant: variant, Workers: workers, Accounts: accounts, Contender: namePgbench,
+		CommitsPerS: run.TPS, Phantom: max(0, run.Processed-committed),
+		// Every try counts, those of the transactions that failed too, as
+		// the Go contenders' attempts do: pgbench's retries count both.
+		AttemptsPerCommit: ratio(float64(run.Processed+run.Failed+run.Retries), float64(run.Processed)),
+		Calls:             run.Processed + run.Failed, Failed: run.Failed, Causes: causes,
+		P50ms: msf(run.P50), P99ms: msf(run.P99), Invariant: inv,
+	}, nil
+}
 
-// readLedger reads the ledger.
-func readLedger(ctx context.Context, admin *pgxpool.Pool) (ledger, error) {
-	var l ledger
-	err := admin.QueryRow(ctx, "select coalesce(sum(balance), 0)::bigint, coalesce(sum(n), 0)::bigint from bench_accounts").Scan(&l.total, &l.updates)
-	return l, err
+// anchorRatios sets the ratios of the pgbench rows: to the full-jitter loop
+// of the same variant, accounts and worker count, and to the ceiling at the
+// same accounts and worker count.
+func anchorRatios(rows []contentionRow) {
+	find := func(variant string, workers, accounts int, name string) float64 {
+		for _, r := range rows {
+			if r.Variant == variant && r.Workers == workers && r.Accounts == accounts && r.Contender == name {
+				return r.CommitsPerS
+			}
+		}
+		return 0
+	}
+	for i := range rows {
+		r := &rows[i]
+		if r.Contender != namePgbench {
+			continue
+		}
+		r.VsJitter = ratio(r.CommitsPerS, find(r.Variant, r.Workers, r.Accounts, nameJitter))
+		r.OfCeiling = ratio(r.CommitsPerS, find(variantCeiling, r.Workers, r.Accounts, nameCeiling))
+	}
 }

@@ -13,9 +13,13 @@
 // Scenarios: overhead, contention, cancel, overload, timeout (all by
 // default), and backoff, a side experiment on pgtx's conflict backoff that
 // runs only when named. Within a scenario the contenders run alternately, in
-// rounds, so that machine noise hits all of them alike. The tables go to
-// standard output as markdown (and to -md), the data to -json, and the
-// contention chart to -svg.
+// rounds, so that machine noise hits all of them alike. The contention
+// scenario runs SERIALIZABLE transfers on 10 hot accounts at 8, 32 and 128
+// workers (-workers), each followed by PostgreSQL's pgbench on the same
+// workload as an outside anchor, and a low-contention cell, 1,000 accounts
+// at 8 workers; pgtx runs there with its contention manager and without
+// it. The tables go to standard output as markdown (and to -md), the data
+// to -json, and the contention chart to -svg.
 package main
 
 import (
@@ -29,6 +33,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,6 +51,7 @@ type options struct {
 	conflictBase time.Duration // pgtx's ConflictBaseBackoff in contention (0: default)
 	conflictMax  time.Duration // pgtx's ConflictMaxBackoff in contention (0: default)
 	deadlock     time.Duration // deadlock_timeout for the transfer scenarios (0: the server's)
+	workers      []int         // contention scenario: worker counts of the hot cells, ascending
 	sweep        []backoffSetting
 	jsonPath     string
 	mdPath       string
@@ -72,7 +78,7 @@ type scenario struct {
 // scenarios lists the benchmarks in the order they run.
 var scenarios = []scenario{
 	{"overhead", "one-statement transaction, 1 and 8 workers: latency and CPU against pgx.BeginTxFunc, interleaved", true, overhead},
-	{"contention", "SERIALIZABLE transfers on 10 hot accounts, 8 and 32 workers, ordered and random updates", true, contention},
+	{"contention", "SERIALIZABLE transfers on 10 hot accounts at -workers (8, 32, 128), ordered and random updates, pgbench as an outside anchor; and 1,000 accounts at 8 workers", true, contention},
 	{"cancel", "a deadline ends a statement holding a row lock: time to return, to release, reconnects", true, cancelBench},
 	{"overload", "open-loop arrivals at 2x capacity against a server-side admission limit (53300)", true, overload},
 	{"timeout", "slow and fast classes: one shared pool vs per-class pools (bulkheads)", true, timeoutStorm},
@@ -149,13 +155,14 @@ func parseArgs(args []string, stderr io.Writer) (options, []string, error) {
 	var o options
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.DurationVar(&o.dur, "dur", 2*time.Second, "measured time per cell (contender × setting); each scenario's default run stays under a minute")
+	fs.DurationVar(&o.dur, "dur", 2*time.Second, "measured time per cell (contender × setting); at the default, contention takes about two minutes, every other scenario under one")
 	fs.IntVar(&o.rounds, "rounds", 4, "slices each cell is cut into; the contenders alternate slice by slice")
 	fs.IntVar(&o.cancels, "cancels", 0, "cancel scenario: cancels per contender (0: 20 per second of -dur)")
 	fs.IntVar(&o.admit, "admit", 4, "overload scenario: statements the server admits at once")
 	fs.DurationVar(&o.conflictBase, "conflict-base", 0, "pgtx RetryPolicy.ConflictBaseBackoff for contention (0: the library default)")
 	fs.DurationVar(&o.conflictMax, "conflict-max", 0, "pgtx RetryPolicy.ConflictMaxBackoff for contention (0: the library default)")
 	fs.DurationVar(&o.deadlock, "deadlock-timeout", 100*time.Millisecond, "deadlock_timeout of the database during contention and backoff (0: leave the server's, usually 1s)")
+	workers := fs.String("workers", "8,32,128", "contention scenario: worker counts of the hot cells, comma-separated (pgx.BeginTxFunc, crdbpgxv5.ExecuteTx and pgtx without resolution run up to 32 only)")
 	sweep := fs.String("sweep", "2ms/100ms,2ms/500ms,5ms/500ms,10ms/1s", "backoff scenario: pgtx conflict backoffs to try, base/max,... (at most 4)")
 	fs.StringVar(&o.jsonPath, "json", "results.json", "write the results as JSON here (empty: don't)")
 	fs.StringVar(&o.mdPath, "md", "", "also write the markdown report here")
@@ -192,6 +199,9 @@ func parseArgs(args []string, stderr io.Writer) (options, []string, error) {
 		return o, nil, errors.New("-conflict-base and -conflict-max must not be negative")
 	}
 	var err error
+	if o.workers, err = parseWorkers(*workers); err != nil {
+		return o, nil, fmt.Errorf("-workers: %w", err)
+	}
 	if o.sweep, err = parseSweep(*sweep); err != nil {
 		return o, nil, fmt.Errorf("-sweep: %w", err)
 	}
@@ -269,4 +279,29 @@ func redacted(dsn string) string {
 		return fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
 	}
 	return "the database"
+}
+
+// parseWorkers parses "8,32,128": distinct positive worker counts, returned
+// in ascending order.
+func parseWorkers(s string) ([]int, error) {
+	var out []int
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		n, err := strconv.Atoi(part)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", part)
+		}
+		if slices.Contains(out, n) {
+			return nil, fmt.Errorf("%d is given twice", n)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no worker count; want e.g. 8,32,128")
+	}
+	slices.Sort(out)
+	return out, nil
 }
