@@ -53,11 +53,13 @@ const (
 // connection, and are let in oldest call first as running attempts end, so
 // a retry after a conflict runs as soon as the transaction it lost to has
 // finished instead of after a blind pause. The limit is the one that
-// commits most: every 50 attempts the gate measures the label's commits
-// per second of attempt time at the concurrency it ran (Little's law), and
-// now and then tries the next limit up or down, keeping whichever commits
-// more. The gate opens again when its limit is no longer reached and
-// conflicts have fallen to half the threshold.
+// commits most: over each measurement (at least 50 attempts and ten mean
+// attempt times, so that a deadlock found only after deadlock_timeout
+// counts) the gate takes the label's commits per second while its
+// attempts ran, and now and then tries half as many or half as many again,
+// keeping whichever commits more. It starts limiting only after the
+// threshold was passed over 200 attempts, and opens again when its limit
+// is no longer reached, or is the pool's size, and conflicts have fallen.
 //
 // The overload rules of [RetryPolicy] (backoff, caps, the budget) are
 // unchanged. A wait at the gate counts against the call's deadline: it ends
