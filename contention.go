@@ -36,6 +36,9 @@ const (
 	// within the noise of one measurement, and still win when its attempts
 	// hardly conflicted.
 	contentionCalmMargin = 0.9
+	// contentionStarving is the number of conflicts in a row after which a
+	// call's retry runs alone while the gate limits.
+	contentionStarving = 3
 	// maxContentionLabels bounds the labels managed apart; calls with any
 	// further label share the gate of the empty label.
 	maxContentionLabels = 256

@@ -88,7 +88,7 @@ func simulate(t *testing.T, g *gate, clk *fakeClock, w workload, callers, n int)
 			if full {
 				break
 			}
-			adm, err := g.admit(ctx, 0)
+			adm, err := g.admit(ctx, 0, false)
 			if err != nil {
 				t.Fatalf("admit: %v", err)
 			}
@@ -236,7 +236,7 @@ func TestContentionStaysOpenWithoutConflicts(t *testing.T) {
 	}
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(1000, func() {
-		adm, _ := g.admit(ctx, 0)
+		adm, _ := g.admit(ctx, 0, false)
 		g.done(ctx, adm, ClassNone, time.Millisecond)
 	}); n != 0 {
 		t.Errorf("an attempt through the open gate allocates %v times, want 0", n)
@@ -275,7 +275,7 @@ func TestContentionOldestFirst(t *testing.T) {
 		g.m.clock = realClock{}
 		engage(g, 1)
 		ctx := context.Background()
-		first, err := g.admit(ctx, 0)
+		first, err := g.admit(ctx, 0, false)
 		if err != nil || !first.held {
 			t.Fatalf("admit on a free limit: %+v, %v", first, err)
 		}
@@ -283,12 +283,12 @@ func TestContentionOldestFirst(t *testing.T) {
 		cctx, cancel := context.WithCancel(ctx)
 		cancelled := make(chan error, 1)
 		go func() {
-			_, err := g.admit(cctx, 5)
+			_, err := g.admit(cctx, 5, false)
 			cancelled <- err
 		}()
 		for _, prio := range []int64{30, 10, 20} {
 			go func() {
-				adm, err := g.admit(ctx, prio)
+				adm, err := g.admit(ctx, prio, false)
 				if err != nil {
 					t.Errorf("admit(%d): %v", prio, err)
 					return
@@ -354,12 +354,12 @@ func TestContentionDeadline(t *testing.T) {
 		engage(g, 1)
 		g.meanAttempt = 20 * time.Millisecond
 		ctx := context.Background()
-		hold, _ := g.admit(ctx, 0)
+		hold, _ := g.admit(ctx, 0, false)
 
 		short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		if _, err := g.admit(short, 1); !errors.Is(err, errAdmissionDeadline) || !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := g.admit(short, 1, false); !errors.Is(err, errAdmissionDeadline) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("admit with 10ms left and 20ms attempts: %v, want the deadline error", err)
 		}
 		if time.Since(start) != 0 {
@@ -369,7 +369,7 @@ func TestContentionDeadline(t *testing.T) {
 		long, cancel2 := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel2()
 		start = time.Now()
-		if _, err := g.admit(long, 1); !errors.Is(err, errAdmissionDeadline) {
+		if _, err := g.admit(long, 1, false); !errors.Is(err, errAdmissionDeadline) {
 			t.Errorf("admit with 100ms left: %v, want the deadline error", err)
 		}
 		if got := time.Since(start); got != 80*time.Millisecond {
@@ -380,7 +380,7 @@ func TestContentionDeadline(t *testing.T) {
 		long, cancel3 := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel3()
 		start = time.Now()
-		if _, err := g.admit(long, 1); !errors.Is(err, ErrAcquireTimeout) {
+		if _, err := g.admit(long, 1, false); !errors.Is(err, ErrAcquireTimeout) {
 			t.Errorf("admit bounded by a 30ms acquire timeout: %v, want ErrAcquireTimeout", err)
 		}
 		if got := time.Since(start); got != 30*time.Millisecond {
@@ -421,7 +421,7 @@ func TestRetryLoopWithTheGate(t *testing.T) {
 			g.m.clock = realClock{}
 			engage(g, 1)
 			g.meanAttempt = 50 * time.Millisecond
-			hold, _ := g.admit(context.Background(), 0)
+			hold, _ := g.admit(context.Background(), 0, false)
 			defer g.done(context.Background(), hold, ClassNone, time.Millisecond)
 			l := newLoop(RetryPolicy{}, realClock{})
 			l.gate = g
@@ -454,7 +454,7 @@ func TestRetryLoopWithTheGate(t *testing.T) {
 				calls++
 				// Another call takes the only slot as this attempt ends.
 				go func() {
-					a, _ := g.admit(context.Background(), -1)
+					a, _ := g.admit(context.Background(), -1, false)
 					other <- a
 				}()
 				synctest.Wait()
@@ -511,10 +511,10 @@ func TestContentionCloseLetsWaitersGo(t *testing.T) {
 		g := m.gate("x")
 		engage(g, 1)
 		ctx := context.Background()
-		hold, _ := g.admit(ctx, 0)
+		hold, _ := g.admit(ctx, 0, false)
 		got := make(chan error, 1)
 		go func() {
-			a, err := g.admit(ctx, 1)
+			a, err := g.admit(ctx, 1, false)
 			g.done(ctx, a, ClassNone, 0)
 			got <- err
 		}()
@@ -552,4 +552,52 @@ func TestContentionClimbsBackWhenRowsCool(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestContentionStarvingCallRunsAlone: a call that lost three times in a
+// row is let in only when nothing else of the label runs, and nothing is
+// let in beside it, so the database cannot make it lose again.
+func TestContentionStarvingCallRunsAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, _, _ := newTestGate(t, 4)
+		g.m.clock = realClock{}
+		engage(g, 2)
+		ctx := context.Background()
+		first, _ := g.admit(ctx, 0, false)
+		order := make(chan string, 2)
+		alone := make(chan admission, 1)
+		go func() {
+			a, err := g.admit(ctx, 5, true)
+			if err != nil {
+				t.Errorf("exclusive admit: %v", err)
+			}
+			order <- "exclusive"
+			alone <- a
+		}()
+		synctest.Wait()
+		go func() {
+			a, err := g.admit(ctx, 10, false)
+			if err != nil {
+				t.Errorf("admit: %v", err)
+			}
+			order <- "newer"
+			g.done(ctx, a, ClassNone, time.Millisecond)
+		}()
+		synctest.Wait()
+		if s := g.stats(); s.Waiting != 2 || s.Running != 1 {
+			t.Fatalf("with one attempt running and a limit of 2: %+v; want both waiting (the exclusive one for the running one, the newer one behind it)", s)
+		}
+		g.done(ctx, first, ClassNone, time.Millisecond)
+		synctest.Wait()
+		if got := <-order; got != "exclusive" {
+			t.Fatalf("%s let in first, want the exclusive call", got)
+		}
+		if s := g.stats(); s.Waiting != 1 || s.Running != 1 {
+			t.Fatalf("while the exclusive attempt runs: %+v; want the newer one still waiting", s)
+		}
+		g.done(ctx, <-alone, ClassNone, time.Millisecond)
+		if got := <-order; got != "newer" {
+			t.Fatalf("%s, want the newer call after the exclusive one", got)
+		}
+	})
 }

@@ -27,7 +27,8 @@ type gate struct {
 	openConflicts int64
 	conflicts     int64
 	limit         int
-	running       int // attempts admitted while limiting, running now
+	running       int  // attempts admitted while limiting, running now
+	alone         bool // the one running is exclusive
 	// epoch counts the changes of limit; current counts the running
 	// attempts admitted since the last one, which alone are measured.
 	epoch, current int
@@ -40,6 +41,7 @@ type gate struct {
 	probeDir       int
 	sinceProbe     int
 	probeEvery     int
+	settling       bool          // the current window follows a change of limit
 	meanAttempt    time.Duration // smoothed attempt time while limiting
 }
 
@@ -61,6 +63,8 @@ type waiter struct {
 	admitted bool // under gate.mu
 	limit    int  // the limit it was admitted under, and its epoch
 	epoch    int
+	// exclusive: it runs alone (a call that kept losing).
+	exclusive bool
 }
 
 // admission is what admit gives an attempt for done.
@@ -68,6 +72,7 @@ type admission struct {
 	held  bool // the attempt holds a slot of the limit
 	limit int  // the limit it was admitted under (0: the gate was open)
 	epoch int  // the gate's epoch then
+	alone bool // it runs alone
 	wait  time.Duration
 }
 
@@ -88,7 +93,14 @@ func (admissionDeadlineError) Timeout() bool { return true }
 
 // admit returns once the attempt may run. prio orders the waiters,
 // smallest first: the call's start, so the oldest call goes first.
-func (g *gate) admit(ctx context.Context, prio int64) (admission, error) {
+//
+// An exclusive attempt, a call's retry after contentionStarving conflicts
+// in a row, runs alone: it is let in when nothing else of the label runs,
+// and nothing else is let in until it ends. Oldest first cannot make the
+// database let the oldest win, but running it alone can (the greedy
+// contention manager's guarantee of progress), so no call gives up after
+// MaxRetries conflicts while the gate limits.
+func (g *gate) admit(ctx context.Context, prio int64, exclusive bool) (admission, error) {
 	g.inflight.Add(1)
 	if !g.limiting.Load() {
 		return admission{}, nil
@@ -99,11 +111,12 @@ func (g *gate) admit(ctx context.Context, prio int64) (admission, error) {
 		return admission{}, nil
 	}
 	now := g.m.clock.Now()
-	if g.running < g.limit && len(g.waiters) == 0 {
+	if g.free(exclusive) && len(g.waiters) == 0 {
 		g.accrue(now)
 		g.running++
 		g.current++
-		t := admission{held: true, limit: g.limit, epoch: g.epoch}
+		g.alone = exclusive
+		t := admission{held: true, limit: g.limit, epoch: g.epoch, alone: exclusive}
 		g.wait.observe(0)
 		g.mu.Unlock()
 		return t, nil
@@ -117,7 +130,7 @@ func (g *gate) admit(ctx context.Context, prio int64) (admission, error) {
 			return admission{}, errAdmissionDeadline
 		}
 	}
-	w := &waiter{prio: prio, ch: make(chan struct{}, 1)}
+	w := &waiter{prio: prio, ch: make(chan struct{}, 1), exclusive: exclusive}
 	i := len(g.waiters)
 	for i > 0 && g.waiters[i-1].prio > prio {
 		i--
@@ -162,7 +175,7 @@ func (g *gate) admit(ctx context.Context, prio int64) (admission, error) {
 		g.inflight.Add(-1)
 		return admission{}, err
 	}
-	t := admission{held: w.limit > 0, limit: w.limit, epoch: w.epoch, wait: waited}
+	t := admission{held: w.limit > 0, limit: w.limit, epoch: w.epoch, wait: waited, alone: w.exclusive && w.limit > 0}
 	if err != nil {
 		// Admitted as the wait ended: give the slot to the next.
 		g.releaseLocked(t, g.m.clock.Now())
@@ -261,18 +274,31 @@ func (g *gate) releaseLocked(t admission, now time.Time) {
 			g.current--
 		}
 	}
+	if t.alone {
+		g.alone = false
+	}
 	limiting := g.limiting.Load()
-	for len(g.waiters) > 0 && (g.running < g.limit || !limiting) {
+	for len(g.waiters) > 0 && (!limiting || g.free(g.waiters[0].exclusive)) {
 		w := g.waiters[0]
 		g.waiters = g.waiters[1:]
 		w.admitted = true
 		if limiting {
 			g.running++
 			g.current++
+			g.alone = w.exclusive
 			w.limit, w.epoch = g.limit, g.epoch
 		}
 		w.ch <- struct{}{}
 	}
+}
+
+// free reports whether an attempt may be let in now: nothing runs alone,
+// and the limit has room; for an exclusive one, nothing runs at all.
+func (g *gate) free(exclusive bool) bool {
+	if exclusive {
+		return g.running == 0
+	}
+	return !g.alone && g.running < g.limit
 }
 
 // accrue adds the time since the last event to the integral of running.
@@ -288,6 +314,14 @@ func (g *gate) accrue(now time.Time) {
 // the next limit, or opens the gate.
 func (g *gate) measure(ctx context.Context, now time.Time) {
 	w := g.win
+	if g.settling {
+		// The first window after a change of limit still carries the
+		// attempts of the old one (their locks, their waiters): it is not
+		// measured.
+		g.settling = false
+		g.win = measurement{start: now, last: now}
+		return
+	}
 	ratio := float64(w.conflicts) / float64(w.attempts)
 	goodput := 0.0
 	if w.busy > 0 {
@@ -360,6 +394,7 @@ func (g *gate) measure(ctx context.Context, now time.Time) {
 		g.limit = next
 		g.epoch++
 		g.current = 0
+		g.settling = true
 		g.releaseLocked(admission{}, now)
 		g.trace(ctx, prev, ratio)
 	}

@@ -103,6 +103,8 @@ type retryState struct {
 	retries int
 	// overloadSeen sticks once any attempt failed with an overload error.
 	overloadSeen bool
+	// conflicts counts the conflicts in a row that ended the last attempts.
+	conflicts int
 }
 
 // decision is what the loop does after a failed attempt.
@@ -247,7 +249,7 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 		var t admission
 		var admitErr error
 		if l.gate != nil {
-			t, admitErr = l.gate.admit(ctx, callStart.UnixNano())
+			t, admitErr = l.gate.admit(ctx, callStart.UnixNano(), st.conflicts >= contentionStarving)
 		}
 		if admitErr != nil {
 			class, err = ClassTimeout, admitErr
@@ -257,6 +259,11 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			l.gate.done(actx, t, class, l.clock.Now().Sub(began))
 		} else {
 			class, err = attempt(actx)
+		}
+		if class == ClassConflict {
+			st.conflicts++
+		} else {
+			st.conflicts = 0
 		}
 		var d decision
 		switch {
