@@ -55,7 +55,8 @@ const (
 // limited number run at once: the others wait in the client, holding no
 // connection, and are let in oldest call first as running attempts end, so
 // a retry after a conflict runs as soon as the transaction it lost to has
-// finished instead of after a blind pause. The limit is the one that
+// finished instead of after a blind pause; a call that lost three times in
+// a row runs alone, so that it commits. The limit is the one that
 // commits most: over each measurement (at least 50 attempts and ten mean
 // attempt times, so that a deadlock found only after deadlock_timeout
 // counts) the gate takes the label's commits per second while its
