@@ -34,6 +34,11 @@ const namePgtxNoLimits = "pgtx, no session limits"
 // transaction's id in BEGIN's round trip costs.
 const namePgtxNoResolve = "pgtx, ResolveTimeout -1"
 
+// namePgtxBare is pgtx with neither the resolution nor the contention
+// manager: against namePgtxNoResolve, what the manager costs a transaction
+// that never conflicts.
+const namePgtxBare = "pgtx, ResolveTimeout -1, contention manager off"
+
 // nameBeginControl is pgx.BeginTxFunc on a second plain pgxpool: the same
 // contender as the baseline, measured as if it were another one (an A/A
 // control). How far its ratio strays from 1 is the noise of the method.
@@ -263,6 +268,7 @@ func newOverheadSet(ctx context.Context, e *env, maxConns int, countWrites bool)
 		onPgtx(namePgtxUnbounded, func(c *pgtx.Config) { c.AcquireTimeout = -1 }, pgtxContender),
 		onPgtx(namePgtxNoLimits, func(c *pgtx.Config) { c.StatementTimeout, c.IdleInTransactionTimeout = -1, -1 }, pgtxContender),
 		onPgtx(namePgtxNoResolve, func(c *pgtx.Config) { c.ResolveTimeout = -1 }, pgtxContender),
+		onPgtx(namePgtxBare, func(c *pgtx.Config) { c.ResolveTimeout, c.Contention.Threshold = -1, -1 }, pgtxContender),
 		onPgx(nameNaive, loop(naiveContender)),
 		onPgx(nameJitter, loop(jitterContender)),
 		onPgx(nameCrdb, crdbContender),
