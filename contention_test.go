@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -146,53 +147,38 @@ func mode(xs []int) int {
 // there: the manager engages on conflicts, then probes limits up and down
 // and keeps the one that commits most.
 func TestContentionLimitFindsTheBestConcurrency(t *testing.T) {
+	// slower makes an attempt 1ms plus step for each one running with it;
+	// losing makes it conflict with odds 1-keep^(others running).
+	slower := func(step time.Duration) func(int) time.Duration {
+		return func(c int) time.Duration { return time.Millisecond + time.Duration(c)*step }
+	}
+	losing := func(keep float64) func(int) float64 {
+		return func(c int) float64 { return 1 - math.Pow(keep, float64(c-1)) }
+	}
+	// Hot rows: every further transaction running conflicts with 40% odds;
+	// the best is 2 at once (10% above 1).
+	hot := workload{duration: slower(100 * time.Microsecond), conflict: losing(0.6)}
 	tests := []struct {
 		name             string
 		callers          int
 		w                workload
 		wantLo, wantHigh int
 	}{
-		{
-			// Hot rows: every further transaction running conflicts with
-			// 40% odds; the best is 2 at once (10% above 1).
-			name: "hot rows, 8 callers", callers: 8,
-			w: workload{
-				duration: func(c int) time.Duration { return time.Millisecond + time.Duration(c)*100*time.Microsecond },
-				conflict: func(c int) float64 { return 1 - math.Pow(0.6, float64(c-1)) },
-			},
-			wantLo: 2, wantHigh: 2,
-		},
-		{
-			// The same rows with 128 callers: the gate starts far above
-			// the best and must come down to it.
-			name: "hot rows, 128 callers", callers: 128,
-			w: workload{
-				duration: func(c int) time.Duration { return time.Millisecond + time.Duration(c)*100*time.Microsecond },
-				conflict: func(c int) float64 { return 1 - math.Pow(0.6, float64(c-1)) },
-			},
-			wantLo: 2, wantHigh: 2,
-		},
+		{name: "hot rows, 8 callers", callers: 8, w: hot, wantLo: 2, wantHigh: 2},
+		// The same rows with 128 callers: the gate starts far above the
+		// best and must come down to it.
+		{name: "hot rows, 128 callers", callers: 128, w: hot, wantLo: 2, wantHigh: 2},
 		{
 			// Rows updated in random order: two at once may deadlock, and
 			// a deadlock costs 100ms, so one at a time commits most
 			// although most attempts at two are quick.
 			name: "deadlocks, 8 callers", callers: 8,
-			w: workload{
-				duration: func(c int) time.Duration { return time.Millisecond + time.Duration(c)*100*time.Microsecond },
-				conflict: func(c int) float64 { return 1 - math.Pow(0.8, float64(c-1)) },
-				deadlock: func(c int) float64 { return 0.05 * float64(c-1) },
-			},
+			w: workload{duration: slower(100 * time.Microsecond), conflict: losing(0.8),
+				deadlock: func(c int) float64 { return 0.05 * float64(c-1) }},
 			wantLo: 1, wantHigh: 1,
 		},
-		{
-			// Warm rows: conflicts rise slowly, the best is 7 or 8 at once.
-			name: "warm rows, 32 callers", callers: 32,
-			w: workload{
-				duration: func(c int) time.Duration { return time.Millisecond + time.Duration(c)*50*time.Microsecond },
-				conflict: func(c int) float64 { return 1 - math.Pow(0.9, float64(c-1)) },
-			},
-			wantLo: 5, wantHigh: 11,
-		},
+		// Warm rows: conflicts rise slowly, the best is 7 or 8 at once.
+		{name: "warm rows, 32 callers", callers: 32, w: workload{duration: slower(50 * time.Microsecond), conflict: losing(0.9)}, wantLo: 5, wantHigh: 11},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -271,9 +257,7 @@ func TestContentionOpensWhenCalm(t *testing.T) {
 // slots free, and a waiter whose context ends leaves no slot taken.
 func TestContentionOldestFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g, _, _ := newTestGate(t, 4)
-		g.m.clock = realClock{}
-		engage(g, 1)
+		g := bubbleGate(t, 1)
 		ctx := context.Background()
 		first, err := g.admit(ctx, 0, false)
 		if err != nil || !first.held {
@@ -310,7 +294,7 @@ func TestContentionOldestFirst(t *testing.T) {
 		for range 3 {
 			got = append(got, <-order)
 		}
-		if want := []int64{10, 20, 30}; !equalInts(got, want) {
+		if want := []int64{10, 20, 30}; !slices.Equal(got, want) {
 			t.Errorf("admitted in order %v, want %v (oldest first)", got, want)
 		}
 		synctest.Wait()
@@ -318,6 +302,27 @@ func TestContentionOldestFirst(t *testing.T) {
 			t.Errorf("after every attempt ended: %+v, %d slots taken", s, g.running)
 		}
 	})
+}
+
+// bubbleGate returns a gate on the real clock (inside a synctest bubble,
+// the bubble's), limiting to limit.
+func bubbleGate(t *testing.T, limit int) *gate {
+	t.Helper()
+	g, _, _ := newTestGate(t, 4)
+	g.m.clock = realClock{}
+	engage(g, limit)
+	return g
+}
+
+// limitedLoop is a retry loop on the real clock through a gate that
+// limits to one attempt at once, whose attempts take 50ms on average.
+func limitedLoop(t *testing.T) (*gate, *retryLoop) {
+	t.Helper()
+	g := bubbleGate(t, 1)
+	g.meanAttempt = 50 * time.Millisecond
+	l := newLoop(RetryPolicy{}, realClock{})
+	l.gate = g
+	return g, l
 }
 
 // engage makes g limit its attempts to limit.
@@ -330,18 +335,6 @@ func engage(g *gate, limit int) {
 	g.limiting.Store(true)
 }
 
-func equalInts(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // TestContentionDeadline: a wait at the gate counts against the caller's
 // deadline. An attempt that could not finish in the time left (by the
 // label's mean attempt time) is refused at once; one that waits gives up
@@ -349,9 +342,7 @@ func equalInts(a, b []int64) bool {
 // wait too.
 func TestContentionDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g, _, _ := newTestGate(t, 4)
-		g.m.clock = realClock{}
-		engage(g, 1)
+		g := bubbleGate(t, 1)
 		g.meanAttempt = 20 * time.Millisecond
 		ctx := context.Background()
 		hold, _ := g.admit(ctx, 0, false)
@@ -408,7 +399,7 @@ func TestRetryLoopWithTheGate(t *testing.T) {
 		if err := l.run(context.Background(), scripted(&calls, conflict, overload)); err != nil {
 			t.Fatal(err)
 		}
-		if want := []time.Duration{0, backoff(0.5, defaultBaseBackoff, defaultMaxBackoff, 2)}; !equalDurations(clk.sleeps, want) {
+		if want := []time.Duration{0, backoff(0.5, defaultBaseBackoff, defaultMaxBackoff, 2)}; !slices.Equal(clk.sleeps, want) {
 			t.Errorf("pauses %v, want %v", clk.sleeps, want)
 		}
 		if s := g.stats(); s.AttemptCount != 3 || s.ConflictCount != 1 || s.CommitCount != 1 || s.Running != 0 {
@@ -417,14 +408,9 @@ func TestRetryLoopWithTheGate(t *testing.T) {
 	})
 	t.Run("the deadline ends the wait", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			g, _, _ := newTestGate(t, 4)
-			g.m.clock = realClock{}
-			engage(g, 1)
-			g.meanAttempt = 50 * time.Millisecond
+			g, l := limitedLoop(t)
 			hold, _ := g.admit(context.Background(), 0, false)
 			defer g.done(context.Background(), hold, ClassNone, time.Millisecond)
-			l := newLoop(RetryPolicy{}, realClock{})
-			l.gate = g
 			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
 			defer cancel()
 			calls := 0
@@ -440,12 +426,7 @@ func TestRetryLoopWithTheGate(t *testing.T) {
 	})
 	t.Run("the deadline ends a retry's wait", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			g, _, _ := newTestGate(t, 4)
-			g.m.clock = realClock{}
-			engage(g, 1)
-			g.meanAttempt = 50 * time.Millisecond
-			l := newLoop(RetryPolicy{}, realClock{})
-			l.gate = g
+			g, l := limitedLoop(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 			defer cancel()
 			other := make(chan admission, 1)
@@ -469,18 +450,6 @@ func TestRetryLoopWithTheGate(t *testing.T) {
 	})
 }
 
-func equalDurations(a, b []time.Duration) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // TestContentionLabels: each label has a gate of its own, up to a bound
 // past which labels share the empty label's; Stats lists them in order.
 func TestContentionLabels(t *testing.T) {
@@ -488,7 +457,7 @@ func TestContentionLabels(t *testing.T) {
 	if m.threshold != 0.5 {
 		t.Errorf("threshold %v, want 0.5", m.threshold)
 	}
-	if m.gate("a") != m.gate("a") || m.gate("a") == m.gate("b") || m.gate("") != &m.def {
+	if a, again := m.gate("a"), m.gate("a"); a != again || a == m.gate("b") || m.gate("") != &m.def {
 		t.Fatal("one gate per label")
 	}
 	for i := range maxContentionLabels + 10 {
@@ -559,9 +528,7 @@ func TestContentionClimbsBackWhenRowsCool(t *testing.T) {
 // let in beside it, so the database cannot make it lose again.
 func TestContentionStarvingCallRunsAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g, _, _ := newTestGate(t, 4)
-		g.m.clock = realClock{}
-		engage(g, 2)
+		g := bubbleGate(t, 2)
 		ctx := context.Background()
 		first, _ := g.admit(ctx, 0, false)
 		order := make(chan string, 2)

@@ -14,22 +14,13 @@ import (
 // contentionEvents records what a pool's tracer hears of the contention
 // manager: its changes of limit and every attempt's admission.
 type contentionEvents struct {
+	nopTracer
 	mu       sync.Mutex
 	changes  []pgtx.TraceContentionData
 	attempts int
 	waited   int           // attempts that waited at the gate
 	maxWait  time.Duration // the longest wait
 	limits   map[int]int   // attempts by the limit they ran under
-}
-
-func (e *contentionEvents) TraceTransactionStart(ctx context.Context, _ pgtx.TraceTransactionStartData) context.Context {
-	return ctx
-}
-
-func (e *contentionEvents) TraceTransactionEnd(context.Context, pgtx.TraceTransactionEndData) {}
-
-func (e *contentionEvents) TraceAttemptStart(ctx context.Context, _ pgtx.TraceAttemptStartData) context.Context {
-	return ctx
 }
 
 func (e *contentionEvents) TraceAttemptEnd(_ context.Context, d pgtx.TraceAttemptEndData) {
