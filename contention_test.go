@@ -406,6 +406,28 @@ func TestRetryLoopWithTheGate(t *testing.T) {
 			t.Errorf("stats %+v", s)
 		}
 	})
+	t.Run("no refusal for a pause not taken", func(t *testing.T) {
+		// 5ms left, and the pause before the first retry would be 10ms:
+		// alone, the loop stops (the backoff rule); through the gate it
+		// retries at once.
+		deadline := time.Now().Add(time.Hour)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		for _, limiting := range []bool{false, true} {
+			g, clk, _ := newTestGate(t, 4)
+			clk.now = deadline.Add(-5 * time.Millisecond)
+			if limiting {
+				engage(g, 2)
+			}
+			l := newLoop(RetryPolicy{Jitter: func() float64 { return 1 }}, clk)
+			l.gate = g
+			calls := 0
+			err := l.run(ctx, scripted(&calls, conflict))
+			if want := map[bool]int{false: 1, true: 2}[limiting]; calls != want {
+				t.Errorf("limiting %v: %d attempts (%v), want %d", limiting, calls, err, want)
+			}
+		}
+	})
 	t.Run("the deadline ends the wait", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			g, l := limitedLoop(t)

@@ -289,10 +289,12 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			if d.retry && l.budget != nil && budgeted(class) && !l.budget.withdraw(l.clock.Now()) {
 				d = decision{reason: stopBudget}
 			}
-			if d.retry && class == ClassConflict && l.gate != nil && l.gate.limiting.Load() {
+			if class == ClassConflict && l.gate != nil && l.gate.limiting.Load() && (d.retry || d.reason == stopDeadline) {
 				// The gate orders the retry: it runs when a slot frees,
-				// that is when a running attempt of the label ends.
-				d.backoff = 0
+				// that is when a running attempt of the label ends, and
+				// the gate refuses it if it could not finish in time. So
+				// no pause, and no refusal for a pause that is not taken.
+				d = decision{retry: true}
 			}
 		}
 		if !d.retry && err != nil {
