@@ -55,7 +55,7 @@ func TestCollectorWithServer(t *testing.T) {
 		labels []string
 		want   float64
 	}{
-		{"pgtx_transactions_calls_total", nil, calls},
+		{"pgtx_transactions_started_total", nil, calls},
 		{"pgtx_pool_acquire_wait_seconds", nil, calls}, // sample count
 		{"pgtx_connection_holds_total", nil, calls},
 		{"pgtx_pool_acquires_total", nil, calls},
@@ -104,8 +104,8 @@ func TestCollectorWithServer(t *testing.T) {
 			}
 		}
 		promEventually(t, reg, "pgtx_pool_waiters", 0)
-		if got := promValue(t, reg, "pgtx_transactions_calls_total"); got != calls+2 {
-			t.Errorf("pgtx_transactions_calls_total = %g, want %d", got, calls+2)
+		if got := promValue(t, reg, "pgtx_transactions_started_total"); got != calls+2 {
+			t.Errorf("pgtx_transactions_started_total = %g, want %d", got, calls+2)
 		}
 	})
 

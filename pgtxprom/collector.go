@@ -140,7 +140,7 @@ func NewCollector(pools map[string]*pgtx.Pool, opts ...Option) *Collector {
 	c.destroyedCon = desc("pool_destroyed_connections_total",
 		"Connections the pool closed because of MaxConnLifetime (max_lifetime) or MaxConnIdleTime (max_idle).", labelReason)
 
-	c.calls = desc("transactions_calls_total",
+	c.calls = desc("transactions_started_total",
 		"Transaction calls started.")
 	c.inFlight = desc("transactions_in_flight",
 		"Transaction attempts holding a connection now.")
@@ -163,7 +163,7 @@ func NewCollector(pools map[string]*pgtx.Pool, opts ...Option) *Collector {
 		"Maximum size of the cancel pool.")
 
 	c.breakerState = desc("breaker_state",
-		"State of the pool's circuit breaker: 0 closed, 1 half-open, 2 open.")
+		"State of the pool's circuit breaker: 1 for the state it is in (closed, half-open, open), 0 for the others.", labelState)
 	c.breakerRejected = desc("breaker_rejected_total",
 		"Transaction calls the circuit breaker refused because it was open.")
 	c.breakerOpens = desc("breaker_opens_total",
@@ -238,7 +238,8 @@ func (c *Collector) collectPool(ch chan<- prometheus.Metric, name string, s pgtx
 	counter(c.cancels, float64(cs.ProtocolCount), outcomeProtocol)
 	counter(c.cancels, float64(cs.ClosedCount), outcomeClosed)
 	counter(c.cancelPoolErrors, float64(cs.PoolErrorCount))
-	ch <- prometheus.MustNewConstSummary(c.cancelLatency, uint64(max(cs.Latency.Count, 0)), cs.Latency.Duration.Seconds(), nil, name)
+	count, sum, buckets = histogramBuckets(cs.Latency)
+	ch <- prometheus.MustNewConstHistogram(c.cancelLatency, count, sum, buckets, name)
 	if ps := s.CancelPool; ps != nil {
 		connections(gauge, c.cancelPoolConnections, ps)
 		gauge(c.cancelPoolMaxConnections, float64(ps.MaxConns()))
@@ -260,26 +261,20 @@ func (c *Collector) collectPool(ch chan<- prometheus.Metric, name string, s pgtx
 	}
 
 	if bs := s.Breaker; bs != nil {
-		gauge(c.breakerState, breakerStateValue(bs.State))
+		for _, st := range []pgtx.BreakerState{pgtx.BreakerClosed, pgtx.BreakerHalfOpen, pgtx.BreakerOpen} {
+			gauge(c.breakerState, boolValue(bs.State == st), st.String())
+		}
 		counter(c.breakerRejected, float64(bs.RejectedCount))
 		counter(c.breakerOpens, float64(bs.OpenedCount))
 	}
 }
 
-// breakerStateValue is the value of the breaker_state gauge: 0 closed, 1
-// half-open, 2 open, in the order of increasing trouble; -1 for a state this
-// package does not know. The values are this package's, by state, whatever
-// numbers pgtx.BreakerState gives the states.
-func breakerStateValue(s pgtx.BreakerState) float64 {
-	switch s {
-	case pgtx.BreakerClosed:
-		return 0
-	case pgtx.BreakerHalfOpen:
+// boolValue is 1 for true, 0 for false: the value of a state's series.
+func boolValue(b bool) float64 {
+	if b {
 		return 1
-	case pgtx.BreakerOpen:
-		return 2
 	}
-	return -1
+	return 0
 }
 
 // connections sends a pool's connections by state.

@@ -113,16 +113,9 @@ pgtx_cancels_total{outcome="signalled",pool="b"} 0
 `,
 		},
 		{
-			name:   "cancel latency summary",
+			name:   "empty cancel latency histogram",
 			metric: "pgtx_cancel_latency_seconds",
-			want: `
-# HELP pgtx_cancel_latency_seconds Time from a context's end to the cancel's answer.
-# TYPE pgtx_cancel_latency_seconds summary
-pgtx_cancel_latency_seconds_sum{pool="a"} 0
-pgtx_cancel_latency_seconds_count{pool="a"} 0
-pgtx_cancel_latency_seconds_sum{pool="b"} 0
-pgtx_cancel_latency_seconds_count{pool="b"} 0
-`,
+			want:   "\n# HELP pgtx_cancel_latency_seconds Time from a context's end to the cancel's answer.\n# TYPE pgtx_cancel_latency_seconds histogram\n" + emptyHistogram("pgtx_cancel_latency_seconds", "a") + emptyHistogram("pgtx_cancel_latency_seconds", "b"),
 		},
 		{
 			name:   "empty acquire wait histogram",
@@ -131,12 +124,12 @@ pgtx_cancel_latency_seconds_count{pool="b"} 0
 		},
 		{
 			name:   "no transactions",
-			metric: "pgtx_transactions_calls_total",
+			metric: "pgtx_transactions_started_total",
 			want: `
-# HELP pgtx_transactions_calls_total Transaction calls started.
-# TYPE pgtx_transactions_calls_total counter
-pgtx_transactions_calls_total{pool="a"} 0
-pgtx_transactions_calls_total{pool="b"} 0
+# HELP pgtx_transactions_started_total Transaction calls started.
+# TYPE pgtx_transactions_started_total counter
+pgtx_transactions_started_total{pool="a"} 0
+pgtx_transactions_started_total{pool="b"} 0
 `,
 		},
 		{
@@ -190,7 +183,7 @@ func TestCollectAndCount(t *testing.T) {
 		{"pgtx_pool_canceled_acquires_total", 2},
 		{"pgtx_pool_new_connections_total", 2},
 		{"pgtx_pool_destroyed_connections_total", 4},
-		{"pgtx_transactions_calls_total", 2},
+		{"pgtx_transactions_started_total", 2},
 		{"pgtx_transactions_in_flight", 2},
 		{"pgtx_transaction_oldest_in_flight_seconds", 2},
 		{"pgtx_connection_hold_seconds_total", 2},
@@ -332,7 +325,7 @@ func TestCollectorBreaker(t *testing.T) {
 		return pgtx.Transaction(context.Background(), pool, pgtx.ReadCommitted, func(context.Context, pgx.Tx) error { return nil })
 	}
 	const header = `
-# HELP pgtx_breaker_state State of the pool's circuit breaker: 0 closed, 1 half-open, 2 open.
+# HELP pgtx_breaker_state State of the pool's circuit breaker: 1 for the state it is in (closed, half-open, open), 0 for the others.
 # TYPE pgtx_breaker_state gauge
 # HELP pgtx_breaker_rejected_total Transaction calls the circuit breaker refused because it was open.
 # TYPE pgtx_breaker_rejected_total counter
@@ -348,8 +341,12 @@ func TestCollectorBreaker(t *testing.T) {
 			name: "closed",
 			do:   func(*testing.T) {},
 			want: `
-pgtx_breaker_state{pool="half"} 0
-pgtx_breaker_state{pool="open"} 0
+pgtx_breaker_state{pool="half",state="closed"} 1
+pgtx_breaker_state{pool="half",state="half-open"} 0
+pgtx_breaker_state{pool="half",state="open"} 0
+pgtx_breaker_state{pool="open",state="closed"} 1
+pgtx_breaker_state{pool="open",state="half-open"} 0
+pgtx_breaker_state{pool="open",state="open"} 0
 pgtx_breaker_rejected_total{pool="half"} 0
 pgtx_breaker_rejected_total{pool="open"} 0
 pgtx_breaker_opens_total{pool="half"} 0
@@ -367,8 +364,12 @@ pgtx_breaker_opens_total{pool="open"} 0
 				time.Sleep(time.Millisecond) // past the half-open pool's OpenFor
 			},
 			want: `
-pgtx_breaker_state{pool="half"} 1
-pgtx_breaker_state{pool="open"} 2
+pgtx_breaker_state{pool="half",state="closed"} 0
+pgtx_breaker_state{pool="half",state="half-open"} 1
+pgtx_breaker_state{pool="half",state="open"} 0
+pgtx_breaker_state{pool="open",state="closed"} 0
+pgtx_breaker_state{pool="open",state="half-open"} 0
+pgtx_breaker_state{pool="open",state="open"} 1
 pgtx_breaker_rejected_total{pool="half"} 0
 pgtx_breaker_rejected_total{pool="open"} 0
 pgtx_breaker_opens_total{pool="half"} 1
@@ -383,8 +384,12 @@ pgtx_breaker_opens_total{pool="open"} 1
 				}
 			},
 			want: `
-pgtx_breaker_state{pool="half"} 1
-pgtx_breaker_state{pool="open"} 2
+pgtx_breaker_state{pool="half",state="closed"} 0
+pgtx_breaker_state{pool="half",state="half-open"} 1
+pgtx_breaker_state{pool="half",state="open"} 0
+pgtx_breaker_state{pool="open",state="closed"} 0
+pgtx_breaker_state{pool="open",state="half-open"} 0
+pgtx_breaker_state{pool="open",state="open"} 1
 pgtx_breaker_rejected_total{pool="half"} 0
 pgtx_breaker_rejected_total{pool="open"} 1
 pgtx_breaker_opens_total{pool="half"} 1
@@ -404,25 +409,6 @@ pgtx_breaker_opens_total{pool="open"} 1
 	}
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
 		t.Errorf("CollectAndLint = %v, %v", problems, err)
-	}
-}
-
-func TestBreakerStateValue(t *testing.T) {
-	tests := []struct {
-		state pgtx.BreakerState
-		want  float64
-	}{
-		{pgtx.BreakerClosed, 0},
-		{pgtx.BreakerHalfOpen, 1},
-		{pgtx.BreakerOpen, 2},
-		{pgtx.BreakerState(42), -1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.state.String(), func(t *testing.T) {
-			if got := breakerStateValue(tt.state); got != tt.want {
-				t.Errorf("breakerStateValue(%v) = %g, want %g", tt.state, got, tt.want)
-			}
-		})
 	}
 }
 
@@ -502,7 +488,7 @@ func TestCollectStatsFields(t *testing.T) {
 		OldestInFlight:      9 * time.Second,
 		Cancels: pgtx.CancelStats{
 			SentCount: 100, SignalledCount: 11, NotFoundCount: 12, PoolErrorCount: 13, ProtocolCount: 14, ClosedCount: 15,
-			Latency: pgtx.Histogram{Count: 16, Duration: 17 * time.Second},
+			Latency: pgtx.Histogram{Count: 16, Duration: 17 * time.Second, Bounds: []time.Duration{time.Second}, Buckets: []int64{10, 6}},
 		},
 		Resolved: pgtx.ResolveStats{CommittedCount: 18, AbortedCount: 19, NotAppliedCount: 20, UnknownCount: 21},
 		Breaker:  &pgtx.BreakerStats{State: pgtx.BreakerOpen, RejectedCount: 22, OpenedCount: 23},
@@ -522,9 +508,9 @@ pgtx_pool_acquire_timeouts_total{pool="main"} 3
 # HELP pgtx_pool_queue_full_total Transaction calls refused at once because MaxWaiters callers were waiting for a connection.
 # TYPE pgtx_pool_queue_full_total counter
 pgtx_pool_queue_full_total{pool="main"} 4
-# HELP pgtx_transactions_calls_total Transaction calls started.
-# TYPE pgtx_transactions_calls_total counter
-pgtx_transactions_calls_total{pool="main"} 5
+# HELP pgtx_transactions_started_total Transaction calls started.
+# TYPE pgtx_transactions_started_total counter
+pgtx_transactions_started_total{pool="main"} 5
 # HELP pgtx_connection_holds_total Transaction attempts that held a connection and released it.
 # TYPE pgtx_connection_holds_total counter
 pgtx_connection_holds_total{pool="main"} 6
@@ -547,7 +533,9 @@ pgtx_cancels_total{outcome="signalled",pool="main"} 11
 # TYPE pgtx_cancel_pool_errors_total counter
 pgtx_cancel_pool_errors_total{pool="main"} 13
 # HELP pgtx_cancel_latency_seconds Time from a context's end to the cancel's answer.
-# TYPE pgtx_cancel_latency_seconds summary
+# TYPE pgtx_cancel_latency_seconds histogram
+pgtx_cancel_latency_seconds_bucket{pool="main",le="1"} 10
+pgtx_cancel_latency_seconds_bucket{pool="main",le="+Inf"} 16
 pgtx_cancel_latency_seconds_sum{pool="main"} 17
 pgtx_cancel_latency_seconds_count{pool="main"} 16
 # HELP pgtx_commit_resolutions_total Ambiguous COMMITs resolved (Config.ResolveTimeout), by result: committed, aborted, not_applied, unknown.
@@ -556,9 +544,11 @@ pgtx_commit_resolutions_total{pool="main",result="aborted"} 19
 pgtx_commit_resolutions_total{pool="main",result="committed"} 18
 pgtx_commit_resolutions_total{pool="main",result="not_applied"} 20
 pgtx_commit_resolutions_total{pool="main",result="unknown"} 21
-# HELP pgtx_breaker_state State of the pool's circuit breaker: 0 closed, 1 half-open, 2 open.
+# HELP pgtx_breaker_state State of the pool's circuit breaker: 1 for the state it is in (closed, half-open, open), 0 for the others.
 # TYPE pgtx_breaker_state gauge
-pgtx_breaker_state{pool="main"} 2
+pgtx_breaker_state{pool="main",state="closed"} 0
+pgtx_breaker_state{pool="main",state="half-open"} 0
+pgtx_breaker_state{pool="main",state="open"} 1
 # HELP pgtx_breaker_rejected_total Transaction calls the circuit breaker refused because it was open.
 # TYPE pgtx_breaker_rejected_total counter
 pgtx_breaker_rejected_total{pool="main"} 22
@@ -584,7 +574,7 @@ pgtx_contention_conflicts_total{label="transfer",pool="main"} 27
 `
 	err := testutil.CollectAndCompare(sc, strings.NewReader(want),
 		"pgtx_pool_waiters", "pgtx_pool_acquire_timeouts_total", "pgtx_pool_queue_full_total",
-		"pgtx_transactions_calls_total", "pgtx_connection_holds_total", "pgtx_connection_hold_seconds_total",
+		"pgtx_transactions_started_total", "pgtx_connection_holds_total", "pgtx_connection_hold_seconds_total",
 		"pgtx_transactions_in_flight", "pgtx_transaction_oldest_in_flight_seconds",
 		"pgtx_cancels_total", "pgtx_cancel_pool_errors_total", "pgtx_cancel_latency_seconds",
 		"pgtx_commit_resolutions_total", "pgtx_breaker_state", "pgtx_breaker_rejected_total", "pgtx_breaker_opens_total",

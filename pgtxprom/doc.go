@@ -70,7 +70,7 @@
 //
 // The transactions:
 //
-//   - pgtx_transactions_calls_total (counter): Transaction calls started.
+//   - pgtx_transactions_started_total (counter): Transaction calls started.
 //   - pgtx_transactions_in_flight (gauge): attempts holding a connection now.
 //   - pgtx_transaction_oldest_in_flight_seconds (gauge): the age of the
 //     oldest of them, 0 when there is none. A value that keeps growing is a
@@ -89,8 +89,8 @@
 //     instead.
 //   - pgtx_cancel_pool_errors_total (counter): cancels the cancel pool could
 //     not deliver, which then fell back.
-//   - pgtx_cancel_latency_seconds (summary, count and sum only): the time
-//     from a context's end to the cancel's answer.
+//   - pgtx_cancel_latency_seconds (histogram, 1ms to 10s): the time from a
+//     context's end to the cancel's answer.
 //   - pgtx_cancel_pool_connections{state="acquired|idle|constructing"} and
 //     pgtx_cancel_pool_max_connections (gauges): the cancel pool's
 //     connections, only when the pool has one ([pgtx.CancelModePool]).
@@ -118,8 +118,10 @@
 //
 // The circuit breaker, only when the pool has one ([pgtx.Config].Breaker):
 //
-//   - pgtx_breaker_state (gauge): 0 closed, 1 half-open, 2 open. Alert on it
-//     being 2: calls fail at once with [pgtx.ErrCircuitOpen].
+//   - pgtx_breaker_state{state="closed|half-open|open"} (gauge): 1 for the
+//     state the breaker is in, 0 for the others, one series per state as
+//     Prometheus has it. Alert on pgtx_breaker_state{state="open"} == 1:
+//     calls fail at once with [pgtx.ErrCircuitOpen].
 //   - pgtx_breaker_rejected_total (counter): calls refused while it was
 //     open.
 //   - pgtx_breaker_opens_total (counter): the times it opened.
