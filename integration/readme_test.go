@@ -99,7 +99,9 @@ func readmeObservability(cfg *pgtx.Config, pool *pgtx.Pool) error {
 	}
 	cfg.Tracer = tr
 
-	prometheus.MustRegister(pgtxprom.NewCollector(map[string]*pgtx.Pool{"main": pool}))
+	metrics := pgtxprom.NewTracer("main") // transactions by outcome, attempts, retries by class, backoff, budget refusals
+	cfg.Tracer = metrics
+	prometheus.MustRegister(metrics, pgtxprom.NewCollector(map[string]*pgtx.Pool{"main": pool}))
 	return nil
 }
 

@@ -40,8 +40,8 @@ type config struct {
 	namespace string
 }
 
-// Option configures a [Collector] made by [NewCollector] or a
-// [BreakerTracer] made by [NewBreakerTracer].
+// Option configures a [Collector] made by [NewCollector], a [Tracer] made
+// by [NewTracer] or a [BreakerTracer] made by [NewBreakerTracer].
 type Option func(*config)
 
 // WithNamespace sets the prefix of every metric name, [DefaultNamespace] by

@@ -1,11 +1,18 @@
 // Package pgtxprom exports the statistics of pgtx pools ([pgtx.Pool.Stats])
 // as Prometheus metrics.
 //
-// It covers every tracer interface of pgtx. The events of
-// [pgtx.TransactionTracer] and [pgtx.CancelTracer] are counted by the pool
-// itself, in [pgtx.Stats], which a [Collector] exports: no tracer is needed
-// for them. Of the [pgtx.BreakerTracer] events, Stats keeps the state and
-// the openings; a [BreakerTracer] counts every change of state.
+// A [Collector] exports what the pool counts itself, in [pgtx.Stats]: the
+// pool, the cancels by outcome, the resolutions of ambiguous COMMITs, the
+// breaker and the contention manager. A [Tracer], set as the pool's
+// [pgtx.Config].Tracer, counts what only the [pgtx.TransactionTracer]
+// events know: how calls end, their attempts, the retries by class and
+// their backoff, the retries the budget refused. Of the
+// [pgtx.BreakerTracer] events, Stats keeps the state and the openings; a
+// [BreakerTracer] counts every change of state.
+//
+// The directory dashboard holds a Grafana dashboard over these metrics
+// (dashboard/pgtx.json); a test checks its queries against the names this
+// package exports.
 //
 // A [Collector] reads the statistics of one or more pools each time it is
 // collected; nothing is counted in the transactions' path. Register it once,
@@ -125,6 +132,12 @@
 //   - pgtx_breaker_rejected_total (counter): calls refused while it was
 //     open.
 //   - pgtx_breaker_opens_total (counter): the times it opened.
+//
+// From a [Tracer] (its type's documentation has the details):
+// pgtx_transactions_total{label, outcome}, pgtx_transaction_duration_seconds,
+// pgtx_transaction_attempts, pgtx_retries_total{label, class},
+// pgtx_retry_backoff_seconds_total{label, class} and
+// pgtx_retry_budget_refusals_total{label}.
 //
 // And, from a [BreakerTracer] set as [pgtx.BreakerConfig].Tracer and
 // registered on its own:

@@ -63,3 +63,25 @@ func ExampleNewBreakerTracer() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(transitions, pgtxprom.NewCollector(map[string]*pgtx.Pool{"replica": replica}))
 }
+
+// ExampleNewTracer counts a pool's transactions by outcome, their attempts
+// and retries, beside the pool's statistics.
+func ExampleNewTracer() {
+	ctx := context.Background()
+	cfg, err := pgtx.ParseConfig(os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	metrics := pgtxprom.NewTracer("main")
+	cfg.Tracer = metrics
+	pool, err := pgtx.NewWithConfig(ctx, cfg)
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	defer pool.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics, pgtxprom.NewCollector(map[string]*pgtx.Pool{"main": pool}))
+}

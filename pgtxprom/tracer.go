@@ -1,0 +1,159 @@
+package pgtxprom
+
+import (
+	"context"
+	"errors"
+
+	"github.com/pgtx-go/pgtx"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Label names and values of the Tracer's metrics.
+const (
+	labelClass       = "class"
+	outcomeCommitted = "committed"
+)
+
+// durationBuckets are the bounds, in seconds, of the transactions'
+// duration histogram: those OpenTelemetry's semantic conventions advise
+// for db.client.operation.duration, so the two agree.
+var durationBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
+
+// attemptBuckets are the bounds of the attempts-per-transaction histogram:
+// one attempt, a retry or two, and up to the default MaxRetries (10) and
+// past it.
+var attemptBuckets = []float64{1, 2, 3, 4, 6, 8, 11}
+
+// Tracer counts, as Prometheus metrics, what pgtx does for every
+// transaction: how calls end, how many attempts they take, which errors
+// are retried and how long the retries wait, and the retries the retry
+// budget refuses. It is a [pgtx.TransactionTracer] and a
+// [prometheus.Collector]: set it as a pool's [pgtx.Config].Tracer and
+// register it. What a snapshot of [pgtx.Stats] already holds (the pool,
+// the cancels by outcome, the resolutions of ambiguous COMMITs, the
+// breaker, the contention manager) is a [Collector]'s; register both.
+//
+// Its metrics, under the namespace "pgtx" ([WithNamespace] changes it),
+// have the labels pool (the name given to [NewTracer]) and label
+// ([pgtx.Options].Label, "" for calls without one; keep labels few, one
+// per kind of transaction):
+//
+//   - pgtx_transactions_total{outcome} (counter): calls ended, by outcome:
+//     committed, or the class of the error the call returned
+//     ([pgtx.Class.String]: conflict, overload, unavailable,
+//     connection_lost, ambiguous — the COMMIT's outcome is unknown,
+//     [pgtx.ErrCommitUnknown] —, timeout, permanent).
+//   - pgtx_transaction_duration_seconds{outcome} (histogram): the calls'
+//     wall time, retries and backoffs included, in the buckets
+//     OpenTelemetry advises for db.client.operation.duration.
+//   - pgtx_transaction_attempts (histogram): attempts per call.
+//   - pgtx_retries_total{class} (counter): attempts run again, by the class
+//     of the error that ended the attempt before.
+//   - pgtx_retry_backoff_seconds_total{class} (counter): the time those
+//     retries waited first.
+//   - pgtx_retry_budget_refusals_total (counter): retries the pool's
+//     [pgtx.RetryBudget] refused.
+//
+// A series appears once it has something to count. It is safe for
+// concurrent use; one Tracer serves one pool (its events carry no pool).
+type Tracer struct {
+	transactions *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	attempts     *prometheus.HistogramVec
+	retries      *prometheus.CounterVec
+	backoff      *prometheus.CounterVec
+	refusals     *prometheus.CounterVec
+}
+
+var (
+	_ pgtx.TransactionTracer = (*Tracer)(nil)
+	_ prometheus.Collector   = (*Tracer)(nil)
+)
+
+// NewTracer returns a [Tracer] for the pool named pool, the value of its
+// metrics' pool label: the name the pool has in a [Collector].
+func NewTracer(pool string, opts ...Option) *Tracer {
+	cfg := config{namespace: DefaultNamespace}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&cfg)
+		}
+	}
+	constLabels := prometheus.Labels{labelPool: pool}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: cfg.namespace, Name: name, Help: help, ConstLabels: constLabels,
+		}, append([]string{labelLabel}, labels...))
+	}
+	histogram := func(name, help string, buckets []float64, labels ...string) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: cfg.namespace, Name: name, Help: help, ConstLabels: constLabels, Buckets: buckets,
+		}, append([]string{labelLabel}, labels...))
+	}
+	return &Tracer{
+		transactions: counter("transactions_total",
+			"Transaction calls ended, by outcome: committed, or the class of the error returned.", labelOutcome),
+		duration: histogram("transaction_duration_seconds",
+			"Wall time of Transaction calls, retries and backoffs included, by outcome.", durationBuckets, labelOutcome),
+		attempts: histogram("transaction_attempts",
+			"Attempts per Transaction call.", attemptBuckets),
+		retries: counter("retries_total",
+			"Transaction attempts run again, by the class of the error that ended the attempt before.", labelClass),
+		backoff: counter("retry_backoff_seconds_total",
+			"Time the retries waited before they ran, by the class of the error retried.", labelClass),
+		refusals: counter("retry_budget_refusals_total",
+			"Retries the pool's retry budget refused."),
+	}
+}
+
+// TraceTransactionStart returns ctx: a call's start is counted at its end.
+func (t *Tracer) TraceTransactionStart(ctx context.Context, _ pgtx.TraceTransactionStartData) context.Context {
+	return ctx
+}
+
+// TraceTransactionEnd counts a call's outcome, wall time and attempts.
+func (t *Tracer) TraceTransactionEnd(_ context.Context, d pgtx.TraceTransactionEndData) {
+	outcome := outcomeCommitted
+	if d.Err != nil {
+		outcome = d.Class.String()
+	}
+	t.transactions.WithLabelValues(d.Label, outcome).Inc()
+	t.duration.WithLabelValues(d.Label, outcome).Observe(d.Duration.Seconds())
+	t.attempts.WithLabelValues(d.Label).Observe(float64(d.Attempts))
+}
+
+// TraceAttemptStart returns ctx.
+func (t *Tracer) TraceAttemptStart(ctx context.Context, _ pgtx.TraceAttemptStartData) context.Context {
+	return ctx
+}
+
+// TraceAttemptEnd counts a retry and its backoff, or a retry the budget
+// refused.
+func (t *Tracer) TraceAttemptEnd(_ context.Context, d pgtx.TraceAttemptEndData) {
+	switch {
+	case d.Retry:
+		class := d.Class.String()
+		t.retries.WithLabelValues(d.Label, class).Inc()
+		t.backoff.WithLabelValues(d.Label, class).Add(d.Backoff.Seconds())
+	case errors.Is(d.Err, pgtx.ErrRetryBudgetExhausted):
+		t.refusals.WithLabelValues(d.Label).Inc()
+	}
+}
+
+// Describe sends the descriptors of the Tracer's metrics.
+func (t *Tracer) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range t.collectors() {
+		c.Describe(ch)
+	}
+}
+
+// Collect sends what the Tracer counted so far.
+func (t *Tracer) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range t.collectors() {
+		c.Collect(ch)
+	}
+}
+
+func (t *Tracer) collectors() []prometheus.Collector {
+	return []prometheus.Collector{t.transactions, t.duration, t.attempts, t.retries, t.backoff, t.refusals}
+}
