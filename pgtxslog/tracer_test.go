@@ -46,15 +46,20 @@ func newRecorder(min slog.Level, opts *pgtxslog.Options) (*recorder, *pgtxslog.T
 	return h, pgtxslog.New(slog.New(h), opts)
 }
 
-// line is what a test expects of a record: its level, message and all its
-// attributes, rendered with slog.Value.String.
+// levels is the type of Options.Levels.
+type levels = map[pgtxslog.Event]slog.Leveler
+
+// line is what a test expects of a record: its level, message and
+// attributes, rendered with slog.Value.String. The key "err" is the
+// record's top-level error; every other key is one of the "pgtx" group's.
 type line struct {
 	level slog.Level
 	msg   string
 	attrs map[string]string
 }
 
-// lines returns the records as lines.
+// lines returns the records as lines. A record must hold at most a
+// top-level "err" and then exactly one attribute: the group "pgtx".
 func (h *recorder) lines(t *testing.T) []line {
 	t.Helper()
 	h.mu.Lock()
@@ -62,13 +67,30 @@ func (h *recorder) lines(t *testing.T) []line {
 	out := make([]line, 0, len(h.records))
 	for _, r := range h.records {
 		l := line{level: r.Level, msg: r.Message, attrs: map[string]string{}}
+		var top []string
 		r.Attrs(func(a slog.Attr) bool {
-			if _, dup := l.attrs[a.Key]; dup {
-				t.Errorf("%q: attribute %q twice", r.Message, a.Key)
+			top = append(top, a.Key)
+			switch {
+			case a.Key == "err":
+				if _, ok := a.Value.Any().(error); !ok {
+					t.Errorf("%q: err is a %v, not an error", r.Message, a.Value.Kind())
+				}
+				l.attrs["err"] = a.Value.String()
+			case a.Key == "pgtx" && a.Value.Kind() == slog.KindGroup:
+				for _, g := range a.Value.Group() {
+					if _, dup := l.attrs[g.Key]; dup || g.Key == "err" {
+						t.Errorf("%q: attribute %q twice", r.Message, g.Key)
+					}
+					l.attrs[g.Key] = g.Value.Resolve().String()
+				}
+			default:
+				t.Errorf("%q: unexpected top-level attribute %s = %v", r.Message, a.Key, a.Value)
 			}
-			l.attrs[a.Key] = a.Value.Resolve().String()
 			return true
 		})
+		if n := len(top); n == 0 || top[n-1] != "pgtx" || n > 2 || n == 2 && top[0] != "err" {
+			t.Errorf("%q: top-level attributes %q, want [err] pgtx", r.Message, top)
+		}
 		out = append(out, l)
 	}
 	return out
@@ -136,10 +158,10 @@ func TestTraceAttemptEnd(t *testing.T) {
 		}
 	}
 	retry := func(level slog.Level, class, code string, err error, backoff string) line {
-		return line{level, pgtxslog.MsgRetry, map[string]string{
-			"pgtx.label": "transfer", "pgtx.isolation": "SERIALIZABLE", "pgtx.attempt": "2",
-			"pgtx.class": class, "pgtx.sqlstate": code, "pgtx.err": errText(err),
-			"pgtx.backoff": backoff, "pgtx.duration": "12ms",
+		return line{level, "retrying transaction", map[string]string{
+			"label": "transfer", "isolation": "SERIALIZABLE", "attempt": "2",
+			"class": class, "sqlstate": code, "err": errText(err),
+			"backoff": backoff, "duration": "12ms",
 		}}
 	}
 	tests := []struct {
@@ -171,10 +193,10 @@ func TestTraceAttemptEnd(t *testing.T) {
 		{
 			name: "connection lost without sqlstate",
 			data: end(io.ErrUnexpectedEOF, true, 0),
-			want: []line{{slog.LevelWarn, pgtxslog.MsgRetry, map[string]string{
-				"pgtx.label": "transfer", "pgtx.isolation": "SERIALIZABLE", "pgtx.attempt": "2",
-				"pgtx.class": "connection_lost", "pgtx.err": errText(io.ErrUnexpectedEOF),
-				"pgtx.backoff": "0s", "pgtx.duration": "12ms",
+			want: []line{{slog.LevelWarn, "retrying transaction", map[string]string{
+				"label": "transfer", "isolation": "SERIALIZABLE", "attempt": "2",
+				"class": "connection_lost", "err": errText(io.ErrUnexpectedEOF),
+				"backoff": "0s", "duration": "12ms",
 			}}},
 		},
 		{
@@ -187,38 +209,38 @@ func TestTraceAttemptEnd(t *testing.T) {
 		},
 		{
 			name: "last failed attempt with LogAttempts",
-			opts: &pgtxslog.Options{LogAttempts: true},
+			opts: &pgtxslog.Options{Levels: levels{pgtxslog.Attempt: slog.LevelDebug}},
 			data: end(errUnique, false, 0),
-			want: []line{{slog.LevelDebug, pgtxslog.MsgAttempt, map[string]string{
-				"pgtx.label": "transfer", "pgtx.isolation": "SERIALIZABLE", "pgtx.attempt": "2",
-				"pgtx.class": "permanent", "pgtx.sqlstate": "23505", "pgtx.err": errText(errUnique),
-				"pgtx.duration": "12ms",
+			want: []line{{slog.LevelDebug, "attempt finished", map[string]string{
+				"label": "transfer", "isolation": "SERIALIZABLE", "attempt": "2",
+				"class": "permanent", "sqlstate": "23505", "err": errText(errUnique),
+				"duration": "12ms",
 			}}},
 		},
 		{
 			name: "committed attempt with LogAttempts at its level",
-			opts: &pgtxslog.Options{LogAttempts: true, Attempt: slog.LevelInfo},
+			opts: &pgtxslog.Options{Levels: levels{pgtxslog.Attempt: slog.LevelInfo}},
 			data: end(nil, false, 0),
-			want: []line{{slog.LevelInfo, pgtxslog.MsgAttempt, map[string]string{
-				"pgtx.label": "transfer", "pgtx.isolation": "SERIALIZABLE", "pgtx.attempt": "2",
-				"pgtx.duration": "12ms",
+			want: []line{{slog.LevelInfo, "attempt finished", map[string]string{
+				"label": "transfer", "isolation": "SERIALIZABLE", "attempt": "2",
+				"duration": "12ms",
 			}}},
 		},
 		{
 			name: "retry with LogAttempts is one line",
-			opts: &pgtxslog.Options{LogAttempts: true},
+			opts: &pgtxslog.Options{Levels: levels{pgtxslog.Attempt: slog.LevelDebug}},
 			data: end(errConflict, true, 3*time.Millisecond),
 			want: []line{retry(slog.LevelDebug, "conflict", "40001", errConflict, "3ms")},
 		},
 		{
 			name: "conflict level overridden",
-			opts: &pgtxslog.Options{RetryConflict: slog.LevelInfo},
+			opts: &pgtxslog.Options{Levels: levels{pgtxslog.RetryConflict: slog.LevelInfo}},
 			data: end(errConflict, true, 3*time.Millisecond),
 			want: []line{retry(slog.LevelInfo, "conflict", "40001", errConflict, "3ms")},
 		},
 		{
 			name: "overload retry off",
-			opts: &pgtxslog.Options{RetryOverload: pgtxslog.LevelOff},
+			opts: &pgtxslog.Options{Levels: levels{pgtxslog.RetryOverload: pgtxslog.LevelOff}},
 			data: end(errOverload, true, time.Second),
 		},
 	}
@@ -242,12 +264,12 @@ func TestTraceTransactionEnd(t *testing.T) {
 		}
 	}
 	failed := func(level slog.Level, class, code string, err error) line {
-		l := line{level, pgtxslog.MsgFailed, map[string]string{
-			"pgtx.label": "pay", "pgtx.isolation": "READ COMMITTED", "pgtx.attempts": "3",
-			"pgtx.class": class, "pgtx.err": errText(err), "pgtx.duration": "1.5s",
+		l := line{level, "transaction failed", map[string]string{
+			"label": "pay", "isolation": "READ COMMITTED", "attempts": "3",
+			"class": class, "err": errText(err), "duration": "1.5s",
 		}}
 		if code != "" {
-			l.attrs["pgtx.sqlstate"] = code
+			l.attrs["sqlstate"] = code
 		}
 		return l
 	}
@@ -263,35 +285,35 @@ func TestTraceTransactionEnd(t *testing.T) {
 		},
 		{
 			name: "success logged with LogSuccess",
-			opts: &pgtxslog.Options{LogSuccess: true},
+			opts: &pgtxslog.Options{Levels: levels{pgtxslog.Committed: slog.LevelDebug}},
 			data: end("pay", nil),
-			want: []line{{slog.LevelDebug, pgtxslog.MsgSucceeded, map[string]string{
-				"pgtx.label": "pay", "pgtx.isolation": "READ COMMITTED",
-				"pgtx.attempts": "3", "pgtx.duration": "1.5s",
+			want: []line{{slog.LevelDebug, "transaction committed", map[string]string{
+				"label": "pay", "isolation": "READ COMMITTED",
+				"attempts": "3", "duration": "1.5s",
 			}}},
 		},
 		{
 			name: "success without label",
-			opts: &pgtxslog.Options{LogSuccess: true, Succeeded: slog.LevelInfo},
+			opts: &pgtxslog.Options{Levels: levels{pgtxslog.Committed: slog.LevelInfo}},
 			data: end("", nil),
-			want: []line{{slog.LevelInfo, pgtxslog.MsgSucceeded, map[string]string{
-				"pgtx.isolation": "READ COMMITTED", "pgtx.attempts": "3", "pgtx.duration": "1.5s",
+			want: []line{{slog.LevelInfo, "transaction committed", map[string]string{
+				"isolation": "READ COMMITTED", "attempts": "3", "duration": "1.5s",
 			}}},
 		},
 		{
 			name: "commit unknown at error",
 			data: end("pay", errCommitLost),
-			want: []line{{slog.LevelError, pgtxslog.MsgCommitUnknown, map[string]string{
-				"pgtx.label": "pay", "pgtx.isolation": "READ COMMITTED", "pgtx.attempts": "3",
-				"pgtx.class": "ambiguous", "pgtx.err": errText(errCommitLost), "pgtx.duration": "1.5s",
+			want: []line{{slog.LevelError, "commit outcome unknown", map[string]string{
+				"label": "pay", "isolation": "READ COMMITTED", "attempts": "3",
+				"class": "ambiguous", "err": errText(errCommitLost), "duration": "1.5s",
 			}}},
 		},
 		{
 			name: "commit unknown wrapped in NonRetryable still at error",
 			data: end("pay", pgtx.NonRetryable(errCommitLost)),
-			want: []line{{slog.LevelError, pgtxslog.MsgCommitUnknown, map[string]string{
-				"pgtx.label": "pay", "pgtx.isolation": "READ COMMITTED", "pgtx.attempts": "3",
-				"pgtx.class": "ambiguous", "pgtx.err": errText(errCommitLost), "pgtx.duration": "1.5s",
+			want: []line{{slog.LevelError, "commit outcome unknown", map[string]string{
+				"label": "pay", "isolation": "READ COMMITTED", "attempts": "3",
+				"class": "ambiguous", "err": errText(errCommitLost), "duration": "1.5s",
 			}}},
 		},
 		{
@@ -360,13 +382,13 @@ func TestTraceTransactionEnd(t *testing.T) {
 		},
 		{
 			name: "permanent level overridden",
-			opts: &pgtxslog.Options{FailedPermanent: slog.LevelInfo},
+			opts: &pgtxslog.Options{Levels: levels{pgtxslog.FailedPermanent: slog.LevelInfo}},
 			data: end("pay", errUnique),
 			want: []line{failed(slog.LevelInfo, "permanent", "23505", errUnique)},
 		},
 		{
 			name: "commit unknown off",
-			opts: &pgtxslog.Options{CommitUnknown: pgtxslog.LevelOff},
+			opts: &pgtxslog.Options{Levels: levels{pgtxslog.CommitUnknown: pgtxslog.LevelOff}},
 			data: end("pay", errCommitLost),
 		},
 	}
@@ -394,44 +416,44 @@ func TestBudgetRefusal(t *testing.T) {
 		{
 			name: "overload refusal at warn",
 			data: pgtx.TraceAttemptEndData{Label: "pay", Isolation: pgtx.ReadCommitted, Attempt: 2, Err: errBudget, Class: pgtx.ClassOverload},
-			want: []line{{slog.LevelWarn, pgtxslog.MsgBudgetExhausted, map[string]string{
-				"pgtx.label": "pay", "pgtx.isolation": "READ COMMITTED", "pgtx.attempt": "2", "pgtx.class": "overload",
-				"pgtx.sqlstate": "53300", "pgtx.err": errText(errBudget),
+			want: []line{{slog.LevelWarn, "retry budget exhausted", map[string]string{
+				"label": "pay", "isolation": "READ COMMITTED", "attempt": "2", "class": "overload",
+				"sqlstate": "53300", "err": errText(errBudget),
 			}}},
 		},
 		{
 			name: "connection lost refusal without label",
 			data: pgtx.TraceAttemptEndData{Isolation: pgtx.Serializable, Attempt: 1, Err: lostBudget, Class: pgtx.ClassConnectionLost},
-			want: []line{{slog.LevelWarn, pgtxslog.MsgBudgetExhausted, map[string]string{
-				"pgtx.isolation": "SERIALIZABLE", "pgtx.attempt": "1", "pgtx.class": "connection_lost", "pgtx.err": errText(lostBudget),
+			want: []line{{slog.LevelWarn, "retry budget exhausted", map[string]string{
+				"isolation": "SERIALIZABLE", "attempt": "1", "class": "connection_lost", "err": errText(lostBudget),
 			}}},
 		},
 		{
 			name: "level overridden",
-			opts: &pgtxslog.Options{BudgetExhausted: slog.LevelError},
+			opts: &pgtxslog.Options{Levels: levels{pgtxslog.BudgetExhausted: slog.LevelError}},
 			data: pgtx.TraceAttemptEndData{Isolation: pgtx.Serializable, Attempt: 1, Err: lostBudget, Class: pgtx.ClassConnectionLost},
-			want: []line{{slog.LevelError, pgtxslog.MsgBudgetExhausted, map[string]string{
-				"pgtx.isolation": "SERIALIZABLE", "pgtx.attempt": "1", "pgtx.class": "connection_lost", "pgtx.err": errText(lostBudget),
+			want: []line{{slog.LevelError, "retry budget exhausted", map[string]string{
+				"isolation": "SERIALIZABLE", "attempt": "1", "class": "connection_lost", "err": errText(lostBudget),
 			}}},
 		},
 		{
 			name: "refusal then the attempt with LogAttempts",
-			opts: &pgtxslog.Options{LogAttempts: true},
+			opts: &pgtxslog.Options{Levels: levels{pgtxslog.Attempt: slog.LevelDebug}},
 			data: pgtx.TraceAttemptEndData{Label: "pay", Isolation: pgtx.ReadCommitted, Attempt: 2, Err: errBudget, Class: pgtx.ClassOverload, Duration: 3 * time.Millisecond},
 			want: []line{
-				{slog.LevelWarn, pgtxslog.MsgBudgetExhausted, map[string]string{
-					"pgtx.label": "pay", "pgtx.isolation": "READ COMMITTED", "pgtx.attempt": "2", "pgtx.class": "overload",
-					"pgtx.sqlstate": "53300", "pgtx.err": errText(errBudget),
+				{slog.LevelWarn, "retry budget exhausted", map[string]string{
+					"label": "pay", "isolation": "READ COMMITTED", "attempt": "2", "class": "overload",
+					"sqlstate": "53300", "err": errText(errBudget),
 				}},
-				{slog.LevelDebug, pgtxslog.MsgAttempt, map[string]string{
-					"pgtx.label": "pay", "pgtx.isolation": "READ COMMITTED", "pgtx.attempt": "2", "pgtx.class": "overload",
-					"pgtx.sqlstate": "53300", "pgtx.err": errText(errBudget), "pgtx.duration": "3ms",
+				{slog.LevelDebug, "attempt finished", map[string]string{
+					"label": "pay", "isolation": "READ COMMITTED", "attempt": "2", "class": "overload",
+					"sqlstate": "53300", "err": errText(errBudget), "duration": "3ms",
 				}},
 			},
 		},
 		{
 			name: "refusal off",
-			opts: &pgtxslog.Options{BudgetExhausted: pgtxslog.LevelOff},
+			opts: &pgtxslog.Options{Levels: levels{pgtxslog.BudgetExhausted: pgtxslog.LevelOff}},
 			data: pgtx.TraceAttemptEndData{Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload},
 		},
 		{
@@ -439,9 +461,9 @@ func TestBudgetRefusal(t *testing.T) {
 			// error matching the sentinel with Retry set is a retry line.
 			name: "retry is not a refusal",
 			data: pgtx.TraceAttemptEndData{Attempt: 1, Err: lostBudget, Class: pgtx.ClassConnectionLost, Retry: true},
-			want: []line{{slog.LevelWarn, pgtxslog.MsgRetry, map[string]string{
-				"pgtx.isolation": "Isolation(0)", "pgtx.attempt": "1", "pgtx.class": "connection_lost", "pgtx.err": errText(lostBudget),
-				"pgtx.backoff": "0s", "pgtx.duration": "0s",
+			want: []line{{slog.LevelWarn, "retrying transaction", map[string]string{
+				"isolation": "Isolation(0)", "attempt": "1", "class": "connection_lost", "err": errText(lostBudget),
+				"backoff": "0s", "duration": "0s",
 			}}},
 		},
 	}
@@ -465,18 +487,18 @@ func TestBudgetRefusalIsOneLine(t *testing.T) {
 	actx := tr.TraceAttemptStart(ctx, pgtx.TraceAttemptStartData{Label: "pay", Isolation: pgtx.Serializable, Attempt: 1})
 	tr.TraceAttemptEnd(actx, pgtx.TraceAttemptEndData{Label: "pay", Isolation: pgtx.Serializable, Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload})
 	tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Label: "pay", Isolation: pgtx.Serializable, Attempts: 1, Err: errBudget, Class: pgtx.Classify(errBudget)})
-	assertLines(t, h, line{slog.LevelWarn, pgtxslog.MsgBudgetExhausted, map[string]string{
-		"pgtx.label": "pay", "pgtx.isolation": "SERIALIZABLE", "pgtx.attempt": "1", "pgtx.class": "overload",
-		"pgtx.sqlstate": "53300", "pgtx.err": errText(errBudget),
+	assertLines(t, h, line{slog.LevelWarn, "retry budget exhausted", map[string]string{
+		"label": "pay", "isolation": "SERIALIZABLE", "attempt": "1", "class": "overload",
+		"sqlstate": "53300", "err": errText(errBudget),
 	}})
 }
 
 func TestTraceCancel(t *testing.T) {
 	t.Parallel()
 	cancelLine := func(level slog.Level, mode, outcome, fellBack string) line {
-		return line{level, pgtxslog.MsgCancel, map[string]string{
-			"pgtx.pid": "4242", "pgtx.cancel.mode": mode, "pgtx.cancel.outcome": outcome,
-			"pgtx.cancel.fell_back": fellBack, "pgtx.cancel.latency": "800µs",
+		return line{level, "statement cancelled", map[string]string{
+			"pid": "4242", "cancel_mode": mode, "cancel_outcome": outcome,
+			"fell_back": fellBack, "latency": "800µs",
 		}}
 	}
 	data := func(mode pgtx.CancelMode, closed, notFound, fellBack bool) pgtx.TraceCancelData {
@@ -530,7 +552,7 @@ func TestTraceCancel(t *testing.T) {
 		},
 		{
 			name: "fallback level overridden",
-			opts: &pgtxslog.Options{CancelFallback: slog.LevelError},
+			opts: &pgtxslog.Options{Levels: levels{pgtxslog.CancelFallback: slog.LevelError}},
 			data: data(pgtx.CancelModePool, false, false, true),
 			want: []line{cancelLine(slog.LevelError, "pool", "protocol", "true")},
 		},
@@ -541,7 +563,7 @@ func TestTraceCancel(t *testing.T) {
 		},
 		{
 			name: "cancel off",
-			opts: &pgtxslog.Options{Cancel: pgtxslog.LevelOff},
+			opts: &pgtxslog.Options{Levels: levels{pgtxslog.Cancel: pgtxslog.LevelOff}},
 			data: data(pgtx.CancelModePool, false, false, false),
 		},
 	}
@@ -561,12 +583,12 @@ func TestTraceBreakerStateChange(t *testing.T) {
 		return pgtx.TraceBreakerStateChangeData{Name: name, From: from, To: to, Reason: reason, Calls: 12, Failures: 7, Slow: 1}
 	}
 	changeLine := func(level slog.Level, name, from, to, reason string) line {
-		l := line{level, pgtxslog.MsgBreakerStateChange, map[string]string{
-			"pgtx.breaker.from": from, "pgtx.breaker.to": to, "pgtx.breaker.reason": reason,
-			"pgtx.breaker.calls": "12", "pgtx.breaker.failures": "7", "pgtx.breaker.slow": "1",
+		l := line{level, "circuit breaker state changed", map[string]string{
+			"from": from, "to": to, "reason": reason,
+			"calls": "12", "failures": "7", "slow": "1",
 		}}
 		if name != "" {
-			l.attrs["pgtx.breaker.name"] = name
+			l.attrs["breaker"] = name
 		}
 		return l
 	}
@@ -598,13 +620,13 @@ func TestTraceBreakerStateChange(t *testing.T) {
 		},
 		{
 			name: "levels overridden",
-			opts: &pgtxslog.Options{BreakerOpened: slog.LevelError, BreakerChanged: slog.LevelDebug},
+			opts: &pgtxslog.Options{Levels: levels{pgtxslog.BreakerOpened: slog.LevelError, pgtxslog.BreakerChanged: slog.LevelDebug}},
 			data: change("replica", pgtx.BreakerOpen, pgtx.BreakerClosed, "open for 5s, no probes"),
 			want: []line{changeLine(slog.LevelDebug, "replica", "open", "closed", "open for 5s, no probes")},
 		},
 		{
 			name: "opened off",
-			opts: &pgtxslog.Options{BreakerOpened: pgtxslog.LevelOff},
+			opts: &pgtxslog.Options{Levels: levels{pgtxslog.BreakerOpened: pgtxslog.LevelOff}},
 			data: change("replica", pgtx.BreakerClosed, pgtx.BreakerOpen, "5 consecutive failures"),
 		},
 	}
@@ -622,7 +644,7 @@ type ctxKey struct{}
 
 func TestStartReturnsContextUnchanged(t *testing.T) {
 	t.Parallel()
-	h, tr := newRecorder(slog.LevelDebug, &pgtxslog.Options{LogSuccess: true, LogAttempts: true})
+	h, tr := newRecorder(slog.LevelDebug, &pgtxslog.Options{Levels: levels{pgtxslog.Committed: slog.LevelDebug, pgtxslog.Attempt: slog.LevelDebug}})
 	ctx := context.WithValue(context.Background(), ctxKey{}, "trace-1")
 	if got := tr.TraceTransactionStart(ctx, pgtx.TraceTransactionStartData{Label: "x", Isolation: pgtx.Serializable}); got != ctx {
 		t.Errorf("TraceTransactionStart returned another context")
@@ -637,17 +659,18 @@ func TestStartReturnsContextUnchanged(t *testing.T) {
 // context of its hook, where a handler finds trace ids.
 func TestHookContextReachesHandler(t *testing.T) {
 	t.Parallel()
-	h, tr := newRecorder(slog.LevelDebug, &pgtxslog.Options{LogSuccess: true})
+	h, tr := newRecorder(slog.LevelDebug, &pgtxslog.Options{Levels: levels{pgtxslog.Committed: slog.LevelDebug}})
 	ctx := context.WithValue(context.Background(), ctxKey{}, "trace-1")
 	tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Attempt: 1, Err: errConflict, Class: pgtx.ClassConflict, Retry: true})
 	tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Attempts: 2})
 	tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload})
 	tr.TraceCancel(ctx, pgtx.TraceCancelData{PID: 1, Mode: pgtx.CancelModePool})
 	tr.TraceBreakerStateChange(ctx, pgtx.TraceBreakerStateChangeData{From: pgtx.BreakerClosed, To: pgtx.BreakerOpen})
+	tr.TraceContention(ctx, pgtx.TraceContentionData{Label: "x", Limiting: true, Limit: 2})
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.ctxs) != 5 {
-		t.Fatalf("got %d lines, want 5", len(h.ctxs))
+	if len(h.ctxs) != 6 {
+		t.Fatalf("got %d lines, want 6", len(h.ctxs))
 	}
 	for i, c := range h.ctxs {
 		if c.Value(ctxKey{}) != "trace-1" {
@@ -660,7 +683,7 @@ func TestHookContextReachesHandler(t *testing.T) {
 // enabled from Error: only the Error lines get through.
 func TestDisabledLevelLogsNothing(t *testing.T) {
 	t.Parallel()
-	h, tr := newRecorder(slog.LevelError, &pgtxslog.Options{LogSuccess: true, LogAttempts: true})
+	h, tr := newRecorder(slog.LevelError, &pgtxslog.Options{Levels: levels{pgtxslog.Committed: slog.LevelDebug, pgtxslog.Attempt: slog.LevelDebug}})
 	ctx := context.Background()
 	for _, err := range []error{errConflict, errOverload, errConnLost} {
 		tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Attempt: 1, Err: err, Class: pgtx.Classify(err), Retry: true})
@@ -674,12 +697,15 @@ func TestDisabledLevelLogsNothing(t *testing.T) {
 	tr.TraceCancel(ctx, pgtx.TraceCancelData{Mode: pgtx.CancelModeProtocol, FellBack: true})
 	tr.TraceBreakerStateChange(ctx, pgtx.TraceBreakerStateChangeData{From: pgtx.BreakerClosed, To: pgtx.BreakerOpen})
 	tr.TraceBreakerStateChange(ctx, pgtx.TraceBreakerStateChangeData{From: pgtx.BreakerOpen, To: pgtx.BreakerHalfOpen})
+	tr.TraceContention(ctx, pgtx.TraceContentionData{Limiting: true, Limit: 2})
+	tr.TraceContention(ctx, pgtx.TraceContentionData{Limiting: true, Limit: 3, Previous: 2})
+	tr.TraceContention(ctx, pgtx.TraceContentionData{Previous: 3})
 	assertLines(t, h)
 
 	tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Attempts: 1, Err: errCommitLost, Class: pgtx.ClassAmbiguous})
 	tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Attempts: 1, Err: errDiskFull, Class: pgtx.ClassPermanent})
 	got := h.lines(t)
-	if len(got) != 2 || got[0].msg != pgtxslog.MsgCommitUnknown || got[1].msg != pgtxslog.MsgFailed {
+	if len(got) != 2 || got[0].msg != "commit outcome unknown" || got[1].msg != "transaction failed" {
 		t.Errorf("Error lines: got %v, want commit unknown then failed", got)
 	}
 }
@@ -687,7 +713,9 @@ func TestDisabledLevelLogsNothing(t *testing.T) {
 // TestDisabledLevelAllocs checks that a line whose level the handler
 // disables costs no allocation.
 func TestDisabledLevelAllocs(t *testing.T) {
-	h, tr := newRecorder(slog.LevelError, &pgtxslog.Options{LogSuccess: true, LogAttempts: true})
+	h, tr := newRecorder(slog.LevelError, &pgtxslog.Options{Levels: levels{pgtxslog.Committed: slog.LevelDebug, pgtxslog.Attempt: slog.LevelDebug}})
+	// off writes to a handler enabled from Debug, but its kinds are off.
+	hOff, off := newRecorder(slog.LevelDebug, &pgtxslog.Options{Levels: levels{pgtxslog.RetryConflict: pgtxslog.LevelOff}})
 	ctx := context.Background()
 	tests := []struct {
 		name string
@@ -720,6 +748,21 @@ func TestDisabledLevelAllocs(t *testing.T) {
 		{"TraceBreakerStateChange open", func() {
 			tr.TraceBreakerStateChange(ctx, pgtx.TraceBreakerStateChangeData{Name: "x", From: pgtx.BreakerClosed, To: pgtx.BreakerOpen, Reason: "5 consecutive failures"})
 		}},
+		{"TraceContention start", func() {
+			tr.TraceContention(ctx, pgtx.TraceContentionData{Label: "x", Limiting: true, Limit: 4, ConflictRatio: 0.3})
+		}},
+		{"TraceContention change", func() {
+			tr.TraceContention(ctx, pgtx.TraceContentionData{Label: "x", Limiting: true, Limit: 6, Previous: 4, ConflictRatio: 0.2})
+		}},
+		{"TraceAttemptEnd retry under the gate", func() {
+			tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Label: "x", Attempt: 1, Err: errConflict, Class: pgtx.ClassConflict, Retry: true, AdmissionWait: time.Millisecond, Limit: 4})
+		}},
+		{"TraceTransactionEnd success, off by default", func() {
+			off.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Label: "x", Isolation: pgtx.Serializable, Attempts: 1})
+		}},
+		{"TraceAttemptEnd conflict retry, LevelOff", func() {
+			off.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Label: "x", Attempt: 1, Err: errConflict, Class: pgtx.ClassConflict, Retry: true})
+		}},
 		{"TraceAttemptStart", func() {
 			_ = tr.TraceAttemptStart(ctx, pgtx.TraceAttemptStartData{Label: "x", Isolation: pgtx.Serializable, Attempt: 1})
 		}},
@@ -733,13 +776,14 @@ func TestDisabledLevelAllocs(t *testing.T) {
 		}
 	}
 	assertLines(t, h)
+	assertLines(t, hOff)
 }
 
 // TestLevelVar checks that a *slog.LevelVar level is read at each event.
 func TestLevelVar(t *testing.T) {
 	t.Parallel()
 	var lv slog.LevelVar // Info
-	h, tr := newRecorder(slog.LevelInfo, &pgtxslog.Options{RetryConflict: &lv})
+	h, tr := newRecorder(slog.LevelInfo, &pgtxslog.Options{Levels: levels{pgtxslog.RetryConflict: &lv}})
 	data := pgtx.TraceAttemptEndData{Attempt: 1, Err: errConflict, Class: pgtx.ClassConflict, Retry: true}
 	tr.TraceAttemptEnd(context.Background(), data)
 	lv.Set(slog.LevelDebug)
@@ -751,18 +795,43 @@ func TestLevelVar(t *testing.T) {
 }
 
 // TestNilLoggerUsesDefault checks that a nil logger writes to slog.Default()
-// as it is at the time of the event. It changes the default logger, so it
-// does not run in parallel.
+// as it is at the time of the event, and that neither a nil Options, an
+// empty one, the zero Tracer nor a nil *Tracer panics. It changes the
+// default logger, so it does not run in parallel.
 func TestNilLoggerUsesDefault(t *testing.T) {
 	old := slog.Default()
 	t.Cleanup(func() { slog.SetDefault(old) })
-	tr := pgtxslog.New(nil, nil)
-	h := &recorder{min: slog.LevelDebug}
-	slog.SetDefault(slog.New(h))
-	tr.TraceAttemptEnd(context.Background(), pgtx.TraceAttemptEndData{Attempt: 1, Err: errOverload, Class: pgtx.ClassOverload, Retry: true})
-	got := h.lines(t)
-	if len(got) != 1 || got[0].msg != pgtxslog.MsgRetry || got[0].level != slog.LevelWarn {
-		t.Errorf("got %v, want one Warn retry line", got)
+	var nilTracer *pgtxslog.Tracer
+	tracers := []struct {
+		name string
+		tr   *pgtxslog.Tracer
+	}{
+		{"New(nil, nil)", pgtxslog.New(nil, nil)},
+		{"New(nil, &Options{})", pgtxslog.New(nil, &pgtxslog.Options{})},
+		{"zero Tracer", &pgtxslog.Tracer{}},
+		{"nil *Tracer", nilTracer},
+	}
+	for _, tt := range tracers {
+		h := &recorder{min: slog.LevelDebug}
+		slog.SetDefault(slog.New(h))
+		ctx := tt.tr.TraceTransactionStart(context.Background(), pgtx.TraceTransactionStartData{})
+		ctx = tt.tr.TraceAttemptStart(ctx, pgtx.TraceAttemptStartData{Attempt: 1})
+		tt.tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Attempt: 1, Err: errOverload, Class: pgtx.ClassOverload, Retry: true})
+		tt.tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Attempts: 1})
+		tt.tr.TraceCancel(ctx, pgtx.TraceCancelData{Mode: pgtx.CancelModePool})
+		tt.tr.TraceBreakerStateChange(ctx, pgtx.TraceBreakerStateChangeData{To: pgtx.BreakerHalfOpen})
+		tt.tr.TraceContention(ctx, pgtx.TraceContentionData{Limiting: true, Limit: 1})
+		got := h.lines(t)
+		want := []string{"retrying transaction", "statement cancelled", "circuit breaker state changed", "contention limit changed"}
+		if len(got) != len(want) || got[0].level != slog.LevelWarn {
+			t.Errorf("%s: got %v, want a Warn retry line, then %q", tt.name, got, want[1:])
+			continue
+		}
+		for i := range want {
+			if got[i].msg != want[i] {
+				t.Errorf("%s: line %d is %q, want %q", tt.name, i, got[i].msg, want[i])
+			}
+		}
 	}
 }
 
@@ -794,15 +863,15 @@ func TestPoolEvents(t *testing.T) {
 	var failed, opened int
 	for _, l := range h.lines(t) {
 		switch l.msg {
-		case pgtxslog.MsgFailed:
+		case "transaction failed":
 			failed++
-			if l.attrs["pgtx.label"] != "probe" || l.attrs["pgtx.attempts"] != "1" {
+			if l.attrs["label"] != "probe" || l.attrs["attempts"] != "1" {
 				t.Errorf("failed line %v: want label probe, 1 attempt", l.attrs)
 			}
-		case pgtxslog.MsgBreakerStateChange:
+		case "circuit breaker state changed":
 			opened++
-			if l.level != slog.LevelWarn || l.attrs["pgtx.breaker.name"] != "offline" ||
-				l.attrs["pgtx.breaker.from"] != "closed" || l.attrs["pgtx.breaker.to"] != "open" {
+			if l.level != slog.LevelWarn || l.attrs["breaker"] != "offline" ||
+				l.attrs["from"] != "closed" || l.attrs["to"] != "open" {
 				t.Errorf("breaker line %v %v: want Warn, offline, closed to open", l.level, l.attrs)
 			}
 		default:
@@ -811,5 +880,17 @@ func TestPoolEvents(t *testing.T) {
 	}
 	if failed != 1 || opened != 1 {
 		t.Errorf("%d failed and %d breaker lines, want 1 and 1", failed, opened)
+	}
+
+	// The pool's Stats, with the main pool's connections and the breaker.
+	got := flatten(pgtxslog.Stats(pool.Stats()).LogValue())
+	want := map[string]string{
+		"transactions": "1", "conns.max": fmt.Sprint(cfg.MaxConns), "conns.acquired": "0",
+		"breaker.name": "offline", "breaker.state": "open", "breaker.opened": "1",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("Stats: %s = %q, want %q (all: %v)", k, got[k], v, got)
+		}
 	}
 }
