@@ -93,7 +93,7 @@ func readmeDefaults(ctx context.Context) error {
 func readmeObservability(cfg *pgtx.Config, pool *pgtx.Pool) error {
 	cfg.Tracer = pgtxslog.New(slog.Default(), nil) // log lines: retries, failures, cancels, ambiguous commits
 
-	tr, err := pgtxotel.New() // one span per call, an event per attempt, metrics
+	tr, err := pgtxotel.New() // a span per call, a child span per attempt, metrics
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ module github.com/pgtx-go/pgtx/pgtxotel
 go 1.26.0
 
 require (
+	github.com/exaring/otelpgx v0.13.0
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/pgtx-go/pgtx v0.0.0

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 )
 
 // offlineDSN points at a port nothing listens on: pools connect lazily, so
@@ -101,8 +102,17 @@ func poolPoints(t *testing.T, rm metricdata.ResourceMetrics, name string, want i
 			}
 		}
 	case metricdata.Sum[int64]:
+		if !d.IsMonotonic {
+			assertKind(t, name, want, "int64 updowncounter")
+			for _, dp := range d.DataPoints {
+				if matches(dp.Attributes, by) {
+					got = append(got, float64(dp.Value))
+				}
+			}
+			break
+		}
 		assertKind(t, name, want, "int64 counter")
-		if !d.IsMonotonic || d.Temporality != metricdata.CumulativeTemporality {
+		if d.Temporality != metricdata.CumulativeTemporality {
 			t.Errorf("%s: monotonic %v, temporality %v; want a cumulative counter", name, d.IsMonotonic, d.Temporality)
 		}
 		for _, dp := range d.DataPoints {
@@ -141,10 +151,10 @@ func assertKind(t *testing.T, name string, want instrumentKind, got string) {
 
 func int64Gauge(unit string) instrumentKind   { return instrumentKind{"int64 gauge", unit} }
 func int64Counter(unit string) instrumentKind { return instrumentKind{"int64 counter", unit} }
+func int64UpDown(unit string) instrumentKind  { return instrumentKind{"int64 updowncounter", unit} }
 
 var (
-	secondsGauge   = instrumentKind{"float64 gauge", "s"}
-	secondsCounter = instrumentKind{"float64 counter", "s"}
+	secondsGauge = instrumentKind{"float64 gauge", "s"}
 )
 
 func TestRegisterPoolMetrics(t *testing.T) {
@@ -162,7 +172,7 @@ func TestRegisterPoolMetrics(t *testing.T) {
 	}
 
 	rm := collect(t, reader)
-	poolA, poolB := keyPool.String("a"), keyPool.String("b")
+	poolA, poolB := semconv.DBClientConnectionPoolName("a"), semconv.DBClientConnectionPoolName("b")
 	tests := []struct {
 		name       string
 		kind       instrumentKind
@@ -171,17 +181,14 @@ func TestRegisterPoolMetrics(t *testing.T) {
 		wantB      float64
 		atLeastOne bool // wantA is a lower bound
 	}{
-		{name: "pgtx.pool.waiters", kind: int64Gauge("{request}")},
-		{name: "pgtx.pool.max_connections", kind: int64Gauge("{connection}"), wantA: 3, wantB: 5},
-		{name: "pgtx.pool.connections", kind: int64Gauge("{connection}"), by: []attribute.KeyValue{keyConnectionState.String("acquired")}},
-		{name: "pgtx.pool.connections", kind: int64Gauge("{connection}"), by: []attribute.KeyValue{keyConnectionState.String("idle")}},
-		{name: "pgtx.pool.connections", kind: int64Gauge("{connection}"), by: []attribute.KeyValue{keyConnectionState.String("constructing")}},
-		{name: "pgtx.pool.acquire_timeouts", kind: int64Counter("{acquire}")},
-		{name: "pgtx.pool.queue_full", kind: int64Counter("{transaction}")},
-		{name: "pgtx.transactions.in_flight", kind: int64Gauge("{transaction}")},
-		{name: "pgtx.transaction.oldest_in_flight", kind: secondsGauge},
-		{name: "pgtx.pool.acquire_wait.count", kind: int64Counter("{acquire}"), wantA: 1},
-		{name: "pgtx.pool.acquire_wait.total", kind: secondsCounter, atLeastOne: true},
+		{name: "db.client.connection.pending_requests", kind: int64UpDown("{request}")},
+		{name: "db.client.connection.max", kind: int64UpDown("{connection}"), wantA: 3, wantB: 5},
+		{name: "db.client.connection.count", kind: int64UpDown("{connection}"), by: []attribute.KeyValue{semconv.DBClientConnectionStateUsed}},
+		{name: "db.client.connection.count", kind: int64UpDown("{connection}"), by: []attribute.KeyValue{semconv.DBClientConnectionStateIdle}},
+		{name: "db.client.connection.timeouts", kind: int64Counter("{timeout}")},
+		{name: "pgtx.pool.queue_full.count", kind: int64Counter("{transaction}")},
+		{name: "pgtx.pool.in_flight", kind: int64UpDown("{transaction}")},
+		{name: "pgtx.pool.oldest_in_flight", kind: secondsGauge},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+attrString(tt.by), func(t *testing.T) {
@@ -213,8 +220,8 @@ func TestRegisterPoolMetrics(t *testing.T) {
 		}
 		for _, m := range sm.Metrics {
 			want := 2
-			if m.Name == "pgtx.pool.connections" {
-				want = 6
+			if m.Name == "db.client.connection.count" {
+				want = 4
 			}
 			if n := len(poolPoints(t, rm, m.Name, kindOf(m), ns)); n != want {
 				t.Errorf("%s: %d points, want %d", m.Name, n, want)
@@ -233,6 +240,9 @@ func kindOf(m metricdata.Metrics) instrumentKind {
 		k.kind = "float64 gauge"
 	case metricdata.Sum[int64]:
 		k.kind = "int64 counter"
+		if !m.Data.(metricdata.Sum[int64]).IsMonotonic {
+			k.kind = "int64 updowncounter"
+		}
 	case metricdata.Sum[float64]:
 		k.kind = "float64 counter"
 	}
@@ -305,7 +315,7 @@ func TestRegisterPoolMetricsBreaker(t *testing.T) {
 			rm := collect(t, reader)
 			one := func(name string, kind instrumentKind, pool string) float64 {
 				t.Helper()
-				got := poolPoints(t, rm, name, kind, keyPool.String(pool))
+				got := poolPoints(t, rm, name, kind, semconv.DBClientConnectionPoolName(pool))
 				if len(got) != 1 {
 					t.Fatalf("%s{pool=%s}: %d points, want 1", name, pool, len(got))
 				}
@@ -314,15 +324,15 @@ func TestRegisterPoolMetricsBreaker(t *testing.T) {
 			for pool, want := range st.want {
 				got := values{
 					one("pgtx.breaker.state", int64Gauge("{state}"), pool),
-					one("pgtx.breaker.rejected", int64Counter("{transaction}"), pool),
-					one("pgtx.breaker.opens", int64Counter("{open}"), pool),
+					one("pgtx.breaker.rejection.count", int64Counter("{transaction}"), pool),
+					one("pgtx.breaker.open.count", int64Counter("{open}"), pool),
 				}
 				if got != want {
 					t.Errorf("pool %s: state, rejected, opens = %v, want %v", pool, got, want)
 				}
 			}
-			for _, name := range []string{"pgtx.breaker.state", "pgtx.breaker.rejected", "pgtx.breaker.opens"} {
-				if n := len(poolPoints(t, rm, name, kindOf(mustFindMetric(t, rm, name)), keyPool.String("none"))); n != 0 {
+			for _, name := range []string{"pgtx.breaker.state", "pgtx.breaker.rejection.count", "pgtx.breaker.open.count"} {
+				if n := len(poolPoints(t, rm, name, kindOf(mustFindMetric(t, rm, name)), semconv.DBClientConnectionPoolName("none"))); n != 0 {
 					t.Errorf("%s: %d points for the pool without a breaker, want 0", name, n)
 				}
 			}
@@ -384,7 +394,7 @@ func TestRegisterPoolMetricsUnregister(t *testing.T) {
 			}
 			rm := collect(t, reader)
 			for _, name := range []string{"a", "b"} {
-				got := len(poolPoints(t, rm, "pgtx.pool.waiters", int64Gauge("{request}"), keyPool.String(name)))
+				got := len(poolPoints(t, rm, "db.client.connection.pending_requests", int64UpDown("{request}"), semconv.DBClientConnectionPoolName(name)))
 				want := 0
 				for _, p := range tt.wantPresent {
 					if p == name {
@@ -437,8 +447,8 @@ func (m failingObservableMeter) Float64ObservableGauge(name string, opts ...metr
 	return i, m.refuse(name)
 }
 
-func (m failingObservableMeter) Float64ObservableCounter(name string, opts ...metric.Float64ObservableCounterOption) (metric.Float64ObservableCounter, error) {
-	i, _ := m.Meter.Float64ObservableCounter(name, opts...)
+func (m failingObservableMeter) Int64ObservableUpDownCounter(name string, opts ...metric.Int64ObservableUpDownCounterOption) (metric.Int64ObservableUpDownCounter, error) {
+	i, _ := m.Meter.Int64ObservableUpDownCounter(name, opts...)
 	return i, m.refuse(name)
 }
 
@@ -453,7 +463,7 @@ func (p failingObservableProvider) Meter(string, ...metric.MeterOption) metric.M
 
 func TestRegisterPoolMetricsInstrumentError(t *testing.T) {
 	pool := newOfflinePool(t, 1)
-	for _, name := range []string{"pgtx.pool.waiters", "pgtx.pool.queue_full", "pgtx.transaction.oldest_in_flight", "pgtx.pool.acquire_wait.total", "pgtx.breaker.opens"} {
+	for _, name := range []string{"db.client.connection.pending_requests", "db.client.connection.count", "db.client.connection.timeouts", "pgtx.pool.queue_full.count", "pgtx.pool.oldest_in_flight", "pgtx.breaker.open.count"} {
 		t.Run(name, func(t *testing.T) {
 			reg, err := RegisterPoolMetrics(pool, "p", WithMeterProvider(failingObservableProvider{fail: name}))
 			if err == nil || !strings.Contains(err.Error(), "refused "+name) {
@@ -467,7 +477,7 @@ func TestRegisterPoolMetricsInstrumentError(t *testing.T) {
 }
 
 // ExampleRegisterPoolMetrics reports a pool's statistics with the global
-// meter provider, under pgtx.pool="main", until the registration is undone.
+// meter provider, under db.client.connection.pool.name="main", until the registration is undone.
 func ExampleRegisterPoolMetrics() {
 	ctx := context.Background()
 	pool, err := pgtx.New(ctx, os.Getenv("DATABASE_URL"))
@@ -502,16 +512,16 @@ func TestTracerOnPool(t *testing.T) {
 		t.Fatal("Transaction on a closed port succeeded")
 	}
 	rm := collect(t, h.reader)
-	if got := sumInt(t, rm, "pgtx.transactions", attribute.String("pgtx.outcome", "failed"), attribute.String("pgtx.label", "probe")); got != 1 {
-		t.Errorf("pgtx.transactions{failed, probe} = %d, want 1", got)
+	if got := sumInt(t, rm, "pgtx.transaction.count", attribute.String("pgtx.outcome", "failed"), attribute.String("pgtx.label", "probe")); got != 1 {
+		t.Errorf("pgtx.transaction.count{failed, probe} = %d, want 1", got)
 	}
 	by := []attribute.KeyValue{
 		attribute.String("pgtx.breaker.name", "offline"),
 		attribute.String("pgtx.breaker.from", "closed"),
 		attribute.String("pgtx.breaker.to", "open"),
 	}
-	if got := sumInt(t, rm, "pgtx.breaker.transitions", by...); got != 1 {
-		t.Errorf("pgtx.breaker.transitions%v = %d, want 1", by, got)
+	if got := sumInt(t, rm, "pgtx.breaker.transition.count", by...); got != 1 {
+		t.Errorf("pgtx.breaker.transition.count%v = %d, want 1", by, got)
 	}
 	if s := findSpan(t, h.spans.Ended(), "pgtx.transaction probe"); s.Status().Code != codes.Error {
 		t.Errorf("span status = %v, want Error", s.Status())

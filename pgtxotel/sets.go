@@ -4,6 +4,7 @@ import (
 	"github.com/pgtx-go/pgtx"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -24,6 +25,18 @@ type labelSets struct {
 	txAdd         [2][numClasses][]metric.AddOption
 	txRec         [2][numClasses][]metric.RecordOption
 	commitUnknown []metric.AddOption // label only
+
+	// opOK are the options of db.client.operation.duration for a call that
+	// committed, opFailed by class for one that failed without a SQLSTATE;
+	// opBase is the attributes they share, for one with a SQLSTATE.
+	opOK     []metric.RecordOption
+	opFailed [numClasses][]metric.RecordOption
+	opBase   []attribute.KeyValue
+
+	// contentionAdd is indexed by limiting (0 or 1); contentionRec is the
+	// label's options of pgtx.contention.limit.
+	contentionAdd [2][]metric.AddOption
+	contentionRec []metric.RecordOption
 }
 
 // newLabelSets precomputes the span name and measurement options of label.
@@ -53,10 +66,35 @@ func (t *Tracer) newLabelSets(label string) *labelSets {
 		}
 	}
 	ls.commitUnknown = []metric.AddOption{opt()}
+	ls.opBase = append(append([]attribute.KeyValue(nil), base...), dbSystem)
+	ls.opOK = []metric.RecordOption{opt(dbSystem)}
+	for ci := range numClasses {
+		ls.opFailed[ci] = []metric.RecordOption{opt(dbSystem, semconv.ErrorTypeKey.String(classNames[ci]))}
+	}
+	for limiting := range 2 {
+		ls.contentionAdd[limiting] = []metric.AddOption{opt(keyLimiting.Bool(limiting == 1))}
+	}
+	ls.contentionRec = []metric.RecordOption{opt()}
 	for ii := range numIsolations {
 		ls.start[ii] = t.startOptions(isolationName(ii), ls.label, ls.hasLabel)
 	}
 	return ls
+}
+
+// operationOptions returns the options of a call's
+// db.client.operation.duration: precomputed, but for a failure with a
+// SQLSTATE (code), whose error.type and db.response.status_code are that
+// code.
+func (ls *labelSets) operationOptions(failed bool, ci int, code string) []metric.RecordOption {
+	switch {
+	case !failed:
+		return ls.opOK
+	case code == "":
+		return ls.opFailed[ci]
+	}
+	kvs := make([]attribute.KeyValue, 0, len(ls.opBase)+2)
+	kvs = append(append(kvs, ls.opBase...), semconv.ErrorTypeKey.String(code), semconv.DBResponseStatusCode(code))
+	return []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(kvs...))}
 }
 
 // startOptions returns the options of a call's span.
@@ -67,10 +105,13 @@ func (t *Tracer) startOptions(isolation string, label attribute.KeyValue, hasLab
 	if hasLabel {
 		attrs = append(attrs, label)
 	}
-	return []trace.SpanStartOption{clientKind, trace.WithAttributes(attrs...)}
+	return []trace.SpanStartOption{internalKind, trace.WithAttributes(attrs...)}
 }
 
-var clientKind = trace.WithSpanKind(trace.SpanKindClient)
+// internalKind is the kind of pgtx's spans: a transaction and its attempts
+// are each an umbrella over several client calls (and backoff sleeps), whose
+// client spans are pgx's tracers'.
+var internalKind = trace.WithSpanKind(trace.SpanKindInternal)
 
 // numIsolations is the number of pgtx isolation levels plus one slot for
 // a value that is not one.

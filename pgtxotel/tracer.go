@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
@@ -13,37 +12,40 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/dbconv"
 	"go.opentelemetry.io/otel/trace"
 )
 
-// ScopeName is the instrumentation scope of the [Tracer]'s tracer and meter.
+// ScopeName is the instrumentation scope of the [Tracer]'s tracer and meter,
+// and of the instruments of [RegisterPoolMetrics] and [PoolTracer].
 const ScopeName = "github.com/pgtx-go/pgtx/pgtxotel"
 
-// Span, event and attribute names.
+// Span, event and attribute names of the pgtx namespace. The conventional
+// ones (db.system.name, db.response.status_code, error.type,
+// db.client.connection.*) come from semconv.
 const (
 	spanName           = "pgtx.transaction"
-	eventAttempt       = "pgtx.attempt"
-	eventBudget        = "pgtx.retry_budget_exhausted"
+	attemptSpanName    = "pgtx.attempt"
 	eventCancel        = "pgtx.cancel"
 	eventBreaker       = "pgtx.breaker.state_change"
-	keyDBSystemName    = attribute.Key("db.system.name")
-	keyDBStatusCode    = attribute.Key("db.response.status_code")
-	keyErrorType       = attribute.Key("error.type")
+	eventContention    = "pgtx.contention.change"
 	keyLabel           = attribute.Key("pgtx.label")
 	keyIsolation       = attribute.Key("pgtx.isolation")
-	keyAttempt         = attribute.Key("pgtx.attempt")
-	keyAttempts        = attribute.Key("pgtx.attempts")
+	keyAttemptNumber   = attribute.Key("pgtx.attempt.number")
+	keyAttemptCount    = attribute.Key("pgtx.attempt.count")
 	keyClass           = attribute.Key("pgtx.class")
 	keyOutcome         = attribute.Key("pgtx.outcome")
 	keyRetry           = attribute.Key("pgtx.retry")
-	keyBackoffMS       = attribute.Key("pgtx.backoff_ms")
-	keyDurationMS      = attribute.Key("pgtx.duration_ms")
+	keyBackoff         = attribute.Key("pgtx.retry.backoff")
+	keyAdmissionWait   = attribute.Key("pgtx.contention.wait")
+	keyAdmissionLimit  = attribute.Key("pgtx.contention.limit")
 	keyCommitUnknown   = attribute.Key("pgtx.commit_unknown")
 	keyBudgetExhausted = attribute.Key("pgtx.retry_budget_exhausted")
 	keyCancelOutcome   = attribute.Key("pgtx.cancel.outcome")
 	keyCancelMode      = attribute.Key("pgtx.cancel.mode")
 	keyCancelFellBack  = attribute.Key("pgtx.cancel.fell_back")
-	keyCancelLatencyMS = attribute.Key("pgtx.cancel.latency_ms")
+	keyCancelLatency   = attribute.Key("pgtx.cancel.latency")
 	keyCancelPID       = attribute.Key("pgtx.cancel.pid")
 	keyBreakerName     = attribute.Key("pgtx.breaker.name")
 	keyBreakerFrom     = attribute.Key("pgtx.breaker.from")
@@ -52,9 +54,11 @@ const (
 	keyBreakerCalls    = attribute.Key("pgtx.breaker.calls")
 	keyBreakerFailures = attribute.Key("pgtx.breaker.failures")
 	keyBreakerSlow     = attribute.Key("pgtx.breaker.slow")
-
-	outcomeCommitted = "committed"
-	outcomeFailed    = "failed"
+	keyLimiting        = attribute.Key("pgtx.contention.limiting")
+	keyPreviousLimit   = attribute.Key("pgtx.contention.previous_limit")
+	keyConflictRatio   = attribute.Key("pgtx.contention.conflict_ratio")
+	outcomeCommitted   = "committed"
+	outcomeFailed      = "failed"
 )
 
 // maxLabels bounds the distinct labels that get their own metric series;
@@ -64,12 +68,16 @@ const (
 	otherLabel = "_other"
 )
 
-// durationBuckets are the histogram boundaries, in seconds: from a
-// millisecond (a conflict backoff) to ten seconds (the overload backoff cap,
-// the default timeouts).
+// operationBuckets are the advisory boundaries the convention gives
+// db.client.operation.duration, in seconds.
+var operationBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
+
+// durationBuckets are the boundaries of pgtx's own duration histograms
+// (backoff, cancel latency, connection wait and use), in seconds: those of
+// [pgtx.Histogram], from a millisecond to ten seconds.
 var durationBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
-var dbSystem = keyDBSystemName.String("postgresql")
+var dbSystem = semconv.DBSystemNamePostgreSQL
 
 // numClasses is the number of pgtx classes plus one slot for a class pgtx
 // does not (yet) define.
@@ -83,8 +91,8 @@ func classIndex(c pgtx.Class) int {
 	return int(c)
 }
 
-// classNames are the values of pgtx.class and error.type by slot: "unknown"
-// for a class pgtx does not define.
+// classNames are the values of pgtx.class (and of error.type without a
+// SQLSTATE) by slot: "unknown" for a class pgtx does not define.
 var classNames = func() [numClasses]string {
 	var n [numClasses]string
 	for i := range n {
@@ -96,17 +104,18 @@ var classNames = func() [numClasses]string {
 
 // Tracer reports pgtx calls as OpenTelemetry spans and metrics. It
 // implements every tracer interface of pgtx: [pgtx.TransactionTracer],
-// [pgtx.CancelTracer] and [pgtx.BreakerTracer]; set as [pgtx.Config].Tracer
-// it receives the events of the pool's calls, cancels and circuit breaker.
-// The package documentation lists its spans, events and metrics. A Tracer
-// is safe for concurrent use and may be shared by several pools.
+// [pgtx.CancelTracer], [pgtx.BreakerTracer] and [pgtx.ContentionTracer]; set
+// as [pgtx.Config].Tracer it receives the events of the pool's calls,
+// cancels, circuit breaker and contention manager. The package
+// documentation lists its spans, events and instruments. A Tracer is safe
+// for concurrent use and may be shared by several pools.
 type Tracer struct {
 	tracer    trace.Tracer
 	spanAttrs []attribute.KeyValue // db.system.name and those of WithAttributes
 	attrs     []attribute.KeyValue // those of WithAttributes
 
+	operation       metric.Float64Histogram // db.client.operation.duration
 	transactions    metric.Int64Counter
-	duration        metric.Float64Histogram
 	attempts        metric.Int64Counter
 	retries         metric.Int64Counter
 	backoff         metric.Float64Histogram
@@ -115,6 +124,8 @@ type Tracer struct {
 	cancels         metric.Int64Counter
 	cancelLatency   metric.Float64Histogram
 	breakerChanges  metric.Int64Counter
+	contentionLimit metric.Int64Gauge
+	contentionMoves metric.Int64Counter
 
 	// noLabel holds the measurement options of calls without a label;
 	// labels those of labelled calls, copied on write so that lookups take
@@ -136,6 +147,7 @@ var (
 	_ pgtx.TransactionTracer = (*Tracer)(nil)
 	_ pgtx.CancelTracer      = (*Tracer)(nil)
 	_ pgtx.BreakerTracer     = (*Tracer)(nil)
+	_ pgtx.ContentionTracer  = (*Tracer)(nil)
 )
 
 // config is what the Options set.
@@ -145,8 +157,8 @@ type config struct {
 	attrs []attribute.KeyValue
 }
 
-// Option configures a [Tracer] made by [New], or the instruments of
-// [RegisterPoolMetrics].
+// Option configures a [Tracer] made by [New], the instruments of
+// [RegisterPoolMetrics], or a [PoolTracer].
 type Option func(*config)
 
 // WithTracerProvider sets the provider of the [Tracer]'s spans. The default
@@ -155,22 +167,21 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) { c.tp = tp }
 }
 
-// WithMeterProvider sets the provider of the [Tracer]'s metrics. The default
-// is [otel.GetMeterProvider] at the time [New] is called.
+// WithMeterProvider sets the provider of the metrics. The default is
+// [otel.GetMeterProvider] at the time [New], [RegisterPoolMetrics] or
+// [NewPoolTracer] is called.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) { c.mp = mp }
 }
 
-// WithAttributes adds attrs to every span and every measurement of the
-// [Tracer], for instance semconv's db.namespace or server.address to tell
-// pools apart. Calls accumulate.
+// WithAttributes adds attrs to every span and every measurement, for
+// instance semconv's db.namespace or server.address to tell databases
+// apart. Calls accumulate.
 func WithAttributes(attrs ...attribute.KeyValue) Option {
 	return func(c *config) { c.attrs = append(c.attrs, attrs...) }
 }
 
-// New returns a [Tracer]. It returns an error if one of its metric
-// instruments cannot be created; the Tracer is then nil.
-func New(opts ...Option) (*Tracer, error) {
+func newConfig(opts []Option) config {
 	var c config
 	for _, opt := range opts {
 		if opt != nil {
@@ -183,6 +194,13 @@ func New(opts ...Option) (*Tracer, error) {
 	if c.mp == nil {
 		c.mp = otel.GetMeterProvider()
 	}
+	return c
+}
+
+// New returns a [Tracer]. It returns an error if one of its metric
+// instruments cannot be created; the Tracer is then nil.
+func New(opts ...Option) (*Tracer, error) {
+	c := newConfig(opts)
 	t := &Tracer{
 		tracer:    c.tp.Tracer(ScopeName),
 		spanAttrs: append([]attribute.KeyValue{dbSystem}, c.attrs...),
@@ -213,27 +231,37 @@ func (t *Tracer) initInstruments(m metric.Meter) error {
 		errs = append(errs, err)
 		return i
 	}
-	t.transactions = counter("pgtx.transactions", "{transaction}", "Transaction calls ended, by outcome and class.")
-	t.duration = histogram("pgtx.transaction.duration", "Wall time of a Transaction call, backoffs included.")
-	t.attempts = counter("pgtx.attempts", "{attempt}", "Attempts of Transaction calls, by the class of their result.")
-	t.retries = counter("pgtx.retries", "{retry}", "Attempts followed by another, by the class of the error that caused the retry.")
-	t.backoff = histogram("pgtx.backoff", "Pause before a retry.")
-	t.commitUnknown = counter("pgtx.commit_unknown", "{transaction}", "Transaction calls whose COMMIT outcome is unknown.")
-	t.budgetExhausted = counter("pgtx.retry_budget.exhausted", "{retry}", "Retries refused by the pool's retry budget.")
-	t.cancels = counter("pgtx.cancels", "{cancel}", "Statements cancelled because their context ended, by outcome.")
+	op, err := dbconv.NewClientOperationDuration(m, metric.WithExplicitBucketBoundaries(operationBuckets...))
+	errs = append(errs, err)
+	t.operation = op.Inst()
+	t.transactions = counter("pgtx.transaction.count", "{transaction}", "Transaction calls ended, by outcome and class.")
+	t.attempts = counter("pgtx.attempt.count", "{attempt}", "Attempts of Transaction calls, by the class of their result.")
+	t.retries = counter("pgtx.retry.count", "{retry}", "Attempts followed by another, by the class of the error that caused the retry.")
+	t.backoff = histogram("pgtx.retry.backoff", "Pause before a retry.")
+	t.commitUnknown = counter("pgtx.commit_unknown.count", "{transaction}", "Transaction calls whose COMMIT outcome is unknown.")
+	t.budgetExhausted = counter("pgtx.retry_budget.refusal.count", "{retry}", "Retries refused by the pool's retry budget.")
+	t.cancels = counter("pgtx.cancel.count", "{cancel}", "Statements cancelled because their context ended, by outcome.")
 	t.cancelLatency = histogram("pgtx.cancel.latency", "Time from a context's end to the cancel's answer.")
-	t.breakerChanges = counter("pgtx.breaker.transitions", "{transition}", "Changes of state of circuit breakers, by breaker name and the states left and entered.")
+	t.breakerChanges = counter("pgtx.breaker.transition.count", "{transition}", "Changes of state of circuit breakers, by breaker name and the states left and entered.")
+	t.contentionMoves = counter("pgtx.contention.change.count", "{change}", "Changes of a label's limit by the contention manager.")
+	t.contentionLimit, err = m.Int64Gauge("pgtx.contention.limit", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Attempts of the label the contention manager lets run at once, 0 while it does not limit them; set at each change."))
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return errors.Join(errors.New("pgtxotel: creating metric instruments"), err)
 	}
 	return nil
 }
 
-// spanKey is the context key of the call's span. pgtx hands the context
-// TraceTransactionStart returned to the other methods; the key makes sure
-// they only ever touch (and end) a span this Tracer started, never a span of
-// the caller's.
-type spanKey struct{}
+// spanKey and attemptKey are the context keys of the call's span and of
+// the attempt's. pgtx hands the context TraceTransactionStart (or
+// TraceAttemptStart) returned to the other methods; the keys make sure they
+// only ever touch (and end) a span this Tracer started, never a span of the
+// caller's.
+type (
+	spanKey    struct{}
+	attemptKey struct{}
+)
 
 // callSpan returns the recording span TraceTransactionStart put in ctx, or
 // nil.
@@ -242,9 +270,16 @@ func callSpan(ctx context.Context) trace.Span {
 	return span
 }
 
-// TraceTransactionStart starts the call's span, a child of the span in ctx,
-// and returns ctx with it, so the attempts and the spans of pgx's tracers
-// nest under it.
+// attemptSpan returns the recording span TraceAttemptStart put in ctx, or
+// nil.
+func attemptSpan(ctx context.Context) trace.Span {
+	span, _ := ctx.Value(attemptKey{}).(trace.Span)
+	return span
+}
+
+// TraceTransactionStart starts the call's span, of kind internal, a child
+// of the span in ctx, and returns ctx with it, so the attempts' spans nest
+// under it.
 func (t *Tracer) TraceTransactionStart(ctx context.Context, data pgtx.TraceTransactionStartData) context.Context {
 	ls := t.sets(data.Label)
 	name, opts := ls.spanName, ls.start[isolationIndex(data.Isolation)]
@@ -260,58 +295,61 @@ func (t *Tracer) TraceTransactionStart(ctx context.Context, data pgtx.TraceTrans
 	return context.WithValue(ctx, spanKey{}, span)
 }
 
-// TraceAttemptStart returns ctx unchanged: attempts are events on the call's
-// span, not spans of their own.
-func (t *Tracer) TraceAttemptStart(ctx context.Context, _ pgtx.TraceAttemptStartData) context.Context {
-	return ctx
+// TraceAttemptStart starts the attempt's span, "pgtx.attempt", of kind
+// internal, a child of the call's span, and returns ctx with it: fn
+// receives that context, so the spans of pgx's tracers (otelpgx's query
+// spans) nest under the attempt. It starts nothing when the call's span is
+// not recording.
+func (t *Tracer) TraceAttemptStart(ctx context.Context, data pgtx.TraceAttemptStartData) context.Context {
+	if callSpan(ctx) == nil {
+		return ctx
+	}
+	attrs := make([]attribute.KeyValue, 0, len(t.attrs)+1)
+	attrs = append(append(attrs, t.attrs...), keyAttemptNumber.Int(data.Attempt))
+	ctx, span := t.tracer.Start(ctx, attemptSpanName, internalKind, trace.WithAttributes(attrs...))
+	if !span.IsRecording() {
+		return ctx
+	}
+	return context.WithValue(ctx, attemptKey{}, span)
 }
 
-// TraceAttemptEnd adds a "pgtx.attempt" event to the call's span and counts
-// the attempt, and the retry if one follows. A retry the retry budget
-// refused (no retry follows and the error matches
-// [pgtx.ErrRetryBudgetExhausted]) is also counted and gets a
-// "pgtx.retry_budget_exhausted" event, before the attempt's.
+// TraceAttemptEnd counts the attempt, and the retry if one follows, and
+// ends the attempt's span with its class, retry decision and error. A
+// retry the retry budget refused (no retry follows and the error matches
+// [pgtx.ErrRetryBudgetExhausted]) is counted too.
 func (t *Tracer) TraceAttemptEnd(ctx context.Context, data pgtx.TraceAttemptEndData) {
 	ls := t.sets(data.Label)
 	ci := classIndex(data.Class)
 	t.attempts.Add(ctx, 1, ls.classAdd[ci]...)
-	refused := false
 	if data.Retry {
 		t.retries.Add(ctx, 1, ls.classAdd[ci]...)
 		t.backoff.Record(ctx, data.Backoff.Seconds(), ls.classRec[ci]...)
 	} else if data.Err != nil && errors.Is(data.Err, pgtx.ErrRetryBudgetExhausted) {
-		refused = true
 		t.budgetExhausted.Add(ctx, 1, ls.classAdd[ci]...)
 	}
 
-	span := callSpan(ctx)
+	span := attemptSpan(ctx)
 	if span == nil {
 		return
 	}
-	if refused {
-		var buf [3]attribute.KeyValue
-		attrs := append(buf[:0], keyAttempt.Int(data.Attempt), keyClass.String(classNames[ci]))
-		if code := sqlState(data.Err); code != "" {
-			attrs = append(attrs, keyDBStatusCode.String(code))
-		}
-		span.AddEvent(eventBudget, trace.WithAttributes(attrs...))
-	}
 	var buf [10]attribute.KeyValue
-	attrs := append(buf[:0],
-		keyAttempt.Int(data.Attempt),
-		keyClass.String(classNames[ci]),
-		keyRetry.Bool(data.Retry),
-		keyBackoffMS.Float64(milliseconds(data.Backoff)),
-		keyDurationMS.Float64(milliseconds(data.Duration)),
-	)
+	attrs := append(buf[:0], keyClass.String(classNames[ci]), keyRetry.Bool(data.Retry))
+	if data.Retry {
+		attrs = append(attrs, keyBackoff.Float64(data.Backoff.Seconds()))
+	}
+	if data.Limit > 0 {
+		attrs = append(attrs, keyAdmissionWait.Float64(data.AdmissionWait.Seconds()), keyAdmissionLimit.Int(data.Limit))
+	}
 	if data.Err != nil {
 		attrs = appendErrorAttrs(attrs, data.Err, classNames[ci])
+		span.SetStatus(codes.Error, data.Err.Error())
 	}
-	span.AddEvent(eventAttempt, trace.WithAttributes(attrs...))
+	span.SetAttributes(attrs...)
+	span.End()
 }
 
-// TraceTransactionEnd records the call's outcome on its span, ends the span
-// and counts the call.
+// TraceTransactionEnd records the call's db.client.operation.duration and
+// outcome, and ends its span with them.
 func (t *Tracer) TraceTransactionEnd(ctx context.Context, data pgtx.TraceTransactionEndData) {
 	ls := t.sets(data.Label)
 	class, failed := data.Class, 0
@@ -322,8 +360,12 @@ func (t *Tracer) TraceTransactionEnd(ctx context.Context, data pgtx.TraceTransac
 		}
 	}
 	ci := classIndex(class)
+	code := ""
+	if data.Err != nil {
+		code = sqlState(data.Err)
+	}
 	t.transactions.Add(ctx, 1, ls.txAdd[failed][ci]...)
-	t.duration.Record(ctx, data.Duration.Seconds(), ls.txRec[failed][ci]...)
+	t.operation.Record(ctx, data.Duration.Seconds(), ls.operationOptions(data.Err != nil, ci, code)...)
 	if data.Err != nil && errors.Is(data.Err, pgtx.ErrCommitUnknown) {
 		t.commitUnknown.Add(ctx, 1, ls.commitUnknown...)
 	}
@@ -333,12 +375,12 @@ func (t *Tracer) TraceTransactionEnd(ctx context.Context, data pgtx.TraceTransac
 		return
 	}
 	if data.Err == nil {
-		span.SetAttributes(keyAttempts.Int(data.Attempts))
+		span.SetAttributes(keyAttemptCount.Int(data.Attempts))
 		span.End()
 		return
 	}
-	var buf [6]attribute.KeyValue
-	attrs := append(buf[:0], keyAttempts.Int(data.Attempts))
+	var buf [7]attribute.KeyValue
+	attrs := append(buf[:0], keyAttemptCount.Int(data.Attempts), keyClass.String(classNames[ci]))
 	span.SetAttributes(appendErrorAttrs(attrs, data.Err, classNames[ci])...)
 	span.RecordError(data.Err)
 	span.SetStatus(codes.Error, data.Err.Error())
@@ -346,8 +388,9 @@ func (t *Tracer) TraceTransactionEnd(ctx context.Context, data pgtx.TraceTransac
 }
 
 // TraceCancel counts the cancellation and, if the span in ctx (the cancelled
-// statement's) is still recording, adds a "pgtx.cancel" event to it. It may
-// be called after the statement returned, from another goroutine.
+// statement's: an otelpgx query span, the attempt's, or the caller's) is
+// still recording, adds a "pgtx.cancel" event to it. It may be called after
+// the statement returned, from another goroutine.
 func (t *Tracer) TraceCancel(ctx context.Context, data pgtx.TraceCancelData) {
 	oi, mi, fb := outcomeIndex(data), modeIndex(data.Mode), 0
 	if data.FellBack {
@@ -364,7 +407,7 @@ func (t *Tracer) TraceCancel(ctx context.Context, data pgtx.TraceCancelData) {
 		keyCancelOutcome.String(cancelOutcomeName(oi)),
 		keyCancelMode.String(cancelModeName(mi)),
 		keyCancelFellBack.Bool(data.FellBack),
-		keyCancelLatencyMS.Float64(milliseconds(data.Latency)),
+		keyCancelLatency.Float64(data.Latency.Seconds()),
 		keyCancelPID.Int64(int64(data.PID)),
 	))
 }
@@ -404,6 +447,33 @@ func (t *Tracer) TraceBreakerStateChange(ctx context.Context, data pgtx.TraceBre
 	span.AddEvent(eventBreaker, trace.WithAttributes(attrs...))
 }
 
+// TraceContention records a change of a label's limit by the contention
+// manager: it counts the change, sets the pgtx.contention.limit gauge of the
+// label to the new limit (0 when the manager stops limiting it) and, if the
+// span in ctx (the attempt whose end led to the change) is recording, adds
+// a "pgtx.contention.change" event to it.
+func (t *Tracer) TraceContention(ctx context.Context, data pgtx.TraceContentionData) {
+	ls := t.sets(data.Label)
+	limiting := 0
+	if data.Limiting {
+		limiting = 1
+	}
+	t.contentionMoves.Add(ctx, 1, ls.contentionAdd[limiting]...)
+	t.contentionLimit.Record(ctx, int64(data.Limit), ls.contentionRec...)
+
+	span := trace.SpanFromContext(ctx)
+	if !span.IsRecording() {
+		return
+	}
+	span.AddEvent(eventContention, trace.WithAttributes(
+		keyLabel.String(data.Label),
+		keyLimiting.Bool(data.Limiting),
+		keyAdmissionLimit.Int(data.Limit),
+		keyPreviousLimit.Int(data.Previous),
+		keyConflictRatio.Float64(data.ConflictRatio),
+	))
+}
+
 // breakerStateName is the value of pgtx.breaker.from and pgtx.breaker.to:
 // the state's name, "unknown" for a state this package does not know.
 func breakerStateName(s pgtx.BreakerState) string {
@@ -413,12 +483,24 @@ func breakerStateName(s pgtx.BreakerState) string {
 	return s.String()
 }
 
+// errorType is the value of error.type for a failure of class class: the
+// SQLSTATE when the error carries one (as the convention asks: error.type
+// matches db.response.status_code), else the class.
+func errorType(code, class string) string {
+	if code != "" {
+		return code
+	}
+	return class
+}
+
 // appendErrorAttrs appends the attributes describing a failed attempt or
-// call: error.type, the SQLSTATE and the markers pgtx puts on errors.
+// call: error.type, the SQLSTATE and the markers pgtx puts on
+// errors.
 func appendErrorAttrs(attrs []attribute.KeyValue, err error, class string) []attribute.KeyValue {
-	attrs = append(attrs, keyErrorType.String(class))
-	if code := sqlState(err); code != "" {
-		attrs = append(attrs, keyDBStatusCode.String(code))
+	code := sqlState(err)
+	attrs = append(attrs, semconv.ErrorTypeKey.String(errorType(code, class)))
+	if code != "" {
+		attrs = append(attrs, semconv.DBResponseStatusCode(code))
 	}
 	if errors.Is(err, pgtx.ErrCommitUnknown) {
 		attrs = append(attrs, keyCommitUnknown.Bool(true))
@@ -436,9 +518,4 @@ func sqlState(err error) string {
 		return pgErr.Code
 	}
 	return ""
-}
-
-// milliseconds returns d in milliseconds, with its fraction.
-func milliseconds(d time.Duration) float64 {
-	return float64(d) / float64(time.Millisecond)
 }

@@ -116,288 +116,296 @@ func pgErr(code string) error {
 	return &pgconn.PgError{Severity: "ERROR", Code: code, Message: "crafted " + code}
 }
 
-// codeOf returns the SQLSTATE of the *pgconn.PgError in err, or "".
-func codeOf(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
+// TestTransaction scripts four calls the way pgtx's retry loop reports them
+// (a conflict retry, an overload retry, a cancelled statement and an
+// ambiguous COMMIT) and checks every span, span event and measurement.
+func TestTransaction(t *testing.T) {
+	h := newHarness(t)
+	commitUnknown := fmt.Errorf("%w: %w", pgtx.ErrCommitUnknown, io.ErrUnexpectedEOF)
+	canceled := fmt.Errorf("%w: %w", context.Canceled, pgErr(pgerrcode.QueryCanceled))
+	calls := []struct {
+		call   call
+		cancel bool // TraceCancel during the first attempt
+	}{
+		{call: call{label: "transfer", iso: pgtx.Serializable, attempts: []attempt{
+			{err: pgErr(pgerrcode.SerializationFailure), retry: true, backoff: 5 * time.Millisecond}, {}}}},
+		{call: call{label: "report", iso: pgtx.ReadCommitted, attempts: []attempt{
+			{err: pgErr(pgerrcode.TooManyConnections), retry: true, backoff: 150 * time.Millisecond}, {}}}},
+		{call: call{label: "slow", iso: pgtx.RepeatableRead, attempts: []attempt{{err: canceled}}}, cancel: true},
+		{call: call{iso: pgtx.Serializable, attempts: []attempt{{err: commitUnknown}}}},
 	}
-	return ""
+	ctx, parent := h.tp.Tracer("test").Start(context.Background(), "parent")
+	for _, c := range calls {
+		run(ctx, h.tr, c.call, func(actx context.Context) {
+			qctx, q := h.tp.Tracer("test").Start(actx, "pgx.query", trace.WithSpanKind(trace.SpanKindClient))
+			if c.cancel {
+				h.tr.TraceCancel(qctx, pgtx.TraceCancelData{PID: 7, Mode: pgtx.CancelModePool, Latency: 3 * time.Millisecond})
+			}
+			q.End()
+		})
+	}
+	parent.End()
+
+	// Spans: parent > pgtx.transaction[ label] (internal) > pgtx.attempt
+	// (internal) > pgx.query.
+	spans := h.spans.Ended()
+	type want struct {
+		name     string
+		attrs    map[attribute.Key]attribute.Value
+		status   codes.Code
+		attempts []map[attribute.Key]attribute.Value
+		astatus  []codes.Code
+	}
+	s := attribute.StringValue
+	wants := []want{
+		{name: "pgtx.transaction transfer", attrs: map[attribute.Key]attribute.Value{
+			"db.system.name": s("postgresql"), "pgtx.isolation": s("SERIALIZABLE"), "pgtx.label": s("transfer"),
+			"pgtx.attempt.count": attribute.IntValue(2)},
+			attempts: []map[attribute.Key]attribute.Value{
+				{"pgtx.attempt.number": attribute.IntValue(1), "pgtx.class": s("conflict"), "pgtx.retry": attribute.BoolValue(true),
+					"pgtx.retry.backoff": attribute.Float64Value(0.005), "error.type": s("40001"), "db.response.status_code": s("40001")},
+				{"pgtx.attempt.number": attribute.IntValue(2), "pgtx.class": s("none"), "pgtx.retry": attribute.BoolValue(false)},
+			}, astatus: []codes.Code{codes.Error, codes.Unset}},
+		{name: "pgtx.transaction report", attrs: map[attribute.Key]attribute.Value{
+			"db.system.name": s("postgresql"), "pgtx.isolation": s("READ COMMITTED"), "pgtx.label": s("report"),
+			"pgtx.attempt.count": attribute.IntValue(2)},
+			attempts: []map[attribute.Key]attribute.Value{
+				{"pgtx.attempt.number": attribute.IntValue(1), "pgtx.class": s("overload"), "pgtx.retry": attribute.BoolValue(true),
+					"pgtx.retry.backoff": attribute.Float64Value(0.15), "error.type": s("53300"), "db.response.status_code": s("53300")},
+				{"pgtx.attempt.number": attribute.IntValue(2), "pgtx.class": s("none"), "pgtx.retry": attribute.BoolValue(false)},
+			}, astatus: []codes.Code{codes.Error, codes.Unset}},
+		{name: "pgtx.transaction slow", status: codes.Error, attrs: map[attribute.Key]attribute.Value{
+			"db.system.name": s("postgresql"), "pgtx.isolation": s("REPEATABLE READ"), "pgtx.label": s("slow"),
+			"pgtx.attempt.count": attribute.IntValue(1), "pgtx.class": s("timeout"), "error.type": s("57014"), "db.response.status_code": s("57014")},
+			attempts: []map[attribute.Key]attribute.Value{
+				{"pgtx.attempt.number": attribute.IntValue(1), "pgtx.class": s("timeout"), "pgtx.retry": attribute.BoolValue(false),
+					"error.type": s("57014"), "db.response.status_code": s("57014")},
+			}, astatus: []codes.Code{codes.Error}},
+		{name: "pgtx.transaction", status: codes.Error, attrs: map[attribute.Key]attribute.Value{
+			"db.system.name": s("postgresql"), "pgtx.isolation": s("SERIALIZABLE"),
+			"pgtx.attempt.count": attribute.IntValue(1), "pgtx.class": s("ambiguous"), "error.type": s("ambiguous"),
+			"pgtx.commit_unknown": attribute.BoolValue(true)},
+			attempts: []map[attribute.Key]attribute.Value{
+				{"pgtx.attempt.number": attribute.IntValue(1), "pgtx.class": s("ambiguous"), "pgtx.retry": attribute.BoolValue(false),
+					"error.type": s("ambiguous"), "pgtx.commit_unknown": attribute.BoolValue(true)},
+			}, astatus: []codes.Code{codes.Error}},
+	}
+	if got, wantN := len(spans), 1+len(wants)+6+len(wants); got != wantN {
+		t.Errorf("%d spans, want %d", got, wantN)
+	}
+	for _, w := range wants {
+		tx := findSpan(t, spans, w.name)
+		if tx.Parent().SpanID() != parent.SpanContext().SpanID() {
+			t.Errorf("%s: parent %v, want the caller's span", w.name, tx.Parent().SpanID())
+		}
+		if tx.SpanKind() != trace.SpanKindInternal {
+			t.Errorf("%s: kind %v, want internal", w.name, tx.SpanKind())
+		}
+		assertAttrs(t, w.name, attrMap(tx.Attributes()), w.attrs)
+		assertExactKeys(t, w.name, attrMap(tx.Attributes()), w.attrs)
+		if tx.Status().Code != w.status {
+			t.Errorf("%s: status %v, want %v", w.name, tx.Status().Code, w.status)
+		}
+		var kids []sdktrace.ReadOnlySpan
+		for _, sp := range spans {
+			if sp.Parent().SpanID() == tx.SpanContext().SpanID() {
+				kids = append(kids, sp)
+			}
+		}
+		if len(kids) != len(w.attempts) {
+			t.Fatalf("%s: %d children, want %d attempt spans", w.name, len(kids), len(w.attempts))
+		}
+		for i, a := range kids {
+			what := fmt.Sprintf("%s attempt %d", w.name, i+1)
+			if a.Name() != "pgtx.attempt" || a.SpanKind() != trace.SpanKindInternal {
+				t.Errorf("%s: %s of kind %v, want an internal pgtx.attempt", what, a.Name(), a.SpanKind())
+			}
+			assertAttrs(t, what, attrMap(a.Attributes()), w.attempts[i])
+			assertExactKeys(t, what, attrMap(a.Attributes()), w.attempts[i])
+			if a.Status().Code != w.astatus[i] {
+				t.Errorf("%s: status %v, want %v", what, a.Status().Code, w.astatus[i])
+			}
+			if i == 0 {
+				var q sdktrace.ReadOnlySpan
+				for _, sp := range spans {
+					if sp.Name() == "pgx.query" && sp.Parent().SpanID() == a.SpanContext().SpanID() {
+						q = sp
+					}
+				}
+				if q == nil {
+					t.Fatalf("%s: no pgx.query span under it", what)
+				}
+				if w.name == "pgtx.transaction slow" {
+					ev := q.Events()
+					if len(ev) != 1 || ev[0].Name != "pgtx.cancel" {
+						t.Fatalf("query span events = %v, want one pgtx.cancel", ev)
+					}
+					wantEv := map[attribute.Key]attribute.Value{"pgtx.cancel.outcome": s("signalled"), "pgtx.cancel.mode": s("pool"),
+						"pgtx.cancel.fell_back": attribute.BoolValue(false), "pgtx.cancel.latency": attribute.Float64Value(0.003),
+						"pgtx.cancel.pid": attribute.Int64Value(7)}
+					assertAttrs(t, "cancel event", attrMap(ev[0].Attributes), wantEv)
+					assertExactKeys(t, "cancel event", attrMap(ev[0].Attributes), wantEv)
+				}
+			}
+		}
+	}
+
+	// Metrics: every series of every instrument, exactly.
+	rm := collect(t, h.reader)
+	checkUnits(t, rm)
+	wantSums := map[string]map[string]int64{
+		"pgtx.transaction.count": {
+			"pgtx.class=none,pgtx.label=transfer,pgtx.outcome=committed": 1,
+			"pgtx.class=none,pgtx.label=report,pgtx.outcome=committed":   1,
+			"pgtx.class=timeout,pgtx.label=slow,pgtx.outcome=failed":     1,
+			"pgtx.class=ambiguous,pgtx.outcome=failed":                   1,
+		},
+		"pgtx.attempt.count": {
+			"pgtx.class=conflict,pgtx.label=transfer": 1, "pgtx.class=none,pgtx.label=transfer": 1,
+			"pgtx.class=overload,pgtx.label=report": 1, "pgtx.class=none,pgtx.label=report": 1,
+			"pgtx.class=timeout,pgtx.label=slow": 1, "pgtx.class=ambiguous": 1,
+		},
+		"pgtx.retry.count":          {"pgtx.class=conflict,pgtx.label=transfer": 1, "pgtx.class=overload,pgtx.label=report": 1},
+		"pgtx.commit_unknown.count": {"": 1},
+		"pgtx.cancel.count":         {"pgtx.cancel.fell_back=false,pgtx.cancel.mode=pool,pgtx.cancel.outcome=signalled": 1},
+	}
+	for name, w := range wantSums {
+		assertSeries(t, name, sumSeries(t, rm, name), w)
+	}
+	wantHists := map[string]map[string]histPoint{
+		"db.client.operation.duration": {
+			"db.system.name=postgresql,pgtx.label=transfer":                                            {1, 0.25},
+			"db.system.name=postgresql,pgtx.label=report":                                              {1, 0.25},
+			"db.response.status_code=57014,db.system.name=postgresql,error.type=57014,pgtx.label=slow": {1, 0.25},
+			"db.system.name=postgresql,error.type=ambiguous":                                           {1, 0.25},
+		},
+		"pgtx.retry.backoff": {
+			"pgtx.class=conflict,pgtx.label=transfer": {1, 0.005},
+			"pgtx.class=overload,pgtx.label=report":   {1, 0.15},
+		},
+		"pgtx.cancel.latency": {"pgtx.cancel.fell_back=false,pgtx.cancel.mode=pool,pgtx.cancel.outcome=signalled": {1, 0.003}},
+	}
+	for name, w := range wantHists {
+		assertSeries(t, name, histSeries(t, rm, name), w)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if _, ok := wantSums[m.Name]; ok {
+				continue
+			}
+			if _, ok := wantHists[m.Name]; !ok {
+				t.Errorf("unexpected metric %s", m.Name)
+			}
+		}
+	}
+	op := mustFindMetric(t, rm, "db.client.operation.duration").Data.(metricdata.Histogram[float64])
+	for _, dp := range op.DataPoints {
+		if fmt.Sprint(dp.Bounds) != fmt.Sprint(operationBuckets) {
+			t.Errorf("db.client.operation.duration bounds = %v, want %v", dp.Bounds, operationBuckets)
+		}
+	}
 }
 
-func TestTransaction(t *testing.T) {
-	commitUnknown := fmt.Errorf("%w: %w", pgtx.ErrCommitUnknown, io.ErrUnexpectedEOF)
-	budgetSpent := fmt.Errorf("%w: %w", pgtx.ErrRetryBudgetExhausted, pgErr(pgerrcode.TooManyConnections))
-	backoffEnded := fmt.Errorf("%w: %w", context.DeadlineExceeded, pgErr(pgerrcode.SerializationFailure))
+// TestTraceAttemptEndContention: an attempt admitted by the contention
+// manager's gate carries its wait and limit.
+func TestTraceAttemptEndContention(t *testing.T) {
+	h := newHarness(t)
+	ctx := h.tr.TraceTransactionStart(context.Background(), pgtx.TraceTransactionStartData{Label: "hot", Isolation: pgtx.Serializable})
+	actx := h.tr.TraceAttemptStart(ctx, pgtx.TraceAttemptStartData{Label: "hot", Isolation: pgtx.Serializable, Attempt: 1})
+	h.tr.TraceAttemptEnd(actx, pgtx.TraceAttemptEndData{Label: "hot", Isolation: pgtx.Serializable, Attempt: 1,
+		AdmissionWait: 20 * time.Millisecond, Limit: 4})
+	h.tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Label: "hot", Isolation: pgtx.Serializable, Attempts: 1})
+	a := findSpan(t, h.spans.Ended(), "pgtx.attempt")
+	assertAttrs(t, "attempt", attrMap(a.Attributes()), map[attribute.Key]attribute.Value{
+		"pgtx.contention.wait": attribute.Float64Value(0.02), "pgtx.contention.limit": attribute.IntValue(4)})
+}
 
-	tests := []struct {
-		name string
-		call call
-
-		wantName       string
-		wantStatus     codes.Code
-		wantErrorType  string // "" for none
-		wantStatusCode string // db.response.status_code on the span
-		wantCommitUnk  bool
-		wantBudget     bool
-		wantAttempts   map[string]int64 // pgtx.attempts by class
-		wantRetries    map[string]int64 // pgtx.retries by class
-		wantBackoffN   uint64
-		wantBackoffSum float64
-		wantOutcome    string
-		wantClass      string
-	}{
-		{
-			name:         "committed first try",
-			call:         call{iso: pgtx.ReadCommitted, attempts: []attempt{{}}},
-			wantName:     "pgtx.transaction",
-			wantStatus:   codes.Unset,
-			wantAttempts: map[string]int64{"none": 1},
-			wantOutcome:  "committed",
-			wantClass:    "none",
-		},
-		{
-			name: "conflict then commit",
-			call: call{label: "transfer", iso: pgtx.Serializable, attempts: []attempt{
-				{err: pgErr(pgerrcode.SerializationFailure), retry: true, backoff: 5 * time.Millisecond},
-				{},
-			}},
-			wantName:       "pgtx.transaction transfer",
-			wantStatus:     codes.Unset,
-			wantAttempts:   map[string]int64{"conflict": 1, "none": 1},
-			wantRetries:    map[string]int64{"conflict": 1},
-			wantBackoffN:   1,
-			wantBackoffSum: 0.005,
-			wantOutcome:    "committed",
-			wantClass:      "none",
-		},
-		{
-			name: "conflicts then permanent error",
-			call: call{label: "book", iso: pgtx.RepeatableRead, attempts: []attempt{
-				{err: pgErr(pgerrcode.DeadlockDetected), retry: true, backoff: 2 * time.Millisecond},
-				{err: pgErr(pgerrcode.SerializationFailure), retry: true, backoff: 4 * time.Millisecond},
-				{err: pgErr("23505")},
-			}},
-			wantName:       "pgtx.transaction book",
-			wantStatus:     codes.Error,
-			wantErrorType:  "permanent",
-			wantStatusCode: "23505",
-			wantAttempts:   map[string]int64{"conflict": 2, "permanent": 1},
-			wantRetries:    map[string]int64{"conflict": 2},
-			wantBackoffN:   2,
-			wantBackoffSum: 0.006,
-			wantOutcome:    "failed",
-			wantClass:      "permanent",
-		},
-		{
-			name:          "ambiguous commit",
-			call:          call{iso: pgtx.Serializable, attempts: []attempt{{err: commitUnknown}}},
-			wantName:      "pgtx.transaction",
-			wantStatus:    codes.Error,
-			wantErrorType: "ambiguous",
-			wantCommitUnk: true,
-			wantAttempts:  map[string]int64{"ambiguous": 1},
-			wantOutcome:   "failed",
-			wantClass:     "ambiguous",
-		},
-		{
-			name: "retry budget exhausted",
-			call: call{label: "report", iso: pgtx.ReadCommitted, attempts: []attempt{
-				{err: pgErr(pgerrcode.TooManyConnections), retry: true, backoff: 150 * time.Millisecond},
-				{err: budgetSpent, budget: true},
-			}},
-			wantName:       "pgtx.transaction report",
-			wantStatus:     codes.Error,
-			wantErrorType:  "overload",
-			wantStatusCode: pgerrcode.TooManyConnections,
-			wantBudget:     true,
-			wantAttempts:   map[string]int64{"overload": 2},
-			wantRetries:    map[string]int64{"overload": 1},
-			wantBackoffN:   1,
-			wantBackoffSum: 0.15,
-			wantOutcome:    "failed",
-			wantClass:      "overload",
-		},
-		{
-			name: "context ended during backoff",
-			call: call{iso: pgtx.Serializable, attempts: []attempt{
-				{err: pgErr(pgerrcode.SerializationFailure), retry: true, backoff: 50 * time.Millisecond},
-			}, endErr: backoffEnded, endClass: pgtx.ClassTimeout, override: true},
-			wantName:       "pgtx.transaction",
-			wantStatus:     codes.Error,
-			wantErrorType:  "timeout",
-			wantStatusCode: pgerrcode.SerializationFailure,
-			wantAttempts:   map[string]int64{"conflict": 1},
-			wantRetries:    map[string]int64{"conflict": 1},
-			wantBackoffN:   1,
-			wantBackoffSum: 0.05,
-			wantOutcome:    "failed",
-			wantClass:      "timeout",
-		},
+// TestTraceContention: a change of limit is counted, sets the label's
+// gauge and is an event on the span in ctx.
+func TestTraceContention(t *testing.T) {
+	h := newHarness(t)
+	ctx, span := h.tp.Tracer("test").Start(context.Background(), "attempt")
+	h.tr.TraceContention(ctx, pgtx.TraceContentionData{Label: "hot", Limiting: true, Limit: 8, Previous: 0, ConflictRatio: 0.25})
+	h.tr.TraceContention(ctx, pgtx.TraceContentionData{Label: "hot", Limiting: true, Limit: 4, Previous: 8, ConflictRatio: 0.3})
+	h.tr.TraceContention(context.Background(), pgtx.TraceContentionData{Label: "cold", Limiting: false, Limit: 0, Previous: 2, ConflictRatio: 0.01})
+	span.End()
+	ev := findSpan(t, h.spans.Ended(), "attempt").Events()
+	if len(ev) != 2 || ev[1].Name != "pgtx.contention.change" {
+		t.Fatalf("events = %v, want two pgtx.contention.change", ev)
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := newHarness(t)
-			ctx, parent := h.tp.Tracer("test").Start(context.Background(), "parent")
-			var child trace.Span
-			run(ctx, h.tr, tt.call, func(ctx context.Context) {
-				_, child = h.tp.Tracer("test").Start(ctx, "pgx.query")
-				child.End()
-			})
-			parent.End()
+	wantEv := map[attribute.Key]attribute.Value{"pgtx.label": attribute.StringValue("hot"), "pgtx.contention.limiting": attribute.BoolValue(true),
+		"pgtx.contention.limit": attribute.IntValue(4), "pgtx.contention.previous_limit": attribute.IntValue(8),
+		"pgtx.contention.conflict_ratio": attribute.Float64Value(0.3)}
+	assertAttrs(t, "contention event", attrMap(ev[1].Attributes), wantEv)
+	assertExactKeys(t, "contention event", attrMap(ev[1].Attributes), wantEv)
+	rm := collect(t, h.reader)
+	checkUnits(t, rm)
+	assertSeries(t, "pgtx.contention.change.count", sumSeries(t, rm, "pgtx.contention.change.count"), map[string]int64{
+		"pgtx.contention.limiting=true,pgtx.label=hot": 2, "pgtx.contention.limiting=false,pgtx.label=cold": 1})
+	g := mustFindMetric(t, rm, "pgtx.contention.limit").Data.(metricdata.Gauge[int64])
+	got := map[string]int64{}
+	for _, dp := range g.DataPoints {
+		got[setKey(dp.Attributes)] = dp.Value
+	}
+	assertSeries(t, "pgtx.contention.limit", got, map[string]int64{"pgtx.label=hot": 4, "pgtx.label=cold": 0})
+}
 
-			got := findSpan(t, h.spans.Ended(), tt.wantName)
-			if got.Parent().SpanID() != parent.SpanContext().SpanID() || got.SpanContext().TraceID() != parent.SpanContext().TraceID() {
-				t.Errorf("span parent = %v, want the test's span %v", got.Parent().SpanID(), parent.SpanContext().SpanID())
-			}
-			if c := findSpan(t, h.spans.Ended(), "pgx.query"); c.Parent().SpanID() != got.SpanContext().SpanID() {
-				t.Errorf("fn's span parent = %v, want the transaction span %v", c.Parent().SpanID(), got.SpanContext().SpanID())
-			}
-			if n := countSpans(h.spans.Ended(), "pgtx.transaction"); n != 1 {
-				t.Errorf("%d pgtx spans, want 1", n)
-			}
-			if got.SpanKind() != trace.SpanKindClient {
-				t.Errorf("kind = %v, want client", got.SpanKind())
-			}
+// histPoint is a histogram point's count and sum.
+type histPoint struct {
+	count uint64
+	sum   float64
+}
 
-			_, err := tt.call.result()
-			attrs := attrMap(got.Attributes())
-			want := map[attribute.Key]attribute.Value{
-				"db.system.name": attribute.StringValue("postgresql"),
-				"pgtx.isolation": attribute.StringValue(tt.call.iso.String()),
-				"pgtx.attempts":  attribute.IntValue(len(tt.call.attempts)),
-			}
-			if tt.call.label != "" {
-				want["pgtx.label"] = attribute.StringValue(tt.call.label)
-			}
-			if tt.wantErrorType != "" {
-				want["error.type"] = attribute.StringValue(tt.wantErrorType)
-			}
-			if tt.wantStatusCode != "" {
-				want["db.response.status_code"] = attribute.StringValue(tt.wantStatusCode)
-			}
-			if tt.wantCommitUnk {
-				want["pgtx.commit_unknown"] = attribute.BoolValue(true)
-			}
-			if tt.wantBudget {
-				want["pgtx.retry_budget_exhausted"] = attribute.BoolValue(true)
-			}
-			assertAttrs(t, "span", attrs, want)
+// setKey renders an attribute set as "k=v,..." in key order.
+func setKey(set attribute.Set) string {
+	var parts []string
+	for _, kv := range set.ToSlice() {
+		parts = append(parts, string(kv.Key)+"="+kv.Value.String())
+	}
+	return strings.Join(parts, ",")
+}
 
-			if got.Status().Code != tt.wantStatus {
-				t.Errorf("status = %v, want %v", got.Status().Code, tt.wantStatus)
-			}
-			if tt.wantStatus == codes.Error && got.Status().Description != err.Error() {
-				t.Errorf("status description = %q, want %q", got.Status().Description, err.Error())
-			}
+func sumSeries(t *testing.T, rm metricdata.ResourceMetrics, name string) map[string]int64 {
+	t.Helper()
+	m := mustFindMetric(t, rm, name)
+	sum, ok := m.Data.(metricdata.Sum[int64])
+	if !ok || !sum.IsMonotonic {
+		t.Fatalf("%s is a %T (monotonic %v), want an int64 counter", name, m.Data, sum.IsMonotonic)
+	}
+	got := map[string]int64{}
+	for _, dp := range sum.DataPoints {
+		got[setKey(dp.Attributes)] = dp.Value
+	}
+	return got
+}
 
-			// Events: one per attempt, the budget event before the attempt
-			// it refused, and the recorded error last.
-			var wantEvents []string
-			for _, a := range tt.call.attempts {
-				if a.budget {
-					wantEvents = append(wantEvents, "pgtx.retry_budget_exhausted")
-				}
-				wantEvents = append(wantEvents, "pgtx.attempt")
-			}
-			if err != nil {
-				wantEvents = append(wantEvents, "exception")
-			}
-			var gotEvents []string
-			for _, e := range got.Events() {
-				gotEvents = append(gotEvents, e.Name)
-			}
-			if strings.Join(gotEvents, ",") != strings.Join(wantEvents, ",") {
-				t.Fatalf("events = %v, want %v", gotEvents, wantEvents)
-			}
-			n := 0
-			for _, e := range got.Events() {
-				switch e.Name {
-				case "pgtx.attempt":
-					a := tt.call.attempts[n]
-					n++
-					wantEv := map[attribute.Key]attribute.Value{
-						"pgtx.attempt":     attribute.IntValue(n),
-						"pgtx.class":       attribute.StringValue(pgtx.Classify(a.err).String()),
-						"pgtx.retry":       attribute.BoolValue(a.retry),
-						"pgtx.backoff_ms":  attribute.Float64Value(float64(a.backoff) / 1e6),
-						"pgtx.duration_ms": attribute.Float64Value(float64(n)),
-					}
-					if a.err != nil {
-						wantEv["error.type"] = attribute.StringValue(pgtx.Classify(a.err).String())
-					}
-					if code := codeOf(a.err); code != "" {
-						wantEv["db.response.status_code"] = attribute.StringValue(code)
-					}
-					if errors.Is(a.err, pgtx.ErrCommitUnknown) {
-						wantEv["pgtx.commit_unknown"] = attribute.BoolValue(true)
-					}
-					if a.budget {
-						wantEv["pgtx.retry_budget_exhausted"] = attribute.BoolValue(true)
-					}
-					assertAttrs(t, "attempt "+strconv.Itoa(n), attrMap(e.Attributes), wantEv)
-					assertExactKeys(t, "attempt "+strconv.Itoa(n), attrMap(e.Attributes), wantEv)
-				case "pgtx.retry_budget_exhausted":
-					a := tt.call.attempts[n]
-					assertAttrs(t, "budget event", attrMap(e.Attributes), map[attribute.Key]attribute.Value{
-						"pgtx.attempt":            attribute.IntValue(n + 1),
-						"pgtx.class":              attribute.StringValue(pgtx.Classify(a.err).String()),
-						"db.response.status_code": attribute.StringValue(codeOf(a.err)),
-					})
-				}
-			}
+func histSeries(t *testing.T, rm metricdata.ResourceMetrics, name string) map[string]histPoint {
+	t.Helper()
+	m := mustFindMetric(t, rm, name)
+	h, ok := m.Data.(metricdata.Histogram[float64])
+	if !ok {
+		t.Fatalf("%s is a %T, want a float64 histogram", name, m.Data)
+	}
+	got := map[string]histPoint{}
+	for _, dp := range h.DataPoints {
+		got[setKey(dp.Attributes)] = histPoint{dp.Count, math.Round(dp.Sum*1e9) / 1e9}
+	}
+	return got
+}
 
-			// Metrics.
-			rm := collect(t, h.reader)
-			for class, want := range tt.wantAttempts {
-				if got := sumInt(t, rm, "pgtx.attempts", attribute.String("pgtx.class", class)); got != want {
-					t.Errorf("pgtx.attempts{class=%s} = %d, want %d", class, got, want)
-				}
-			}
-			if got, want := sumInt(t, rm, "pgtx.attempts"), int64(len(tt.call.attempts)); got != want {
-				t.Errorf("pgtx.attempts = %d, want %d", got, want)
-			}
-			var retries int64
-			for class, want := range tt.wantRetries {
-				retries += want
-				if got := sumInt(t, rm, "pgtx.retries", attribute.String("pgtx.class", class)); got != want {
-					t.Errorf("pgtx.retries{class=%s} = %d, want %d", class, got, want)
-				}
-			}
-			if got := sumInt(t, rm, "pgtx.retries"); got != retries {
-				t.Errorf("pgtx.retries = %d, want %d", got, retries)
-			}
-			if n, sum := histogram(t, rm, "pgtx.backoff"); n != tt.wantBackoffN || math.Abs(sum-tt.wantBackoffSum) > 1e-9 {
-				t.Errorf("pgtx.backoff count, sum = %d, %g; want %d, %g", n, sum, tt.wantBackoffN, tt.wantBackoffSum)
-			}
-			var wantCU, wantBudget int64
-			if tt.wantCommitUnk {
-				wantCU = 1
-			}
-			if tt.wantBudget {
-				wantBudget = 1
-			}
-			if got := sumInt(t, rm, "pgtx.commit_unknown"); got != wantCU {
-				t.Errorf("pgtx.commit_unknown = %d, want %d", got, wantCU)
-			}
-			if got := sumInt(t, rm, "pgtx.retry_budget.exhausted"); got != wantBudget {
-				t.Errorf("pgtx.retry_budget.exhausted = %d, want %d", got, wantBudget)
-			}
-			byCall := []attribute.KeyValue{attribute.String("pgtx.outcome", tt.wantOutcome), attribute.String("pgtx.class", tt.wantClass)}
-			if tt.call.label != "" {
-				byCall = append(byCall, attribute.String("pgtx.label", tt.call.label))
-			}
-			if got := sumInt(t, rm, "pgtx.transactions", byCall...); got != 1 {
-				t.Errorf("pgtx.transactions%v = %d, want 1", byCall, got)
-			}
-			if got := sumInt(t, rm, "pgtx.transactions"); got != 1 {
-				t.Errorf("pgtx.transactions = %d, want 1", got)
-			}
-			if n, sum := histogram(t, rm, "pgtx.transaction.duration", byCall...); n != 1 || sum != 0.25 {
-				t.Errorf("pgtx.transaction.duration count, sum = %d, %g; want 1, 0.25", n, sum)
-			}
-			checkUnits(t, rm)
-		})
+func assertSeries[V comparable](t *testing.T, name string, got, want map[string]V) {
+	t.Helper()
+	for k, w := range want {
+		if g, ok := got[k]; !ok {
+			t.Errorf("%s{%s}: missing, want %v", name, k, w)
+		} else if g != w {
+			t.Errorf("%s{%s} = %v, want %v", name, k, g, w)
+		}
+	}
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("%s{%s} = %v: unexpected series", name, k, g)
+		}
 	}
 }
 
@@ -475,11 +483,11 @@ func TestTraceCancel(t *testing.T) {
 					t.Fatalf("events = %v, want one pgtx.cancel", events)
 				}
 				assertAttrs(t, "cancel event", attrMap(events[0].Attributes), map[attribute.Key]attribute.Value{
-					"pgtx.cancel.outcome":    attribute.StringValue(tt.wantOut),
-					"pgtx.cancel.mode":       attribute.StringValue(tt.wantMode),
-					"pgtx.cancel.fell_back":  attribute.BoolValue(tt.data.FellBack),
-					"pgtx.cancel.latency_ms": attribute.Float64Value(float64(tt.data.Latency) / 1e6),
-					"pgtx.cancel.pid":        attribute.Int64Value(int64(tt.data.PID)),
+					"pgtx.cancel.outcome":   attribute.StringValue(tt.wantOut),
+					"pgtx.cancel.mode":      attribute.StringValue(tt.wantMode),
+					"pgtx.cancel.fell_back": attribute.BoolValue(tt.data.FellBack),
+					"pgtx.cancel.latency":   attribute.Float64Value(tt.data.Latency.Seconds()),
+					"pgtx.cancel.pid":       attribute.Int64Value(int64(tt.data.PID)),
 				})
 			}
 
@@ -489,8 +497,8 @@ func TestTraceCancel(t *testing.T) {
 				attribute.String("pgtx.cancel.mode", tt.wantMode),
 				attribute.Bool("pgtx.cancel.fell_back", tt.data.FellBack),
 			}
-			if got := sumInt(t, rm, "pgtx.cancels", by...); got != 1 {
-				t.Errorf("pgtx.cancels%v = %d, want 1", by, got)
+			if got := sumInt(t, rm, "pgtx.cancel.count", by...); got != 1 {
+				t.Errorf("pgtx.cancel.count%v = %d, want 1", by, got)
 			}
 			if n, sum := histogram(t, rm, "pgtx.cancel.latency", by...); n != 1 || sum != tt.data.Latency.Seconds() {
 				t.Errorf("pgtx.cancel.latency count, sum = %d, %g; want 1, %g", n, sum, tt.data.Latency.Seconds())
@@ -583,10 +591,10 @@ func TestTraceBreakerStateChange(t *testing.T) {
 			if tt.data.Name != "" {
 				by = append(by, attribute.String("pgtx.breaker.name", tt.data.Name))
 			}
-			if got := sumInt(t, rm, "pgtx.breaker.transitions", by...); got != 1 {
-				t.Errorf("pgtx.breaker.transitions%v = %d, want 1", by, got)
+			if got := sumInt(t, rm, "pgtx.breaker.transition.count", by...); got != 1 {
+				t.Errorf("pgtx.breaker.transition.count%v = %d, want 1", by, got)
 			}
-			m := mustFindMetric(t, rm, "pgtx.breaker.transitions")
+			m := mustFindMetric(t, rm, "pgtx.breaker.transition.count")
 			for _, set := range pointSets(m) {
 				if _, ok := set.Value("pgtx.breaker.name"); ok != (tt.data.Name != "") {
 					t.Errorf("pgtx.breaker.transitions point %v: pgtx.breaker.name present %v, want %v", set.ToSlice(), ok, tt.data.Name != "")
@@ -627,15 +635,15 @@ func TestWithAttributes(t *testing.T) {
 						t.Errorf("%s point %v lacks %v", m.Name, set.ToSlice(), kv)
 					}
 				}
-				if set.HasValue("db.system.name") {
-					t.Errorf("%s point %v: db.system.name is a span attribute only", m.Name, set.ToSlice())
+				if set.HasValue("db.system.name") != (m.Name == "db.client.operation.duration") {
+					t.Errorf("%s point %v: db.system.name is only on db.client.operation.duration", m.Name, set.ToSlice())
 				}
 			}
 		}
 	}
-	for _, name := range []string{"pgtx.transactions", "pgtx.transaction.duration", "pgtx.attempts", "pgtx.retries",
-		"pgtx.backoff", "pgtx.commit_unknown", "pgtx.retry_budget.exhausted", "pgtx.cancels", "pgtx.cancel.latency",
-		"pgtx.breaker.transitions"} {
+	for _, name := range []string{"pgtx.transaction.count", "db.client.operation.duration", "pgtx.attempt.count", "pgtx.retry.count",
+		"pgtx.retry.backoff", "pgtx.commit_unknown.count", "pgtx.retry_budget.refusal.count", "pgtx.cancel.count", "pgtx.cancel.latency",
+		"pgtx.breaker.transition.count"} {
 		if !names[name] {
 			t.Errorf("metric %s not recorded", name)
 		}
@@ -658,11 +666,11 @@ func TestSampledOut(t *testing.T) {
 		t.Errorf("%d spans ended, want 0", n)
 	}
 	rm := collect(t, h.reader)
-	if got := sumInt(t, rm, "pgtx.attempts"); got != 2 {
-		t.Errorf("pgtx.attempts = %d, want 2", got)
+	if got := sumInt(t, rm, "pgtx.attempt.count"); got != 2 {
+		t.Errorf("pgtx.attempt.count = %d, want 2", got)
 	}
-	if got := sumInt(t, rm, "pgtx.transactions", attribute.String("pgtx.outcome", "committed")); got != 1 {
-		t.Errorf("pgtx.transactions{committed} = %d, want 1", got)
+	if got := sumInt(t, rm, "pgtx.transaction.count", attribute.String("pgtx.outcome", "committed")); got != 1 {
+		t.Errorf("pgtx.transaction.count{committed} = %d, want 1", got)
 	}
 }
 
@@ -702,11 +710,11 @@ func TestLabelOverflow(t *testing.T) {
 		run(context.Background(), h.tr, call{label: "l" + strconv.Itoa(i), iso: pgtx.ReadCommitted, attempts: []attempt{{}}}, nil)
 	}
 	rm := collect(t, h.reader)
-	if got := sumInt(t, rm, "pgtx.transactions", attribute.String("pgtx.label", otherLabel)); got != extra {
-		t.Errorf("pgtx.transactions{label=%s} = %d, want %d", otherLabel, got, extra)
+	if got := sumInt(t, rm, "pgtx.transaction.count", attribute.String("pgtx.label", otherLabel)); got != extra {
+		t.Errorf("pgtx.transaction.count{label=%s} = %d, want %d", otherLabel, got, extra)
 	}
-	if got := sumInt(t, rm, "pgtx.transactions", attribute.String("pgtx.label", "l0")); got != 1 {
-		t.Errorf("pgtx.transactions{label=l0} = %d, want 1", got)
+	if got := sumInt(t, rm, "pgtx.transaction.count", attribute.String("pgtx.label", "l0")); got != 1 {
+		t.Errorf("pgtx.transaction.count{label=l0} = %d, want 1", got)
 	}
 	last := "l" + strconv.Itoa(maxLabels+extra-1)
 	s := findSpan(t, h.spans.Ended(), "pgtx.transaction "+last)
@@ -734,11 +742,11 @@ func TestConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	rm := collect(t, h.reader)
-	if got := sumInt(t, rm, "pgtx.transactions"); got != workers*calls {
-		t.Errorf("pgtx.transactions = %d, want %d", got, workers*calls)
+	if got := sumInt(t, rm, "pgtx.transaction.count"); got != workers*calls {
+		t.Errorf("pgtx.transaction.count = %d, want %d", got, workers*calls)
 	}
-	if got := sumInt(t, rm, "pgtx.retries", attribute.String("pgtx.class", "conflict")); got != workers*calls {
-		t.Errorf("pgtx.retries = %d, want %d", got, workers*calls)
+	if got := sumInt(t, rm, "pgtx.retry.count", attribute.String("pgtx.class", "conflict")); got != workers*calls {
+		t.Errorf("pgtx.retry.count = %d, want %d", got, workers*calls)
 	}
 	if got := countSpans(h.spans.Ended(), "pgtx.transaction"); got != workers*calls {
 		t.Errorf("%d spans, want %d", got, workers*calls)
@@ -775,7 +783,7 @@ func (p failingProvider) Meter(string, ...metric.MeterOption) metric.Meter {
 }
 
 func TestNewInstrumentError(t *testing.T) {
-	for _, name := range []string{"pgtx.retries", "pgtx.backoff", "pgtx.cancel.latency"} {
+	for _, name := range []string{"pgtx.retry.count", "pgtx.retry.backoff", "pgtx.cancel.latency"} {
 		t.Run(name, func(t *testing.T) {
 			tr, err := New(WithMeterProvider(failingProvider{fail: name}))
 			if err == nil || !strings.Contains(err.Error(), "refused "+name) {
@@ -812,8 +820,8 @@ func TestGlobalProviders(t *testing.T) {
 	if s.InstrumentationScope().Name != ScopeName {
 		t.Errorf("scope = %q, want %q", s.InstrumentationScope().Name, ScopeName)
 	}
-	if got := sumInt(t, collect(t, reader), "pgtx.transactions"); got != 1 {
-		t.Errorf("pgtx.transactions = %d, want 1", got)
+	if got := sumInt(t, collect(t, reader), "pgtx.transaction.count"); got != 1 {
+		t.Errorf("pgtx.transaction.count = %d, want 1", got)
 	}
 }
 
@@ -995,11 +1003,12 @@ func pointSets(m metricdata.Metrics) []attribute.Set {
 func checkUnits(t *testing.T, rm metricdata.ResourceMetrics) {
 	t.Helper()
 	want := map[string]string{
-		"pgtx.transactions": "{transaction}", "pgtx.transaction.duration": "s",
-		"pgtx.attempts": "{attempt}", "pgtx.retries": "{retry}", "pgtx.backoff": "s",
-		"pgtx.commit_unknown": "{transaction}", "pgtx.retry_budget.exhausted": "{retry}",
-		"pgtx.cancels": "{cancel}", "pgtx.cancel.latency": "s",
-		"pgtx.breaker.transitions": "{transition}",
+		"pgtx.transaction.count": "{transaction}", "db.client.operation.duration": "s",
+		"pgtx.attempt.count": "{attempt}", "pgtx.retry.count": "{retry}", "pgtx.retry.backoff": "s",
+		"pgtx.commit_unknown.count": "{transaction}", "pgtx.retry_budget.refusal.count": "{retry}",
+		"pgtx.cancel.count": "{cancel}", "pgtx.cancel.latency": "s",
+		"pgtx.breaker.transition.count": "{transition}",
+		"pgtx.contention.limit":         "{attempt}", "pgtx.contention.change.count": "{change}",
 	}
 	for _, sm := range rm.ScopeMetrics {
 		if sm.Scope.Name != ScopeName {

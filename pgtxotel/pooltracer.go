@@ -1,0 +1,110 @@
+package pgtxotel
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/semconv/v1.43.0/dbconv"
+)
+
+// PoolTracer records the connection pool's distributions,
+// db.client.connection.wait_time and db.client.connection.use_time, from
+// pgxpool's acquire and release events. pgtx keeps its own histogram of
+// waits ([pgtx.Stats].AcquireWait), but OpenTelemetry has no observable
+// histogram, and a distribution rebuilt from a snapshot's buckets would be
+// made up; so these are synchronous histograms, one measurement per acquire
+// and per release, with the buckets of [pgtx.Histogram].
+//
+// Set it as the pgx tracer of the pool's connections,
+// [pgtx.Config].ConnConfig.Tracer, before creating the pool (pgtx passes
+// the acquire and release events of its pgxpool on to it); beside another
+// pgx tracer such as otelpgx's, combine them with
+// github.com/jackc/pgx/v5/multitracer:
+//
+//	cfg.ConnConfig.Tracer = multitracer.New(otelpgx.NewTracer(), pt)
+//
+// Its instruments, with db.client.connection.pool.name (the name given to
+// [NewPoolTracer]: use the same for [RegisterPoolMetrics]) and the
+// attributes of [WithAttributes]:
+//
+//   - db.client.connection.wait_time (s, histogram): the time each acquire
+//     of a pool connection took, on every path (Transaction and the pool's
+//     query methods), including the acquires that failed or timed out.
+//   - db.client.connection.use_time (s, histogram): the time between
+//     borrowing a connection and returning it to the pool: a Transaction
+//     attempt's hold, or a query method's.
+//
+// A connection hijacked from the pool (not something pgtx does) is never
+// released, so it has no use_time. A PoolTracer is safe for concurrent use;
+// give each pool its own.
+type PoolTracer struct {
+	wait, use metric.Float64Histogram
+	opts      []metric.RecordOption
+	acquired  sync.Map // *pgx.Conn -> time.Time, the end of its acquire
+}
+
+// Compile-time checks of the interfaces pgx and pgxpool look for.
+var (
+	_ pgx.QueryTracer       = (*PoolTracer)(nil)
+	_ pgxpool.AcquireTracer = (*PoolTracer)(nil)
+	_ pgxpool.ReleaseTracer = (*PoolTracer)(nil)
+)
+
+// NewPoolTracer returns the [PoolTracer] of the pool called name. The meter
+// comes from [WithMeterProvider] (by default [otel.GetMeterProvider] at the
+// time of the call); [WithTracerProvider] has no effect. It returns an error
+// if one of its instruments cannot be created; the PoolTracer is then nil.
+func NewPoolTracer(name string, opts ...Option) (*PoolTracer, error) {
+	c := newConfig(opts)
+	m := c.mp.Meter(ScopeName)
+	buckets := metric.WithExplicitBucketBoundaries(durationBuckets...)
+	wait, err1 := dbconv.NewClientConnectionWaitTime(m, buckets)
+	use, err2 := dbconv.NewClientConnectionUseTime(m, buckets)
+	if err := errors.Join(err1, err2); err != nil {
+		return nil, errors.Join(errors.New("pgtxotel: creating pool tracer instruments"), err)
+	}
+	set := attribute.NewSet(poolAttrs(c.attrs, name)...)
+	return &PoolTracer{wait: wait.Inst(), use: use.Inst(), opts: []metric.RecordOption{metric.WithAttributeSet(set)}}, nil
+}
+
+// acquireStartKey is the context key of an acquire's start time.
+type acquireStartKey struct{}
+
+// TraceAcquireStart notes when the acquire started.
+func (t *PoolTracer) TraceAcquireStart(ctx context.Context, _ *pgxpool.Pool, _ pgxpool.TraceAcquireStartData) context.Context {
+	return context.WithValue(ctx, acquireStartKey{}, time.Now())
+}
+
+// TraceAcquireEnd records the acquire's db.client.connection.wait_time and,
+// when it got a connection, notes when its use began.
+func (t *PoolTracer) TraceAcquireEnd(ctx context.Context, _ *pgxpool.Pool, data pgxpool.TraceAcquireEndData) {
+	now := time.Now()
+	if start, ok := ctx.Value(acquireStartKey{}).(time.Time); ok {
+		t.wait.Record(ctx, now.Sub(start).Seconds(), t.opts...)
+	}
+	if data.Err == nil && data.Conn != nil {
+		t.acquired.Store(data.Conn, now)
+	}
+}
+
+// TraceRelease records the connection's db.client.connection.use_time.
+func (t *PoolTracer) TraceRelease(_ *pgxpool.Pool, data pgxpool.TraceReleaseData) {
+	if v, ok := t.acquired.LoadAndDelete(data.Conn); ok {
+		t.use.Record(context.Background(), time.Since(v.(time.Time)).Seconds(), t.opts...)
+	}
+}
+
+// TraceQueryStart and TraceQueryEnd make PoolTracer a [pgx.QueryTracer], as
+// ConnConfig.Tracer must be; they do nothing.
+func (t *PoolTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+
+// TraceQueryEnd does nothing.
+func (t *PoolTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
