@@ -68,7 +68,8 @@ type Collector struct {
 	waiters, acquireWait, acquireTimeouts, queueFull *prometheus.Desc
 
 	connections, maxConnections                    *prometheus.Desc
-	acquires, emptyAcquires, emptyAcquireWait      *prometheus.Desc
+	acquires, acquireSeconds                       *prometheus.Desc
+	emptyAcquires, emptyAcquireWait                *prometheus.Desc
 	canceledAcquires, newConnections, destroyedCon *prometheus.Desc
 
 	calls, inFlight, oldestInFlight, holdSeconds, holds *prometheus.Desc
@@ -127,6 +128,8 @@ func NewCollector(pools map[string]*pgtx.Pool, opts ...Option) *Collector {
 		"Connections of the pool, by state.", labelState)
 	c.maxConnections = desc("pool_max_connections",
 		"Maximum size of the pool.")
+	c.acquireSeconds = desc("pool_acquire_seconds_total",
+		"Total time of the successful acquires of a pool connection.")
 	c.acquires = desc("pool_acquires_total",
 		"Successful acquires of a pool connection.")
 	c.emptyAcquires = desc("pool_empty_acquires_total",
@@ -218,6 +221,7 @@ func (c *Collector) collectPool(ch chan<- prometheus.Metric, name string, s pgtx
 		connections(gauge, c.connections, ps)
 		gauge(c.maxConnections, float64(ps.MaxConns()))
 		counter(c.acquires, float64(ps.AcquireCount()))
+		counter(c.acquireSeconds, ps.AcquireDuration().Seconds())
 		counter(c.emptyAcquires, float64(ps.EmptyAcquireCount()))
 		counter(c.emptyAcquireWait, ps.EmptyAcquireWaitTime().Seconds())
 		counter(c.canceledAcquires, float64(ps.CanceledAcquireCount()))

@@ -178,6 +178,7 @@ func TestCollectAndCount(t *testing.T) {
 		{"pgtx_pool_connections", 6},
 		{"pgtx_pool_max_connections", 2},
 		{"pgtx_pool_acquires_total", 2},
+		{"pgtx_pool_acquire_seconds_total", 2},
 		{"pgtx_pool_empty_acquires_total", 2},
 		{"pgtx_pool_empty_acquire_wait_seconds_total", 2},
 		{"pgtx_pool_canceled_acquires_total", 2},

@@ -65,6 +65,7 @@
 //   - pgtx_pool_connections{state="acquired|idle|constructing"} (gauge).
 //   - pgtx_pool_max_connections (gauge): the pool's MaxConns.
 //   - pgtx_pool_acquires_total (counter): successful acquires.
+//   - pgtx_pool_acquire_seconds_total (counter): their total time.
 //   - pgtx_pool_empty_acquires_total (counter): successful acquires that
 //     waited for a connection to be released or constructed.
 //   - pgtx_pool_empty_acquire_wait_seconds_total (counter): the time those
@@ -132,6 +133,25 @@
 //   - pgtx_breaker_rejected_total (counter): calls refused while it was
 //     open.
 //   - pgtx_breaker_opens_total (counter): the times it opened.
+//
+// The pool's metrics cover what pgxpool's own collectors report, under
+// Prometheus' naming rules (counters end in _total, times in seconds, one
+// metric with a state label rather than one per state), so a dashboard
+// built on github.com/IBM/pgxpoolprometheus carries over:
+//
+//	pgxpoolprometheus                 pgtxprom
+//	pgxpool_acquire_count             pgtx_pool_acquires_total
+//	pgxpool_acquire_duration_ns       pgtx_pool_acquire_seconds_total (seconds)
+//	pgxpool_acquired_conns            pgtx_pool_connections{state="acquired"}
+//	pgxpool_canceled_acquire_count    pgtx_pool_canceled_acquires_total
+//	pgxpool_constructing_conns        pgtx_pool_connections{state="constructing"}
+//	pgxpool_empty_acquire             pgtx_pool_empty_acquires_total
+//	pgxpool_idle_conns                pgtx_pool_connections{state="idle"}
+//	pgxpool_max_conns                 pgtx_pool_max_connections
+//	pgxpool_total_conns               sum without (state) (pgtx_pool_connections)
+//
+// and adds what pgxpool does not know: the queue depth (pgtx_pool_waiters)
+// and the waits and timeouts of Transaction's acquires.
 //
 // From a [Tracer] (its type's documentation has the details):
 // pgtx_transactions_total{label, outcome}, pgtx_transaction_duration_seconds,
