@@ -4,7 +4,6 @@ import (
 	"context"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -50,7 +49,8 @@ const (
 //
 // The manager keeps, for every [Options].Label (the empty label is one),
 // the share of attempts that fail with a conflict (40001, 40P01). While it
-// stays at or below Threshold, a call pays two atomic additions and nothing
+// stays at or below Threshold, an attempt pays four atomic additions (a
+// count of those running, and of attempts and commits) and nothing
 // else. Above it, the label's attempts pass through a gate that lets a
 // limited number run at once: the others wait in the client, holding no
 // connection, and are let in oldest call first as running attempts end, so
@@ -138,7 +138,7 @@ type contention struct {
 	def    gate
 	mu     sync.Mutex // guards adding to labels
 	labels sync.Map   // string -> *gate
-	count  atomic.Int32
+	count  int        // labels stored, under mu
 }
 
 // newContention returns the manager of a pool, or nil when it is off.
@@ -166,12 +166,12 @@ func (m *contention) gate(label string) *gate {
 	if g, ok := m.labels.Load(label); ok {
 		return g.(*gate)
 	}
-	if m.count.Load() >= maxContentionLabels {
+	if m.count >= maxContentionLabels {
 		return &m.def
 	}
 	g := &gate{m: m, label: label}
 	m.labels.Store(label, g)
-	m.count.Add(1)
+	m.count++
 	return g
 }
 

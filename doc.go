@@ -88,7 +88,7 @@
 // attempts at once as commit most, lets the rest wait in the client
 // (oldest call first, holding no connection), and runs a conflict retry as
 // soon as a running attempt ends instead of after a pause. A transaction
-// that does not conflict pays two atomic additions. [Stats].Contention shows
+// that does not conflict pays four atomic additions. [Stats].Contention shows
 // each label's limit and waits; a [ContentionTracer] is told of every
 // change.
 //

@@ -19,11 +19,11 @@ type gate struct {
 	inflight atomic.Int64 // attempts between admit and done, open or not
 	attempts atomic.Int64 // all attempts, for Stats
 	commits  atomic.Int64
-	// openAttempts counts the attempts since the open gate last looked at
-	// its conflict ratio.
-	openAttempts atomic.Int64
 
-	mu            sync.Mutex
+	mu sync.Mutex
+	// openBase is attempts when the open gate last looked at its conflict
+	// ratio, and openConflicts the conflicts since.
+	openBase      int64
 	openConflicts int64
 	conflicts     int64
 	limit         int
@@ -194,7 +194,6 @@ func (g *gate) done(ctx context.Context, t admission, c Class, d time.Duration) 
 	}
 	if !t.held {
 		if c != ClassConflict && !g.limiting.Load() {
-			g.openAttempts.Add(1)
 			return
 		}
 		g.mu.Lock()
@@ -202,7 +201,6 @@ func (g *gate) done(ctx context.Context, t admission, c Class, d time.Duration) 
 			g.conflicts++
 		}
 		if !g.limiting.Load() {
-			g.openAttempts.Add(1)
 			g.openConflicts++
 			g.considerLimiting(ctx)
 		}
@@ -239,12 +237,12 @@ func (g *gate) done(ctx context.Context, t admission, c Class, d time.Duration) 
 // considerLimiting starts limiting when the open gate's conflict ratio,
 // over at least a window of attempts, is above the threshold.
 func (g *gate) considerLimiting(ctx context.Context) {
-	n := g.openAttempts.Load()
+	n := g.attempts.Load() - g.openBase
 	if n < contentionOpenWindow {
 		return
 	}
 	ratio := float64(g.openConflicts) / float64(n)
-	g.openAttempts.Store(0)
+	g.openBase += n
 	g.openConflicts = 0
 	if ratio <= g.m.threshold {
 		return
@@ -339,7 +337,7 @@ func (g *gate) measure(ctx context.Context, now time.Time) {
 		g.limiting.Store(false)
 		g.epoch++
 		g.current = 0
-		g.openAttempts.Store(0)
+		g.openBase = g.attempts.Load()
 		g.openConflicts = 0
 		g.limit = 0
 		g.win = measurement{start: now, last: now}

@@ -253,10 +253,15 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 		}
 		if admitErr != nil {
 			class, err = ClassTimeout, admitErr
-		} else if l.gate != nil {
+		} else if t.held {
+			// Only an attempt the gate limited is timed for it: an open
+			// gate needs no clock.
 			began := l.clock.Now()
 			class, err = attempt(actx)
 			l.gate.done(actx, t, class, l.clock.Now().Sub(began))
+		} else if l.gate != nil {
+			class, err = attempt(actx)
+			l.gate.done(actx, t, class, 0)
 		} else {
 			class, err = attempt(actx)
 		}
