@@ -59,10 +59,17 @@ func (e *nonRetryableError) Is(target error) bool {
 }
 
 // commitUnknownError is the ambiguous-COMMIT error: it matches
-// ErrCommitUnknown and unwraps to the error COMMIT returned.
-type commitUnknownError struct{ err error }
+// ErrCommitUnknown and unwraps to the error COMMIT returned. why says, when
+// a resolution was tried, why it could not tell.
+type commitUnknownError struct {
+	err error
+	why string
+}
 
 func (e *commitUnknownError) Error() string {
+	if e.why != "" {
+		return ErrCommitUnknown.Error() + " (" + e.why + "): " + e.err.Error()
+	}
 	return ErrCommitUnknown.Error() + ": " + e.err.Error()
 }
 func (e *commitUnknownError) Unwrap() error { return e.err }

@@ -24,6 +24,12 @@ const defaultResolveTimeout = 5 * time.Second
 // carried COMMIT.
 const captureSQL = "; select pg_current_xact_id()"
 
+// capturePooledSQL is captureSQL on a connection that does not reach its
+// backend directly (a pooler's): the server's run is captured with the id,
+// as the server connection under the client's may have changed since the
+// connection was made.
+const capturePooledSQL = "; select pg_current_xact_id(), " + runSQL
+
 // ResolveStats counts what became of the ambiguous COMMITs of a pool: those
 // whose connection was lost, or whose session ended, while COMMIT was in
 // flight ([Config].ResolveTimeout).
@@ -36,19 +42,37 @@ type ResolveStats struct {
 	// hot standby), where a transaction can change nothing, so running it
 	// again is harmless; the call was run again.
 	NotAppliedCount int64
+	// LostCount counts, of AbortedCount, the transactions whose server
+	// had restarted, recovered from a crash or been promoted since they
+	// began, and whose id was provably not in the history it kept: its
+	// WAL never had their commit.
+	LostCount int64
 	// UnknownCount: nothing could tell; the call returned
-	// [ErrCommitUnknown]. UnsupportedCount and ElsewhereCount count two of
-	// the reasons.
+	// [ErrCommitUnknown]. It is the sum of the five counts of reasons
+	// that follow, and the error says which.
 	UnknownCount int64
 	// UnsupportedCount counts the unknown outcomes of connections to
 	// servers that cannot be asked (without pg_xact_status: PostgreSQL
 	// before 13, CockroachDB, YugabyteDB).
 	UnsupportedCount int64
 	// ElsewhereCount counts the unknown outcomes whose server, when it
-	// could be asked, was not the system or timeline the transaction ran on
-	// (a failover): an id of the old timeline may have been given to
-	// another transaction there.
+	// could be asked, was not the system or timeline the transaction ran
+	// on: another system, an older timeline, or a standby promoted since
+	// (a failover) that said "committed" with nothing to prove that the
+	// id had not been given again there to another transaction.
 	ElsewhereCount int64
+	// RestartedCount counts the unknown outcomes whose server, on the
+	// transaction's timeline, said "committed" after it had restarted or
+	// recovered from a crash since the transaction began, with nothing to
+	// prove that the id had not been given again to another transaction.
+	RestartedCount int64
+	// ForgottenCount counts the unknown outcomes whose server no longer
+	// knew the id (too old).
+	ForgottenCount int64
+	// UnansweredCount counts the unknown outcomes with no answer within
+	// ResolveTimeout: no server of the transaction's system out of
+	// recovery could be reached.
+	UnansweredCount int64
 	// TerminatedCount counts backends ended to resolve a transaction they
 	// still held open (their client gone, they had not noticed), after
 	// which the server's answer was definitive.
@@ -56,45 +80,73 @@ type ResolveStats struct {
 }
 
 type resolveCounters struct {
-	committed, aborted, notApplied, unknown, unsupported, elsewhere, terminated atomic.Int64
+	committed, aborted, lost, notApplied, terminated                  atomic.Int64
+	unknown, unsupported, elsewhere, restarted, forgotten, unanswered atomic.Int64
 }
 
 func (r *resolveCounters) snapshot() ResolveStats {
 	return ResolveStats{
-		CommittedCount: r.committed.Load(), AbortedCount: r.aborted.Load(), NotAppliedCount: r.notApplied.Load(),
-		UnknownCount: r.unknown.Load(), UnsupportedCount: r.unsupported.Load(), ElsewhereCount: r.elsewhere.Load(),
+		CommittedCount: r.committed.Load(), AbortedCount: r.aborted.Load(), LostCount: r.lost.Load(),
+		NotAppliedCount: r.notApplied.Load(), UnknownCount: r.unknown.Load(),
+		UnsupportedCount: r.unsupported.Load(), ElsewhereCount: r.elsewhere.Load(), RestartedCount: r.restarted.Load(),
+		ForgottenCount: r.forgotten.Load(), UnansweredCount: r.unanswered.Load(),
 		TerminatedCount: r.terminated.Load(),
 	}
 }
 
-// txID names a transaction for its resolution: its id, and the system and
-// timeline of the server it ran on. The id also finds the backend that runs
-// it, while it runs: behind a pooler the connection's pid is not the
-// backend's.
-type txID struct {
-	xid      uint64
-	system   int64
-	timeline int32
+// countUnknown counts an unknown outcome and its reason.
+func (r *resolveCounters) countUnknown(why unknownReason) {
+	r.unknown.Add(1)
+	switch why {
+	case reasonUnsupported:
+		r.unsupported.Add(1)
+	case reasonElsewhere:
+		r.elsewhere.Add(1)
+	case reasonRestarted:
+		r.restarted.Add(1)
+	case reasonForgotten:
+		r.forgotten.Add(1)
+	default:
+		r.unanswered.Add(1)
+	}
 }
 
-// beginCapturing runs sql (BEGIN and its settings, then captureSQL) in one
-// round trip and returns the captured id. On an error the transaction may be
-// open (a statement after BEGIN failed): the caller rolls it back.
-func beginCapturing(ctx context.Context, pgConn *pgconn.PgConn, sql string) (xid uint64, err error) {
+// beginCapturing runs sql (BEGIN and its settings, then captureSQL or
+// capturePooledSQL) in one round trip and fills id with what it captured:
+// the id, and with capturePooledSQL the server's run. On an error the
+// transaction may be open (a statement after BEGIN failed): the caller rolls
+// it back.
+func beginCapturing(ctx context.Context, pgConn *pgconn.PgConn, sql string, id *txID) error {
 	mrr := pgConn.Exec(ctx, sql)
 	for mrr.NextResult() {
 		rr := mrr.ResultReader()
 		for rr.NextRow() {
-			if v := rr.Values(); len(v) == 1 {
-				xid, _ = parseUint(v[0])
+			v := rr.Values()
+			if len(v) == 0 {
+				continue
+			}
+			id.xid, _ = parseUint(v[0])
+			if len(v) == 5 {
+				id.run, id.flushed = parseRun(v[1:])
 			}
 		}
 		_, _ = rr.Close()
 	}
-	if err = mrr.Close(); err == nil && xid == 0 {
+	err := mrr.Close()
+	if err == nil && id.xid == 0 {
 		err = errors.New("pgtx: BEGIN did not return the transaction id")
 	}
-	return xid, err
+	return err
+}
+
+// parseRun parses the columns of runSQL, as text.
+func parseRun(v [][]byte) (run serverRun, flushed int64) {
+	tl, _ := strconv.ParseInt(string(v[0]), 10, 32)
+	run.timeline = int32(tl)
+	run.start, _ = strconv.ParseInt(string(v[1]), 10, 64)
+	run.epoch, _ = strconv.ParseInt(string(v[2]), 10, 64)
+	flushed, _ = strconv.ParseInt(string(v[3]), 10, 64)
+	return run, flushed
 }
 
 // parseUint parses a decimal text value without allocating.
@@ -160,18 +212,6 @@ func rollbackConn(ctx context.Context, pgConn *pgconn.PgConn, timeout time.Durat
 	_ = nc.SetDeadline(time.Time{})
 }
 
-// The outcomes of a question about a transaction.
-type xactStatus int
-
-const (
-	statusUnreachable xactStatus = iota // no answer: ask again
-	statusCommitted
-	statusAborted
-	statusInProgress
-	statusElsewhere // another system or timeline: it cannot know
-	statusForgotten // too old for the server to know, or not yet given
-)
-
 // resolvePoll is the pause between two questions about a transaction.
 const resolvePoll = 10 * time.Millisecond
 
@@ -206,21 +246,34 @@ func (p *Pool) resolve(ctx context.Context, id txID, lost error) (Class, error) 
 		if a.terminated {
 			p.resolved.terminated.Add(1)
 		}
-		switch a.status {
+		j := judgement{status: statusUnreachable}
+		if a.err == nil {
+			j = judge(id, a.view)
+		}
+		end = keepBackend
+		switch j.status {
 		case statusCommitted:
 			p.resolved.committed.Add(1)
 			return ClassNone, nil
 		case statusAborted:
 			p.resolved.aborted.Add(1)
+			if j.lost {
+				p.resolved.lost.Add(1)
+			}
 			return ClassConnectionLost, lost
-		case statusElsewhere:
-			p.resolved.unknown.Add(1)
-			p.resolved.elsewhere.Add(1)
-			return ClassAmbiguous, &commitUnknownError{err: lost}
-		case statusForgotten:
-			p.resolved.unknown.Add(1)
-			return ClassAmbiguous, &commitUnknownError{err: errors.Join(lost, a.err)}
+		case statusUnknown:
+			p.resolved.countUnknown(j.reason)
+			return ClassAmbiguous, &commitUnknownError{err: lost, why: j.why}
+		case statusUnreachable:
+			last = a.err
+			if last == nil {
+				last = errors.New("pgtx: the server asked is in recovery")
+			}
 		case statusInProgress:
+			if !j.sameRun {
+				// Not provably this transaction's backend: wait, end none.
+				break
+			}
 			now := p.clock.Now()
 			if busySeen.IsZero() {
 				busySeen = now
@@ -236,16 +289,15 @@ func (p *Pool) resolve(ctx context.Context, id txID, lost error) (Class, error) 
 				end = endBackend
 			case !idleSeen.IsZero() && now.Sub(idleSeen) >= lingerAfter:
 				end = endIfStillIdle
-			default:
-				end = keepBackend
 			}
 		}
-		if a.err != nil {
-			last = a.err
-		}
 		if p.clock.Sleep(rctx, resolvePoll) != nil {
-			p.resolved.unknown.Add(1)
-			return ClassAmbiguous, &commitUnknownError{err: errors.Join(lost, last)}
+			p.resolved.countUnknown(reasonUnanswered)
+			why := "no answer within ResolveTimeout " + p.settings.resolveTimeout.String()
+			if j.status == statusInProgress {
+				why = "the transaction was still in progress after ResolveTimeout " + p.settings.resolveTimeout.String()
+			}
+			return ClassAmbiguous, &commitUnknownError{err: errors.Join(lost, last), why: why}
 		}
 	}
 }
@@ -255,13 +307,23 @@ func (p *Pool) resolve(ctx context.Context, id txID, lost error) (Class, error) 
 // began on a hot standby (where it could change nothing), a rerun.
 func (p *Pool) notResolvable(pgConn *pgconn.PgConn, began beginKind, unknown error) (Class, error) {
 	var cu *commitUnknownError
-	if began == beganInRecovery && stillInRecovery(pgConn) && errors.As(unknown, &cu) {
-		p.resolved.notApplied.Add(1)
-		return ClassConnectionLost, cu.err
+	if !errors.As(unknown, &cu) {
+		return ClassAmbiguous, unknown
 	}
-	p.resolved.unknown.Add(1)
-	p.resolved.unsupported.Add(1)
-	return ClassAmbiguous, unknown
+	switch began {
+	case beganInRecovery:
+		if stillInRecovery(pgConn) {
+			p.resolved.notApplied.Add(1)
+			return ClassConnectionLost, cu.err
+		}
+		cu.why = "the transaction began on a standby that was promoted while it ran"
+	case beganOnPromoted:
+		cu.why = "the connection was made to a standby since promoted: the server's run was not captured"
+	default:
+		cu.why = "the server cannot be asked: resolution needs pg_xact_status (PostgreSQL 13 or later)"
+	}
+	p.resolved.countUnknown(reasonUnsupported)
+	return ClassAmbiguous, cu
 }
 
 // xidText renders an id as PostgreSQL's text for xid8.

@@ -21,38 +21,76 @@ import (
 const timelineSQL = `case when pg_is_in_recovery() then 0
 		else ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::int end`
 
+// startSQL is pg_postmaster_start_time in unix microseconds, and epochSQL
+// the last reset of the archiver's statistics (0 if none), which every
+// crash recovery renews (serverRun). Integers, so that the session's
+// TimeZone does not enter the comparison.
+const (
+	startSQL = `round(extract(epoch from pg_postmaster_start_time()) * 1000000)::int8`
+	epochSQL = `coalesce(round(extract(epoch from (select stats_reset from pg_stat_get_archiver())) * 1000000)::int8, 0)`
+)
+
+// flushedSQL is how far the server's WAL is flushed, as an integer; 0 on a
+// server in recovery.
+const flushedSQL = `case when pg_is_in_recovery() then 0 else (pg_current_wal_flush_lsn() - '0/0'::pg_lsn)::int8 end`
+
+// runSQL captures the run of the server (serverRun) and its flushed WAL
+// position, in the order of parseRun.
+const runSQL = timelineSQL + ", " + startSQL + ", " + epochSQL + ", " + flushedSQL
+
 // systemSQL captures, when a connection is made, what a resolution needs to
 // know of its server: the system identifier (shared by a primary and its
-// standbys), whether it is in recovery, its timeline (a promoted standby
-// starts a new one), and whether it has the functions resolution uses.
-const systemSQL = `select (select system_identifier from pg_control_system()), pg_is_in_recovery(), ` + timelineSQL + `,
-	to_regproc('pg_catalog.pg_xact_status') is not null and to_regproc('pg_catalog.pg_current_xact_id') is not null`
+// standbys), whether it is in recovery, whether it has the functions
+// resolution uses, the pid of the session's backend (a pooler hands out
+// pids of its own), and the server's run.
+const systemSQL = `select (select system_identifier from pg_control_system()), pg_is_in_recovery(),
+	to_regproc('pg_catalog.pg_xact_status') is not null and to_regproc('pg_catalog.pg_current_xact_id') is not null,
+	pg_backend_pid(), ` + runSQL
 
-// askSQL asks what became of a transaction ($1, an xid8) on a server that
-// must be the system ($2) and timeline ($3) it ran on: elsewhere the id may
-// belong to another transaction, and the status column is NULL. It also
-// reports the state of the backend that runs it, if one still does: the
-// backend whose transaction id is $4 (the id's low 32 bits, as
-// pg_stat_activity shows it; no two running transactions share it), which
-// is provably ours. While the transaction is in progress, it ends that
-// backend when $5 says so: 2, at once; 1, only if it is still idle in the
-// transaction since the same state change ($6, unix microseconds), so it
-// has received nothing since it was last seen. Once the backend is gone the
-// status is definitive: committed if COMMIT had written its record, aborted
-// otherwise.
+// askSQL asks what became of a transaction ($1, an xid8) that ran on system
+// $2, in the run of the server given by timeline $3, start $7 and epoch $8.
+// It reports the system and run of the server it reached, the status of
+// the id there (only on the same system, out of recovery: "not yet
+// assigned" when the server has not given it, checked by giving the
+// question an id of its own, below which every id has been given), whether
+// the id is a prepared transaction's, and the server's latest checkpoint:
+// its timeline, WAL position, next id, and whether it is of the shutdown
+// kind (its redo point is its own record; see checkpoint).
+//
+// Within the same run it also reports the state of the backend that runs
+// the transaction, if one still does: the backend whose transaction id is
+// $4 (the id's low 32 bits, as pg_stat_activity shows it; no two running
+// transactions share it), which is provably ours. While the transaction is
+// in progress, it ends that backend when $5 says so: 2, at once; 1, only if
+// it is still idle in the transaction since the same state change ($6,
+// unix microseconds), so it has received nothing since it was last seen.
+// Once the backend is gone the status is definitive: committed if COMMIT
+// had written its record, aborted otherwise.
 const askSQL = `with s as (
-	select c.system_identifier as sys, ` + timelineSQL + ` as tl from pg_control_system() c
+	select c.system_identifier as sys, ` + timelineSQL + ` as tl, ` + startSQL + ` as st, ` + epochSQL + ` as ep
+	from pg_control_system() c
 ), x as (
-	select sys, tl, case when sys = $2::text::int8 and tl = $3::text::int4 then pg_xact_status($1::text::xid8) end as status from s
+	select sys, tl, st, ep,
+		sys = $2::text::int8 and tl = $3::text::int4 and st = $7::text::int8 and ep = $8::text::int8 as same,
+		case when sys = $2::text::int8 and tl <> 0 then
+			case when $1::text::xid8 >= pg_current_xact_id() then 'not yet assigned' else pg_xact_status($1::text::xid8) end
+		end as status
+	from s
+), k as (
+	select timeline_id, (checkpoint_lsn - '0/0'::pg_lsn)::int8 as lsn,
+		split_part(next_xid, ':', 1)::int8 * 4294967296 + split_part(next_xid, ':', 2)::int8 as next,
+		checkpoint_lsn = redo_lsn and current_setting('wal_level') <> 'minimal' as shutdown
+	from pg_control_checkpoint()
 ), b as (
 	select pid, state, round(extract(epoch from state_change) * 1000000)::int8 as changed
 	from pg_stat_activity where backend_xid = $4::text::xid
 )
-select x.sys, x.tl, x.status, coalesce(b.state, ''), coalesce(b.changed, 0),
-	case when x.status = 'in progress' and b.pid is not null and ($5::text::int4 = 2
+select x.sys, x.tl, x.st, x.ep, x.status, exists (select 1 from pg_prepared_xacts where transaction = $4::text::xid),
+	k.timeline_id, k.lsn, k.next, k.shutdown, coalesce(b.state, ''), coalesce(b.changed, 0),
+	case when x.same and x.status = 'in progress' and b.pid is not null and ($5::text::int4 = 2
 		or ($5::text::int4 = 1 and b.state like 'idle in transaction%' and b.changed = $6::text::int8))
 	then pg_terminate_backend(b.pid) else false end
-from x left join b on true`
+from x cross join k left join b on x.same`
 
 // askShare bounds one question of a resolution to this fraction of
 // ResolveTimeout, so that a connection that hangs does not take the whole
@@ -67,9 +105,19 @@ type connResolve struct {
 	capable bool
 	// standby: the server was in recovery when the connection was made
 	// (for PostgreSQL 13, which does not report in_hot_standby).
-	standby  bool
-	system   int64
-	timeline int32 // 0 when made on a standby
+	standby bool
+	system  int64
+	// run and flushed are the server's run and its flushed WAL position
+	// when the connection was made (run.timeline is 0 when made on a
+	// standby).
+	run     serverRun
+	flushed int64
+	// direct: the session's backend pid is the connection's, so the
+	// backend lives as long as the connection and every transaction on it
+	// runs in the run captured here. Behind a pooler the server connection
+	// can change under the client's, and each transaction captures its own
+	// (capturePooledSQL).
+	direct bool
 	// tx is pgx's transaction handle for this connection. pgtx sends BEGIN
 	// itself (to read the id it captures in the same round trip) and COMMIT
 	// and ROLLBACK too; fn gets this handle, which pgx never closes, so its
@@ -85,7 +133,9 @@ func (r *connResolve) prepare(ctx context.Context, conn *pgx.Conn) error {
 		return nil
 	}
 	var ok bool
-	err := conn.QueryRow(ctx, systemSQL, pgx.QueryExecModeSimpleProtocol).Scan(&r.system, &r.standby, &r.timeline, &ok)
+	var pid uint32
+	err := conn.QueryRow(ctx, systemSQL, pgx.QueryExecModeSimpleProtocol).Scan(&r.system, &r.standby, &ok, &pid,
+		&r.run.timeline, &r.run.start, &r.run.epoch, &r.flushed)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil && !ok:
@@ -96,6 +146,7 @@ func (r *connResolve) prepare(ctx context.Context, conn *pgx.Conn) error {
 	default:
 		return fmt.Errorf("pgtx: capture the server's identity: %w", err)
 	}
+	r.direct = pid == conn.PgConn().PID()
 	// An empty query: pgx's transaction handle, without a transaction.
 	if r.tx, err = conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: ";"}); err != nil {
 		return fmt.Errorf("pgtx: prepare the transaction handle: %w", err)
@@ -173,9 +224,10 @@ func newResolver(cfg *Config, cancelPool *pgxpool.Pool) *resolver {
 
 // answer is what one question found.
 type answer struct {
-	status xactStatus
+	view view
 	// state and changed are the backend's state and the time of its last
-	// change (unix microseconds), while it runs the transaction.
+	// change (unix microseconds), while it runs the transaction in the
+	// run that gave its id.
 	state   string
 	changed int64
 	// terminated: the question ended the backend.
@@ -204,14 +256,18 @@ func (r *resolver) ask(ctx context.Context, id txID, end int, changed int64) ans
 	if r.cannotTerminate.Load() {
 		end = keepBackend
 	}
-	var sys int64
-	var tl int32
-	var status *string
-	var a answer
+	var (
+		a      answer
+		v      = &a.view
+		status *string
+		next   int64
+	)
 	err = conn.QueryRow(actx, askSQL, pgx.QueryExecModeExec,
-		xidText(id.xid), strconv.FormatInt(id.system, 10), strconv.FormatInt(int64(id.timeline), 10),
+		xidText(id.xid), strconv.FormatInt(id.system, 10), strconv.FormatInt(int64(id.run.timeline), 10),
 		strconv.FormatUint(id.xid&0xffffffff, 10), strconv.Itoa(end), strconv.FormatInt(changed, 10),
-	).Scan(&sys, &tl, &status, &a.state, &a.changed, &a.terminated)
+		strconv.FormatInt(id.run.start, 10), strconv.FormatInt(id.run.epoch, 10),
+	).Scan(&v.system, &v.run.timeline, &v.run.start, &v.run.epoch, &status, &v.prepared,
+		&v.last.timeline, &v.last.lsn, &next, &v.last.shutdown, &a.state, &a.changed, &a.terminated)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
@@ -219,27 +275,13 @@ func (r *resolver) ask(ctx context.Context, id txID, end int, changed int64) ans
 		// Not allowed to end the backend: wait for it to end instead.
 		r.cannotTerminate.Store(true)
 		return answer{err: err}
-	case errors.As(err, &pgErr) && pgErr.Code == "22023":
-		// "Transaction ID is in the future": this server never gave it.
-		return answer{status: statusForgotten, err: err}
 	default:
 		return answer{err: err}
 	}
-	switch {
-	case tl == 0:
-		// A server in recovery cannot tell; the primary may come back.
-		a.err = errors.New("pgtx: the server asked is in recovery")
-	case sys != id.system || tl != id.timeline:
-		a.status = statusElsewhere
-	case status == nil:
-		a.status = statusForgotten
-	case *status == "committed":
-		a.status = statusCommitted
-	case *status == "aborted":
-		a.status = statusAborted
-	default:
-		a.status = statusInProgress
+	if status != nil {
+		v.status = *status
 	}
+	v.last.nextXid = uint64(next)
 	return a
 }
 

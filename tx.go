@@ -205,11 +205,20 @@ func validateCall(ctx context.Context, pool *Pool, iso Isolation, fn func(contex
 	return nil
 }
 
+// What BEGIN's round trip captures for a resolution.
+const (
+	captureNone   = iota
+	captureDirect // the id (captureSQL)
+	capturePooled // the id and the server's run (capturePooledSQL)
+)
+
+// captureSQLs are the statements of each capture.
+var captureSQLs = [...]string{captureNone: "", captureDirect: captureSQL, capturePooled: capturePooledSQL}
+
 // beginSQLs holds every BEGIN statement pgtx sends without a per-call
-// timeout, indexed by whether it captures the transaction id (captureSQL),
-// isolation, read-only and deferrable, so a transaction does not allocate
-// to build it.
-var beginSQLs = func() (s [2][Serializable + 1][2][2]string) {
+// timeout, indexed by what it captures, isolation, read-only and
+// deferrable, so a transaction does not allocate to build it.
+var beginSQLs = func() (s [len(captureSQLs)][Serializable + 1][2][2]string) {
 	for iso := ReadCommitted; iso <= Serializable; iso++ {
 		for ro := range 2 {
 			for def := range 2 {
@@ -220,8 +229,9 @@ var beginSQLs = func() (s [2][Serializable + 1][2][2]string) {
 				if def == 1 {
 					q += " deferrable"
 				}
-				s[0][iso][ro][def] = q
-				s[1][iso][ro][def] = q + captureSQL
+				for c, capture := range captureSQLs {
+					s[c][iso][ro][def] = q + capture
+				}
 			}
 		}
 	}
@@ -235,11 +245,11 @@ var beginSQLs = func() (s [2][Serializable + 1][2][2]string) {
 const deadlineMargin = 100 * time.Millisecond
 
 // beginSQL renders the statement that opens the attempt's transaction,
-// followed by captureSQL when capture is set. A statement timeout (the
+// followed by what capture says to capture. A statement timeout (the
 // call's, or the time left before ctx's deadline when that is shorter than
 // the one in force) rides in the same simple-protocol query as BEGIN (one
 // round trip); its value is an integer, never caller text.
-func (a *txAttempt) beginSQL(ctx context.Context, capture bool) string {
+func (a *txAttempt) beginSQL(ctx context.Context, capture int) string {
 	opts := a.opts
 	timeout := opts.StatementTimeout // > 0: the call's; < 0: none; 0: the session's
 	inForce := a.pool.settings.statementTimeout
@@ -253,16 +263,14 @@ func (a *txAttempt) beginSQL(ctx context.Context, capture bool) string {
 		}
 	}
 	if timeout == 0 {
-		return beginSQLs[b2i(capture)][a.iso][b2i(opts.ReadOnly)][b2i(opts.Deferrable)]
+		return beginSQLs[capture][a.iso][b2i(opts.ReadOnly)][b2i(opts.Deferrable)]
 	}
 	// One allocation: the statement is built in a buffer on the stack.
-	var buf [160]byte
+	var buf [512]byte
 	q := append(buf[:0], beginSQLs[0][a.iso][b2i(opts.ReadOnly)][b2i(opts.Deferrable)]...)
 	q = append(q, "; set local statement_timeout = "...)
 	q = strconv.AppendInt(q, durationMillis(max(timeout, 0)), 10)
-	if capture {
-		q = append(q, captureSQL...)
-	}
+	q = append(q, captureSQLs[capture]...)
 	return string(q)
 }
 
@@ -289,6 +297,7 @@ const (
 	beganCaptured                    // BEGIN with the id captured: resolvable
 	beganUncaptured                  // a resolving pool, a server that cannot be asked
 	beganInRecovery                  // a resolving pool, on a hot standby: it writes nothing
+	beganOnPromoted                  // a resolving pool, a connection made to a standby since promoted
 )
 
 // run performs one attempt. It returns only after the connection has been
@@ -401,7 +410,7 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 // pgx's BEGIN.
 func (a *txAttempt) beginTx(ctx context.Context, conn *pgx.Conn) (pgx.Tx, txID, beginKind, error) {
 	if !a.resolve {
-		tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.beginSQL(ctx, false)})
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.beginSQL(ctx, captureNone)})
 		return tx, txID{}, beganPlain, err
 	}
 	pgConn := conn.PgConn()
@@ -415,22 +424,26 @@ func (a *txAttempt) beginTx(ctx context.Context, conn *pgx.Conn) (pgx.Tx, txID, 
 		// transaction begun there can change nothing.
 		kind = beganInRecovery
 	case h.res.standby:
-		// Made on a standby since promoted: the timeline it captured is
-		// not the one its transactions now run on.
-		kind = beganUncaptured
+		// Made on a standby since promoted: the run it captured is not
+		// the one its transactions now run in.
+		kind = beganOnPromoted
 	}
 	if kind != beganCaptured {
-		tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.beginSQL(ctx, false)})
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: a.beginSQL(ctx, captureNone)})
 		return tx, txID{}, kind, err
 	}
-	xid, err := beginCapturing(ctx, pgConn, a.beginSQL(ctx, true))
-	if err != nil {
+	id := txID{system: h.res.system, run: h.res.run, flushed: h.res.flushed}
+	capture := captureDirect
+	if !h.res.direct {
+		capture = capturePooled
+	}
+	if err := beginCapturing(ctx, pgConn, a.beginSQL(ctx, capture), &id); err != nil {
 		// A statement after BEGIN may have failed, leaving a transaction
 		// open: end it, so the connection can be reused.
 		rollbackConn(ctx, pgConn, a.pool.settings.rollbackTimeout)
 		return nil, txID{}, beganCaptured, err
 	}
-	return h.res.tx, txID{xid: xid, system: h.res.system, timeline: h.res.timeline}, beganCaptured, nil
+	return h.res.tx, id, beganCaptured, nil
 }
 
 // errLostBeforeCommit is the error of an attempt whose connection was closed

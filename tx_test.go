@@ -106,12 +106,16 @@ func TestBeginSQL(t *testing.T) {
 	}
 	for _, tt := range tests {
 		a := &txAttempt{pool: &Pool{settings: settings{statementTimeout: 5 * time.Second}}, iso: tt.iso, opts: tt.opts}
-		if got := a.beginSQL(context.Background(), false); got != tt.want {
-			t.Errorf("beginSQL(%v %+v, false) = %q, want %q", tt.iso, tt.opts, got, tt.want)
+		if got := a.beginSQL(context.Background(), captureNone); got != tt.want {
+			t.Errorf("beginSQL(%v %+v, none) = %q, want %q", tt.iso, tt.opts, got, tt.want)
 		}
-		// The id is captured last, after any setting, in the same query.
-		if got, want := a.beginSQL(context.Background(), true), tt.want+"; select pg_current_xact_id()"; got != want {
-			t.Errorf("beginSQL(%v %+v, true) = %q, want %q", tt.iso, tt.opts, got, want)
+		// The id is captured last, after any setting, in the same query;
+		// behind a pooler, with the server's run.
+		if got, want := a.beginSQL(context.Background(), captureDirect), tt.want+"; select pg_current_xact_id()"; got != want {
+			t.Errorf("beginSQL(%v %+v, direct) = %q, want %q", tt.iso, tt.opts, got, want)
+		}
+		if got, want := a.beginSQL(context.Background(), capturePooled), tt.want+"; select pg_current_xact_id(), "+runSQL; got != want {
+			t.Errorf("beginSQL(%v %+v, pooled) = %q, want %q", tt.iso, tt.opts, got, want)
 		}
 	}
 }
@@ -141,7 +145,7 @@ func TestBeginSQLCarriesTheDeadline(t *testing.T) {
 			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(tt.left))
 			defer cancel()
 			a := &txAttempt{pool: &Pool{settings: settings{statementTimeout: tt.session}}, iso: Serializable, opts: Options{StatementTimeout: tt.call}}
-			q := a.beginSQL(ctx, true)
+			q := a.beginSQL(ctx, captureDirect)
 			const prefix = "begin isolation level SERIALIZABLE; set local statement_timeout = "
 			if tt.wantMin < 0 {
 				if q != "begin isolation level SERIALIZABLE; select pg_current_xact_id()" {
@@ -172,7 +176,7 @@ func TestBeginSQLWithTimeoutAllocatesOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	a := &txAttempt{pool: &Pool{settings: settings{statementTimeout: 5 * time.Second}}, iso: Serializable, opts: Options{ReadOnly: true}}
-	for _, capture := range []bool{false, true} {
+	for _, capture := range []int{captureNone, captureDirect, capturePooled} {
 		if n := testing.AllocsPerRun(100, func() { _ = a.beginSQL(ctx, capture) }); n != 1 {
 			t.Errorf("beginSQL(deadline, capture %v) allocates %v times, want 1", capture, n)
 		}
@@ -181,7 +185,7 @@ func TestBeginSQLWithTimeoutAllocatesOnce(t *testing.T) {
 
 func TestBeginSQLDoesNotAllocate(t *testing.T) {
 	a := &txAttempt{pool: &Pool{settings: settings{statementTimeout: 5 * time.Second}}, iso: Serializable}
-	for _, capture := range []bool{false, true} {
+	for _, capture := range []int{captureNone, captureDirect, capturePooled} {
 		if n := testing.AllocsPerRun(100, func() { _ = a.beginSQL(context.Background(), capture) }); n != 0 {
 			t.Errorf("beginSQL(capture %v) allocates %v times without a per-call timeout", capture, n)
 		}

@@ -63,7 +63,9 @@ func TestResolveCrashReusedID(t *testing.T) {
 	for _, kind := range crashKinds {
 		t.Run(kind.name, func(t *testing.T) {
 			ctx := testCtx(t)
-			srv := pgtxtest.Dedicated(t, pgtxtest.Options{})
+			// Commits are flushed when acknowledged (the harness turns that
+			// off for speed), so the setup survives the crash.
+			srv := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{"synchronous_commit": "on"}})
 			dsn := pgtxtest.NewDatabaseOn(t, srv)
 			role, roleDSN := heldCommitSchema(t, ctx, dsn)
 			proxy := pgtxtest.NewProxy(t, srv.Addr())
