@@ -79,7 +79,7 @@ func TestResolveCrashReusedID(t *testing.T) {
 			})
 
 			call := runHeldCommit(ctx, pool)
-			first := <-call.first
+			first := call.waitFirst(t)
 			admin := directConn(t, dsn)
 			if err := waitInCommit(ctx, admin, first.pid); err != nil {
 				t.Fatal(err)
@@ -153,21 +153,37 @@ type heldCall struct {
 	done  chan heldResult
 }
 
+// waitFirst returns what the first attempt reported, or fails the test if
+// the call ended first.
+func (c heldCall) waitFirst(t *testing.T) heldFirst {
+	t.Helper()
+	select {
+	case f := <-c.first:
+		return f
+	case res := <-c.done:
+		t.Fatalf("the call ended before its COMMIT was held: err = %v, fn ran %d times", res.err, res.runs)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the call's first attempt never reached its insert")
+	}
+	return heldFirst{}
+}
+
 func runHeldCommit(ctx context.Context, pool *pgtx.Pool) heldCall {
 	c := heldCall{first: make(chan heldFirst, 1), done: make(chan heldResult, 1)}
 	go func() {
 		var runs counter
 		err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 			n := runs.inc()
-			var xid int64
-			if err := tx.QueryRow(ctx, "select pg_current_xact_id()::text::int8").Scan(&xid); err != nil {
+			var first heldFirst
+			// The backend's own pid: behind a pooler the connection's is not.
+			if err := tx.QueryRow(ctx, "select pg_current_xact_id()::text::int8, pg_backend_pid()").Scan(&first.xid, &first.pid); err != nil {
 				return err
 			}
 			if n == 1 {
 				if _, err := tx.Exec(ctx, "set local test.hold = on"); err != nil {
 					return err
 				}
-				c.first <- heldFirst{xid: xid, pid: tx.Conn().PgConn().PID()}
+				c.first <- first
 			}
 			_, err := tx.Exec(ctx, "insert into ledger values ('a')")
 			return err

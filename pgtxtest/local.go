@@ -63,8 +63,9 @@ func (c *localCluster) dsn() *url.URL {
 }
 
 // startLocal makes a new cluster from the binaries in bindir and starts it. settings
-// are extra server settings, applied after (and so overriding) the harness's own.
-func startLocal(ctx context.Context, bindir string, settings map[string]string) (*Server, error) {
+// are extra server settings, applied after (and so overriding) the harness's own. The
+// cluster is a copy of the template, or, with ownSystem, an initdb of its own.
+func startLocal(ctx context.Context, bindir string, settings map[string]string, ownSystem bool) (*Server, error) {
 	if err := validateSettings(settings); err != nil {
 		return nil, err
 	}
@@ -81,7 +82,11 @@ func startLocal(ctx context.Context, bindir string, settings map[string]string) 
 		return nil, err
 	}
 	c := &localCluster{bindir: bindir, root: root, settings: settings, cred: cred}
-	if err := c.prepare(ctx, tmpl); err != nil {
+	prepare := c.prepare
+	if ownSystem {
+		prepare = c.initdb
+	}
+	if err := prepare(ctx, tmpl); err != nil {
 		return nil, errors.Join(err, os.RemoveAll(root))
 	}
 	if err := c.startOnFreePort(ctx); err != nil {
@@ -131,6 +136,18 @@ func (c *localCluster) prepare(ctx context.Context, tmpl string) error {
 		return fmt.Errorf("pgtxtest: copy template %s: %w: %s", tmpl, err, bytes.TrimSpace(out))
 	}
 	return nil
+}
+
+// initdb makes the cluster's data directory with initdb, as the template is
+// made: a system of its own.
+func (c *localCluster) initdb(ctx context.Context, _ string) error {
+	if err := c.makeDirs(); err != nil {
+		return err
+	}
+	if err := os.Mkdir(c.dataDir(), 0o700); err != nil {
+		return fmt.Errorf("pgtxtest: make data directory: %w", err)
+	}
+	return initTemplate(ctx, c.bindir, c.dataDir(), c.cred)
 }
 
 // makeDirs makes the socket directory and hands it and the cluster directory to the

@@ -20,6 +20,12 @@ type Options struct {
 	// Settings are extra server settings, passed as -c name=value and applied after the
 	// harness's own, e.g. {"max_connections": "8"}. Names must be plain setting names.
 	Settings map[string]string
+	// OwnSystem runs initdb for this server instead of copying the harness's
+	// template, so that it has a system identifier of its own. The harness's
+	// servers are copies of one initdb and so, for PostgreSQL, one system (as a
+	// primary and its standbys are); a test of what a client does when it reaches
+	// another system needs this. It costs an initdb, about a second.
+	OwnSystem bool
 }
 
 // probe is what the harness asks of the machine to choose a server. Its fields are
@@ -217,7 +223,7 @@ func Dedicated(tb testing.TB, opts Options) *Server {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), lockTimeout+copyTimeout+startAttempts*readyTimeout)
 	defer cancel()
-	s, err := startLocal(ctx, bindir, opts.Settings)
+	s, err := startLocal(ctx, bindir, opts.Settings, opts.OwnSystem)
 	if err != nil {
 		tb.Fatalf("pgtxtest: dedicated server: %v", err)
 	}
@@ -245,14 +251,14 @@ func startPlanned(ctx context.Context, p plan) (*Server, error) {
 		if lerr != nil {
 			return nil, err
 		}
-		s, lerr = startLocal(ctx, bindir, nil)
+		s, lerr = startLocal(ctx, bindir, nil, false)
 		if lerr != nil {
 			return nil, errors.Join(err, lerr)
 		}
 		s.fellBack = err.Error()
 		return s, nil
 	case KindLocal:
-		return startLocal(ctx, p.bindir, nil)
+		return startLocal(ctx, p.bindir, nil, false)
 	}
 	return nil, nil
 }

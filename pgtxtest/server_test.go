@@ -169,7 +169,7 @@ func startLocalForTest(t *testing.T, settings map[string]string) *Server {
 	} else if !run {
 		t.Skip(msg)
 	}
-	s, err := startLocal(context.Background(), bindir, settings)
+	s, err := startLocal(context.Background(), bindir, settings, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,6 +289,24 @@ func TestDedicatedAppliesSettings(t *testing.T) {
 	}
 }
 
+// TestDedicatedOwnSystem: the harness's servers are copies of one template,
+// one system to PostgreSQL; OwnSystem gives a server a system identifier of
+// its own.
+func TestDedicatedOwnSystem(t *testing.T) {
+	t.Parallel()
+	systemOf := func(s *Server) string {
+		return queryString(t, connect(t, s.DSN("")), "select system_identifier::text from pg_control_system()")
+	}
+	a, b := systemOf(Dedicated(t, Options{})), systemOf(Dedicated(t, Options{}))
+	own := systemOf(Dedicated(t, Options{OwnSystem: true}))
+	if a != b {
+		t.Errorf("two copies of the template: systems %s and %s, want one", a, b)
+	}
+	if own == a {
+		t.Errorf("OwnSystem: system %s, the template's", own)
+	}
+}
+
 func TestRestartKeepsPortAndData(t *testing.T) {
 	t.Parallel()
 	s := Dedicated(t, Options{})
@@ -381,7 +399,7 @@ func BenchmarkLocalClusterStart(b *testing.B) {
 		b.Skip(err)
 	}
 	for b.Loop() {
-		s, err := startLocal(context.Background(), bindir, nil)
+		s, err := startLocal(context.Background(), bindir, nil, false)
 		if err != nil {
 			b.Fatal(err)
 		}
