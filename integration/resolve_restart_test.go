@@ -246,3 +246,77 @@ func waitAccepting(ctx context.Context, dsn string) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestResolveNeverEndsAnotherTransactionsBackend: after a crash restart the
+// transaction's id is given to another transaction, which stays open (idle
+// in its transaction) while the resolver asks. Within one run a backend
+// running the id is the transaction's own, and resolution may end it; after
+// the restart it is a stranger's: it must live, and the call, whose id is
+// provably lost, runs again.
+func TestResolveNeverEndsAnotherTransactionsBackend(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crashes a server of its own")
+	}
+	ctx := testCtx(t)
+	srv := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{"synchronous_commit": "on"}})
+	dsn := pgtxtest.NewDatabaseOn(t, srv)
+	_, roleDSN := heldCommitSchema(t, ctx, dsn)
+	proxy := pgtxtest.NewProxy(t, srv.Addr())
+	through, err := proxy.DSN(roleDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := newPool(t, through, func(c *pgtx.Config) {
+		c.MaxConns = 2
+		c.ResolveTimeout = 40 * time.Second
+	})
+	call := runHeldCommit(ctx, pool)
+	first := call.waitFirst(t)
+	if err := waitInCommit(ctx, directConn(t, dsn), first.pid); err != nil {
+		t.Fatal(err)
+	}
+	proxy.RefuseNew(true)
+	if err := srv.Crash(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The stranger: transactions until the next one is given the id, and
+	// that one is left open.
+	stranger := directConn(t, dsn)
+	for {
+		// The next id, without taking it (nothing else runs).
+		var next int64
+		if err := stranger.QueryRow(ctx, "select pg_snapshot_xmax(pg_current_snapshot())::text::int8").Scan(&next); err != nil {
+			t.Fatal(err)
+		}
+		if next == first.xid {
+			break
+		}
+		if next > first.xid {
+			t.Fatalf("the next id after the crash is %d, past the transaction's %d: nothing is reused", next, first.xid)
+		}
+		mustExec(t, ctx, stranger, "select pg_current_xact_id()")
+	}
+	var id int64
+	tx, err := stranger.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.QueryRow(ctx, "select pg_current_xact_id()::text::int8").Scan(&id); err != nil || id != first.xid {
+		t.Fatalf("the stranger's id is %d (%v), want %d", id, err, first.xid)
+	}
+	proxy.RefuseNew(false)
+
+	res := <-call.done
+	if res.err != nil || res.runs != 2 {
+		t.Errorf("err = %v, fn ran %d times; want the lost transaction run again", res.err, res.runs)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Errorf("the stranger's transaction, holding the id, was ended: %v", err)
+	}
+	if r := pool.Stats().Resolved; r.TerminatedCount != 0 || r.LostCount != 1 {
+		t.Errorf("resolutions %+v, want none ended, one lost", r)
+	}
+}
