@@ -118,7 +118,7 @@
 // a test can tell how long the formation took to settle from how long the client
 // took to write again. The monitor checks health every second and gives a draining
 // primary three seconds: a switchover takes a few seconds, the promotion after a
-// stopped primary about five, and a formation starts in about six.
+// stopped primary five or six, and a formation starts in about six.
 //
 // # What CI needs
 //

@@ -38,9 +38,8 @@ type FormationOptions struct {
 	// own: shared_buffers = 128MB (pg_autoctl would size it from the machine's
 	// memory), fsync = off, dynamic_shared_memory_type = mmap, and
 	// wal_retrieve_retry_interval = 500ms so that a standby reconnects within a
-	// second of its primary's restart. pg_auto_failover's own settings
-	// (synchronous_commit, synchronous_standby_names and what replication needs) are
-	// left to it.
+	// second of its primary's restart. pg_auto_failover manages synchronous_commit,
+	// synchronous_standby_names and what replication needs itself.
 	Settings map[string]string
 	// MonitorSettings are extra settings of the monitor, written after the kit's
 	// own. The kit's own make failures count within seconds rather than tens of
@@ -48,9 +47,10 @@ type FormationOptions struct {
 	// health_check_timeout = 1000, health_check_max_retries = 1,
 	// health_check_retry_delay = 500, node_considered_unhealthy_timeout = 2000,
 	// primary_demote_timeout = 3000 and startup_grace_period = 1000. Each node's
-	// keeper is given a network_partition_timeout of 2 seconds, below
-	// primary_demote_timeout as pg_auto_failover requires: a primary cut off from
-	// the monitor and its standby demotes itself before the standby may be promoted.
+	// keeper is given a timeout.network_partition_timeout of 2 seconds, below
+	// primary_demote_timeout as with pg_auto_failover's defaults (20 and 30
+	// seconds): a primary cut off from the monitor and from its standby stops its
+	// PostgreSQL before the monitor may promote the standby.
 	MonitorSettings map[string]string
 }
 

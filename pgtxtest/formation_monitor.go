@@ -229,13 +229,17 @@ func pairOf(nodes []FormationNode) (primary, secondary FormationNode, ok bool) {
 }
 
 // KillPrimary kills the primary's postmaster with SIGKILL, as a crash would, and
-// returns the primary as it was, with the pid it killed. Its keeper notices within
-// a second and starts PostgreSQL again in place (crash recovery, the same
-// timeline), usually before the monitor counts the node as failed; whether the
-// monitor promotes the secondary instead depends on how long that takes
-// (node_considered_unhealthy_timeout, see [FormationOptions]). It returns at once:
+// returns the primary as it was, with the pid it killed. It returns at once; what
+// follows is pg_auto_failover's doing, and both outcomes occur. The node's
+// pg_autoctl starts PostgreSQL again in place within a second (crash recovery, the
+// same timeline). But if its keeper reports PostgreSQL not running to the monitor
+// first, the monitor counts the primary as failed at once (pg_auto_failover 2.0's
+// IsUnhealthy, src/monitor/node_metadata.c) and promotes the secondary, and the
+// restarted node is demoted and rejoins as a secondary. A client may write to it in
+// between; synchronous replication puts a write it acknowledges on the secondary
+// too.
 // [Formation.Nodes] shows the new postmaster's pid, [Formation.Events] what the
-// monitor saw.
+// monitor decided.
 func (f *Formation) KillPrimary(ctx context.Context) (FormationNode, error) {
 	p, err := f.Primary(ctx)
 	if err != nil {
@@ -276,7 +280,7 @@ func (f *Formation) signalPostmaster(m *formationMember, pid int, sig syscall.Si
 // StopPrimary stops the primary node entirely, its pg_autoctl run and with it its
 // PostgreSQL (a fast shutdown), and returns the primary as it was. The monitor then
 // counts the node as failed and promotes the secondary, which becomes wait_primary
-// (a primary with no secondary to replicate to) about five seconds later:
+// (a primary with no secondary to replicate to) five or six seconds later:
 // WaitState(ctx, map[string]string{other: "wait_primary"}) waits for that.
 // [Formation.StartNode] starts the stopped node again. StopPrimary waits at most 30
 // seconds for the node to stop, then kills it.
