@@ -3,7 +3,8 @@
 // migrations, and puts a fault-injecting proxy between your code and the server, so
 // that tests can see what your code does when a COMMIT fails, a connection is cut
 // or the network is slow. It also starts a PgBouncer or a streaming standby in
-// front of or behind a server.
+// front of or behind a server, and pg_auto_failover formations whose primary fails
+// over.
 //
 // A test package wires it in with its TestMain, which stops the servers when the
 // tests are done and fails the run if they leaked goroutines:
@@ -96,18 +97,36 @@
 //
 // [Proxy.Stats] counts what the proxy did; [Proxy.Reset] turns every fault off.
 //
-// # PgBouncer and standbys
+// # PgBouncer, standbys and formations
 //
 // [StartBouncer] starts a PgBouncer in front of a server (pgbouncer is found in
 // PGTX_TEST_PGBOUNCER, PATH or /usr/sbin/pgbouncer), in transaction or session
 // pooling mode. [StartStandby] starts a hot standby streaming from a [Dedicated]
 // server, and [Server.Promote] turns it into a primary, for failover tests.
 //
+// [StartFormation] starts a pg_auto_failover formation of its own: a monitor and
+// two data nodes, node1 the primary and node2 its synchronous secondary, each run by
+// pg_autoctl as the kit's process, on free ports of 127.0.0.1. Its failures are the
+// real ones: [Formation.Failover] performs a planned switchover,
+// [Formation.KillPrimary] kills the primary's postmaster (its keeper restarts it in
+// place, or the monitor fails over first), [Formation.StopPrimary] stops the primary
+// node so that the monitor promotes the secondary, and [Formation.StartNode] brings
+// it back as a secondary. A client connects with [Formation.URI], a multi-host URL
+// with target_session_attrs=read-write, and finds the primary wherever it is now.
+// [Formation.WaitState] waits for the states the monitor reports, and
+// [Formation.Events] returns the monitor's own log of them with its timestamps, so
+// a test can tell how long the formation took to settle from how long the client
+// took to write again. The monitor checks health every second and gives a draining
+// primary three seconds: a switchover takes a few seconds, the promotion after a
+// stopped primary five or six, and a formation starts in about six.
+//
 // # What CI needs
 //
 // Either the PostgreSQL server binaries (the postgresql package of Debian or
 // Ubuntu: apt-get install postgresql) or a Docker daemon, or a server named by
-// PGTX_TEST_DATABASE_URL; and pgbouncer for the tests that use [StartBouncer].
+// PGTX_TEST_DATABASE_URL; pgbouncer for the tests that use [StartBouncer]; and
+// pg_auto_failover for the local server's major version for those that use
+// [StartFormation] (apt-get install postgresql-15-auto-failover, for PostgreSQL 15).
 // Tests that use [Dedicated] or [StartStandby] need the local binaries. Set CI=true
 // (or PGTX_TEST_SERVER) so that a missing server fails the job instead of skipping
 // its tests.
@@ -118,9 +137,10 @@
 //   - PGTX_TEST_SERVER: env, docker or local: the only kind of server to use.
 //   - PGTX_TEST_IMAGE: the Docker image (default postgres:15-alpine).
 //   - PGTX_TEST_PG_BINDIR: the directory of initdb and postgres.
-//   - PGTX_TEST_CLUSTER_DIR: where local clusters live.
+//   - PGTX_TEST_CLUSTER_DIR: where local clusters and formations live.
 //   - PGTX_TEST_PGBOUNCER: the pgbouncer binary.
+//   - PGTX_TEST_PG_AUTOCTL: the pg_autoctl binary.
 //   - PGTX_TEST_VERBOSE=true: let testcontainers-go log.
-//   - CI=true: having no server, or no PgBouncer for StartBouncer, fails a test
-//     instead of skipping it.
+//   - CI=true: having no server, no PgBouncer for StartBouncer, or no
+//     pg_auto_failover for StartFormation fails a test instead of skipping it.
 package pgtxtest
