@@ -80,6 +80,7 @@ type chaosInjector struct {
 	hogs     int            // connections opened by "server full", in all
 	full     int            // "server full" faults that reached 53300
 	restart  time.Duration  // how long the restart took; 0 if none
+	crashes  []time.Duration
 }
 
 // newChaosInjector returns an injector for the server srv behind proxy;
@@ -94,12 +95,14 @@ func newChaosInjector(t *testing.T, srv *pgtxtest.Server, proxy *pgtxtest.Proxy,
 	}
 }
 
-// run injects faults until runCtx ends, one every 30–170ms, and restarts
-// the server once, at a random point between 30% and 60% of dur. The
-// restart is bounded by ctx, which outlives runCtx, so one begun just before
-// the end is finished, never left half done; every other wait ends with
-// runCtx. It leaves the proxy without rules, latency or refusal, and closes
-// its admin connection.
+// run injects faults until runCtx ends, one every 30–170ms; restarts the
+// server once, at a random point between 30% and 60% of dur; and crashes it
+// twice (an immediate shutdown, then a start: crash recovery, as after a
+// kill -9 of the postmaster), between 10% and 25% and between 65% and 85%
+// of dur. The restarts are bounded by ctx, which outlives runCtx, so one
+// begun just before the end is finished, never left half done; every other
+// wait ends with runCtx. It leaves the proxy without rules, latency or
+// refusal, and closes its admin connection.
 func (in *chaosInjector) run(ctx, runCtx context.Context, dur time.Duration) {
 	defer in.closeAdmin()
 	defer in.proxy.Reset()
@@ -108,12 +111,21 @@ func (in *chaosInjector) run(ctx, runCtx context.Context, dur time.Duration) {
 		total += f.weight
 	}
 	start := time.Now()
-	restartAt := start.Add(time.Duration((0.3 + 0.3*in.rng.Float64()) * float64(dur)))
+	at := func(from, to float64) time.Time {
+		return start.Add(time.Duration((from + (to-from)*in.rng.Float64()) * float64(dur)))
+	}
+	restartAt := at(0.3, 0.6)
+	crashAt := []time.Time{at(0.1, 0.25), at(0.65, 0.85)}
 	restarted := false
 	for runCtx.Err() == nil {
 		if !restarted && !time.Now().Before(restartAt) {
 			restarted = true
 			in.restartServer(ctx)
+			continue
+		}
+		if len(crashAt) > 0 && !time.Now().Before(crashAt[0]) {
+			crashAt = crashAt[1:]
+			in.crashServer(ctx)
 			continue
 		}
 		pick := in.rng.IntN(total)
@@ -153,6 +165,29 @@ func (in *chaosInjector) restartServer(ctx context.Context) {
 	in.restart = time.Since(start)
 	in.injected["server restart"]++
 	in.t.Logf("chaos: server restarted (downtime %v, back after %v)", downtime.Round(time.Millisecond), in.restart.Round(time.Millisecond))
+}
+
+// crashServer stops the server at once (an immediate shutdown: no
+// checkpoint, every session ended, COMMITs in flight cut) and starts it
+// again after a short downtime: crash recovery, which gives again the ids of
+// transactions whose records never reached the WAL. A failed crash or start
+// fails the test: the harness is broken.
+func (in *chaosInjector) crashServer(ctx context.Context) {
+	downtime := 50*time.Millisecond + time.Duration(in.rng.Int64N(int64(250*time.Millisecond)))
+	start := time.Now()
+	err := in.srv.Crash(ctx)
+	in.closeAdmin()
+	if err == nil {
+		chaosPause(ctx, downtime)
+		err = in.srv.Start(ctx)
+	}
+	if err != nil {
+		in.t.Errorf("chaos: crash restart: %v", err)
+		return
+	}
+	in.crashes = append(in.crashes, time.Since(start))
+	in.injected["crash restart"]++
+	in.t.Logf("chaos: server crashed (downtime %v, back after %v)", downtime.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 }
 
 // latencySpike delays every client→server message by 20–150ms for

@@ -69,7 +69,9 @@ type chaosCall struct {
 // goroutine cuts connections before BEGIN, before and after an UPDATE, before
 // COMMIT, after COMMIT is forwarded and instead of COMMIT's answer, adds
 // latency, refuses new connections, terminates backends, fills the server's
-// connection slots and restarts the server once. Failed calls are recorded,
+// connection slots, restarts the server once and crashes it twice (an
+// immediate shutdown and a start: crash recovery gives again the ids of
+// transactions whose records never reached the WAL). Failed calls are recorded,
 // never retried by the test. Afterwards the ledger and the balances must
 // agree with what every call reported: total unchanged, every success in the
 // ledger once, every ambiguous COMMIT at most once, every other failure
@@ -125,6 +127,9 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 
 	srv := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{
 		"max_connections": strconv.Itoa(chaosMaxConnections),
+		// A COMMIT acknowledged is on disk (the harness turns that off for
+		// speed): a crash must not take back what the server said it did.
+		"synchronous_commit": "on",
 	}})
 	direct := pgtxtest.NewDatabaseOn(t, srv)
 	proxy := pgtxtest.NewProxy(t, srv.Addr())
@@ -209,8 +214,8 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 		proxyAfter.CutsBeforeForward-proxyBefore.CutsBeforeForward, proxyAfter.CutsAfterForward-proxyBefore.CutsAfterForward,
 		proxyAfter.CutsOnCommitReply-proxyBefore.CutsOnCommitReply, proxyAfter.CutsAll-proxyBefore.CutsAll,
 		proxyAfter.Refused-proxyBefore.Refused)
-	t.Logf("server full: %d times filled to 53300 (%d direct connections opened); restart took %v",
-		in.full, in.hogs, in.restart.Round(time.Millisecond))
+	t.Logf("server full: %d times filled to 53300 (%d direct connections opened); restart took %v; crash restarts took %v",
+		in.full, in.hogs, in.restart.Round(time.Millisecond), in.crashes)
 	t.Logf("outcomes: %s", chaosCounts(tally.outcomes))
 	for _, kind := range slices.Sorted(maps.Keys(tally.samples)) {
 		t.Logf("  e.g. %s: %v", kind, tally.samples[kind])
@@ -233,8 +238,9 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 		if n := resolved + res.UnknownCount; n > 0 {
 			share = 100 * float64(resolved) / float64(n)
 		}
-		t.Logf("resolutions: committed %d, aborted %d, not applied %d, unknown %d: %d of %d ambiguous COMMITs resolved (%.0f%%); wrong resolutions %d",
-			res.CommittedCount, res.AbortedCount, res.NotAppliedCount, res.UnknownCount, resolved, resolved+res.UnknownCount, share, tally.wrong)
+		t.Logf("resolutions: committed %d, aborted %d (lost with a crash %d), not applied %d, unknown %d (restarted %d, elsewhere %d, forgotten %d, unanswered %d): %d of %d ambiguous COMMITs resolved (%.0f%%); wrong resolutions %d",
+			res.CommittedCount, res.AbortedCount, res.LostCount, res.NotAppliedCount, res.UnknownCount, res.RestartedCount,
+			res.ElsewhereCount, res.ForgottenCount, res.UnansweredCount, resolved, resolved+res.UnknownCount, share, tally.wrong)
 		if got := int64(tally.unknownApplied + tally.unknownAbsent); got != res.UnknownCount {
 			t.Errorf("%d calls returned ErrCommitUnknown, Stats().Resolved.UnknownCount = %d: every unresolved COMMIT, and only those, must end its call with ErrCommitUnknown",
 				got, res.UnknownCount)
@@ -275,8 +281,9 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 		t.Errorf("the run injected %d kinds of fault and committed %d transfers: it proves nothing",
 			len(in.injected), tally.outcomes["committed"])
 	}
-	if dur >= 5*time.Second && in.injected["server restart"] != 1 {
-		t.Errorf("the server restarted %d times, want once", in.injected["server restart"])
+	if dur >= 5*time.Second && (in.injected["server restart"] != 1 || in.injected["crash restart"] != 2) {
+		t.Errorf("the server restarted %d times and crashed %d times, want once and twice",
+			in.injected["server restart"], in.injected["crash restart"])
 	}
 }
 
