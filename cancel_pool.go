@@ -99,6 +99,7 @@ func cancelPoolConfig(cfg *Config, mainCfg *pgxpool.Config) (*pgxpool.Config, er
 		cc.RuntimeParams["statement_timeout"] = fmt.Sprint(durationMillis(grace))
 	}
 	delete(cc.RuntimeParams, "idle_in_transaction_session_timeout")
+	askUTF8(cc.RuntimeParams)
 	if app := cc.RuntimeParams["application_name"]; app != "" {
 		cc.RuntimeParams["application_name"] = app + " (pgtx cancel)"
 	}

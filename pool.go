@@ -253,6 +253,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	}
 	setSessionParam(pc.ConnConfig.RuntimeParams, "statement_timeout", cfg.StatementTimeout, defaultStatementTimeout)
 	setSessionParam(pc.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", cfg.IdleInTransactionTimeout, defaultIdleInTransactionTimeout)
+	askUTF8(pc.ConnConfig.RuntimeParams)
 
 	q := &queue{maxWaiters: int64(max(cfg.MaxWaiters, 0))}
 	installPoolTracer(pc, q)

@@ -70,6 +70,27 @@ func TestParseConfigError(t *testing.T) {
 	}
 }
 
+// TestClientEncoding: pgtx asks for client_encoding UTF8 at connect (pgx's
+// simple protocol needs it, and a server in the C locale reports SQL_ASCII
+// otherwise), unless the connection string chose one.
+func TestClientEncoding(t *testing.T) {
+	for _, tt := range []struct{ dsn, want, wantOptions string }{
+		{unreachableDSN, "UTF8", ""},
+		{unreachableDSN + "&client_encoding=LATIN1", "LATIN1", ""},
+		{unreachableDSN + "&options=-c%20client_encoding%3DLATIN1", "", "-c client_encoding=LATIN1"},
+	} {
+		p, err := NewWithConfig(context.Background(), mustParse(t, tt.dsn))
+		if err != nil {
+			t.Fatal(err)
+		}
+		params := p.pool.Config().ConnConfig.RuntimeParams
+		if params["client_encoding"] != tt.want || params["options"] != tt.wantOptions {
+			t.Errorf("%s: client_encoding %q, options %q; want %q, %q", tt.dsn, params["client_encoding"], params["options"], tt.want, tt.wantOptions)
+		}
+		p.Close()
+	}
+}
+
 func TestSessionParameters(t *testing.T) {
 	tests := []struct {
 		name          string

@@ -26,6 +26,18 @@ func setSessionParam(params map[string]string, name string, v, def time.Duration
 	params[name] = strconv.FormatInt(durationMillis(v), 10)
 }
 
+// askUTF8 asks the server for client_encoding UTF8 at connect, unless the
+// connection string chose an encoding. pgx runs a simple-protocol query
+// (pgtx's own, at connect and with BEGIN, and the caller's under
+// QueryExecModeSimpleProtocol) only when the server reports UTF8, and a
+// server reports its database's encoding unless the client asks: SQL_ASCII
+// for a cluster made by initdb in the C locale without --encoding.
+func askUTF8(params map[string]string) {
+	if _, ok := params["client_encoding"]; !ok && !optionsSet(params["options"], "client_encoding") {
+		params["client_encoding"] = "UTF8"
+	}
+}
+
 // optionsSet reports whether the server command-line options of a
 // connection string ("-c name=value", "-cname=value" or "--name=value",
 // with '-' allowed for '_' in the name, as the server reads them) set the

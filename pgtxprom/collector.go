@@ -80,6 +80,7 @@ type Collector struct {
 	breakerState, breakerRejected, breakerOpens *prometheus.Desc
 
 	resolutions *prometheus.Desc
+	unknown     *prometheus.Desc
 
 	contentionLimit, contentionWaiting, contentionWait *prometheus.Desc
 	contentionAttempts, contentionConflicts            *prometheus.Desc
@@ -174,6 +175,8 @@ func NewCollector(pools map[string]*pgtx.Pool, opts ...Option) *Collector {
 
 	c.resolutions = desc("commit_resolutions_total",
 		"Ambiguous COMMITs resolved (Config.ResolveTimeout), by result: committed, aborted, not_applied, unknown.", "result")
+	c.unknown = desc("commit_unknown_total",
+		"Ambiguous COMMITs whose outcome nothing could tell, by reason: unsupported, elsewhere, restarted, forgotten, unanswered.", "reason")
 
 	c.contentionLimit = desc("contention_limit",
 		"Attempts of the label the contention manager lets run at once; 0 while it does not limit them.", labelLabel)
@@ -254,6 +257,11 @@ func (c *Collector) collectPool(ch chan<- prometheus.Metric, name string, s pgtx
 	counter(c.resolutions, float64(rs.AbortedCount), "aborted")
 	counter(c.resolutions, float64(rs.NotAppliedCount), "not_applied")
 	counter(c.resolutions, float64(rs.UnknownCount), "unknown")
+	counter(c.unknown, float64(rs.UnsupportedCount), "unsupported")
+	counter(c.unknown, float64(rs.ElsewhereCount), "elsewhere")
+	counter(c.unknown, float64(rs.RestartedCount), "restarted")
+	counter(c.unknown, float64(rs.ForgottenCount), "forgotten")
+	counter(c.unknown, float64(rs.UnansweredCount), "unanswered")
 
 	for _, cs := range s.Contention {
 		gauge(c.contentionLimit, float64(cs.Limit), cs.Label)

@@ -200,6 +200,7 @@ func TestCollectAndCount(t *testing.T) {
 		{"pgtx_breaker_rejected_total", 0},
 		{"pgtx_breaker_opens_total", 0},
 		{"pgtx_commit_resolutions_total", 8},
+		{"pgtx_commit_unknown_total", 10},
 		// The contention manager's empty label, on by default.
 		{"pgtx_contention_limit", 2},
 		{"pgtx_contention_waiting", 2},
@@ -491,7 +492,8 @@ func TestCollectStatsFields(t *testing.T) {
 			SentCount: 100, SignalledCount: 11, NotFoundCount: 12, PoolErrorCount: 13, ProtocolCount: 14, ClosedCount: 15,
 			Latency: pgtx.Histogram{Count: 16, Duration: 17 * time.Second, Bounds: []time.Duration{time.Second}, Buckets: []int64{10, 6}},
 		},
-		Resolved: pgtx.ResolveStats{CommittedCount: 18, AbortedCount: 19, NotAppliedCount: 20, UnknownCount: 21},
+		Resolved: pgtx.ResolveStats{CommittedCount: 18, AbortedCount: 19, NotAppliedCount: 20, UnknownCount: 21,
+			UnsupportedCount: 1, ElsewhereCount: 2, RestartedCount: 3, ForgottenCount: 4, UnansweredCount: 11},
 		Breaker:  &pgtx.BreakerStats{State: pgtx.BreakerOpen, RejectedCount: 22, OpenedCount: 23},
 		Contention: []pgtx.ContentionStats{
 			{Label: ""},
@@ -545,6 +547,13 @@ pgtx_commit_resolutions_total{pool="main",result="aborted"} 19
 pgtx_commit_resolutions_total{pool="main",result="committed"} 18
 pgtx_commit_resolutions_total{pool="main",result="not_applied"} 20
 pgtx_commit_resolutions_total{pool="main",result="unknown"} 21
+# HELP pgtx_commit_unknown_total Ambiguous COMMITs whose outcome nothing could tell, by reason: unsupported, elsewhere, restarted, forgotten, unanswered.
+# TYPE pgtx_commit_unknown_total counter
+pgtx_commit_unknown_total{pool="main",reason="elsewhere"} 2
+pgtx_commit_unknown_total{pool="main",reason="forgotten"} 4
+pgtx_commit_unknown_total{pool="main",reason="restarted"} 3
+pgtx_commit_unknown_total{pool="main",reason="unanswered"} 11
+pgtx_commit_unknown_total{pool="main",reason="unsupported"} 1
 # HELP pgtx_breaker_state State of the pool's circuit breaker: 1 for the state it is in (closed, half-open, open), 0 for the others.
 # TYPE pgtx_breaker_state gauge
 pgtx_breaker_state{pool="main",state="closed"} 0

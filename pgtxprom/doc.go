@@ -109,6 +109,11 @@
 //   - pgtx_commit_resolutions_total{result="committed|aborted|not_applied|unknown"}
 //     (counter): what the server said became of them; unknown, nothing
 //     could tell (the call failed with [pgtx.ErrCommitUnknown]).
+//   - pgtx_commit_unknown_total{reason="unsupported|elsewhere|restarted|forgotten|unanswered"}
+//     (counter): the unknown ones by why ([pgtx.ResolveStats]): a server
+//     that cannot be asked, another system or timeline, a server that
+//     restarted and could not prove the id older, an id too old, no
+//     answer within ResolveTimeout.
 //
 // The contention manager ([pgtx.Config].Contention), one series per
 // [pgtx.Options].Label (label="" for calls without one), absent when it is

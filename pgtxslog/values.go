@@ -17,7 +17,7 @@ import (
 //	acquire_timeouts, queue_full           waits ended by AcquireTimeout, calls refused by MaxWaiters
 //	transactions, held, held_mean          calls started, attempts that held a connection, mean hold
 //	cancels {sent, signalled, not_found, pool_errors, protocol, closed, latency_p99}
-//	resolved {committed, aborted, not_applied, unknown, unsupported, elsewhere, terminated}
+//	resolved {committed, aborted, lost, not_applied, unknown, unsupported, elsewhere, restarted, forgotten, unanswered, terminated}
 //	breaker {name, state, calls, failures, slow, rejected, opened}
 //	contention {<label> {limit, running, waiting}}
 //
@@ -72,10 +72,14 @@ func (s statsValue) LogValue() slog.Value {
 		attrs = append(attrs, slog.Group("resolved",
 			slog.Int64("committed", r.CommittedCount),
 			slog.Int64("aborted", r.AbortedCount),
+			slog.Int64("lost", r.LostCount),
 			slog.Int64("not_applied", r.NotAppliedCount),
 			slog.Int64("unknown", r.UnknownCount),
 			slog.Int64("unsupported", r.UnsupportedCount),
 			slog.Int64("elsewhere", r.ElsewhereCount),
+			slog.Int64("restarted", r.RestartedCount),
+			slog.Int64("forgotten", r.ForgottenCount),
+			slog.Int64("unanswered", r.UnansweredCount),
 			slog.Int64("terminated", r.TerminatedCount)))
 	}
 	if b := s.Breaker; b != nil {

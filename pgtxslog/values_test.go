@@ -91,7 +91,7 @@ func TestStats(t *testing.T) {
 				Cancels: pgtx.CancelStats{SentCount: 4, SignalledCount: 2, NotFoundCount: 1, PoolErrorCount: 1,
 					ProtocolCount: 1, ClosedCount: 1, Latency: hist(4, 4*time.Millisecond, 2*time.Millisecond, 2, 2, 0, 0)},
 				Resolved: pgtx.ResolveStats{CommittedCount: 3, AbortedCount: 2, NotAppliedCount: 1, UnknownCount: 4,
-					UnsupportedCount: 1, ElsewhereCount: 2, TerminatedCount: 1},
+					UnsupportedCount: 1, ElsewhereCount: 2, UnansweredCount: 1, TerminatedCount: 1},
 				Breaker: &pgtx.BreakerStats{State: pgtx.BreakerHalfOpen, CallCount: 20, FailureCount: 11, SlowCount: 2,
 					RejectedCount: 300, OpenedCount: 2},
 				Contention: []pgtx.ContentionStats{
@@ -108,6 +108,7 @@ func TestStats(t *testing.T) {
 				"cancels.protocol": "1", "cancels.closed": "1", "cancels.latency_p99": "10ms",
 				"resolved.committed": "3", "resolved.aborted": "2", "resolved.not_applied": "1", "resolved.unknown": "4",
 				"resolved.unsupported": "1", "resolved.elsewhere": "2", "resolved.terminated": "1",
+				"resolved.lost": "0", "resolved.restarted": "0", "resolved.forgotten": "0", "resolved.unanswered": "1",
 				"breaker.state": "half-open", "breaker.calls": "20", "breaker.failures": "11", "breaker.slow": "2",
 				"breaker.rejected": "300", "breaker.opened": "2",
 				"contention._.limit": "2", "contention._.running": "2", "contention._.waiting": "1",
@@ -126,7 +127,8 @@ func TestStats(t *testing.T) {
 			name:  "only a resolution",
 			stats: pgtx.Stats{Resolved: pgtx.ResolveStats{TerminatedCount: 1}},
 			want: with("resolved.committed", "0", "resolved.aborted", "0", "resolved.not_applied", "0", "resolved.unknown", "0",
-				"resolved.unsupported", "0", "resolved.elsewhere", "0", "resolved.terminated", "1"),
+				"resolved.unsupported", "0", "resolved.elsewhere", "0", "resolved.terminated", "1",
+				"resolved.lost", "0", "resolved.restarted", "0", "resolved.forgotten", "0", "resolved.unanswered", "0"),
 		},
 	}
 	for _, tt := range tests {

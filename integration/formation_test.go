@@ -1,0 +1,287 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/pgtxtest"
+)
+
+// Bounds of TestFormationLedger.
+const (
+	formationWriters  = 8
+	formationDeadline = 10 * time.Second // each call's
+	formationBefore   = 2 * time.Second  // of writes before the fault
+	formationAfter    = 2 * time.Second  // of writes once the formation is back
+	// formationEarly is how much before its deadline a call may end and
+	// still count as ended by it (the last attempt's own bounds).
+	formationEarly = 250 * time.Millisecond
+)
+
+// formationFaults are the transitions of a pg_auto_failover formation the
+// ledger goes through, each with the states it ends in.
+var formationFaults = []struct {
+	name  string
+	fault func(ctx context.Context, f *pgtxtest.Formation) error
+	// back returns once the formation serves writes again as it will stay.
+	back func(ctx context.Context, f *pgtxtest.Formation, before pgtxtest.FormationNode) error
+}{
+	{"planned switchover", func(ctx context.Context, f *pgtxtest.Formation) error { return f.Failover(ctx) },
+		func(ctx context.Context, f *pgtxtest.Formation, before pgtxtest.FormationNode) error {
+			_, err := f.WaitState(ctx, map[string]string{before.Name: "secondary", other(before.Name): "primary"})
+			return err
+		}},
+	{"kill -9 of the primary's postmaster", func(ctx context.Context, f *pgtxtest.Formation) error {
+		_, err := f.KillPrimary(ctx)
+		return err
+	}, func(ctx context.Context, f *pgtxtest.Formation, before pgtxtest.FormationNode) error {
+		// The keeper restarts it in place, or the monitor fails over
+		// first: either way, a primary and a secondary again.
+		return waitPrimarySecondary(ctx, f)
+	}},
+	{"primary node stopped", func(ctx context.Context, f *pgtxtest.Formation) error {
+		_, err := f.StopPrimary(ctx)
+		return err
+	}, func(ctx context.Context, f *pgtxtest.Formation, before pgtxtest.FormationNode) error {
+		_, err := f.WaitState(ctx, map[string]string{other(before.Name): "wait_primary"})
+		return err
+	}},
+}
+
+func other(node string) string {
+	if node == "node1" {
+		return "node2"
+	}
+	return "node1"
+}
+
+// waitPrimarySecondary waits until one node is primary and the other
+// secondary, whichever way round.
+func waitPrimarySecondary(ctx context.Context, f *pgtxtest.Formation) error {
+	errs := make(chan error, 2)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for _, want := range []map[string]string{{"node1": "primary", "node2": "secondary"}, {"node1": "secondary", "node2": "primary"}} {
+		go func() {
+			_, err := f.WaitState(ctx, want)
+			errs <- err
+		}()
+	}
+	err := <-errs
+	if err != nil {
+		err = <-errs
+	}
+	cancel()
+	return err
+}
+
+// formationCall is one ledger write, as reported.
+type formationCall struct {
+	id          string
+	start, end  time.Time
+	err         error
+	runs        int
+	deadlineHit bool // ended within formationEarly of its deadline
+}
+
+// TestFormationLedger drives a ledger workload through a real
+// pg_auto_failover formation (a monitor, a primary and its synchronous
+// secondary), connecting with the formation's multi-host URI
+// (target_session_attrs=read-write), through a planned switchover, a kill
+// -9 of the primary's postmaster and a stopped primary node: eight writers,
+// each write a unique id in its own Transaction with a 10s deadline. After
+// each: every write reported committed is in the ledger exactly once and
+// nothing is there twice; nothing that failed is there; ErrCommitUnknown
+// comes only with its reason, in the error and in Stats; no call fails
+// before its deadline except on a permanent error; and the longest gap
+// between successes is set beside the formation's own transition time
+// (from its first event after the fault to the last).
+func TestFormationLedger(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts pg_auto_failover formations")
+	}
+	for _, fault := range formationFaults {
+		t.Run(fault.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			f := pgtxtest.StartFormation(t, pgtxtest.FormationOptions{})
+			primary, err := f.Primary(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustExec(t, ctx, directConn(t, primary.DSN), "create table ledger (id text primary key, at timestamptz not null default clock_timestamp())")
+			pool := newPool(t, f.URI(), func(c *pgtx.Config) {
+				c.MaxConns = formationWriters
+				c.ConnConfig.ConnectTimeout = 2 * time.Second
+			})
+
+			stop := make(chan struct{})
+			results := make([][]formationCall, formationWriters)
+			var wg sync.WaitGroup
+			for w := range formationWriters {
+				wg.Go(func() { results[w] = formationWriter(ctx, pool, w, stop) })
+			}
+			time.Sleep(formationBefore) // writes before the fault: paces load
+			faultAt := time.Now()
+			if err := fault.fault(ctx, f); err != nil {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("%s: %v", fault.name, err)
+			}
+			backErr := fault.back(ctx, f, primary)
+			backAt := time.Now()
+			if backErr == nil {
+				time.Sleep(formationAfter) // writes after: paces load
+			}
+			close(stop)
+			wg.Wait()
+			if backErr != nil {
+				t.Fatalf("the formation did not come back: %v", backErr)
+			}
+			calls := slices.Concat(results...)
+			checkFormationLedger(t, ctx, f, pool, calls, faultAt, backAt)
+		})
+	}
+}
+
+// formationWriter writes unique ids until stop is closed, each call with
+// its own deadline, and returns every call.
+func formationWriter(ctx context.Context, pool *pgtx.Pool, w int, stop <-chan struct{}) []formationCall {
+	var calls []formationCall
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return calls
+		default:
+		}
+		c := formationCall{id: fmt.Sprintf("w%d-%d", w, n), start: time.Now()}
+		cctx, cancel := context.WithTimeout(ctx, formationDeadline)
+		c.err = pgtx.Transaction(cctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+			c.runs++
+			_, err := tx.Exec(ctx, "insert into ledger (id) values ($1)", c.id)
+			return err
+		})
+		cancel()
+		c.end = time.Now()
+		c.deadlineHit = c.end.After(c.start.Add(formationDeadline - formationEarly))
+		calls = append(calls, c)
+	}
+}
+
+// checkFormationLedger checks the final primary's ledger against the calls
+// and reports the gap between successes beside the formation's transition.
+func checkFormationLedger(t *testing.T, ctx context.Context, f *pgtxtest.Formation, pool *pgtx.Pool, calls []formationCall, faultAt, backAt time.Time) {
+	t.Helper()
+	primary, err := f.Primary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger := map[string]int{}
+	rows, _ := directConn(t, primary.DSN).Query(ctx, "select id, count(*) from ledger group by id")
+	var id string
+	var n int
+	if _, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error { ledger[id] = n; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		committed, unknown, unknownApplied, failed, permanent, byDeadline int
+		successes                                                         []time.Time
+	)
+	made := map[string]bool{}
+	for _, c := range calls {
+		made[c.id] = true
+		switch {
+		case c.err == nil:
+			committed++
+			successes = append(successes, c.end)
+			if ledger[c.id] != 1 {
+				t.Errorf("LOST: %s was reported committed (fn ran %d times) and is in the ledger %d times", c.id, c.runs, ledger[c.id])
+			}
+		case errors.Is(c.err, pgtx.ErrCommitUnknown):
+			unknown++
+			if ledger[c.id] > 0 {
+				unknownApplied++
+			}
+			t.Logf("commit unknown: %s (in the ledger %d times): %v", c.id, ledger[c.id], c.err)
+		default:
+			failed++
+			if ledger[c.id] != 0 {
+				t.Errorf("PHANTOM: %s failed but is in the ledger: %v", c.id, c.err)
+			}
+			switch {
+			case pgtx.Classify(c.err) == pgtx.ClassPermanent:
+				permanent++
+				t.Logf("permanent error: %s: %v", c.id, c.err)
+			case c.deadlineHit:
+				byDeadline++
+				t.Logf("ended by its deadline after %v: %s: %v", c.end.Sub(c.start).Round(time.Millisecond), c.id, c.err)
+			default:
+				t.Errorf("%s failed %v before its deadline (after %v, fn ran %d times): %v",
+					c.id, c.start.Add(formationDeadline).Sub(c.end).Round(time.Millisecond), c.end.Sub(c.start).Round(time.Millisecond), c.runs, c.err)
+			}
+		}
+	}
+	for id, n := range ledger {
+		if !made[id] || n != 1 {
+			t.Errorf("the ledger holds %s %d times (made by a call: %v)", id, n, made[id])
+		}
+	}
+	res := pool.Stats().Resolved
+	if int64(unknown) != res.UnknownCount {
+		t.Errorf("%d calls returned ErrCommitUnknown, Stats().Resolved.UnknownCount = %d", unknown, res.UnknownCount)
+	}
+	slices.SortFunc(successes, func(a, b time.Time) int { return a.Compare(b) })
+	var gap time.Duration
+	for i := 1; i < len(successes); i++ {
+		gap = max(gap, successes[i].Sub(successes[i-1]))
+	}
+	transition, events := formationTransition(t, ctx, f, faultAt)
+	t.Logf("calls %d: committed %d, unknown %d (%d in fact committed), failed %d (permanent %d, by their deadline %d); fn ran again in %d calls",
+		len(calls), committed, unknown, unknownApplied, failed, permanent, byDeadline, rerun(calls))
+	t.Logf("resolutions %+v", res)
+	t.Logf("longest gap between successes %v; the formation's transition %v (%d events), back to serving %v after the fault",
+		gap.Round(time.Millisecond), transition.Round(time.Millisecond), events, backAt.Sub(faultAt).Round(time.Millisecond))
+	if committed == 0 || successes[len(successes)-1].Before(backAt) {
+		t.Errorf("no success after the formation was back: it proves nothing")
+	}
+}
+
+func rerun(calls []formationCall) int {
+	n := 0
+	for _, c := range calls {
+		if c.runs > 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// formationTransition is the time from the formation's first event after
+// the fault to its last, and how many there were.
+func formationTransition(t *testing.T, ctx context.Context, f *pgtxtest.Formation, faultAt time.Time) (time.Duration, int) {
+	t.Helper()
+	events, err := f.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first, last time.Time
+	n := 0
+	for _, e := range events {
+		if e.Time.Before(faultAt) {
+			continue
+		}
+		if n == 0 {
+			first = e.Time
+		}
+		last = e.Time
+		n++
+	}
+	return last.Sub(first), n
+}
