@@ -494,7 +494,7 @@ func TestCollectStatsFields(t *testing.T) {
 		},
 		Resolved: pgtx.ResolveStats{CommittedCount: 18, AbortedCount: 19, NotAppliedCount: 20, UnknownCount: 21,
 			UnsupportedCount: 1, ElsewhereCount: 2, RestartedCount: 3, ForgottenCount: 4, UnansweredCount: 11},
-		Breaker:  &pgtx.BreakerStats{State: pgtx.BreakerOpen, RejectedCount: 22, OpenedCount: 23},
+		Breaker: &pgtx.BreakerStats{State: pgtx.BreakerOpen, RejectedCount: 22, OpenedCount: 23},
 		Contention: []pgtx.ContentionStats{
 			{Label: ""},
 			{Label: "transfer", Limiting: true, Limit: 24, Waiting: 25, AttemptCount: 26, ConflictCount: 27, CommitCount: 28},
