@@ -99,9 +99,15 @@
 // again. A COMMIT whose connection was lost while it was in flight is never
 // run again blindly: pgtx asks the server what became of it
 // ([Config].ResolveTimeout), and runs it again only if the server says it
-// did not commit. When nothing could know, the error matches
-// [ErrCommitUnknown]: the transaction may have committed; it means only
-// that. Constraint, syntax, data and authentication errors, a database,
+// did not commit. An answer is used only when it is about this
+// transaction: a server that restarted, recovered from a crash or was
+// promoted since the transaction began may have given its id to another
+// transaction, so there "committed" counts only when the server's latest
+// checkpoint proves the id older than that change, while "aborted" and an
+// id not yet given mean the transaction is not in the history the server
+// kept. When nothing could know, the error matches [ErrCommitUnknown] and
+// says why ([ResolveStats] counts the reasons): the transaction may have
+// committed; it means only that. Constraint, syntax, data and authentication errors, a database,
 // host or socket that does not exist, the caller's own errors and misuse,
 // and errors wrapped with [NonRetryable].
 //
