@@ -42,16 +42,18 @@ type RetryPolicy struct {
 	// answers, until the context's deadline or until this bound, whichever
 	// comes first; these retries count against neither MaxRetries nor
 	// MaxAdaptiveRetries, and do not make MaxAdaptiveRetries the cap of the
-	// call's other retries. The pause before each is the overload backoff
-	// (BaseBackoff, MaxBackoff, attempt counted from 1 over the call's
-	// unavailable retries), cut to half the time left before that end, so
-	// that the next attempt starts in time: no call stops early because a
-	// full pause would not fit. Once half the time left is under
-	// BaseBackoff, the call waits for the end instead: a deadline ends it
-	// with an error matching context.DeadlineExceeded (the last attempt's
-	// error stays reachable), and at this bound one last attempt is made.
-	// The retry budget applies to these retries too. Default 15s;
-	// negative: an unavailable server is not retried.
+	// call's other retries. The pause before the n-th of them is the
+	// overload backoff, jitter * min(MaxBackoff, BaseBackoff * 2^n), n
+	// counted from 1 over the call's unavailable retries, but at most half
+	// the time left before that end, so that the next attempt starts in
+	// time: no call stops early because a full pause would not fit. When
+	// half the time left is under BaseBackoff, the call waits for the end
+	// instead: a deadline ends it with an error matching
+	// context.DeadlineExceeded (the last attempt's error stays reachable),
+	// and at this bound one last attempt is made. The retry budget applies
+	// to these retries too. Default 15s; negative: an unavailable server is
+	// not retried (MaxRetries and MaxAdaptiveRetries do not switch these
+	// retries off).
 	UnavailableTimeout time.Duration
 
 	// Jitter returns a value in [0, 1) that scales every backoff (full
