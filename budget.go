@@ -7,8 +7,8 @@ import (
 )
 
 // ErrRetryBudgetExhausted is matched (errors.Is) by the error [Transaction]
-// returns when an overload or lost-connection retry was refused because the
-// pool's retry budget was spent. The error also wraps the last database
+// returns when an overload, unavailable-server or lost-connection retry was
+// refused because the pool's retry budget was spent. The error also wraps the last database
 // error, which stays reachable with errors.As.
 var ErrRetryBudgetExhausted = errors.New("pgtx: retry budget exhausted")
 
@@ -19,9 +19,10 @@ const (
 	defaultBudgetWindow       = 10 * time.Second
 )
 
-// RetryBudget bounds the overload and lost-connection retries of a whole
-// Pool, so that per-call retries cannot add up to a retry storm when a
-// database sheds load: over the last Window, such retries may not exceed
+// RetryBudget bounds the overload, unavailable-server ([ClassUnavailable])
+// and lost-connection retries of a whole Pool, so that per-call retries
+// cannot add up to a retry storm when a database sheds load or is down:
+// over the last Window, such retries may not exceed
 // Ratio times the calls that succeeded, plus a floor of MinPerSecond retries
 // per second (a token bucket holding at most one second's worth, full at the
 // start), so a quiet or just-started client can still retry. It is the shape

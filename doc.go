@@ -66,15 +66,27 @@
 // with full jitter, at most [RetryPolicy].MaxRetries times (default 10). It
 // also runs again, on a fresh connection, when the connection was lost before
 // COMMIT was sent. Overload errors (53300 too_many_connections, 57P03
-// cannot_connect_now, the pooler equivalents) and an unavailable server (a
-// connection that cannot be made while the server restarts) are retried at
-// most [RetryPolicy].MaxAdaptiveRetries times (default 2) with jitter *
+// cannot_connect_now, the pooler equivalents) are retried at most
+// [RetryPolicy].MaxAdaptiveRetries times (default 2) with jitter *
 // min(10s, 100ms * 2^attempt), as the Client Backpressure specification of
 // MongoDB's drivers prescribes; once one has been seen, that cap applies to
-// every later retry of the call, but a kind of retry the caller switched off
-// stays off. A retry whose pause would end past the context's deadline is
-// not attempted. Overload and lost-connection retries of the whole pool are
-// bounded by a [RetryBudget]. A call that ends after retries (or with a
+// every later retry of the call (those after an unavailable server, below,
+// excepted), but a kind of retry the caller switched off stays off. A retry whose pause would end past the context's deadline is
+// not attempted.
+//
+// A server that cannot be connected to ([ClassUnavailable]: refused while it
+// restarts, no read-write host while a standby is promoted) is expected back
+// within seconds: it is retried with the same pauses until the context's
+// deadline, or until [RetryPolicy].UnavailableTimeout (default 15s) after
+// the call's first such error when that comes first, and no call ends early
+// because a full pause would not fit: the pause is cut to half the time
+// left, and near the deadline the call waits for it and ends with an error
+// matching context.DeadlineExceeded. These retries are capped by neither
+// MaxRetries nor MaxAdaptiveRetries, and do not cap the call's other
+// retries.
+//
+// Overload, unavailable-server and lost-connection retries of the whole pool
+// are bounded by a [RetryBudget]. A call that ends after retries (or with a
 // retry refused) returns a [*RetryError] saying how many attempts it made
 // and why it stopped.
 //

@@ -136,12 +136,21 @@ func (nestedError) Is(target error) bool {
 //
 //	pgtx: gave up after 11 attempts (MaxRetries 10): ERROR: could not serialize access ... (SQLSTATE 40001)
 //
+// A call that kept meeting an unavailable server ([ClassUnavailable]) says
+// first for how long it was unreachable (from the call's first such error)
+// and what ended the call: [RetryPolicy].UnavailableTimeout, or the context,
+// whose error then comes next:
+//
+//	pgtx: gave up after 9 attempts (the server was unreachable for 15s, UnavailableTimeout 15s): failed to connect to ...
+//	pgtx: gave up after 7 attempts (the server was unreachable for 9.9s until the context ended): context deadline exceeded: failed to connect to ...
+//
 // It unwraps to the last attempt's error, so errors.As still finds the
-// *pgconn.PgError and errors.Is the caller's errors and the sentinels; it
-// matches [ErrRetryBudgetExhausted] when the budget refused the retry. An
-// error that ended a first attempt and would never have been retried (fn's
-// own error, say) is returned as it is. An outer retry loop should not
-// retry a RetryError: pgtx already did.
+// *pgconn.PgError and errors.Is the caller's errors and the sentinels (and
+// the context's error, when the context ended the call); it matches
+// [ErrRetryBudgetExhausted] when the budget refused the retry. An error
+// that ended a first attempt and would never have been retried (fn's own
+// error, say) is returned as it is. An outer retry loop should not retry a
+// RetryError: pgtx already did.
 type RetryError struct {
 	// Attempts is the number of attempts the call made.
 	Attempts int
@@ -149,8 +158,12 @@ type RetryError struct {
 	Err error
 
 	reason stopReason
-	limit  string // the cap that was reached: "MaxRetries" or "MaxAdaptiveRetries"
+	limit  string // the cap that was reached: "MaxRetries", "MaxAdaptiveRetries" or "UnavailableTimeout"
 	cap    int
+	// unreachable is how long the server had been unavailable (since the
+	// call's first such error) when that ended the call, 0 otherwise; bound
+	// is the UnavailableTimeout in force.
+	unreachable, bound time.Duration
 }
 
 // Error says how many attempts there were, why they stopped, and the last
@@ -171,12 +184,26 @@ func (e *RetryError) Error() string {
 		why = "retry budget exhausted"
 	case stopContext:
 		why = "the context ended"
+		if e.unreachable > 0 {
+			why = "the server was unreachable for " + roundDuration(e.unreachable) + " until the context ended"
+		}
+	case stopUnreachable:
+		why = "the server was unreachable for " + roundDuration(e.unreachable) + ", UnavailableTimeout " + e.bound.String()
 	}
 	attempts := " attempts"
 	if e.Attempts == 1 {
 		attempts = " attempt"
 	}
 	return "pgtx: " + verb + " after " + strconv.Itoa(e.Attempts) + attempts + " (" + why + "): " + e.Err.Error()
+}
+
+// roundDuration formats d to the millisecond, or to the 10 milliseconds from
+// a second up.
+func roundDuration(d time.Duration) string {
+	if d >= time.Second {
+		return d.Round(10 * time.Millisecond).String()
+	}
+	return d.Round(time.Millisecond).String()
 }
 
 // Unwrap returns the last attempt's error.

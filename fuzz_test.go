@@ -94,8 +94,13 @@ var cancelledCtx = func() context.Context {
 	return ctx
 }()
 
-// classFromByte maps a fuzzed byte to an attempt's error.
+// errFromByte maps a fuzzed byte to an attempt's error: a byte from 0xC0
+// up is a refused connection (an unavailable server), the others cycle
+// through the classes the caps count.
 func errFromByte(b byte) error {
+	if b >= 0xC0 {
+		return refusedErr()
+	}
 	switch b % 6 {
 	case 0:
 		return pgErr(pgerrcode.SerializationFailure)
@@ -112,58 +117,93 @@ func errFromByte(b byte) error {
 }
 
 // FuzzRetryDecision runs the retry loop over random sequences of attempt
-// outcomes, caps, jitters and deadlines on a fake clock, and checks the
-// contract: attempts never exceed the caps (MaxRetries while no overload has
-// been seen, MaxAdaptiveRetries for every retry after one was); no pause ends
-// past the deadline; every retry is paired with exactly one pause; a call that
-// stops early returns the last error.
+// outcomes, caps, jitters, deadlines and unavailable bounds on a fake clock
+// (whose deadline ends a pause as a real one does), and checks the
+// contract: the retries after conflicts, lost connections and overloads
+// never exceed the caps (MaxRetries while no overload has been seen,
+// MaxAdaptiveRetries for every such retry after one was), and the retries
+// after an unavailable server count against neither; a class switched off
+// is never retried; no pause ends past the deadline; every retry is paired
+// with exactly one pause; a call that stops early returns the last error;
+// and a call that stops on an unavailable server stops only at its end: at
+// the deadline, with an error matching context.DeadlineExceeded, or once
+// UnavailableTimeout has passed since the first unavailable error.
 func FuzzRetryDecision(f *testing.F) {
-	f.Add([]byte{0, 0, 0, 5}, int8(0), int8(0), 0.5, uint16(0))
-	f.Add([]byte{2, 0, 0, 0, 0}, int8(0), int8(0), 1.0, uint16(0))
-	f.Add([]byte{0, 0, 0, 0, 2, 2}, int8(3), int8(4), 0.9, uint16(250))
-	f.Add([]byte{2, 2, 2, 2, 2, 2, 2}, int8(-1), int8(6), 0.99, uint16(1000))
-	f.Add([]byte{3, 3, 1, 4, 0}, int8(1), int8(-1), 0.1, uint16(30))
-	f.Fuzz(func(t *testing.T, seq []byte, maxRetries, maxAdaptive int8, jitter float64, deadlineMs uint16) {
+	f.Add([]byte{0, 0, 0, 5}, int8(0), int8(0), 0.5, uint16(0), int16(0))
+	f.Add([]byte{2, 0, 0, 0, 0}, int8(0), int8(0), 1.0, uint16(0), int16(0))
+	f.Add([]byte{0, 0, 0, 0, 2, 2}, int8(3), int8(4), 0.9, uint16(250), int16(0))
+	f.Add([]byte{2, 2, 2, 2, 2, 2, 2}, int8(-1), int8(6), 0.99, uint16(1000), int16(0))
+	f.Add([]byte{3, 3, 1, 4, 0}, int8(1), int8(-1), 0.1, uint16(30), int16(0))
+	f.Add([]byte{0xC0, 0xC0, 0xC0, 0, 0, 0}, int8(0), int8(0), 1.0, uint16(0), int16(0))
+	f.Add([]byte{0xC0, 0xC0, 0xC0, 0xC0, 0xC0, 0xC0, 0xC0, 0xC0, 0xC0, 0xC0, 0xC0, 0xC0, 0xC0, 0xC0, 0xC0}, int8(0), int8(0), 0.7, uint16(2500), int16(0))
+	f.Add([]byte{2, 0xC0, 0xC0, 0, 0, 0, 0xC1}, int8(0), int8(0), 0.9, uint16(0), int16(1500))
+	f.Add([]byte{0xC0, 0xC0, 4, 4, 4}, int8(0), int8(-1), 0.5, uint16(900), int16(-1))
+	f.Fuzz(func(t *testing.T, seq []byte, maxRetries, maxAdaptive int8, jitter float64, deadlineMs uint16, unavailableMs int16) {
 		if len(seq) > 64 {
 			seq = seq[:64]
 		}
-		policy := RetryPolicy{MaxRetries: int(maxRetries), MaxAdaptiveRetries: int(maxAdaptive), Jitter: constJitter(jitter)}.withDefaults()
-		start := time.Now().Add(time.Hour)
+		policy := RetryPolicy{MaxRetries: int(maxRetries), MaxAdaptiveRetries: int(maxAdaptive), Jitter: constJitter(jitter),
+			UnavailableTimeout: time.Duration(unavailableMs) * time.Millisecond}.withDefaults()
+		start := time.Unix(1000, 0)
 		clk := &fakeClock{now: start}
-		ctx := context.Background()
+		var ctx context.Context = context.Background()
 		deadline := start.Add(time.Duration(deadlineMs) * time.Millisecond)
 		if deadlineMs > 0 {
-			var cancel context.CancelFunc
-			// The real deadline is an hour and more away; the fake clock
-			// reaches it only through the loop's own pauses.
-			ctx, cancel = context.WithDeadline(ctx, deadline)
-			defer cancel()
+			ctx = fakeDeadline(clk, deadline.Sub(start))
 		}
 		l := &retryLoop{policy: &policy, clock: clk, maxRetries: policy.MaxRetries}
-		var outcomes []error
-		overloadSeen := false
+		var (
+			outcomes         []error
+			counted          int // retries the caps count
+			overloadSeen     bool
+			unavailableSince time.Time
+		)
 		err := l.run(ctx, func(context.Context) (Class, error) {
 			i := len(outcomes)
 			var e error
 			if i < len(seq) {
 				e = errFromByte(seq[i])
 			}
-			if i > 0 { // this attempt is retry number i
-				cap := policy.MaxRetries
-				if overloadSeen {
-					cap = policy.MaxAdaptiveRetries
-				}
-				if i > cap {
-					t.Fatalf("retry %d exceeds the cap %d (overload seen %v, sequence %v)", i, cap, overloadSeen, seq[:i])
+			if i > 0 { // this attempt is retry number i, after outcomes[i-1]
+				switch prev := Classify(outcomes[i-1]); {
+				case prev == ClassUnavailable:
+					if policy.UnavailableTimeout == 0 {
+						t.Fatalf("retry %d after an unavailable server with UnavailableTimeout off", i)
+					}
+					if clk.now.After(unavailableSince.Add(policy.UnavailableTimeout)) {
+						t.Fatalf("retry %d at %v, past UnavailableTimeout %v after the first unavailable error (%v)",
+							i, clk.now.Sub(start), policy.UnavailableTimeout, unavailableSince.Sub(start))
+					}
+					if deadlineMs > 0 && !clk.now.Before(deadline) {
+						t.Fatalf("retry %d started at the deadline", i)
+					}
+				case prev == ClassOverload && policy.MaxAdaptiveRetries == 0, prev != ClassOverload && l.maxRetries == 0:
+					t.Fatalf("retry %d after %v, a class switched off", i, prev)
+				default:
+					counted++
+					cap := policy.MaxRetries
+					if overloadSeen {
+						cap = policy.MaxAdaptiveRetries
+					}
+					if counted > cap {
+						t.Fatalf("retry %d (%d counted) exceeds the cap %d (overload seen %v, sequence %v)", i, counted, cap, overloadSeen, seq[:i])
+					}
 				}
 			}
-			if Classify(e) == ClassOverload {
+			switch Classify(e) {
+			case ClassOverload:
 				overloadSeen = true
+			case ClassUnavailable:
+				if unavailableSince.IsZero() {
+					unavailableSince = clk.now
+				}
 			}
 			outcomes = append(outcomes, e)
 			return Classify(e), e
 		})
-		if len(clk.sleeps) != len(outcomes)-1 {
+		// A pause the deadline ended is followed by no attempt.
+		endedInPause := deadlineMs > 0 && clk.now.Equal(deadline) && errors.Is(err, context.DeadlineExceeded)
+		if len(clk.sleeps) != len(outcomes)-1 && !(endedInPause && len(clk.sleeps) == len(outcomes)) {
 			t.Fatalf("%d attempts but %d pauses", len(outcomes), len(clk.sleeps))
 		}
 		if deadlineMs > 0 && clk.now.After(deadline) {
@@ -172,6 +212,24 @@ func FuzzRetryDecision(f *testing.F) {
 		last := outcomes[len(outcomes)-1]
 		if (err == nil) != (last == nil) || (err != nil && !errors.Is(err, last)) {
 			t.Fatalf("returned %v, last attempt ended with %v", err, last)
+		}
+		if Classify(last) != ClassUnavailable || policy.UnavailableTimeout == 0 {
+			return
+		}
+		// The call gave up on an unavailable server: only at its end.
+		end := unavailableSince.Add(policy.UnavailableTimeout)
+		if deadlineMs > 0 && !deadline.After(end) {
+			if !clk.now.Equal(deadline) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("gave up at %v with %v; want at the deadline %v, matching context.DeadlineExceeded",
+					clk.now.Sub(start), err, deadline.Sub(start))
+			}
+			return
+		}
+		// At the end, or later when a retry of another class took the
+		// call past it.
+		var re *RetryError
+		if clk.now.Before(end) || !errors.As(err, &re) || re.reason != stopUnreachable {
+			t.Fatalf("gave up at %v with %v; want at UnavailableTimeout's end %v", clk.now.Sub(start), err, end.Sub(start))
 		}
 	})
 }

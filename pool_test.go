@@ -172,7 +172,7 @@ func TestNegativeSwitchesOff(t *testing.T) {
 	cfg.AcquireTimeout, cfg.CommitTimeout, cfg.RollbackTimeout = -1, -1, -1
 	cfg.ResolveTimeout, cfg.MaxWaiters, cfg.CancelGrace, cfg.CancelConnectTimeout = -1, -1, -1, -1
 	cfg.StatementTimeout, cfg.IdleInTransactionTimeout = -1, -1
-	cfg.Retry = RetryPolicy{MaxRetries: -1, MaxAdaptiveRetries: -1, BaseBackoff: -1, MaxBackoff: -1,
+	cfg.Retry = RetryPolicy{MaxRetries: -1, MaxAdaptiveRetries: -1, UnavailableTimeout: -1, BaseBackoff: -1, MaxBackoff: -1,
 		ConflictBaseBackoff: -1, ConflictMaxBackoff: -1, Budget: RetryBudget{Ratio: -1}}
 	cfg.Contention.Threshold = -1
 	p, err := NewWithConfig(context.Background(), cfg)
@@ -186,7 +186,7 @@ func TestNegativeSwitchesOff(t *testing.T) {
 		t.Errorf("settings %+v, maxWaiters %d, grace %v, budget %v: every one must be off", s, p.queue.maxWaiters, p.cancel.grace, p.budget)
 	}
 	r := s.retry
-	if r.MaxRetries != 0 || r.MaxAdaptiveRetries != 0 || r.BaseBackoff != 0 || r.ConflictMaxBackoff != 0 {
+	if r.MaxRetries != 0 || r.MaxAdaptiveRetries != 0 || r.UnavailableTimeout != 0 || r.BaseBackoff != 0 || r.ConflictMaxBackoff != 0 {
 		t.Errorf("retry %+v: every one must be off", r)
 	}
 	params := p.pool.Config().ConnConfig.RuntimeParams
@@ -212,7 +212,8 @@ func TestDefaultsResolved(t *testing.T) {
 		t.Errorf("timeouts = %+v", s)
 	}
 	r := s.retry
-	if r.MaxRetries != 10 || r.MaxAdaptiveRetries != 2 || r.BaseBackoff != 100*time.Millisecond || r.MaxBackoff != 10*time.Second || r.Jitter == nil {
+	if r.MaxRetries != 10 || r.MaxAdaptiveRetries != 2 || r.UnavailableTimeout != 15*time.Second || r.BaseBackoff != 100*time.Millisecond ||
+		r.MaxBackoff != 10*time.Second || r.Jitter == nil {
 		t.Errorf("retry defaults = %+v", r)
 	}
 }

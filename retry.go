@@ -15,6 +15,7 @@ const (
 	defaultMaxBackoff          = 10 * time.Second
 	defaultConflictBaseBackoff = 5 * time.Millisecond
 	defaultConflictMaxBackoff  = 500 * time.Millisecond
+	defaultUnavailableTimeout  = 15 * time.Second
 )
 
 // RetryPolicy says how often and how far apart [Transaction] runs a
@@ -26,11 +27,34 @@ type RetryPolicy struct {
 	MaxRetries int
 
 	// MaxAdaptiveRetries caps the retries after an overload error (53300,
-	// 57P03, a pooler's admission error) or an unavailable server. Once
-	// one has been seen, it caps every later retry of the call whatever
-	// its cause: the call's total retry limit becomes MaxAdaptiveRetries.
-	// Default 2; negative: no overload retries.
+	// 57P03, a pooler's admission error). Once one has been seen, it caps
+	// every later retry of the call whatever its cause (the retries after
+	// an unavailable server excepted: see UnavailableTimeout): the call's
+	// total retry limit becomes MaxAdaptiveRetries. Default 2; negative:
+	// no overload retries.
 	MaxAdaptiveRetries int
+
+	// UnavailableTimeout is how long a call keeps retrying a server it
+	// cannot connect to ([ClassUnavailable]: a connection refused, or
+	// reset or closed while connecting, no read-write host while a standby
+	// is promoted), counted from the call's first such error. A failover
+	// or a restart takes seconds, so such a server is retried until it
+	// answers, until the context's deadline or until this bound, whichever
+	// comes first; these retries count against neither MaxRetries nor
+	// MaxAdaptiveRetries, and do not make MaxAdaptiveRetries the cap of the
+	// call's other retries. The pause before the n-th of them is the
+	// overload backoff, jitter * min(MaxBackoff, BaseBackoff * 2^n), n
+	// counted from 1 over the call's unavailable retries, but at most half
+	// the time left before that end, so that the next attempt starts in
+	// time: no call stops early because a full pause would not fit. When
+	// half the time left is under BaseBackoff, the call waits for the end
+	// instead: a deadline ends it with an error matching
+	// context.DeadlineExceeded (the last attempt's error stays reachable),
+	// and at this bound one last attempt is made. The retry budget applies
+	// to these retries too. Default 15s; negative: an unavailable server is
+	// not retried (MaxRetries and MaxAdaptiveRetries do not switch these
+	// retries off).
+	UnavailableTimeout time.Duration
 
 	// Jitter returns a value in [0, 1) that scales every backoff (full
 	// jitter). nil means math/rand/v2. Values outside [0, 1) are clamped.
@@ -40,8 +64,9 @@ type RetryPolicy struct {
 	// BaseBackoff and MaxBackoff shape the overload backoff:
 	// jitter * min(MaxBackoff, BaseBackoff * 2^attempt), attempt counted
 	// from 1 over all retries of the call, as the Client Backpressure
-	// specification of MongoDB's drivers has it. Defaults 100ms and 10s;
-	// negative: no pause.
+	// specification of MongoDB's drivers has it (the retries after an
+	// unavailable server are counted apart: see UnavailableTimeout).
+	// Defaults 100ms and 10s; negative: no pause.
 	BaseBackoff time.Duration
 	MaxBackoff  time.Duration
 
@@ -54,8 +79,9 @@ type RetryPolicy struct {
 	ConflictBaseBackoff time.Duration
 	ConflictMaxBackoff  time.Duration
 
-	// Budget bounds the overload and lost-connection retries of the whole
-	// pool; its zero value is on, with the defaults of [RetryBudget].
+	// Budget bounds the overload, unavailable-server and lost-connection
+	// retries of the whole pool; its zero value is on, with the defaults
+	// of [RetryBudget].
 	Budget RetryBudget
 }
 
@@ -72,6 +98,7 @@ func (p RetryPolicy) withDefaults() RetryPolicy {
 	p.MaxBackoff = defaultOrNone(p.MaxBackoff, defaultMaxBackoff)
 	p.ConflictBaseBackoff = defaultOrNone(p.ConflictBaseBackoff, defaultConflictBaseBackoff)
 	p.ConflictMaxBackoff = defaultOrNone(p.ConflictMaxBackoff, defaultConflictMaxBackoff)
+	p.UnavailableTimeout = defaultOrNone(p.UnavailableTimeout, defaultUnavailableTimeout)
 	if p.Jitter == nil {
 		p.Jitter = rand.Float64
 	}
@@ -99,12 +126,18 @@ func backoff(jitter float64, base, maxBackoff time.Duration, attempt int) time.D
 
 // retryState is the per-call state of the retry loop.
 type retryState struct {
-	// retries counts all retries of the call so far (the Client Backpressure specification's attempt).
+	// retries counts the retries of the call so far (the Client Backpressure
+	// specification's attempt), but those after an unavailable server.
 	retries int
 	// overloadSeen sticks once any attempt failed with an overload error.
 	overloadSeen bool
 	// conflicts counts the conflicts in a row that ended the last attempts.
 	conflicts int
+	// unavailable counts the retries after an unavailable server, and
+	// unavailableSince is when the call's first such error came (zero:
+	// none yet).
+	unavailable      int
+	unavailableSince time.Time
 }
 
 // decision is what the loop does after a failed attempt.
@@ -119,29 +152,35 @@ type stopReason int
 
 const (
 	stopNotRetryable stopReason = iota // the class is never retried
-	stopCapReached                     // MaxRetries or MaxAdaptiveRetries reached
+	stopCapReached                     // MaxRetries or MaxAdaptiveRetries reached, or the class is off
 	stopDeadline                       // the backoff would end past the deadline
 	stopBudget                         // the retry budget is spent
 	stopContext                        // the caller's context ended
+	stopUnreachable                    // UnavailableTimeout passed with the server unreachable
 )
 
 // next decides whether a call that failed with an error of class c runs
 // again, and after how long. maxRetries is the conflict/lost-connection cap
 // for this call (the policy's or the per-call override, already resolved).
-// It follows the Client Backpressure specification's pseudocode: the retry counter counts every retry; an
-// overload makes MaxAdaptiveRetries the cap of the call from then on; a
-// backoff that would end past the deadline ends the call at once.
+// It follows the Client Backpressure specification's pseudocode: the retry
+// counter counts every retry; an overload makes MaxAdaptiveRetries the cap of
+// the call from then on; a backoff that would end past the deadline ends the
+// call at once. An unavailable server is pgtx's own class, outside that
+// counter and those caps: nextUnavailable decides its retries.
 func (p *RetryPolicy) next(st *retryState, c Class, maxRetries int, now time.Time, deadline time.Time, hasDeadline bool) decision {
 	if !c.Retryable() {
 		return decision{reason: stopNotRetryable}
 	}
+	if c == ClassUnavailable {
+		return p.nextUnavailable(st, now, deadline, hasDeadline)
+	}
 	// A class the caller switched off is never retried, whatever the cap
 	// an earlier overload made the call's.
-	if (c.adaptive() && p.MaxAdaptiveRetries == 0) || (!c.adaptive() && maxRetries == 0) {
+	if (c == ClassOverload && p.MaxAdaptiveRetries == 0) || (c != ClassOverload && maxRetries == 0) {
 		return decision{reason: stopCapReached}
 	}
 	st.retries++
-	if c.adaptive() {
+	if c == ClassOverload {
 		st.overloadSeen = true
 	}
 	allowed := maxRetries
@@ -158,6 +197,46 @@ func (p *RetryPolicy) next(st *retryState, c Class, maxRetries int, now time.Tim
 	d := backoff(clampJitter(p.Jitter()), base, maxB, st.retries)
 	if hasDeadline && now.Add(d).After(deadline) {
 		return decision{reason: stopDeadline}
+	}
+	return decision{retry: true, backoff: d}
+}
+
+// nextUnavailable decides the retry after an unavailable server: retried
+// until the end, the earlier of the deadline and UnavailableTimeout after the
+// call's first unavailable error, with the overload backoff cut to half the
+// time left; when that half is under BaseBackoff, the pause lasts until the
+// end (past a deadline by BaseBackoff, so that the context, not the pause,
+// ends the call).
+func (p *RetryPolicy) nextUnavailable(st *retryState, now time.Time, deadline time.Time, hasDeadline bool) decision {
+	if p.UnavailableTimeout <= 0 {
+		return decision{reason: stopCapReached}
+	}
+	if st.unavailableSince.IsZero() {
+		st.unavailableSince = now
+	}
+	end := st.unavailableSince.Add(p.UnavailableTimeout)
+	atDeadline := hasDeadline && !deadline.After(end)
+	if atDeadline {
+		end = deadline
+	}
+	left := end.Sub(now)
+	if left <= 0 {
+		if atDeadline {
+			// The deadline passed by the clock before the context said so.
+			return decision{reason: stopContext}
+		}
+		return decision{reason: stopUnreachable}
+	}
+	st.unavailable++
+	d := backoff(clampJitter(p.Jitter()), p.BaseBackoff, p.MaxBackoff, st.unavailable)
+	if d > left/2 {
+		d = left / 2
+		if d < p.BaseBackoff {
+			d = left
+			if atDeadline {
+				d += p.BaseBackoff
+			}
+		}
 	}
 	return decision{retry: true, backoff: d}
 }
@@ -215,7 +294,8 @@ type retryLoop struct {
 // attemptFunc runs one whole attempt and returns its error and class.
 type attemptFunc func(ctx context.Context) (Class, error)
 
-// budgeted reports whether retries of class c draw on the retry budget.
+// budgeted reports whether retries of class c draw on the retry budget: all
+// but conflict retries.
 func budgeted(c Class) bool { return c.adaptive() || c == ClassConnectionLost }
 
 // endedByContext reports whether the caller's context, having ended, is
@@ -291,6 +371,10 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			}
 		default:
 			d = l.policy.next(&st, class, l.maxRetries, l.clock.Now(), deadline, hasDeadline)
+			if d.reason == stopContext {
+				// The deadline passed by the clock, not yet by ctx.
+				err = pastDeadline(err)
+			}
 			if d.retry && l.budget != nil && budgeted(class) && !l.budget.withdraw(l.clock.Now()) {
 				d = decision{reason: stopBudget}
 			}
@@ -303,7 +387,7 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			}
 		}
 		if !d.retry && err != nil {
-			err = l.gaveUp(err, n, d.reason, st.overloadSeen)
+			err = l.gaveUp(err, class, n, d.reason, &st)
 		}
 		if l.tracer != nil {
 			l.tracer.TraceAttemptEnd(actx, TraceAttemptEndData{
@@ -315,9 +399,11 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 		if !d.retry {
 			break
 		}
-		if l.clock.Sleep(ctx, d.backoff) != nil {
+		// A pause that ended as ctx did ends the call too: an attempt
+		// on a dead context would only replace the error with ctx's.
+		if l.clock.Sleep(ctx, d.backoff) != nil || ctx.Err() != nil {
 			interrupted = true
-			err = l.gaveUp(withContextErr(ctx, err), n, stopContext, st.overloadSeen)
+			err = l.gaveUp(withContextErr(ctx, err), class, n, stopContext, &st)
 			break
 		}
 	}
@@ -336,17 +422,32 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 
 // gaveUp returns the error a call that made n attempts ends with: err as it
 // is after a single attempt that nothing would have retried, else a
-// *RetryError that says how many attempts there were and why no more.
-func (l *retryLoop) gaveUp(err error, n int, why stopReason, overloadSeen bool) error {
+// *RetryError that says how many attempts there were and why no more. class
+// is the last attempt's.
+func (l *retryLoop) gaveUp(err error, class Class, n int, why stopReason, st *retryState) error {
 	if n == 1 && (why == stopNotRetryable || why == stopContext) {
 		return err
 	}
-	limit, cap := "", 0
-	if why == stopCapReached {
-		limit, cap = "MaxRetries", l.maxRetries
-		if overloadSeen || (Classify(err).adaptive() && l.policy.MaxAdaptiveRetries == 0) {
-			limit, cap = "MaxAdaptiveRetries", l.policy.MaxAdaptiveRetries
-		}
+	e := &RetryError{Attempts: n, Err: err, reason: why}
+	switch {
+	case why == stopCapReached && class == ClassUnavailable:
+		e.limit = "UnavailableTimeout" // switched off: nothing else caps it
+	case why == stopCapReached && (st.overloadSeen || (class == ClassOverload && l.policy.MaxAdaptiveRetries == 0)):
+		e.limit, e.cap = "MaxAdaptiveRetries", l.policy.MaxAdaptiveRetries
+	case why == stopCapReached:
+		e.limit, e.cap = "MaxRetries", l.maxRetries
+	case class == ClassUnavailable && (why == stopUnreachable || why == stopContext) && !st.unavailableSince.IsZero():
+		e.unreachable = l.clock.Now().Sub(st.unavailableSince)
+		e.bound = l.policy.UnavailableTimeout
 	}
-	return &RetryError{Attempts: n, Err: err, reason: why, limit: limit, cap: cap}
+	return e
+}
+
+// pastDeadline returns err matching context.DeadlineExceeded, for a call
+// whose deadline the clock saw pass before the context reported it.
+func pastDeadline(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return &contextError{ctxErr: context.DeadlineExceeded, err: err}
 }

@@ -36,9 +36,15 @@ const (
 	ClassOverload
 	// ClassUnavailable is a connection that could not be made to a server
 	// that may come back: refused, or reset or closed while connecting (a
-	// server restarting, a pooler not admitting). It is backed off exactly
-	// as an overload (the Client Backpressure specification's backoff, [RetryPolicy].MaxAdaptiveRetries,
-	// the retry budget) but named for what it is.
+	// server restarting, a pooler not admitting or unable to reach it), or
+	// no read-write host among those named while a standby is promoted. A
+	// failover or a restart takes seconds, so it is retried until the
+	// context's deadline, or [RetryPolicy].UnavailableTimeout after the
+	// call's first such error when that comes first, paced by the Client
+	// Backpressure specification's backoff and the retry budget; neither
+	// MaxRetries nor MaxAdaptiveRetries caps these retries, and they do not
+	// make MaxAdaptiveRetries the cap of the call's other retries, as an
+	// overload does.
 	ClassUnavailable
 	// ClassConnectionLost is a connection that died before COMMIT was sent
 	// (08xxx, 57P01, 57P02, reset, EOF, pgconn.ErrConnClosed). Nothing
@@ -88,8 +94,10 @@ func (c Class) Retryable() bool {
 	return c == ClassConflict || c == ClassOverload || c == ClassUnavailable || c == ClassConnectionLost
 }
 
-// adaptive reports the classes backed off by the Client Backpressure specification's rules: the overload
-// backoff, the MaxAdaptiveRetries cap that sticks.
+// adaptive reports the classes paced by the Client Backpressure
+// specification's backoff (BaseBackoff, MaxBackoff). Only an overload sets
+// the MaxAdaptiveRetries cap that sticks; an unavailable server is retried
+// until the deadline or UnavailableTimeout.
 func (c Class) adaptive() bool { return c == ClassOverload || c == ClassUnavailable }
 
 // Classify returns the class of err as [Transaction] sees it outside of COMMIT.
@@ -126,7 +134,7 @@ func Classify(err error) Class {
 		// No connection could be made (refused, or reset or closed while
 		// connecting) and no server error says why: the server is
 		// restarting or down, or a pooler in front of it is not admitting.
-		// Back off as from an overloaded server instead of hammering it.
+		// Ride it out with the overload backoff instead of hammering it.
 		return ClassUnavailable
 	}
 	if errors.As(err, &connectErr) {

@@ -76,7 +76,10 @@ type TraceAttemptEndData struct {
 	Class Class
 	// Duration is the attempt's wall time, acquire to release.
 	Duration time.Duration
-	// Retry reports whether another attempt follows, after Backoff.
+	// Retry reports whether another attempt follows, after Backoff,
+	// unless the context ends first: after an unavailable server, the last
+	// pause before a deadline lasts until the deadline, and a little past
+	// it (see [RetryPolicy].UnavailableTimeout).
 	Retry   bool
 	Backoff time.Duration
 	// AdmissionWait is how long the attempt waited at the contention

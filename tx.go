@@ -73,6 +73,11 @@ type Options struct {
 	// this call: 0 keeps the pool's, negative means no overload retries.
 	MaxAdaptiveRetries int
 
+	// UnavailableTimeout overrides [RetryPolicy].UnavailableTimeout for
+	// this call: 0 keeps the pool's, negative means an unavailable server
+	// is not retried.
+	UnavailableTimeout time.Duration
+
 	// RetryUniqueViolations, under [Serializable], retries a unique
 	// violation (23505) or an exclusion violation (23P01) as a conflict.
 	// The PostgreSQL documentation (§13.5, "Serialization Failure
@@ -92,8 +97,11 @@ type Options struct {
 // On a serialization failure (40001) or deadlock (40P01) the whole
 // transaction runs again — a new BEGIN, fn again, a new COMMIT — after a
 // short jittered pause. On an overload error it backs off exponentially with
-// full jitter. If the connection is lost before COMMIT it runs again on a
-// fresh connection. If the connection is lost while COMMIT is in flight,
+// full jitter; a server it cannot connect to (refused while it restarts, no
+// read-write host while a standby is promoted) is retried the same way until
+// ctx's deadline or [RetryPolicy].UnavailableTimeout, whichever comes
+// first. If the connection is lost before COMMIT it runs again on a fresh
+// connection. If the connection is lost while COMMIT is in flight,
 // pgtx asks the server whether it committed ([Config].ResolveTimeout); when
 // nothing can tell, the error matches [ErrCommitUnknown] and fn is not run
 // again. Timeouts (57014, context errors, [ErrAcquireTimeout]) and all other
@@ -150,11 +158,7 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts
 	if opts.MaxRetries != 0 {
 		loop.maxRetries = defaultOrNone(opts.MaxRetries, 0)
 	}
-	if opts.MaxAdaptiveRetries != 0 {
-		policy := pool.settings.retry
-		policy.MaxAdaptiveRetries = defaultOrNone(opts.MaxAdaptiveRetries, 0)
-		loop.policy = &policy
-	}
+	loop.policy = opts.retryPolicy(loop.policy)
 	var err error
 	if pool.breaker == nil {
 		err = loop.run(ctx, a.run)
@@ -165,6 +169,22 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts
 		a.cur.afterCommit(ctx)
 	}
 	return err
+}
+
+// retryPolicy returns the retry policy of a call with these options on a
+// pool whose policy is p: p itself, or a copy with the per-call overrides.
+func (o Options) retryPolicy(p *RetryPolicy) *RetryPolicy {
+	if o.MaxAdaptiveRetries == 0 && o.UnavailableTimeout == 0 {
+		return p
+	}
+	policy := *p
+	if o.MaxAdaptiveRetries != 0 {
+		policy.MaxAdaptiveRetries = defaultOrNone(o.MaxAdaptiveRetries, 0)
+	}
+	if o.UnavailableTimeout != 0 {
+		policy.UnavailableTimeout = defaultOrNone(o.UnavailableTimeout, 0)
+	}
+	return &policy
 }
 
 // TransactionValue is [TransactionWithOptions] for a fn that returns a

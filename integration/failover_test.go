@@ -59,7 +59,6 @@ func TestResolveFailover(t *testing.T) {
 		c.MaxConns = failoverWorkers
 		c.ConnConfig.ConnectTimeout = time.Second
 		c.Retry.MaxRetries = 50
-		c.Retry.MaxAdaptiveRetries = 10
 		c.Retry.MaxBackoff = 200 * time.Millisecond
 		c.Retry.Budget.Ratio = -1
 	})

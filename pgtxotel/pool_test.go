@@ -43,6 +43,7 @@ func newOfflinePoolWith(t *testing.T, edit func(*pgtx.Config)) *pgtx.Pool {
 	cfg.CancelMode = pgtx.CancelModeProtocol
 	cfg.Retry.MaxRetries = -1
 	cfg.Retry.MaxAdaptiveRetries = -1
+	cfg.Retry.UnavailableTimeout = -1
 	edit(cfg)
 	pool, err := pgtx.NewWithConfig(context.Background(), cfg)
 	if err != nil {

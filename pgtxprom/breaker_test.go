@@ -73,7 +73,7 @@ func TestBreakerTracerNamespace(t *testing.T) {
 func TestBreakerTracerOnPool(t *testing.T) {
 	bt := NewBreakerTracer()
 	pool := newOfflinePoolWith(t, func(cfg *pgtx.Config) {
-		cfg.Retry.MaxRetries, cfg.Retry.MaxAdaptiveRetries = -1, -1
+		cfg.Retry.MaxRetries, cfg.Retry.MaxAdaptiveRetries, cfg.Retry.UnavailableTimeout = -1, -1, -1
 		cfg.Breaker = &pgtx.BreakerConfig{Name: "offline", ConsecutiveFailures: 1, OpenFor: time.Nanosecond, Tracer: bt}
 	})
 	err := pgtx.Transaction(context.Background(), pool, pgtx.ReadCommitted, func(context.Context, pgx.Tx) error { return nil })

@@ -317,7 +317,7 @@ func TestNewCollectorCopiesMap(t *testing.T) {
 func TestCollectorBreaker(t *testing.T) {
 	newPool := func(openFor time.Duration) *pgtx.Pool {
 		return newOfflinePoolWith(t, func(cfg *pgtx.Config) {
-			cfg.Retry.MaxRetries, cfg.Retry.MaxAdaptiveRetries = -1, -1
+			cfg.Retry.MaxRetries, cfg.Retry.MaxAdaptiveRetries, cfg.Retry.UnavailableTimeout = -1, -1, -1
 			cfg.Breaker = &pgtx.BreakerConfig{ConsecutiveFailures: 1, OpenFor: openFor}
 		})
 	}

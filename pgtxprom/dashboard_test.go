@@ -49,7 +49,7 @@ var metricName = regexp.MustCompile(`\bpgtx_[a-z0-9_]+\b`)
 func exportedNames(t *testing.T) map[string]bool {
 	t.Helper()
 	pool := newOfflinePoolWith(t, func(cfg *pgtx.Config) {
-		cfg.Retry.MaxRetries, cfg.Retry.MaxAdaptiveRetries = -1, -1
+		cfg.Retry.MaxRetries, cfg.Retry.MaxAdaptiveRetries, cfg.Retry.UnavailableTimeout = -1, -1, -1
 		cfg.Breaker = &pgtx.BreakerConfig{ConsecutiveFailures: 1}
 	})
 	// One call that cannot connect, so the pool's counters and the

@@ -847,7 +847,7 @@ func TestPoolEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.CancelMode = pgtx.CancelModeProtocol
-	cfg.Retry.MaxRetries, cfg.Retry.MaxAdaptiveRetries = -1, -1
+	cfg.Retry.MaxRetries, cfg.Retry.MaxAdaptiveRetries, cfg.Retry.UnavailableTimeout = -1, -1, -1
 	cfg.Breaker = &pgtx.BreakerConfig{Name: "offline", ConsecutiveFailures: 1, OpenFor: time.Hour}
 	cfg.Tracer = tr
 	pool, err := pgtx.NewWithConfig(context.Background(), cfg)

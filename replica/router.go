@@ -103,7 +103,8 @@ func (r *Router) ReadWithOptions(ctx context.Context, iso pgtx.Isolation, opts p
 	}
 	replicaOpts := opts
 	if r.retarget {
-		replicaOpts.MaxAdaptiveRetries = -1 // an overload moves the read on instead
+		// An overload or an unreachable replica moves the read on instead.
+		replicaOpts.MaxAdaptiveRetries, replicaOpts.UnavailableTimeout = -1, -1
 	}
 	for i := range n {
 		replica := r.replicas[(first+i)%n]

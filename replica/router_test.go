@@ -280,8 +280,9 @@ func TestRead(t *testing.T) {
 }
 
 // TestReadWithOptions: the isolation and options reach every transaction,
-// READ ONLY is forced, and with retargeting the replicas get no overload
-// retries of their own while the primary keeps the caller's.
+// READ ONLY is forced, and with retargeting the replicas get no overload or
+// unavailable-server retries of their own while the primary keeps the
+// caller's.
 func TestReadWithOptions(t *testing.T) {
 	for _, retarget := range []bool{false, true} {
 		t.Run(fmt.Sprintf("retarget=%v", retarget), func(t *testing.T) {
@@ -301,7 +302,7 @@ func TestReadWithOptions(t *testing.T) {
 				want := opts
 				want.ReadOnly = true
 				if retarget && c.pool != "p" {
-					want.MaxAdaptiveRetries = -1
+					want.MaxAdaptiveRetries, want.UnavailableTimeout = -1, -1
 				}
 				if c.iso != pgtx.RepeatableRead || c.opts != want {
 					t.Errorf("%s: iso %v, opts %+v, want %v, %+v", c.pool, c.iso, c.opts, pgtx.RepeatableRead, want)
@@ -392,7 +393,7 @@ func TestReadUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	noRetries := pgtx.Options{MaxRetries: -1, MaxAdaptiveRetries: -1}
+	noRetries := pgtx.Options{MaxRetries: -1, MaxAdaptiveRetries: -1, UnavailableTimeout: -1}
 	fn := func(context.Context, pgx.Tx) error {
 		t.Error("fn ran without a connection")
 		return nil

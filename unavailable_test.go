@@ -1,0 +1,359 @@
+package pgtx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgerrcode"
+)
+
+// refusedErr is a connection refused while the server restarts or a standby
+// is promoted: ClassUnavailable.
+func refusedErr() error {
+	return &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+}
+
+func ms(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+
+// TestUnavailableRetriedUntilDeadline: a server that stays unreachable is
+// retried until the context's deadline, never given up on before it. The
+// pauses are jitter * min(MaxBackoff, BaseBackoff * 2^n), n counting the
+// unavailable retries from 1, cut to half the time left; once half the time
+// left is under BaseBackoff the call waits for the deadline, which ends it
+// with an error matching context.DeadlineExceeded and the refusal.
+func TestUnavailableRetriedUntilDeadline(t *testing.T) {
+	tests := []struct {
+		name       string
+		policy     RetryPolicy
+		deadline   time.Duration
+		wantSleeps []time.Duration
+	}{
+		{
+			name: "jitter 1, 10s: the formula, then half the time left, then the wait", policy: RetryPolicy{Jitter: constJitter(1)}, deadline: 10 * time.Second,
+			wantSleeps: []time.Duration{ms(200), ms(400), ms(800), ms(1600), ms(3200), // 2^n * 100ms
+				ms(1900), ms(950), ms(475), ms(237.5), ms(118.75), // half the time left
+				ms(118.75)}, // half of it is under 100ms: wait for the deadline
+		},
+		{
+			name: "jitter 0.5, 3s", policy: RetryPolicy{Jitter: constJitter(0.5)}, deadline: 3 * time.Second,
+			wantSleeps: []time.Duration{ms(100), ms(200), ms(400), ms(800), ms(750), ms(375), ms(187.5), ms(187.5)},
+		},
+		{
+			name: "a deadline shorter than the first pause: the call waits for it", policy: RetryPolicy{Jitter: constJitter(1)}, deadline: 150 * time.Millisecond,
+			wantSleeps: []time.Duration{ms(150)},
+		},
+		{
+			name: "MaxBackoff caps the pause", policy: RetryPolicy{Jitter: constJitter(1), MaxBackoff: 300 * time.Millisecond}, deadline: 2 * time.Second,
+			wantSleeps: []time.Duration{ms(200), ms(300), ms(300), ms(300), ms(300), ms(300), ms(150), ms(150)},
+		},
+		{
+			name: "MaxRetries and MaxAdaptiveRetries off cap nothing", policy: RetryPolicy{Jitter: constJitter(1), MaxRetries: -1, MaxAdaptiveRetries: -1}, deadline: time.Second,
+			wantSleeps: []time.Duration{ms(200), ms(400), ms(200), ms(100), ms(100)},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &fakeClock{now: time.Unix(1000, 0)}
+			start := clk.now
+			ctx := fakeDeadline(clk, tt.deadline)
+			calls := 0
+			refused := refusedErr()
+			err := newLoop(tt.policy, clk).run(ctx, scripted(&calls, repeat(refused, 1000)...))
+			if fmt.Sprint(clk.sleeps) != fmt.Sprint(tt.wantSleeps) {
+				t.Errorf("sleeps %v\nwant   %v", clk.sleeps, tt.wantSleeps)
+			}
+			if calls != len(tt.wantSleeps) {
+				t.Errorf("attempts %d, want %d: one per pause but the last, which the deadline ends", calls, len(tt.wantSleeps))
+			}
+			if got := clk.now.Sub(start); got != tt.deadline {
+				t.Errorf("the call ended after %v, want at its deadline %v", got, tt.deadline)
+			}
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, refused) || !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Errorf("err = %v: want it to match context.DeadlineExceeded and keep the refusal", err)
+			}
+			var re *RetryError
+			if calls == 1 {
+				// A single attempt whose retry the deadline ended: the
+				// error as it is, as for every class.
+				if errors.As(err, &re) {
+					t.Errorf("err = %v: one attempt, want no *RetryError", err)
+				}
+				return
+			}
+			if !errors.As(err, &re) || re.Attempts != calls {
+				t.Fatalf("err = %v: want a *RetryError of %d attempts", err, calls)
+			}
+			want := fmt.Sprintf("pgtx: gave up after %d attempts (the server was unreachable for %v until the context ended): context deadline exceeded: ", calls, tt.deadline)
+			if !strings.HasPrefix(err.Error(), want) {
+				t.Errorf("message %q\nwant it to begin %q", err, want)
+			}
+		})
+	}
+}
+
+// TestUnavailableBound: without a deadline UnavailableTimeout (default 15s,
+// from the call's first unavailable error) ends the retries, after one last
+// attempt at the bound; with a deadline the earlier of the two ends them;
+// negative: not retried at all, whatever the other caps.
+func TestUnavailableBound(t *testing.T) {
+	tests := []struct {
+		name         string
+		policy       RetryPolicy
+		before       []error       // errors of the attempts before the first refusal
+		deadline     time.Duration // 0: none
+		wantAttempts int
+		wantEnd      time.Duration // when the call ends, from its start
+		wantMsg      string
+	}{
+		{name: "no deadline: the default bound, 15s", policy: RetryPolicy{Jitter: constJitter(1)}, wantAttempts: 13, wantEnd: 15 * time.Second,
+			wantMsg: "pgtx: gave up after 13 attempts (the server was unreachable for 15s, UnavailableTimeout 15s): "},
+		{name: "no deadline: a bound of 2s", policy: RetryPolicy{Jitter: constJitter(1), UnavailableTimeout: 2 * time.Second}, wantAttempts: 7, wantEnd: 2 * time.Second,
+			wantMsg: "pgtx: gave up after 7 attempts (the server was unreachable for 2s, UnavailableTimeout 2s): "},
+		{name: "a deadline later than the bound: the bound", policy: RetryPolicy{Jitter: constJitter(1), UnavailableTimeout: 2 * time.Second}, deadline: time.Minute,
+			wantAttempts: 7, wantEnd: 2 * time.Second, wantMsg: "pgtx: gave up after 7 attempts (the server was unreachable for 2s, UnavailableTimeout 2s): "},
+		{name: "a deadline earlier than the bound: the deadline", policy: RetryPolicy{Jitter: constJitter(1), UnavailableTimeout: 20 * time.Second}, deadline: 2 * time.Second,
+			wantAttempts: 6, wantEnd: 2 * time.Second, wantMsg: "pgtx: gave up after 6 attempts (the server was unreachable for 2s until the context ended): context deadline exceeded: "},
+		{name: "counted from the first unavailable error", policy: RetryPolicy{Jitter: constJitter(1), UnavailableTimeout: 2 * time.Second},
+			before: repeat(pgErr(pgerrcode.SerializationFailure), 3), wantAttempts: 10, wantEnd: 2*time.Second + ms(10+20+40),
+			wantMsg: "pgtx: gave up after 10 attempts (the server was unreachable for 2s, UnavailableTimeout 2s): "},
+		{name: "negative: not retried", policy: RetryPolicy{UnavailableTimeout: -1}, wantAttempts: 1,
+			wantMsg: "pgtx: gave up after 1 attempt (UnavailableTimeout off): "},
+		{name: "negative, with a deadline: not retried", policy: RetryPolicy{UnavailableTimeout: -1}, deadline: time.Minute, wantAttempts: 1,
+			wantMsg: "pgtx: gave up after 1 attempt (UnavailableTimeout off): "},
+		{name: "negative, after conflicts: not retried", policy: RetryPolicy{UnavailableTimeout: -1, Jitter: constJitter(1)},
+			before: repeat(pgErr(pgerrcode.SerializationFailure), 2), wantAttempts: 3, wantEnd: ms(10 + 20),
+			wantMsg: "pgtx: gave up after 3 attempts (UnavailableTimeout off): "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := &fakeClock{now: time.Unix(1000, 0)}
+			start := clk.now
+			var ctx context.Context = context.Background()
+			if tt.deadline > 0 {
+				ctx = fakeDeadline(clk, tt.deadline)
+			}
+			calls := 0
+			refused := refusedErr()
+			err := newLoop(tt.policy, clk).run(ctx, scripted(&calls, append(tt.before, repeat(refused, 1000)...)...))
+			if calls != tt.wantAttempts {
+				t.Errorf("attempts %d, want %d (sleeps %v)", calls, tt.wantAttempts, clk.sleeps)
+			}
+			if got := clk.now.Sub(start); got != tt.wantEnd {
+				t.Errorf("the call ended after %v, want %v (sleeps %v)", got, tt.wantEnd, clk.sleeps)
+			}
+			if !errors.Is(err, refused) {
+				t.Errorf("err = %v: the refusal must stay reachable", err)
+			}
+			if got := errors.Is(err, context.DeadlineExceeded); got != (tt.deadline > 0 && tt.deadline == tt.wantEnd) {
+				t.Errorf("err = %v: matches context.DeadlineExceeded %v, want it only when the deadline ended the call", err, got)
+			}
+			if Classify(err) != ClassUnavailable && !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v classified %v, want unavailable", err, Classify(err))
+			}
+			if !strings.HasPrefix(err.Error(), tt.wantMsg) {
+				t.Errorf("message %q\nwant it to begin %q", err, tt.wantMsg)
+			}
+		})
+	}
+}
+
+// TestUnavailableOutsideTheCaps: unavailable retries count against neither
+// MaxRetries nor MaxAdaptiveRetries and do not set the sticky overload cap,
+// so a conflict after a restart keeps its MaxRetries; an overload still
+// makes MaxAdaptiveRetries the cap of the call's later retries (an
+// unavailable server's excepted), and a class switched off stays off.
+func TestUnavailableOutsideTheCaps(t *testing.T) {
+	conflict, overload := pgErr(pgerrcode.SerializationFailure), pgErr(pgerrcode.CannotConnectNow)
+	lost := fmt.Errorf("read: %w", net.ErrClosed)
+	refused := refusedErr()
+	tests := []struct {
+		name         string
+		policy       RetryPolicy
+		errs         []error
+		wantAttempts int
+		wantLast     error // nil: success
+		wantMsg      string
+	}{
+		{name: "a restart, then conflicts: retried, then success", errs: append(repeat(refused, 6), repeat(conflict, 8)...), wantAttempts: 15},
+		{name: "a restart, then conflicts: MaxRetries still 10", errs: append(repeat(refused, 6), repeat(conflict, 20)...), wantAttempts: 6 + 11, wantLast: conflict,
+			wantMsg: "pgtx: gave up after 17 attempts (MaxRetries 10): "},
+		{name: "conflicts, a restart, conflicts: MaxRetries counts the conflicts only", errs: append(append(repeat(conflict, 5), repeat(refused, 6)...), repeat(conflict, 20)...),
+			wantAttempts: 5 + 6 + 6, wantLast: conflict, wantMsg: "pgtx: gave up after 17 attempts (MaxRetries 10): "},
+		{name: "a restart, then lost connections: MaxRetries", policy: RetryPolicy{MaxRetries: 3}, errs: append(repeat(refused, 4), repeat(lost, 20)...), wantAttempts: 4 + 4, wantLast: lost},
+		{name: "a restart, then 57P03 while it starts: two overload retries", errs: append(repeat(refused, 6), overload, overload), wantAttempts: 9},
+		{name: "a restart, then 57P03 three times: MaxAdaptiveRetries 2", errs: append(repeat(refused, 6), repeat(overload, 5)...), wantAttempts: 6 + 3, wantLast: overload,
+			wantMsg: "pgtx: gave up after 9 attempts (MaxAdaptiveRetries 2): "},
+		{name: "overload is sticky: a refusal is still retried, a conflict is capped", errs: append(append([]error{overload}, repeat(refused, 6)...), repeat(conflict, 5)...),
+			wantAttempts: 1 + 6 + 2, wantLast: conflict, wantMsg: "pgtx: gave up after 9 attempts (MaxAdaptiveRetries 2): "},
+		{name: "MaxAdaptiveRetries off: refusals retried, the 57P03 is not", policy: RetryPolicy{MaxAdaptiveRetries: -1}, errs: append(repeat(refused, 3), overload),
+			wantAttempts: 4, wantLast: overload, wantMsg: "pgtx: gave up after 4 attempts (MaxAdaptiveRetries off): "},
+		{name: "MaxRetries off: refusals retried, the conflict is not", policy: RetryPolicy{MaxRetries: -1}, errs: append(repeat(refused, 3), conflict),
+			wantAttempts: 4, wantLast: conflict, wantMsg: "pgtx: gave up after 4 attempts (MaxRetries off): "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := 0
+			p := tt.policy
+			p.Jitter = constJitter(0.5)
+			l := newLoop(p, &fakeClock{now: time.Unix(1000, 0)})
+			err := l.run(context.Background(), scripted(&calls, tt.errs...))
+			if calls != tt.wantAttempts {
+				t.Errorf("attempts %d, want %d", calls, tt.wantAttempts)
+			}
+			switch {
+			case tt.wantLast == nil && err != nil:
+				t.Errorf("err = %v, want success", err)
+			case tt.wantLast != nil && !errors.Is(err, tt.wantLast):
+				t.Errorf("err = %v, want the last attempt's %v", err, tt.wantLast)
+			}
+			if tt.wantMsg != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.wantMsg)) {
+				t.Errorf("message %v\nwant it to begin %q", err, tt.wantMsg)
+			}
+		})
+	}
+}
+
+// TestUnavailablePausesCountedApart: the overload and conflict pauses after
+// a restart start again from attempt 1 (the refusals are counted apart), and
+// the refusals' pauses from 1 after conflicts.
+func TestUnavailablePausesCountedApart(t *testing.T) {
+	conflict, overload, refused := pgErr(pgerrcode.SerializationFailure), pgErr(pgerrcode.CannotConnectNow), refusedErr()
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	calls := 0
+	err := newLoop(RetryPolicy{Jitter: constJitter(1), MaxAdaptiveRetries: 5}, clk).
+		run(context.Background(), scripted(&calls, conflict, conflict, refused, refused, refused, overload, conflict))
+	if err != nil || calls != 8 {
+		t.Fatalf("err = %v after %d attempts, want success after 8", err, calls)
+	}
+	want := []time.Duration{
+		ms(10), ms(20), // conflicts: 5ms * 2^1, 2^2
+		ms(200), ms(400), ms(800), // refusals: 100ms * 2^1, 2^2, 2^3
+		ms(800), // overload: retry 3 of the call's counted retries, 100ms * 2^3
+		ms(80)}  // conflict: retry 4, 5ms * 2^4
+	if fmt.Sprint(clk.sleeps) != fmt.Sprint(want) {
+		t.Errorf("sleeps %v, want %v", clk.sleeps, want)
+	}
+}
+
+// TestUnavailableBudget: the pool's retry budget bounds unavailable retries:
+// when it is spent the call ends at once, before its deadline, with an
+// error matching ErrRetryBudgetExhausted that keeps the refusal.
+func TestUnavailableBudget(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	tests := []struct {
+		name         string
+		successes    int
+		wantAttempts int
+	}{
+		{"empty budget: no retry", 0, 1},
+		{"10 successes pay for 2 retries", 10, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := newRetryBudget(RetryBudget{MinPerSecond: -1}, t0)
+			for range tt.successes {
+				b.success(t0)
+			}
+			clk := &fakeClock{now: t0}
+			l := newLoop(RetryPolicy{Jitter: constJitter(1)}, clk)
+			l.budget = b
+			calls := 0
+			refused := refusedErr()
+			err := l.run(fakeDeadline(clk, 10*time.Second), scripted(&calls, repeat(refused, 100)...))
+			if calls != tt.wantAttempts {
+				t.Errorf("attempts %d, want %d", calls, tt.wantAttempts)
+			}
+			if !errors.Is(err, ErrRetryBudgetExhausted) || !errors.Is(err, refused) || errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v: want ErrRetryBudgetExhausted and the refusal, not the deadline", err)
+			}
+			want := fmt.Sprintf("pgtx: gave up after %d attempt", tt.wantAttempts)
+			if !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "(retry budget exhausted): ") {
+				t.Errorf("message %q", err)
+			}
+		})
+	}
+}
+
+// TestUnavailableContextEnds: a caller that goes away while the server is
+// unreachable ends the call at once with its context's error and the
+// refusal; a deadline the clock saw pass before the context reported it
+// ends the call the same way, without another attempt.
+func TestUnavailableContextEnds(t *testing.T) {
+	refused := refusedErr()
+	t.Run("cancelled during a pause", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		clk := &fakeClock{now: time.Unix(1000, 0)}
+		calls := 0
+		attempt := func(context.Context) (Class, error) {
+			calls++
+			if calls == 3 {
+				cancel()
+			}
+			return ClassUnavailable, refused
+		}
+		err := newLoop(RetryPolicy{Jitter: constJitter(1)}, clk).run(ctx, attempt)
+		if calls != 3 || !errors.Is(err, context.Canceled) || !errors.Is(err, refused) {
+			t.Errorf("attempts %d, err %v: want 3 and both context.Canceled and the refusal", calls, err)
+		}
+		if want := "pgtx: gave up after 3 attempts (the server was unreachable for 600ms until the context ended): context canceled: "; !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("message %q\nwant it to begin %q", err, want)
+		}
+	})
+	t.Run("the deadline passed by the clock first", func(t *testing.T) {
+		// A real deadline an hour away, and a clock that reaches it during
+		// an attempt: the context has not said so yet.
+		deadline := time.Now().Add(time.Hour)
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		clk := &fakeClock{now: deadline.Add(-time.Second)}
+		calls := 0
+		attempt := func(context.Context) (Class, error) {
+			calls++
+			if calls == 2 {
+				clk.now = deadline.Add(time.Millisecond)
+			}
+			return ClassUnavailable, refused
+		}
+		err := newLoop(RetryPolicy{Jitter: constJitter(1)}, clk).run(ctx, attempt)
+		if calls != 2 || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, refused) {
+			t.Errorf("attempts %d, err %v: want 2 and both context.DeadlineExceeded and the refusal", calls, err)
+		}
+	})
+}
+
+// TestOptionsRetryPolicy: the per-call overrides of Options, each under the
+// package's rule (0 keeps the pool's, negative is off).
+func TestOptionsRetryPolicy(t *testing.T) {
+	pool := RetryPolicy{}.withDefaults()
+	if got := (Options{}).retryPolicy(&pool); got != &pool {
+		t.Errorf("no override: a copy, want the pool's policy itself")
+	}
+	tests := []struct {
+		opts                 Options
+		wantAdaptive         int
+		wantUnavailableBound time.Duration
+	}{
+		{Options{UnavailableTimeout: 3 * time.Second}, 2, 3 * time.Second},
+		{Options{UnavailableTimeout: -1}, 2, 0},
+		{Options{MaxAdaptiveRetries: -1}, 0, 15 * time.Second},
+		{Options{MaxAdaptiveRetries: 5, UnavailableTimeout: -1}, 5, 0},
+	}
+	for _, tt := range tests {
+		got := tt.opts.retryPolicy(&pool)
+		if got.MaxAdaptiveRetries != tt.wantAdaptive || got.UnavailableTimeout != tt.wantUnavailableBound {
+			t.Errorf("%+v: MaxAdaptiveRetries %d, UnavailableTimeout %v; want %d, %v", tt.opts,
+				got.MaxAdaptiveRetries, got.UnavailableTimeout, tt.wantAdaptive, tt.wantUnavailableBound)
+		}
+	}
+	if pool.UnavailableTimeout != 15*time.Second || pool.MaxAdaptiveRetries != 2 {
+		t.Errorf("the pool's policy changed: %+v", pool)
+	}
+}
