@@ -137,6 +137,12 @@ func Classify(err error) Class {
 		// Ride it out with the overload backoff instead of hammering it.
 		return ClassUnavailable
 	}
+	if errors.As(err, &connectErr) && (errors.Is(err, pgconn.ErrReadOnlyConnection) || errors.Is(err, pgconn.ErrStandbyConnection)) {
+		// target_session_attrs asked for a server that takes writes and
+		// every host is read-only or a standby: a primary being demoted, a
+		// standby not yet promoted, a failover under way.
+		return ClassUnavailable
+	}
 	if errors.As(err, &connectErr) {
 		// A connect that failed for a reason of the client's own (TLS
 		// configuration, say): the next attempt fails the same way.
