@@ -103,8 +103,10 @@ func (c Class) adaptive() bool { return c == ClassOverload || c == ClassUnavaila
 // Classify returns the class of err as [Transaction] sees it outside of COMMIT.
 // It looks through wrapped and joined errors. The precedence is: [NonRetryable]
 // and [ErrCommitUnknown] first (they are explicit decisions), then context
-// errors and [ErrAcquireTimeout] (the caller's budget is spent), then the
-// SQLSTATE of the first PgError (with the texts of the poolers that send
+// errors and [ErrAcquireTimeout] (the caller's budget is spent), then a
+// connect that found a host read-only or a standby where
+// target_session_attrs asked for writes (unavailable: a failover under way,
+// whatever the other hosts answered), then the SQLSTATE of the first PgError (with the texts of the poolers that send
 // their own errors under a generic code), then network-level failures — no
 // such host or socket file (permanent), a connection that could not be made
 // (unavailable), one that broke (connection lost) — then permanent.
@@ -122,6 +124,14 @@ func Classify(err error) Class {
 		errors.Is(err, ErrQueueFull) {
 		return ClassTimeout
 	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) && (errors.Is(err, pgconn.ErrReadOnlyConnection) || errors.Is(err, pgconn.ErrStandbyConnection)) {
+		// target_session_attrs asked for a server that takes writes and a
+		// host was read-only or a standby, the others down or refusing
+		// (57P03 while one shuts down): a primary being demoted, a standby
+		// not yet promoted, a failover under way.
+		return ClassUnavailable
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		return classifyPgError(pgErr)
@@ -129,18 +139,11 @@ func Classify(err error) Class {
 	if isUnfixable(err) {
 		return ClassPermanent
 	}
-	var connectErr *pgconn.ConnectError
 	if errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &connectErr) && isNetworkError(connectErr.Unwrap())) {
 		// No connection could be made (refused, or reset or closed while
 		// connecting) and no server error says why: the server is
 		// restarting or down, or a pooler in front of it is not admitting.
 		// Ride it out with the overload backoff instead of hammering it.
-		return ClassUnavailable
-	}
-	if errors.As(err, &connectErr) && (errors.Is(err, pgconn.ErrReadOnlyConnection) || errors.Is(err, pgconn.ErrStandbyConnection)) {
-		// target_session_attrs asked for a server that takes writes and
-		// every host is read-only or a standby: a primary being demoted, a
-		// standby not yet promoted, a failover under way.
 		return ClassUnavailable
 	}
 	if errors.As(err, &connectErr) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,8 +44,9 @@ var formationFaults = []struct {
 		return err
 	}, func(ctx context.Context, f *pgtxtest.Formation, before pgtxtest.FormationNode) error {
 		// The keeper restarts it in place, or the monitor fails over
-		// first: either way, a primary and a secondary again.
-		return waitPrimarySecondary(ctx, f)
+		// first: either way, a primary (a new postmaster) and a secondary
+		// again.
+		return waitNewPrimary(ctx, f, before)
 	}},
 	{"primary node stopped", func(ctx context.Context, f *pgtxtest.Formation) error {
 		_, err := f.StopPrimary(ctx)
@@ -62,24 +64,31 @@ func other(node string) string {
 	return "node1"
 }
 
-// waitPrimarySecondary waits until one node is primary and the other
-// secondary, whichever way round.
-func waitPrimarySecondary(ctx context.Context, f *pgtxtest.Formation) error {
-	errs := make(chan error, 2)
-	ctx, cancel := context.WithCancel(ctx)
+// waitNewPrimary waits until one node is primary and the other secondary,
+// and the primary is not the postmaster that was before (another node, or
+// the same one restarted).
+func waitNewPrimary(ctx context.Context, f *pgtxtest.Formation, before pgtxtest.FormationNode) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	for _, want := range []map[string]string{{"node1": "primary", "node2": "secondary"}, {"node1": "secondary", "node2": "primary"}} {
-		go func() {
-			_, err := f.WaitState(ctx, want)
-			errs <- err
-		}()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		nodes, err := f.Nodes(ctx)
+		if err == nil && len(nodes) == 2 {
+			for i, n := range nodes {
+				o := nodes[1-i]
+				if n.State == "primary" && n.Goal == "primary" && o.State == "secondary" && o.Goal == "secondary" &&
+					n.PID != 0 && (n.Name != before.Name || n.PID != before.PID) {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no new primary and secondary: %v (last: %+v)", ctx.Err(), nodes)
+		case <-tick.C:
+		}
 	}
-	err := <-errs
-	if err != nil {
-		err = <-errs
-	}
-	cancel()
-	return err
 }
 
 // formationCall is one ledger write, as reported.
@@ -210,6 +219,9 @@ func checkFormationLedger(t *testing.T, ctx context.Context, f *pgtxtest.Formati
 				unknownApplied++
 			}
 			t.Logf("commit unknown: %s (in the ledger %d times): %v", c.id, ledger[c.id], c.err)
+			if !strings.Contains(c.err.Error(), "in flight (") {
+				t.Errorf("%s: ErrCommitUnknown without its reason: %v", c.id, c.err)
+			}
 		default:
 			failed++
 			if ledger[c.id] != 0 {
@@ -237,6 +249,9 @@ func checkFormationLedger(t *testing.T, ctx context.Context, f *pgtxtest.Formati
 	if int64(unknown) != res.UnknownCount {
 		t.Errorf("%d calls returned ErrCommitUnknown, Stats().Resolved.UnknownCount = %d", unknown, res.UnknownCount)
 	}
+	if reasons := res.UnsupportedCount + res.ElsewhereCount + res.RestartedCount + res.ForgottenCount + res.UnansweredCount; reasons != res.UnknownCount {
+		t.Errorf("resolutions %+v: the reasons add up to %d, not the %d unknown", res, reasons, res.UnknownCount)
+	}
 	slices.SortFunc(successes, func(a, b time.Time) int { return a.Compare(b) })
 	var gap time.Duration
 	for i := 1; i < len(successes); i++ {
@@ -249,7 +264,10 @@ func checkFormationLedger(t *testing.T, ctx context.Context, f *pgtxtest.Formati
 	t.Logf("longest gap between successes %v; the formation's transition %v (%d events), back to serving %v after the fault",
 		gap.Round(time.Millisecond), transition.Round(time.Millisecond), events, backAt.Sub(faultAt).Round(time.Millisecond))
 	if committed == 0 || successes[len(successes)-1].Before(backAt) {
-		t.Errorf("no success after the formation was back: it proves nothing")
+		t.Fatalf("no success after the formation was back: it proves nothing")
+	}
+	if gap >= formationDeadline {
+		t.Errorf("successes stopped for %v, longer than a call's deadline", gap)
 	}
 }
 
