@@ -87,8 +87,11 @@ func other(name string) string {
 	return "node1"
 }
 
+// The formation tests run one at a time, not in parallel: a formation is
+// three servers and three keepers, and the machine's other test binaries
+// (timing-sensitive ones among them) run beside this one.
+
 func TestFormationSwitchover(t *testing.T) {
-	t.Parallel()
 	ctx := formationCtx(t)
 	f := StartFormation(t, FormationOptions{Database: "bank", Settings: map[string]string{"max_connections": "150"}})
 
@@ -170,7 +173,6 @@ func TestFormationSwitchover(t *testing.T) {
 }
 
 func TestFormationKillPrimary(t *testing.T) {
-	t.Parallel()
 	ctx := formationCtx(t)
 	f := StartFormation(t, FormationOptions{})
 	conn := connect(t, f.URI())
@@ -244,7 +246,6 @@ func TestFormationKillPrimary(t *testing.T) {
 }
 
 func TestFormationStopPrimary(t *testing.T) {
-	t.Parallel()
 	ctx := formationCtx(t)
 	f := StartFormation(t, FormationOptions{})
 	conn := connect(t, f.URI())
