@@ -87,14 +87,25 @@ func other(name string) string {
 	return "node1"
 }
 
-// The formation tests run one at a time, not in parallel: a formation is
-// three servers and three keepers, and the machine's other test binaries
+// TestFormation takes one formation through what the kit offers, in turn: a
+// planned switchover, a kill -9 of the primary's postmaster, a stopped primary
+// and its return as a secondary, then Stop. One formation, not one per step: it
+// is three servers and three keepers, and the machine's other test binaries
 // (timing-sensitive ones among them) run beside this one.
-
-func TestFormationSwitchover(t *testing.T) {
+func TestFormation(t *testing.T) {
 	ctx := formationCtx(t)
 	f := StartFormation(t, FormationOptions{Database: "bank", Settings: map[string]string{"max_connections": "150"}})
+	checkNewFormation(t, ctx, f)
+	t.Run("Failover", func(t *testing.T) { checkSwitchover(t, ctx, f) })
+	t.Run("KillPrimary", func(t *testing.T) { checkKillPrimary(t, ctx, f, 3) })
+	t.Run("StopPrimary", func(t *testing.T) { checkStopPrimary(t, ctx, f, 4) })
+}
 
+// checkNewFormation checks a formation just started: node1 primary, node2 its
+// synchronous secondary, the kit's settings, the URI; it creates items with
+// row 1.
+func checkNewFormation(t *testing.T, ctx context.Context, f *Formation) {
+	t.Helper()
 	nodes, err := f.Nodes(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -110,8 +121,8 @@ func TestFormationSwitchover(t *testing.T) {
 	if !strings.Contains(f.URI(), "target_session_attrs=read-write") {
 		t.Errorf("URI %s: want target_session_attrs=read-write", f.URI())
 	}
-
 	conn := connect(t, f.URI())
+	defer conn.Close(ctx)
 	execOK(t, ctx, conn, "CREATE TABLE items (id int PRIMARY KEY)")
 	execOK(t, ctx, conn, "INSERT INTO items VALUES (1)")
 	if got := queryString(t, conn, "SELECT inet_server_port()::text"); got != strconv.Itoa(nodes[0].Port) {
@@ -125,6 +136,7 @@ func TestFormationSwitchover(t *testing.T) {
 		t.Errorf("the primary's standbys' sync_state: %q, want one synchronous standby", got)
 	}
 	mconn := connect(t, f.MonitorDSN())
+	defer mconn.Close(ctx)
 	if got := queryString(t, mconn, "SELECT current_setting('pgautofailover.health_check_period')"); got != "1s" {
 		t.Errorf("the monitor's health_check_period = %s, want the kit's 1s", got)
 	}
@@ -133,9 +145,16 @@ func TestFormationSwitchover(t *testing.T) {
 			t.Errorf("%s listens on %q, want 127.0.0.1 only", name, got)
 		}
 	}
-	tli := timeline(t, conn)
-	_ = conn.Close(ctx)
+}
 
+// checkSwitchover runs Failover on a formation whose node1 is primary and
+// writes row 2 through the URI.
+func checkSwitchover(t *testing.T, ctx context.Context, f *Formation) {
+	before, err := f.Primary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tli := serverTimeline(t, ctx, before.DSN)
 	start := time.Now()
 	if err := f.Failover(ctx); err != nil {
 		t.Fatalf("Failover: %v", err)
@@ -149,8 +168,8 @@ func TestFormationSwitchover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Name != "node2" {
-		t.Errorf("primary after Failover: %s, want node2", p.Name)
+	if p.Name != other(before.Name) {
+		t.Errorf("primary after Failover: %s, want %s", p.Name, other(before.Name))
 	}
 	tookWrite, port := writeThrough(t, ctx, f.URI(), 2)
 	if port != p.Port {
@@ -163,31 +182,32 @@ func TestFormationSwitchover(t *testing.T) {
 	if got := serverTimeline(t, ctx, p.DSN); got <= tli {
 		t.Errorf("timeline after the switchover %d, before %d: want a new one", got, tli)
 	}
-	if standby, err := inRecovery(ctx, f.nodeDSN(f.member("node1"))); err != nil || !standby {
-		t.Errorf("node1 after Failover: in recovery %v (%v), want a standby", standby, err)
+	if standby, err := inRecovery(ctx, f.nodeDSN(f.member(before.Name))); err != nil || !standby {
+		t.Errorf("%s after Failover: in recovery %v (%v), want a standby", before.Name, standby, err)
 	}
 	pconn := connect(t, p.DSN)
+	defer pconn.Close(ctx)
 	if got := queryString(t, pconn, "SHOW max_connections"); got != "150" {
-		t.Errorf("max_connections on node2 = %s, want FormationOptions.Settings' 150", got)
+		t.Errorf("max_connections on %s = %s, want FormationOptions.Settings' 150", p.Name, got)
 	}
 }
 
-func TestFormationKillPrimary(t *testing.T) {
-	ctx := formationCtx(t)
-	f := StartFormation(t, FormationOptions{})
-	conn := connect(t, f.URI())
-	execOK(t, ctx, conn, "CREATE TABLE items (id int PRIMARY KEY)")
-	execOK(t, ctx, conn, "INSERT INTO items VALUES (1)")
-	tli := timeline(t, conn)
-	_ = conn.Close(ctx)
-
+// checkKillPrimary kills the primary's postmaster and writes row id through
+// the URI; the formation must settle with a primary and a secondary that
+// hold every row.
+func checkKillPrimary(t *testing.T, ctx context.Context, f *Formation, id int) {
+	before, err := f.Primary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tli := serverTimeline(t, ctx, before.DSN)
 	start := time.Now()
 	killed, err := f.KillPrimary(ctx)
 	if err != nil {
 		t.Fatalf("KillPrimary: %v", err)
 	}
-	if killed.Name != "node1" || killed.PID == 0 {
-		t.Fatalf("KillPrimary killed %+v, want node1's postmaster", killed)
+	if killed.Name != before.Name || killed.PID == 0 {
+		t.Fatalf("KillPrimary killed %+v, want %s's postmaster", killed, before.Name)
 	}
 	if err := syscall.Kill(killed.PID, 0); err == nil {
 		// A zombie answers kill(0) until its parent, pg_autoctl's postgres
@@ -199,7 +219,7 @@ func TestFormationKillPrimary(t *testing.T) {
 			return nil
 		})
 	}
-	tookWrite, port := writeThrough(t, ctx, f.URI(), 2)
+	tookWrite, port := writeThrough(t, ctx, f.URI(), id)
 
 	// Whichever node the formation made primary, it must settle with a primary and a
 	// secondary, and keep what was committed.
@@ -217,25 +237,26 @@ func TestFormationKillPrimary(t *testing.T) {
 	settled := time.Since(start)
 	last := logEvents(t, ctx, f, start)
 	p, _, _ := pairOf(nodes)
-	// The write may have gone to node1, restarted by its keeper before the monitor
-	// demoted it: synchronous replication must have put it on node2 too.
-	wrote := "node1"
+	// The write may have gone to the killed node, restarted by its keeper before
+	// the monitor demoted it: synchronous replication must have put it on the
+	// other too.
+	wrote := nodes[0].Name
 	if port == nodes[1].Port {
-		wrote = "node2"
+		wrote = nodes[1].Name
 	}
-	if n := rowCount(t, ctx, p.DSN); n != 2 {
-		t.Errorf("the primary %s holds %d rows, want 2 (the second written on %s)", p.Name, n, wrote)
+	if n := rowCount(t, ctx, p.DSN); n != id {
+		t.Errorf("the primary %s holds %d rows, want %d (the last written on %s)", p.Name, n, id, wrote)
 	}
 	if p.Name == killed.Name {
 		// The keeper restarted postgres in place: crash recovery, same timeline.
 		if p.PID == killed.PID || p.PID == 0 {
-			t.Errorf("node1's postmaster pid %d after the kill of %d: want a new one", p.PID, killed.PID)
+			t.Errorf("%s's postmaster pid %d after the kill of %d: want a new one", p.Name, p.PID, killed.PID)
 		}
 		if got := serverTimeline(t, ctx, p.DSN); got != tli {
 			t.Errorf("timeline after the restart in place %d, before %d: want the same", got, tli)
 		}
-		t.Logf("kill -9: node1 restarted in place; first write through the URI (on %s) after %v, primary and secondary after %v, the monitor's last event at +%v",
-			wrote, tookWrite.Round(time.Millisecond), settled.Round(time.Millisecond), last.Sub(start).Round(time.Millisecond))
+		t.Logf("kill -9: %s restarted in place; first write through the URI (on %s) after %v, primary and secondary after %v, the monitor's last event at +%v",
+			p.Name, wrote, tookWrite.Round(time.Millisecond), settled.Round(time.Millisecond), last.Sub(start).Round(time.Millisecond))
 	} else {
 		if got := serverTimeline(t, ctx, p.DSN); got <= tli {
 			t.Errorf("timeline after the failover %d, before %d: want a new one", got, tli)
@@ -245,36 +266,36 @@ func TestFormationKillPrimary(t *testing.T) {
 	}
 }
 
-func TestFormationStopPrimary(t *testing.T) {
-	ctx := formationCtx(t)
-	f := StartFormation(t, FormationOptions{})
-	conn := connect(t, f.URI())
-	execOK(t, ctx, conn, "CREATE TABLE items (id int PRIMARY KEY)")
-	execOK(t, ctx, conn, "INSERT INTO items VALUES (1)")
-	tli := timeline(t, conn)
-	_ = conn.Close(ctx)
-
+// checkStopPrimary stops the primary node, writes row id through the URI once
+// the other is promoted, starts the stopped node again (a secondary), writes
+// row id+1, and stops the formation: no process and no directory is left.
+func checkStopPrimary(t *testing.T, ctx context.Context, f *Formation, id int) {
+	before, err := f.Primary(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tli := serverTimeline(t, ctx, before.DSN)
 	start := time.Now()
 	stopped, err := f.StopPrimary(ctx)
 	if err != nil {
 		t.Fatalf("StopPrimary: %v", err)
 	}
 	tookStop := time.Since(start)
-	if stopped.Name != "node1" {
-		t.Fatalf("StopPrimary stopped %s, want node1", stopped.Name)
+	if stopped.Name != before.Name {
+		t.Fatalf("StopPrimary stopped %s, want %s", stopped.Name, before.Name)
 	}
 	if err := oneShot(ctx, stopped.DSN, func(context.Context, *pgx.Conn) error { return nil }); err == nil {
 		t.Error("the stopped primary accepts connections")
 	}
 	if _, err := f.StopPrimary(ctx); err == nil {
-		t.Error("StopPrimary while node1 is stopped and node2 not yet promoted succeeded")
+		t.Error("StopPrimary while the primary is stopped and the other not yet promoted succeeded")
 	}
 	survivor := other(stopped.Name)
 	if _, err := f.WaitState(ctx, map[string]string{survivor: "wait_primary"}); err != nil {
 		t.Fatalf("promotion of %s: %v", survivor, err)
 	}
 	promoted := time.Since(start)
-	tookWrite, port := writeThrough(t, ctx, f.URI(), 2)
+	tookWrite, port := writeThrough(t, ctx, f.URI(), id)
 	last := logEvents(t, ctx, f, start)
 	t.Logf("stop primary: stopped in %v, %s wait_primary after %v, first write through the URI after %v more; the monitor's last event at +%v",
 		tookStop.Round(time.Millisecond), survivor, promoted.Round(time.Millisecond), tookWrite.Round(time.Millisecond), last.Sub(start).Round(time.Millisecond))
@@ -285,8 +306,8 @@ func TestFormationStopPrimary(t *testing.T) {
 	if p.Name != survivor || port != p.Port {
 		t.Errorf("after the stop: primary %s, the URI's write on port %d; want %s on %d", p.Name, port, survivor, p.Port)
 	}
-	if n := rowCount(t, ctx, p.DSN); n != 2 {
-		t.Errorf("the promoted node holds %d rows, want 2", n)
+	if n := rowCount(t, ctx, p.DSN); n != id {
+		t.Errorf("the promoted node holds %d rows, want %d", n, id)
 	}
 	if got := serverTimeline(t, ctx, p.DSN); got <= tli {
 		t.Errorf("timeline after the promotion %d, before %d: want a new one", got, tli)
@@ -303,10 +324,10 @@ func TestFormationStopPrimary(t *testing.T) {
 		t.Fatalf("after StartNode: %v", err)
 	}
 	t.Logf("StartNode: %s secondary and %s primary after %v", stopped.Name, survivor, time.Since(rejoin).Round(time.Millisecond))
-	if _, port := writeThrough(t, ctx, f.URI(), 3); port != p.Port {
+	if _, port := writeThrough(t, ctx, f.URI(), id+1); port != p.Port {
 		t.Errorf("write through the URI after the rejoin went to port %d, want %d", port, p.Port)
 	}
-	waitRow(t, ctx, stopped.DSN, 3)
+	waitRow(t, ctx, stopped.DSN, id+1)
 
 	// Stop leaves no process and no directory behind.
 	nodes, err := f.Nodes(ctx)
