@@ -240,6 +240,7 @@ func (p *Pool) resolve(ctx context.Context, id txID, lost error) (Class, error) 
 		idleSince int64     // the backend's last state change, while idle in the transaction
 		idleSeen  time.Time // when it was first seen idle since idleSince
 		busySeen  time.Time // when the transaction was first seen in progress
+		standby   bool      // a server that answered was in recovery
 	)
 	for {
 		a := p.resolver.ask(rctx, id, end, idleSince)
@@ -265,9 +266,10 @@ func (p *Pool) resolve(ctx context.Context, id txID, lost error) (Class, error) 
 			p.resolved.countUnknown(j.reason)
 			return ClassAmbiguous, &commitUnknownError{err: lost, why: j.why}
 		case statusUnreachable:
-			last = a.err
-			if last == nil {
-				last = errors.New("pgtx: the server asked is in recovery")
+			if a.err != nil {
+				last = a.err
+			} else {
+				standby = true
 			}
 		case statusInProgress:
 			if !j.sameRun {
@@ -294,8 +296,12 @@ func (p *Pool) resolve(ctx context.Context, id txID, lost error) (Class, error) 
 		if p.clock.Sleep(rctx, resolvePoll) != nil {
 			p.resolved.countUnknown(reasonUnanswered)
 			why := "no answer within ResolveTimeout " + p.settings.resolveTimeout.String()
-			if j.status == statusInProgress {
+			switch {
+			case j.status == statusInProgress:
 				why = "the transaction was still in progress after ResolveTimeout " + p.settings.resolveTimeout.String()
+			case standby:
+				// A standby's answer may lag the primary's: never used.
+				why += "; a server that answered was in recovery"
 			}
 			return ClassAmbiguous, &commitUnknownError{err: errors.Join(lost, last), why: why}
 		}

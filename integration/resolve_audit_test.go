@@ -312,7 +312,7 @@ func TestResolveNeverAsksAStandby(t *testing.T) {
 	if !errors.Is(res.err, pgtx.ErrCommitUnknown) || res.runs != 1 {
 		t.Fatalf("err = %v, fn ran %d times; want ErrCommitUnknown, fn once: a standby's answer is never used", res.err, res.runs)
 	}
-	if r.UnansweredCount != 1 || r.AbortedCount != 0 || !strings.Contains(res.err.Error(), "in recovery") {
+	if r.UnansweredCount != 1 || r.AbortedCount != 0 || !strings.Contains(res.err.Error(), "a server that answered was in recovery") {
 		t.Errorf("resolutions %+v, err %v; want one unanswered, the standby named as in recovery", r, res.err)
 	}
 	if err := primary.Start(ctx); err != nil {
