@@ -212,6 +212,10 @@ func rollbackConn(ctx context.Context, pgConn *pgconn.PgConn, timeout time.Durat
 	_ = nc.SetDeadline(time.Time{})
 }
 
+// errNotSynced is a question's error when the server says the transaction
+// committed and its synchronous standbys have not acknowledged it yet.
+var errNotSynced = errors.New("pgtx: the transaction committed on the server, and its synchronous standbys had not acknowledged it")
+
 // resolvePoll is the pause between two questions about a transaction.
 const resolvePoll = 10 * time.Millisecond
 
@@ -241,6 +245,7 @@ func (p *Pool) resolve(ctx context.Context, id txID, lost error) (Class, error) 
 		idleSeen  time.Time // when it was first seen idle since idleSince
 		busySeen  time.Time // when the transaction was first seen in progress
 		standby   bool      // a server that answered was in recovery
+		unsynced  bool      // a server said committed, its synchronous standbys had not acknowledged it
 	)
 	for {
 		a := p.resolver.ask(rctx, id, end, idleSince)
@@ -250,6 +255,12 @@ func (p *Pool) resolve(ctx context.Context, id txID, lost error) (Class, error) 
 		j := judgement{status: statusUnreachable}
 		if a.err == nil {
 			j = judge(id, a.view)
+		}
+		if j.status == statusCommitted && !a.synced {
+			// Committed on the server, not yet on its synchronous
+			// standbys: ask again.
+			j = judgement{status: statusUnreachable}
+			a.err, unsynced = errNotSynced, true
 		}
 		end = keepBackend
 		switch j.status {
@@ -299,6 +310,8 @@ func (p *Pool) resolve(ctx context.Context, id txID, lost error) (Class, error) 
 			switch {
 			case j.status == statusInProgress:
 				why = "the transaction was still in progress after ResolveTimeout " + p.settings.resolveTimeout.String()
+			case unsynced:
+				why += "; the server said committed, and its synchronous standbys had not acknowledged it"
 			case standby:
 				// A standby's answer may lag the primary's: never used.
 				why += "; a server that answered was in recovery"

@@ -66,6 +66,22 @@ const systemSQL = `select (select system_identifier from pg_control_system()), p
 // unix microseconds), so it has received nothing since it was last seen.
 // Once the backend is gone the status is definitive: committed if COMMIT
 // had written its record, aborted otherwise.
+//
+// A "committed" is only as durable as the server's COMMIT would have made
+// it. A COMMIT cut while it waited for a synchronous standby has committed
+// locally only, and is lost if that standby is promoted. So when the server
+// has synchronous standbys and the session's synchronous_commit waits for
+// them, a question that finds the transaction committed writes a
+// transactional logical message (the least WAL a plain role can write; it
+// is decoded by no table's subscription), which makes its own commit, at
+// the end of the question, wait for the standbys as the transaction's
+// COMMIT would have: its answer arrives only once the WAL up to it, the
+// transaction's commit record included, is where the transaction's COMMIT
+// needed it. With no standby streaming at all, no question waits (the last
+// column is false: "committed", not yet durable, is no answer). A question
+// whose wait outlives it stays waiting on the server until the standbys
+// answer; while one does, later questions do not wait again, so a standby
+// that stays away holds one backend, not one per question.
 const askSQL = `with s as (
 	select c.system_identifier as sys, ` + timelineSQL + ` as tl, ` + startSQL + ` as st, ` + epochSQL + ` as ep
 	from pg_control_system() c
@@ -89,7 +105,14 @@ select x.sys, x.tl, x.st, x.ep, x.status, exists (select 1 from pg_prepared_xact
 	k.timeline_id, k.lsn, k.next, k.shutdown, coalesce(b.state, ''), coalesce(b.changed, 0),
 	case when x.same and x.status = 'in progress' and b.pid is not null and ($5::text::int4 = 2
 		or ($5::text::int4 = 1 and b.state like 'idle in transaction%' and b.changed = $6::text::int8))
-	then pg_terminate_backend(b.pid) else false end
+	then pg_terminate_backend(b.pid) else false end,
+	case when x.status = 'committed' and current_setting('synchronous_standby_names') <> ''
+		and current_setting('synchronous_commit') not in ('off', 'local')
+	then exists (select 1 from pg_stat_replication)
+		and not exists (select 1 from pg_stat_activity where pid <> pg_backend_pid() and wait_event = 'SyncRep'
+			and query like '%pgtx: resolved a commit%')
+		and pg_logical_emit_message(true, 'pgtx', 'pgtx: resolved a commit') is not null
+	else true end
 from x cross join k left join b on x.same`
 
 // askShare bounds one question of a resolution to this fraction of
@@ -232,6 +255,10 @@ type answer struct {
 	changed int64
 	// terminated: the question ended the backend.
 	terminated bool
+	// synced: a "committed" is as durable as the transaction's COMMIT
+	// would have made it (the question's own commit waited for the
+	// server's synchronous standbys, or there were none to wait for).
+	synced bool
 	// err kept the question from an answer.
 	err error
 }
@@ -267,7 +294,7 @@ func (r *resolver) ask(ctx context.Context, id txID, end int, changed int64) ans
 		strconv.FormatUint(id.xid&0xffffffff, 10), strconv.Itoa(end), strconv.FormatInt(changed, 10),
 		strconv.FormatInt(id.run.start, 10), strconv.FormatInt(id.run.epoch, 10),
 	).Scan(&v.system, &v.run.timeline, &v.run.start, &v.run.epoch, &status, &v.prepared,
-		&v.last.timeline, &v.last.lsn, &next, &v.last.shutdown, &a.state, &a.changed, &a.terminated)
+		&v.last.timeline, &v.last.lsn, &next, &v.last.shutdown, &a.state, &a.changed, &a.terminated, &a.synced)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
