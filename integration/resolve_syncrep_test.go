@@ -34,8 +34,12 @@ func TestResolveCommittedOnlyLocally(t *testing.T) {
 	mustExec(t, ctx, admin, "alter system set synchronous_standby_names = '*'")
 	mustExec(t, ctx, admin, "select pg_reload_conf()")
 	waitSync(t, ctx, admin)
+	// A plain role: the question's look at the standbys and its message
+	// need no privilege.
+	role, roleDSN := testRole(t, ctx, admin, dsn, "resolver", "")
+	mustExec(t, ctx, admin, "grant all on ledger to "+role)
 	proxy := pgtxtest.NewProxy(t, primary.Addr())
-	through, err := proxy.DSN(dsn)
+	through, err := proxy.DSN(roleDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
