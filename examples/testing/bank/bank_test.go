@@ -171,9 +171,12 @@ func TestTransfers(t *testing.T) {
 func TestConcurrentTransfersKeepTheTotal(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	repo := New(pgtxtest.NewPool(t, migrations))
-	openAccounts(t, repo, 1000, 1000, 1000)
 	const workers, each = 8, 10
+	// A connection per worker: the test is about the total under
+	// concurrency, not the pool's queue, and on a loaded CI machine the
+	// first connections can take most of AcquireTimeout to make.
+	repo := New(pgtxtest.NewPool(t, migrations, pgtxtest.WithConfig(func(c *pgtx.Config) { c.MaxConns = workers })))
+	openAccounts(t, repo, 1000, 1000, 1000)
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*each)
 	for w := range workers {
