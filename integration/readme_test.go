@@ -1,7 +1,7 @@
 package integration_test
 
-// The code blocks of README.md (in the repository root), verbatim, in
-// functions that compile. Keep the two in sync: TestReadmeCodeBlocks fails
+// The code blocks of README.md (in the repository root) and of the guides
+// in docs/, verbatim, in functions that compile. Keep the two in sync: TestReadmeCodeBlocks fails
 // when a README block is not found here. The file lives in the integration
 // module because the README's blocks import every part of pgtx, pgtxotel and
 // pgtxprom included, which the root module does not depend on.
@@ -12,6 +12,8 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -315,16 +317,84 @@ func TestTransferIsSafeToRerun(t *testing.T) {
 var _ = []any{readmeIntro, readmeOpen, readmeBackpressure, readmeDefaults, readmeObservability, readmeReplica, readmeBulkheads, readmeMigrate,
 	readmeAdopt, readmeGuards, readmeTestingMigrations}
 
-// TestReadmeCodeBlocks checks that every Go code block of README.md appears,
-// line for line (leading white space aside), in this file, where it compiles.
+// TestReadmeCodeBlocks checks that every Go code block of README.md and of
+// the guides in docs/ compiles: a whole program (package main) is one of the
+// examples, line for line, which the examples module builds; every other
+// block appears, line for line (leading white space aside), in this file,
+// where it compiles.
 func TestReadmeCodeBlocks(t *testing.T) {
 	here := normalizedLines(t, "readme_test.go")
 	text := strings.Join(here, "\n")
-	for i, block := range goBlocks(t, "../README.md") {
-		if !strings.Contains(text, strings.Join(block, "\n")) {
-			t.Errorf("README.md Go block %d is not in integration/readme_test.go:\n%s", i+1, strings.Join(block, "\n"))
+	docs, err := filepath.Glob("../docs/*.md")
+	if err != nil || len(docs) == 0 {
+		t.Fatalf("no guides in docs/ (%v)", err)
+	}
+	for _, path := range append([]string{"../README.md"}, docs...) {
+		blocks := goBlocks(t, path)
+		if path == "../README.md" && len(blocks) == 0 {
+			t.Fatal("no Go blocks found in README.md")
+		}
+		for i, block := range blocks {
+			if len(block) > 0 && block[0] == "package main" {
+				if !isExample(t, block) {
+					t.Errorf("%s Go block %d is a program, but no examples/*/main.go is that program:\n%s", path, i+1, strings.Join(block, "\n"))
+				}
+				continue
+			}
+			if !strings.Contains(text, strings.Join(block, "\n")) {
+				t.Errorf("%s Go block %d is not in integration/readme_test.go:\n%s", path, i+1, strings.Join(block, "\n"))
+			}
 		}
 	}
+}
+
+// TestDocsLinks checks that every relative link of README.md and of the
+// guides names a file or directory of the repository.
+func TestDocsLinks(t *testing.T) {
+	docs, err := filepath.Glob("../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
+	for _, path := range append([]string{"../README.md"}, docs...) {
+		text, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(text), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(path), target)); err != nil {
+				t.Errorf("%s links to %s, which does not exist", path, target)
+			}
+		}
+	}
+}
+
+// isExample reports whether block is, line for line from its package
+// clause on, the main.go of one of the examples.
+func isExample(t *testing.T, block []string) bool {
+	t.Helper()
+	mains, err := filepath.Glob("../examples/*/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Join(block, "\n")
+	for _, path := range mains {
+		lines := normalizedLines(t, path)
+		for i, l := range lines {
+			if l == "package main" {
+				lines = lines[i:]
+				break
+			}
+		}
+		if strings.Join(lines, "\n") == want {
+			return true
+		}
+	}
+	return false
 }
 
 // normalizedLines returns the file's non-empty lines without leading or
@@ -366,9 +436,6 @@ func goBlocks(t *testing.T, path string) [][]string {
 		case in:
 			cur = append(cur, l)
 		}
-	}
-	if len(blocks) == 0 {
-		t.Fatal("no Go blocks found in README.md")
 	}
 	return blocks
 }
