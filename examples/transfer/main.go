@@ -3,8 +3,9 @@
 // line and a summary: commits, attempts per commit, retries by class, p50/p99
 // latency, and the invariant (the total balance never changes).
 //
-// It uses DATABASE_URL when set, otherwise it starts a throwaway PostgreSQL
-// from the locally installed binaries (or Docker) and removes it at the end:
+// It uses DATABASE_URL when set (and says so, or that it did not answer),
+// otherwise it starts a throwaway PostgreSQL from the locally installed
+// binaries (or Docker), says where, and removes it at the end:
 //
 //	go run ./examples/transfer            # 5s, 8 workers, 5 accounts
 //	go run ./examples/transfer -dur 30s -workers 32
@@ -19,13 +20,13 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
 const initialBalance = 1000
@@ -48,11 +49,12 @@ func main() {
 }
 
 func run(ctx context.Context, dur time.Duration, workers, accounts int) error {
-	dsn, cleanup, err := pgtxtest.DatabaseURL(ctx)
+	srv, err := findServer(ctx)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
+	defer srv.stop()
+	dsn := srv.dsn
 
 	stats := &transferStats{}
 	cfg, err := pgtx.ParseConfig(dsn)
@@ -67,10 +69,16 @@ func run(ctx context.Context, dur time.Duration, workers, accounts int) error {
 	}
 	defer pool.Close()
 
+	var version string
+	if err := pool.QueryRow(ctx, "select current_setting('server_version')").Scan(&version); err != nil {
+		return err
+	}
+	version, _, _ = strings.Cut(version, " ")
+	fmt.Printf("server: %s\n", srv.describe(version))
 	if err := setup(ctx, pool, accounts); err != nil {
 		return err
 	}
-	fmt.Printf("transfer: %d workers, %d accounts, %v, SERIALIZABLE, on %s\n", workers, accounts, dur, redacted(dsn))
+	fmt.Printf("transfer: %d workers, %d accounts, %v, SERIALIZABLE\n", workers, accounts, dur)
 
 	// Workers start no new transfer after the run's end, and let the ones in
 	// flight finish: a deadline on the calls themselves would make pgtx give
@@ -256,11 +264,4 @@ func percentile(sorted []time.Duration, q float64) time.Duration {
 		return 0
 	}
 	return sorted[int(q*float64(len(sorted)-1))].Round(10 * time.Microsecond)
-}
-
-func redacted(dsn string) string {
-	if cfg, err := pgx.ParseConfig(dsn); err == nil {
-		return fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
-	}
-	return "the database"
 }
