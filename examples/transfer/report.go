@@ -141,8 +141,8 @@ func writeTable(w io.Writer, rows []tally) {
 		if r.transfers > 0 {
 			tries = float64(r.attempts) / float64(r.transfers)
 		}
-		fmt.Fprintf(tw, "%-*s\t%d\t%d\t%d\t%.2f\t%v\t%s\t  %s\t%s\t%s\t  %s\n", width, r.name,
-			r.transfers, r.done, r.applied, tries, r.p99.Round(100*time.Microsecond), dash(int(r.cuts), ""),
+		fmt.Fprintf(tw, "%-*s\t%d\t%d (%d%%)\t%d\t%.2f\t%v\t%s\t  %s\t%s\t%s\t  %s\n", width, r.name,
+			r.transfers, r.done, percent(r.done, r.transfers), r.applied, tries, r.p99.Round(100*time.Microsecond), dash(int(r.cuts), ""),
 			dash(r.doubled, fmt.Sprintf(" (+%d)", r.doubledSum)), dash(r.lost, fmt.Sprintf(" (-%d)", r.lostSum)),
 			dash(r.hidden, fmt.Sprintf(" (%d)", r.hidSum)), r.failures())
 	}
@@ -161,6 +161,14 @@ func (r tally) failures() string {
 		return "-"
 	}
 	return strings.Join(f, ", ")
+}
+
+// percent is 100 n / of, rounded down; 0 when of is 0.
+func percent(n, of int) int {
+	if of == 0 {
+		return 0
+	}
+	return 100 * n / of
 }
 
 // dash writes n, followed by more, or "-" for 0.
@@ -222,7 +230,7 @@ func (r tally) damage() string {
 // footer says what the columns and each loop are, how many COMMIT answers
 // each loop's proxy lost, and what pgtx did inside its calls.
 func footer(w io.Writer, cs []*contender) {
-	fmt.Fprintln(w, "done: reported done to the caller; applied: in the ledger; tries: runs of the transfer's statements per transfer;")
+	fmt.Fprintln(w, "done: reported done to the caller (of the transfers); applied: in the ledger; tries: runs of its statements per transfer;")
 	fmt.Fprintln(w, "p99: latency of those that committed; cut: COMMIT answers the fault proxy lost; doubled: applied twice;")
 	fmt.Fprintln(w, "lost: reported done, never applied; hidden: reported failed, yet applied (money in brackets)")
 	fmt.Fprintln(w)
