@@ -198,6 +198,9 @@ func TestDockerServerLifecycle(t *testing.T) {
 	c := v.(dockerContainer)
 	t.Logf("docker server at %s%s, ready in %v", s.Addr(), dockerNote(s), time.Since(start).Round(time.Millisecond))
 
+	if got, want := s.String(), "Docker container "+shortID(c.id)+" (image "+c.image+") at "+s.Addr(); got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
 	if c.image != dockerImage(os.Getenv) {
 		t.Errorf("image %q, want %q", c.image, dockerImage(os.Getenv))
 	}

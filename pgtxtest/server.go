@@ -75,6 +75,27 @@ func (s *Server) DSN(database string) string {
 // it. It is empty when the server is reached over a Unix socket.
 func (s *Server) Addr() string { return s.addr }
 
+// String says what and where the server is, for a program to tell its user:
+// "local server at 127.0.0.1:5433 (data directory ..., binaries ...)",
+// "Docker container 0123456789ab (image ...) at 127.0.0.1:32768" or "env
+// server at db.example:5432". It holds no DSN, so no password.
+func (s *Server) String() string {
+	where := s.addr
+	if where == "" {
+		where = "a Unix socket"
+	}
+	switch {
+	case s.local != nil:
+		return fmt.Sprintf("local server at %s (data directory %s, binaries %s)", where, s.local.dataDir(), s.local.bindir)
+	case s.kind == KindDocker:
+		if v, ok := dockerContainers.Load(s); ok {
+			c := v.(dockerContainer)
+			return fmt.Sprintf("Docker container %s (image %s) at %s", shortID(c.id), c.image, where)
+		}
+	}
+	return fmt.Sprintf("%s server at %s", s.kind, where)
+}
+
 // LogPath returns the path of a local server's log file, or "" for other kinds. The
 // file is removed by Stop.
 func (s *Server) LogPath() string {

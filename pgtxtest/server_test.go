@@ -109,6 +109,9 @@ func TestServerDSN(t *testing.T) {
 			}
 		})
 	}
+	if got := (&Server{kind: KindEnv, base: env, addr: urlAddr(env)}).String(); got != "env server at db.example:6432" {
+		t.Errorf("env server: String() = %q, want %q", got, "env server at db.example:6432")
+	}
 	if got := (&Server{}).DSN("x"); got != "" {
 		t.Errorf("zero Server: DSN = %q, want \"\"", got)
 	}
@@ -203,6 +206,9 @@ func TestLocalClusterLifecycle(t *testing.T) {
 	}
 	if _, err := os.Stat(s.LogPath()); err != nil {
 		t.Errorf("log: %v", err)
+	}
+	if got, want := s.String(), "local server at "+s.Addr()+" (data directory "+c.dataDir()+", binaries "+c.bindir+")"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
 	}
 	proc := c.proc
 

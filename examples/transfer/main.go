@@ -1,12 +1,34 @@
-// Command transfer runs concurrent SERIALIZABLE transfers between a few hot
-// accounts through pgtx.Transaction for a few seconds, with a live progress
-// line and a summary: commits, attempts per commit, retries by class, p50/p99
-// latency, and the invariant (the total balance never changes).
+// Command transfer runs the same concurrent transfers between a few hot
+// accounts through three ways of running a transaction, each on its own
+// accounts and pool, one after another, and shows side by side what each
+// did to the money:
+//
+//   - the naive retry loop: pgx.BeginTxFunc, run again at once after any
+//     error (an error at COMMIT included, though that COMMIT may have been
+//     applied), three times in all; then the error is only logged, and the
+//     transfer reported done;
+//   - pgx.BeginTxFunc once, without retry;
+//   - pgtx.Transaction.
+//
+// The trouble is real: SERIALIZABLE transfers between five accounts
+// conflict (40001); every transfer runs under a deadline, and one in twenty
+// first runs a check (pg_sleep) longer than it; and each loop reaches the
+// server through a fault proxy (pgtxtest.StartProxy) that every so often
+// lets a COMMIT run, then drops its answer and cuts the connection.
+//
+// Every transfer is recorded, by its id, in its bank's ledger. At the end
+// the program holds what each loop told its callers against the ledger and
+// the balances, and prints a row per loop: transfers done, failures by kind,
+// and transfers doubled (applied twice), lost (reported done, never applied)
+// and hidden (reported failed, yet applied). It exits non-zero if pgtx broke
+// the invariant: every transfer it reported done applied once, none it
+// reported failed applied, balances that agree with the ledger.
 //
 // It uses DATABASE_URL when set, otherwise it starts a throwaway PostgreSQL
 // from the locally installed binaries (or Docker) and removes it at the end:
 //
-//	go run ./examples/transfer            # 5s, 8 workers, 5 accounts
+//	go run ./examples/transfer                  # 5s in all, the three loops in turn
+//	go run ./examples/transfer -loops pgtx      # pgtx alone
 //	go run ./examples/transfer -dur 30s -workers 32
 package main
 
@@ -15,252 +37,72 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/signal"
 	"slices"
-	"sync"
-	"sync/atomic"
+	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
-const initialBalance = 1000
+// options are the program's flags.
+type options struct {
+	dur      time.Duration
+	workers  int
+	accounts int
+	loops    []string
+	deadline time.Duration
+	cutEvery time.Duration
+}
+
+// check is the length of the slow transfers' check: longer than the
+// deadline, so that the deadline ends them.
+func (o options) check() time.Duration {
+	return o.deadline * 5 / 2
+}
 
 func main() {
-	dur := flag.Duration("dur", 5*time.Second, "how long to run transfers")
-	workers := flag.Int("workers", 8, "concurrent workers")
-	accounts := flag.Int("accounts", 5, "number of (hot) accounts")
+	var o options
+	var loops string
+	flag.DurationVar(&o.dur, "dur", 5*time.Second, "how long to run transfers, in all (the loops take turns)")
+	flag.IntVar(&o.workers, "workers", 8, "concurrent workers per loop")
+	flag.IntVar(&o.accounts, "accounts", 5, "number of (hot) accounts per loop")
+	flag.StringVar(&loops, "loops", allLoops, "the loops to run side by side, of "+allLoops)
+	flag.DurationVar(&o.deadline, "deadline", 100*time.Millisecond,
+		"each transfer's deadline; one transfer in 20 runs a check 2.5 times as long (0: no deadline, no check)")
+	flag.DurationVar(&o.cutEvery, "cut-every", 100*time.Millisecond,
+		"per loop, how often the fault proxy loses a COMMIT's answer (0: no fault proxy)")
 	flag.Parse()
-	if *dur <= 0 || *workers < 1 || *accounts < 2 {
-		fmt.Fprintln(os.Stderr, "transfer: need -dur > 0, -workers >= 1 and -accounts >= 2")
+	o.loops = strings.Split(loops, ",")
+	if err := o.validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "transfer:", err)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, *dur, *workers, *accounts); err != nil {
+	err := run(ctx, o)
+	switch {
+	case ctx.Err() != nil:
+		fmt.Fprintln(os.Stderr, "transfer: interrupted")
+		os.Exit(130)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "transfer:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, dur time.Duration, workers, accounts int) error {
-	dsn, cleanup, err := pgtxtest.DatabaseURL(ctx)
-	if err != nil {
-		return err
+// validate refuses flags the program cannot run with.
+func (o options) validate() error {
+	if o.dur <= 0 || o.workers < 1 || o.accounts < 2 || o.deadline < 0 || o.cutEvery < 0 {
+		return errors.New("need -dur > 0, -workers >= 1, -accounts >= 2, -deadline >= 0 and -cut-every >= 0")
 	}
-	defer cleanup()
-
-	stats := &transferStats{}
-	cfg, err := pgtx.ParseConfig(dsn)
-	if err != nil {
-		return err
-	}
-	cfg.MaxConns = int32(workers)
-	cfg.Tracer = stats
-	pool, err := pgtx.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-
-	if err := setup(ctx, pool, accounts); err != nil {
-		return err
-	}
-	fmt.Printf("transfer: %d workers, %d accounts, %v, SERIALIZABLE, on %s\n", workers, accounts, dur, redacted(dsn))
-
-	// Workers start no new transfer after the run's end, and let the ones in
-	// flight finish: a deadline on the calls themselves would make pgtx give
-	// up on retries whose pause would end past it.
-	end := time.Now().Add(dur)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() { worker(ctx, end, pool, accounts, uint64(w), stats) })
-	}
-	done := make(chan struct{})
-	var progress sync.WaitGroup
-	progress.Go(func() { stats.progress(done) })
-	wg.Wait()
-	close(done)
-	progress.Wait()
-
-	total, err := totalBalance(ctx, pool)
-	if err != nil {
-		return err
-	}
-	stats.summary(os.Stdout, total, accounts*initialBalance)
-	if total != accounts*initialBalance {
-		return fmt.Errorf("invariant broken: total balance %d, want %d", total, accounts*initialBalance)
+	known := strings.Split(allLoops, ",")
+	for i, l := range o.loops {
+		if !slices.Contains(known, l) {
+			return fmt.Errorf("-loops: no loop %q (want some of %s)", l, allLoops)
+		}
+		if slices.Contains(o.loops[:i], l) {
+			return fmt.Errorf("-loops: %q twice", l)
+		}
 	}
 	return nil
-}
-
-func setup(ctx context.Context, pool *pgtx.Pool, accounts int) error {
-	_, err := pool.Exec(ctx, `drop table if exists transfer_accounts;
-		create table transfer_accounts (id int primary key, balance int not null check (balance >= 0))`)
-	if err != nil {
-		return err
-	}
-	_, err = pool.Exec(ctx, "insert into transfer_accounts select g, $1 from generate_series(1, $2) g", initialBalance, accounts)
-	return err
-}
-
-var errInsufficient = errors.New("insufficient funds")
-
-// transfer moves amount from one account to another: read the source
-// balance, then update both rows, lower id first so that two transfers never
-// wait for each other in a cycle. Under SERIALIZABLE two transfers touching
-// the same account still conflict (40001); pgtx runs the loser again.
-func transfer(ctx context.Context, pool *pgtx.Pool, from, to, amount int) error {
-	return pgtx.TransactionWithOptions(ctx, pool, pgtx.Serializable, pgtx.Options{Label: "transfer"},
-		func(ctx context.Context, tx pgx.Tx) error {
-			var balance int
-			if err := tx.QueryRow(ctx, "select balance from transfer_accounts where id = $1", from).Scan(&balance); err != nil {
-				return err
-			}
-			if balance < amount {
-				return errInsufficient
-			}
-			first, second := from, to
-			if second < first {
-				first, second = second, first
-			}
-			for _, id := range [2]int{first, second} {
-				delta := amount
-				if id == from {
-					delta = -amount
-				}
-				if _, err := tx.Exec(ctx, "update transfer_accounts set balance = balance + $1 where id = $2", delta, id); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-}
-
-func worker(ctx context.Context, end time.Time, pool *pgtx.Pool, accounts int, seed uint64, stats *transferStats) {
-	rng := rand.New(rand.NewPCG(seed, 42))
-	for ctx.Err() == nil && time.Now().Before(end) {
-		from := 1 + rng.IntN(accounts)
-		to := 1 + rng.IntN(accounts-1)
-		if to >= from {
-			to++
-		}
-		start := time.Now()
-		err := transfer(ctx, pool, from, to, 1+rng.IntN(10))
-		stats.call(time.Since(start), err, ctx.Err() != nil)
-	}
-}
-
-func totalBalance(ctx context.Context, pool *pgtx.Pool) (int, error) {
-	var total int
-	err := pool.QueryRow(ctx, "select coalesce(sum(balance), 0) from transfer_accounts").Scan(&total)
-	return total, err
-}
-
-// transferStats counts calls and attempts; it is the pool's
-// pgtx.TransactionTracer.
-type transferStats struct {
-	commits, failed, insufficient, cutShort atomic.Int64
-	attempts                                atomic.Int64
-	retries                                 [pgtx.ClassPermanent + 1]atomic.Int64
-
-	mu        sync.Mutex
-	latencies []time.Duration
-}
-
-func (s *transferStats) TraceTransactionStart(ctx context.Context, _ pgtx.TraceTransactionStartData) context.Context {
-	return ctx
-}
-
-func (s *transferStats) TraceTransactionEnd(context.Context, pgtx.TraceTransactionEndData) {}
-
-func (s *transferStats) TraceAttemptStart(ctx context.Context, _ pgtx.TraceAttemptStartData) context.Context {
-	s.attempts.Add(1)
-	return ctx
-}
-
-func (s *transferStats) TraceAttemptEnd(_ context.Context, d pgtx.TraceAttemptEndData) {
-	if d.Retry && d.Class >= 0 && int(d.Class) < len(s.retries) {
-		s.retries[d.Class].Add(1)
-	}
-}
-
-func (s *transferStats) call(d time.Duration, err error, runOver bool) {
-	switch {
-	case err == nil:
-		s.commits.Add(1)
-		s.mu.Lock()
-		s.latencies = append(s.latencies, d)
-		s.mu.Unlock()
-	case errors.Is(err, errInsufficient):
-		s.insufficient.Add(1)
-	case runOver:
-		s.cutShort.Add(1) // interrupted (Ctrl-C)
-	default:
-		s.failed.Add(1)
-	}
-}
-
-func (s *transferStats) progress(done <-chan struct{}) {
-	t := time.NewTicker(500 * time.Millisecond)
-	defer t.Stop()
-	start := time.Now()
-	for {
-		select {
-		case <-done:
-			fmt.Println()
-			return
-		case <-t.C:
-			c := s.commits.Load()
-			fmt.Printf("\r%5.1fs  commits %7d  attempts/commit %5.2f  retries: conflict %6d  lost %3d  overload %3d  failed %3d",
-				time.Since(start).Seconds(), c, ratio(s.attempts.Load(), c),
-				s.retries[pgtx.ClassConflict].Load(), s.retries[pgtx.ClassConnectionLost].Load(),
-				s.retries[pgtx.ClassOverload].Load(), s.failed.Load())
-		}
-	}
-}
-
-func (s *transferStats) summary(w *os.File, total, want int) {
-	s.mu.Lock()
-	lat := slices.Clone(s.latencies)
-	s.mu.Unlock()
-	slices.Sort(lat)
-	c := s.commits.Load()
-	fmt.Fprintf(w, "commits            %d\n", c)
-	fmt.Fprintf(w, "attempts           %d (%.2f per commit)\n", s.attempts.Load(), ratio(s.attempts.Load(), c))
-	fmt.Fprintf(w, "retries            conflict %d, connection lost %d, overload %d\n",
-		s.retries[pgtx.ClassConflict].Load(), s.retries[pgtx.ClassConnectionLost].Load(), s.retries[pgtx.ClassOverload].Load())
-	fmt.Fprintf(w, "not committed      failed %d, insufficient funds %d, interrupted %d\n",
-		s.failed.Load(), s.insufficient.Load(), s.cutShort.Load())
-	fmt.Fprintf(w, "latency            p50 %v, p99 %v\n", percentile(lat, 0.50), percentile(lat, 0.99))
-	verdict := "unchanged"
-	if total != want {
-		verdict = "CHANGED"
-	}
-	fmt.Fprintf(w, "invariant          total balance %d, want %d: %s\n", total, want, verdict)
-}
-
-func ratio(a, b int64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return float64(a) / float64(b)
-}
-
-func percentile(sorted []time.Duration, q float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[int(q*float64(len(sorted)-1))].Round(10 * time.Microsecond)
-}
-
-func redacted(dsn string) string {
-	if cfg, err := pgx.ParseConfig(dsn); err == nil {
-		return fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
-	}
-	return "the database"
 }
