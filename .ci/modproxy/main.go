@@ -142,9 +142,8 @@ func run(args []string, stdout io.Writer) error {
 	if changed, err := git(root, "diff", "--name-only", sha, "--"); err != nil {
 		return err
 	} else if changed != "" {
-		files := strings.Split(changed, "\n")
-		fmt.Fprintf(stdout, "  note: the work tree differs from the commit in %d tracked files, not published: %s\n",
-			len(files), abbreviate(files, 5))
+		fmt.Fprintf(stdout, "  note: changed in the work tree, not published: %s\n",
+			abbreviate(strings.Split(changed, "\n"), 5))
 	}
 
 	var sums []string
