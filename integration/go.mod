@@ -6,11 +6,11 @@ require (
 	github.com/exaring/otelpgx v0.13.0
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pgtx-go/pgtx v0.0.0
+	github.com/pgtx-go/pgtx v0.3.0
 	github.com/pgtx-go/pgtx/examples v0.0.0
-	github.com/pgtx-go/pgtx/pgtxotel v0.0.0
-	github.com/pgtx-go/pgtx/pgtxprom v0.0.0
-	github.com/pgtx-go/pgtx/pgtxtest v0.0.0
+	github.com/pgtx-go/pgtx/pgtxotel v0.3.0
+	github.com/pgtx-go/pgtx/pgtxprom v0.3.0
+	github.com/pgtx-go/pgtx/pgtxtest v0.3.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	go.opentelemetry.io/otel v1.47.0
