@@ -125,7 +125,9 @@ type Options struct {
 // connection and propagates unchanged.
 //
 // After more than one attempt, or when a retry was refused, the error is a
-// [*RetryError] that says how many attempts were made and why no more.
+// [*RetryError] that says how many attempts were made and why no more; so
+// is the error of every call that ended on a server it could not connect
+// to, whose message begins "pgtx: the server is unreachable".
 func Transaction(ctx context.Context, pool *Pool, iso Isolation, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return TransactionWithOptions(ctx, pool, iso, Options{}, fn)
 }
