@@ -381,22 +381,27 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 			// the stack unchanged): roll back on a context the caller's
 			// cancellation cannot interrupt. A failed rollback closes the
 			// connection, and Release then discards it.
-			if began == beganCaptured {
+			switch {
+			case began == beganCaptured:
 				rollbackConn(ctx, pgConn, a.pool.settings.rollbackTimeout)
-			} else {
+			case pgConn.TxStatus() == 'I' && !pgConn.IsBusy():
+				// A statement of fn's ended the transaction: a ROLLBACK
+				// now would only draw the server's warning that there is
+				// no transaction in progress.
+			default:
 				a.rollback(ctx, tx, pgConn.Conn())
 			}
 		}
 	}()
 
-	a.tx = fnTx{Tx: tx}
+	a.tx = fnTx{Tx: tx, pgConn: pgConn}
 	ac := a.cur
 	ac.Context, ac.inFn = ctx, true
 	err = a.fn(ac, &a.tx)
 	ac.inFn = false
 	if err != nil {
-		if a.tx.ended != "" {
-			return ClassPermanent, a.tx.misuse(err)
+		if misuse := a.tx.checkFailed(err); misuse != nil {
+			return ClassPermanent, misuse
 		}
 		return classifyFnError(err, conn), err
 	}
@@ -405,7 +410,7 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 		// transaction died with its session, and COMMIT is never sent.
 		return ClassConnectionLost, errLostBeforeCommit
 	}
-	if err := a.tx.check(pgConn); err != nil {
+	if err := a.tx.check(); err != nil {
 		return ClassPermanent, err
 	}
 	if err := ctx.Err(); err != nil {
