@@ -23,7 +23,10 @@ var ErrAcquireTimeout = errors.New("pgtx: timed out waiting for a pool connectio
 // ErrInvalidArgument is matched (errors.Is) by the error [Transaction]
 // returns for bad input (an unknown isolation level, a nil pool or fn, a
 // Config NewWithConfig cannot use) and for misuse (fn calling Commit or
-// Rollback, leaving rows open). Nothing is committed by surprise.
+// Rollback, leaving rows open, ending the transaction with a statement of
+// its own). Such a call is not retried, and Transaction commits nothing:
+// only a COMMIT statement fn ran itself has committed what came before it
+// (see [Transaction]).
 var ErrInvalidArgument = errors.New("pgtx: invalid argument")
 
 // ErrNestedTransaction is matched (errors.Is) by the error [Transaction]
