@@ -88,7 +88,9 @@
 // Overload, unavailable-server and lost-connection retries of the whole pool
 // are bounded by a [RetryBudget]. A call that ends after retries (or with a
 // retry refused) returns a [*RetryError] saying how many attempts it made
-// and why it stopped.
+// and why it stopped; one that ends on a server it could not connect to
+// says that first ("pgtx: the server is unreachable: gave up after 13
+// attempts in 15s (UnavailableTimeout 15s): ..."), however it ended.
 //
 // # Hot rows
 //

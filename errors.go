@@ -23,7 +23,10 @@ var ErrAcquireTimeout = errors.New("pgtx: timed out waiting for a pool connectio
 // ErrInvalidArgument is matched (errors.Is) by the error [Transaction]
 // returns for bad input (an unknown isolation level, a nil pool or fn, a
 // Config NewWithConfig cannot use) and for misuse (fn calling Commit or
-// Rollback, leaving rows open). Nothing is committed by surprise.
+// Rollback, leaving rows open, ending the transaction with a statement of
+// its own). Such a call is not retried, and Transaction commits nothing:
+// only a COMMIT statement fn ran itself has committed what came before it
+// (see [Transaction]).
 var ErrInvalidArgument = errors.New("pgtx: invalid argument")
 
 // ErrNestedTransaction is matched (errors.Is) by the error [Transaction]
@@ -130,26 +133,34 @@ func (nestedError) Is(target error) bool {
 }
 
 // RetryError is the error [Transaction] returns when the call ended after
-// more than one attempt, or when a retry was refused (the cap, the
-// context's deadline, the retry budget): its message says how many attempts
-// were made and why there were no more, for example
+// more than one attempt, when a retry was refused (the cap, the context's
+// deadline, the retry budget), or when the call ended on a server it could
+// not connect to: its message says how many attempts were made and why
+// there were no more, for example
 //
 //	pgtx: gave up after 11 attempts (MaxRetries 10): ERROR: could not serialize access ... (SQLSTATE 40001)
 //
-// A call that kept meeting an unavailable server ([ClassUnavailable]) says
-// first for how long it was unreachable (from the call's first such error)
-// and what ended the call: [RetryPolicy].UnavailableTimeout, or the context,
-// whose error then comes next:
+// A call that ended on an unreachable server ([ClassUnavailable], or an
+// overload whose last connect also found a host refusing connections) says
+// so first, however it ended, even after a single attempt; then, when the
+// server stayed unreachable across retries, for how long (from the call's
+// first such error), and what ended the call: the bound
+// ([RetryPolicy].UnavailableTimeout), the context (whose error then comes
+// next), the retry budget, or a cap (UnavailableTimeout switched off,
+// MaxAdaptiveRetries for that overload):
 //
-//	pgtx: gave up after 9 attempts (the server was unreachable for 15s, UnavailableTimeout 15s): failed to connect to ...
-//	pgtx: gave up after 7 attempts (the server was unreachable for 9.9s until the context ended): context deadline exceeded: failed to connect to ...
+//	pgtx: the server is unreachable: gave up after 13 attempts in 15s (UnavailableTimeout 15s): failed to connect to ...
+//	pgtx: the server is unreachable: gave up after 7 attempts in 9.9s (the context ended): context deadline exceeded: failed to connect to ...
+//	pgtx: the server is unreachable: gave up after 1 attempt (UnavailableTimeout off): failed to connect to ...
 //
 // It unwraps to the last attempt's error, so errors.As still finds the
 // *pgconn.PgError and errors.Is the caller's errors and the sentinels (and
-// the context's error, when the context ended the call); it matches
-// [ErrRetryBudgetExhausted] when the budget refused the retry. An error
-// that ended a first attempt and would never have been retried (fn's own
-// error, say) is returned as it is. An outer retry loop should not retry a
+// the context's error, when the context ended the call), and [Classify]
+// returns that error's class; it matches [ErrRetryBudgetExhausted] when
+// the budget refused the retry. An error that ended a first attempt and
+// would never have been retried (fn's own error, say) is returned as it
+// is, and so is the error of a first attempt the context ended, unless the
+// server was unreachable. An outer retry loop should not retry a
 // RetryError: pgtx already did.
 type RetryError struct {
 	// Attempts is the number of attempts the call made.
@@ -160,14 +171,17 @@ type RetryError struct {
 	reason stopReason
 	limit  string // the cap that was reached: "MaxRetries", "MaxAdaptiveRetries" or "UnavailableTimeout"
 	cap    int
-	// unreachable is how long the server had been unavailable (since the
-	// call's first such error) when that ended the call, 0 otherwise; bound
-	// is the UnavailableTimeout in force.
-	unreachable, bound time.Duration
+	// unreachable says the call ended on a server it could not connect to,
+	// which the message says before anything else; unreachableFor is how
+	// long that server had been unavailable (since the call's first such
+	// error), 0 when the call ended at that first error; bound is the
+	// UnavailableTimeout in force.
+	unreachable           bool
+	unreachableFor, bound time.Duration
 }
 
-// Error says how many attempts there were, why they stopped, and the last
-// error.
+// Error says what happened when the server was unreachable, then how many
+// attempts there were, why they stopped, and the last error.
 func (e *RetryError) Error() string {
 	verb, why := "gave up", ""
 	switch e.reason {
@@ -184,17 +198,22 @@ func (e *RetryError) Error() string {
 		why = "retry budget exhausted"
 	case stopContext:
 		why = "the context ended"
-		if e.unreachable > 0 {
-			why = "the server was unreachable for " + roundDuration(e.unreachable) + " until the context ended"
-		}
 	case stopUnreachable:
-		why = "the server was unreachable for " + roundDuration(e.unreachable) + ", UnavailableTimeout " + e.bound.String()
+		why = "UnavailableTimeout " + e.bound.String()
+	}
+	lead := "pgtx: "
+	if e.unreachable {
+		lead = "pgtx: the server is unreachable: "
 	}
 	attempts := " attempts"
 	if e.Attempts == 1 {
 		attempts = " attempt"
 	}
-	return "pgtx: " + verb + " after " + strconv.Itoa(e.Attempts) + attempts + " (" + why + "): " + e.Err.Error()
+	in := ""
+	if e.unreachableFor > 0 {
+		in = " in " + roundDuration(e.unreachableFor)
+	}
+	return lead + verb + " after " + strconv.Itoa(e.Attempts) + attempts + in + " (" + why + "): " + e.Err.Error()
 }
 
 // roundDuration formats d to the millisecond, or to the 10 milliseconds from

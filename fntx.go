@@ -15,7 +15,8 @@ import (
 // COMMIT it never sent as an unknown outcome.
 type fnTx struct {
 	pgx.Tx
-	ended string // "Commit" or "Rollback" once fn called it
+	pgConn *pgconn.PgConn // the connection the transaction runs on
+	ended  string         // "Commit" or "Rollback" once fn called it
 }
 
 // Commit refuses to commit: Transaction commits when fn returns nil.
@@ -28,6 +29,11 @@ func (t *fnTx) Rollback(context.Context) error { return t.refuse("Rollback") }
 func (t *fnTx) refuse(method string) error {
 	if t.ended == "" {
 		t.ended = method
+	}
+	if t.endedBySQL() {
+		// A statement of fn's ended the transaction before: saying that
+		// nothing was committed would be false.
+		return t.endedError(nil)
 	}
 	return t.misuse(nil)
 }
@@ -43,27 +49,72 @@ func (t *fnTx) misuse(fnErr error) error {
 	return &misuseError{invalidArgError: e, fnErr: fnErr}
 }
 
-// check finds what fn left behind that COMMIT cannot follow: a call of
-// Commit or Rollback, rows still open (the connection is busy reading
-// them), or a COMMIT or ROLLBACK statement of its own.
-func (t *fnTx) check(pgConn *pgconn.PgConn) error {
+// endedBySQL reports that the transaction is over although Transaction
+// has not ended it: BEGIN went out before fn ran and fn's Commit and
+// Rollback send nothing, so a statement of fn's own ended it (COMMIT, END,
+// ROLLBACK, ABORT or PREPARE TRANSACTION). A closed connection ended
+// nothing by a statement; COMMIT AND CHAIN and ROLLBACK AND CHAIN leave a
+// transaction open and are not seen.
+func (t *fnTx) endedBySQL() bool {
+	return !t.pgConn.IsClosed() && t.pgConn.TxStatus() == 'I'
+}
+
+// endedError is the error of a call whose fn ended the transaction with a
+// statement. Which statement it was cannot be known (its command tag went
+// to fn), so it says what each one did; fnErr, fn's own error when it
+// returned one, stays reachable.
+func (t *fnTx) endedError(fnErr error) error {
+	e := &invalidArgError{msg: "fn ended the transaction itself with a statement, which the server ran as sent: " +
+		"a COMMIT or END committed fn's statements before it (rolled them back if the transaction had failed), " +
+		"a ROLLBACK or ABORT discarded them, and statements after it committed one by one. " +
+		"Transaction committed and rolled back nothing after it, and does not run fn again; " +
+		"leave ending the transaction to Transaction (return nil to commit, an error to roll back)"}
+	if fnErr == nil {
+		return e
+	}
+	return &misuseError{invalidArgError: e, fnErr: fnErr}
+}
+
+// check finds what fn left behind that COMMIT cannot follow: a COMMIT or
+// ROLLBACK statement of its own, a call of Commit or Rollback, or rows
+// still open (the connection is busy reading them).
+func (t *fnTx) check() error {
 	switch {
+	case t.endedBySQL():
+		return t.endedError(nil)
 	case t.ended != "":
 		return t.misuse(nil)
-	case pgConn.IsBusy():
+	case t.pgConn.IsBusy():
 		return &invalidArgError{msg: "fn returned with rows still open: close every pgx.Rows (rows.Close, or read them to the end) " +
 			"before fn returns. Nothing was committed"}
-	case pgConn.TxStatus() == 'I':
-		return &invalidArgError{msg: "fn ended the transaction itself with a COMMIT or ROLLBACK statement, which took effect as sent; " +
-			"leave ending the transaction to Transaction"}
+	}
+	return nil
+}
+
+// checkFailed is check for a fn that returned fnErr: a statement of fn's
+// that ended the transaction, or a call of Commit or Rollback, makes the
+// call's error misuse, which keeps fnErr and is never retried (fn ran
+// again after a COMMIT of its own would commit its work twice); nil
+// otherwise.
+func (t *fnTx) checkFailed(fnErr error) error {
+	switch {
+	case t.endedBySQL():
+		return t.endedError(fnErr)
+	case t.ended != "":
+		return t.misuse(fnErr)
 	}
 	return nil
 }
 
 // misuseError is a misuse error that also carries the error fn returned.
+// It is never retried, whatever fn's error is: Classify finds it
+// permanent, as the call's own retry decision did.
 type misuseError struct {
 	*invalidArgError
 	fnErr error
 }
 
 func (e *misuseError) Unwrap() error { return e.fnErr }
+func (e *misuseError) Is(target error) bool {
+	return target == ErrInvalidArgument || target == errNonRetryableMarker
+}

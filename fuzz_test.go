@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"github.com/jackc/pgerrcode"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -125,8 +126,9 @@ func errFromByte(b byte) error {
 // after an unavailable server count against neither; a class switched off
 // is never retried; no pause ends past the deadline; every retry is paired
 // with exactly one pause; a call that stops early returns the last error;
-// and a call that stops on an unavailable server stops only at its end: at
-// the deadline, with an error matching context.DeadlineExceeded, or once
+// and a call that stops on an unavailable server says so first (a
+// *RetryError, after one attempt as after many) and stops only at its end:
+// at the deadline, with an error matching context.DeadlineExceeded, or once
 // UnavailableTimeout has passed since the first unavailable error.
 func FuzzRetryDecision(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 5}, int8(0), int8(0), 0.5, uint16(0), int16(0))
@@ -212,6 +214,14 @@ func FuzzRetryDecision(f *testing.F) {
 		last := outcomes[len(outcomes)-1]
 		if (err == nil) != (last == nil) || (err != nil && !errors.Is(err, last)) {
 			t.Fatalf("returned %v, last attempt ended with %v", err, last)
+		}
+		if err != nil && Classify(last) == ClassUnavailable {
+			// However the call ended, it says first that the server is
+			// unreachable, after one attempt as after many.
+			var re *RetryError
+			if !errors.As(err, &re) || re.Attempts != len(outcomes) || !strings.HasPrefix(err.Error(), "pgtx: the server is unreachable: ") {
+				t.Fatalf("ended on an unavailable server after %d attempts with %v; want a *RetryError that says so first", len(outcomes), err)
+			}
 		}
 		if Classify(last) != ClassUnavailable || policy.UnavailableTimeout == 0 {
 			return

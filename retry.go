@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"syscall"
 	"time"
 )
 
@@ -421,14 +422,17 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 }
 
 // gaveUp returns the error a call that made n attempts ends with: err as it
-// is after a single attempt that nothing would have retried, else a
-// *RetryError that says how many attempts there were and why no more. class
-// is the last attempt's.
+// is after a single attempt that nothing would have retried, or that its
+// context ended, else a *RetryError that says how many attempts there were
+// and why no more. A call that ended on an unreachable server always gets
+// a *RetryError, so that its message says so first, whichever way it
+// ended. class is the last attempt's.
 func (l *retryLoop) gaveUp(err error, class Class, n int, why stopReason, st *retryState) error {
-	if n == 1 && (why == stopNotRetryable || why == stopContext) {
+	unreachable := endsUnreachable(class, err)
+	if n == 1 && (why == stopNotRetryable || why == stopContext) && !unreachable {
 		return err
 	}
-	e := &RetryError{Attempts: n, Err: err, reason: why}
+	e := &RetryError{Attempts: n, Err: err, reason: why, unreachable: unreachable}
 	switch {
 	case why == stopCapReached && class == ClassUnavailable:
 		e.limit = "UnavailableTimeout" // switched off: nothing else caps it
@@ -436,11 +440,23 @@ func (l *retryLoop) gaveUp(err error, class Class, n int, why stopReason, st *re
 		e.limit, e.cap = "MaxAdaptiveRetries", l.policy.MaxAdaptiveRetries
 	case why == stopCapReached:
 		e.limit, e.cap = "MaxRetries", l.maxRetries
-	case class == ClassUnavailable && (why == stopUnreachable || why == stopContext) && !st.unavailableSince.IsZero():
-		e.unreachable = l.clock.Now().Sub(st.unavailableSince)
+	}
+	if why == stopUnreachable {
 		e.bound = l.policy.UnavailableTimeout
 	}
+	if class == ClassUnavailable && !st.unavailableSince.IsZero() {
+		e.unreachableFor = l.clock.Now().Sub(st.unavailableSince)
+	}
 	return e
+}
+
+// endsUnreachable reports a last attempt that could not connect to the
+// server: unavailable, or an overload from a connect to several hosts of
+// which one refused the connection (the others answering 57P03 while they
+// shut down or start, say). The caller's first question then is why the
+// server cannot be reached, not which cap was reached.
+func endsUnreachable(class Class, err error) bool {
+	return class == ClassUnavailable || (class == ClassOverload && errors.Is(err, syscall.ECONNREFUSED))
 }
 
 // pastDeadline returns err matching context.DeadlineExceeded, for a call

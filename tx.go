@@ -110,11 +110,33 @@ type Options struct {
 // [AfterCommit]. [Attempt] tells fn which attempt it is.
 //
 // fn receives ctx and a [pgx.Tx] whose Commit and Rollback are refused:
-// Transaction ends the transaction itself. fn calling them, running COMMIT
-// or ROLLBACK as SQL, or returning with rows still open is an error
-// matching [ErrInvalidArgument] that says so, and nothing is committed by
-// surprise; so is calling Transaction again, on the same pool, with the ctx
-// fn received ([ErrNestedTransaction]). When ctx ends the call (the
+// Transaction ends the transaction itself. fn calling them, or returning
+// with rows still open, is an error matching [ErrInvalidArgument] that says
+// so, and the transaction is rolled back: nothing is committed; so is
+// calling Transaction again, on the same pool, with the ctx fn received
+// ([ErrNestedTransaction]).
+//
+// A statement that ends the transaction is another matter: the server runs
+// it as sent. A COMMIT or END commits fn's statements before it (rolls
+// them back if the transaction had failed), a ROLLBACK or ABORT discards
+// them, and the statements fn runs after it commit one by one. Transaction
+// sees, when fn returns nil or an error, that the transaction has ended,
+// and returns an error matching [ErrInvalidArgument] that says so and
+// keeps fn's error: it commits and rolls back nothing more, and does not
+// run fn again, which would commit that work twice. What such a COMMIT
+// committed therefore stays committed, although the call returns an
+// error. A BEGIN inside the transaction is a no-op the server warns about.
+// COMMIT AND CHAIN and ROLLBACK AND CHAIN, or a COMMIT followed by a
+// BEGIN, are not seen: they end fn's transaction as COMMIT and ROLLBACK
+// do and open another, which Transaction takes for fn's. It commits that
+// one when fn returns nil; on an error it rolls it back and may run fn
+// again (committing again what the first COMMIT committed); and when
+// COMMIT's answer is lost, the resolution asks about the first
+// transaction, whose "committed" then makes the call return nil although
+// the work after the chain may not have committed. Leave ending the
+// transaction to Transaction.
+//
+// When ctx ends the call (the
 // statement was cancelled, or a retry was due), errors.Is(err, ctx.Err())
 // holds; an unknown COMMIT outcome or fn's own error that merely raced the
 // cancellation keeps its class. If ctx has ended by the time fn returns
@@ -125,7 +147,9 @@ type Options struct {
 // connection and propagates unchanged.
 //
 // After more than one attempt, or when a retry was refused, the error is a
-// [*RetryError] that says how many attempts were made and why no more.
+// [*RetryError] that says how many attempts were made and why no more; so
+// is the error of every call that ended on a server it could not connect
+// to, whose message begins "pgtx: the server is unreachable".
 func Transaction(ctx context.Context, pool *Pool, iso Isolation, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return TransactionWithOptions(ctx, pool, iso, Options{}, fn)
 }
@@ -379,22 +403,27 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 			// the stack unchanged): roll back on a context the caller's
 			// cancellation cannot interrupt. A failed rollback closes the
 			// connection, and Release then discards it.
-			if began == beganCaptured {
+			switch {
+			case began == beganCaptured:
 				rollbackConn(ctx, pgConn, a.pool.settings.rollbackTimeout)
-			} else {
+			case pgConn.TxStatus() == 'I' && !pgConn.IsBusy():
+				// A statement of fn's ended the transaction: a ROLLBACK
+				// now would only draw the server's warning that there is
+				// no transaction in progress.
+			default:
 				a.rollback(ctx, tx, pgConn.Conn())
 			}
 		}
 	}()
 
-	a.tx = fnTx{Tx: tx}
+	a.tx = fnTx{Tx: tx, pgConn: pgConn}
 	ac := a.cur
 	ac.Context, ac.inFn = ctx, true
 	err = a.fn(ac, &a.tx)
 	ac.inFn = false
 	if err != nil {
-		if a.tx.ended != "" {
-			return ClassPermanent, a.tx.misuse(err)
+		if misuse := a.tx.checkFailed(err); misuse != nil {
+			return ClassPermanent, misuse
 		}
 		return classifyFnError(err, conn), err
 	}
@@ -403,7 +432,7 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 		// transaction died with its session, and COMMIT is never sent.
 		return ClassConnectionLost, errLostBeforeCommit
 	}
-	if err := a.tx.check(pgConn); err != nil {
+	if err := a.tx.check(); err != nil {
 		return ClassPermanent, err
 	}
 	if err := ctx.Err(); err != nil {

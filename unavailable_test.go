@@ -78,19 +78,17 @@ func TestUnavailableRetriedUntilDeadline(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, refused) || !errors.Is(err, syscall.ECONNREFUSED) {
 				t.Errorf("err = %v: want it to match context.DeadlineExceeded and keep the refusal", err)
 			}
+			// A single attempt whose retry the deadline ended is a
+			// *RetryError too: the message says the server is unreachable.
 			var re *RetryError
-			if calls == 1 {
-				// A single attempt whose retry the deadline ended: the
-				// error as it is, as for every class.
-				if errors.As(err, &re) {
-					t.Errorf("err = %v: one attempt, want no *RetryError", err)
-				}
-				return
-			}
 			if !errors.As(err, &re) || re.Attempts != calls {
 				t.Fatalf("err = %v: want a *RetryError of %d attempts", err, calls)
 			}
-			want := fmt.Sprintf("pgtx: gave up after %d attempts (the server was unreachable for %v until the context ended): context deadline exceeded: ", calls, tt.deadline)
+			attempts := "attempts"
+			if calls == 1 {
+				attempts = "attempt"
+			}
+			want := fmt.Sprintf("pgtx: the server is unreachable: gave up after %d %s in %v (the context ended): context deadline exceeded: ", calls, attempts, tt.deadline)
 			if !strings.HasPrefix(err.Error(), want) {
 				t.Errorf("message %q\nwant it to begin %q", err, want)
 			}
@@ -113,23 +111,23 @@ func TestUnavailableBound(t *testing.T) {
 		wantMsg      string
 	}{
 		{name: "no deadline: the default bound, 15s", policy: RetryPolicy{Jitter: constJitter(1)}, wantAttempts: 13, wantEnd: 15 * time.Second,
-			wantMsg: "pgtx: gave up after 13 attempts (the server was unreachable for 15s, UnavailableTimeout 15s): "},
+			wantMsg: "pgtx: the server is unreachable: gave up after 13 attempts in 15s (UnavailableTimeout 15s): "},
 		{name: "no deadline: a bound of 2s", policy: RetryPolicy{Jitter: constJitter(1), UnavailableTimeout: 2 * time.Second}, wantAttempts: 7, wantEnd: 2 * time.Second,
-			wantMsg: "pgtx: gave up after 7 attempts (the server was unreachable for 2s, UnavailableTimeout 2s): "},
+			wantMsg: "pgtx: the server is unreachable: gave up after 7 attempts in 2s (UnavailableTimeout 2s): "},
 		{name: "a deadline later than the bound: the bound", policy: RetryPolicy{Jitter: constJitter(1), UnavailableTimeout: 2 * time.Second}, deadline: time.Minute,
-			wantAttempts: 7, wantEnd: 2 * time.Second, wantMsg: "pgtx: gave up after 7 attempts (the server was unreachable for 2s, UnavailableTimeout 2s): "},
+			wantAttempts: 7, wantEnd: 2 * time.Second, wantMsg: "pgtx: the server is unreachable: gave up after 7 attempts in 2s (UnavailableTimeout 2s): "},
 		{name: "a deadline earlier than the bound: the deadline", policy: RetryPolicy{Jitter: constJitter(1), UnavailableTimeout: 20 * time.Second}, deadline: 2 * time.Second,
-			wantAttempts: 6, wantEnd: 2 * time.Second, wantMsg: "pgtx: gave up after 6 attempts (the server was unreachable for 2s until the context ended): context deadline exceeded: "},
+			wantAttempts: 6, wantEnd: 2 * time.Second, wantMsg: "pgtx: the server is unreachable: gave up after 6 attempts in 2s (the context ended): context deadline exceeded: "},
 		{name: "counted from the first unavailable error", policy: RetryPolicy{Jitter: constJitter(1), UnavailableTimeout: 2 * time.Second},
 			before: repeat(pgErr(pgerrcode.SerializationFailure), 3), wantAttempts: 10, wantEnd: 2*time.Second + ms(10+20+40),
-			wantMsg: "pgtx: gave up after 10 attempts (the server was unreachable for 2s, UnavailableTimeout 2s): "},
+			wantMsg: "pgtx: the server is unreachable: gave up after 10 attempts in 2s (UnavailableTimeout 2s): "},
 		{name: "negative: not retried", policy: RetryPolicy{UnavailableTimeout: -1}, wantAttempts: 1,
-			wantMsg: "pgtx: gave up after 1 attempt (UnavailableTimeout off): "},
+			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt (UnavailableTimeout off): "},
 		{name: "negative, with a deadline: not retried", policy: RetryPolicy{UnavailableTimeout: -1}, deadline: time.Minute, wantAttempts: 1,
-			wantMsg: "pgtx: gave up after 1 attempt (UnavailableTimeout off): "},
+			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt (UnavailableTimeout off): "},
 		{name: "negative, after conflicts: not retried", policy: RetryPolicy{UnavailableTimeout: -1, Jitter: constJitter(1)},
 			before: repeat(pgErr(pgerrcode.SerializationFailure), 2), wantAttempts: 3, wantEnd: ms(10 + 20),
-			wantMsg: "pgtx: gave up after 3 attempts (UnavailableTimeout off): "},
+			wantMsg: "pgtx: the server is unreachable: gave up after 3 attempts (UnavailableTimeout off): "},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -273,7 +271,7 @@ func TestUnavailableBudget(t *testing.T) {
 			if !errors.Is(err, ErrRetryBudgetExhausted) || !errors.Is(err, refused) || errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("err = %v: want ErrRetryBudgetExhausted and the refusal, not the deadline", err)
 			}
-			want := fmt.Sprintf("pgtx: gave up after %d attempt", tt.wantAttempts)
+			want := fmt.Sprintf("pgtx: the server is unreachable: gave up after %d attempt", tt.wantAttempts)
 			if !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "(retry budget exhausted): ") {
 				t.Errorf("message %q", err)
 			}
@@ -303,7 +301,7 @@ func TestUnavailableContextEnds(t *testing.T) {
 		if calls != 3 || !errors.Is(err, context.Canceled) || !errors.Is(err, refused) {
 			t.Errorf("attempts %d, err %v: want 3 and both context.Canceled and the refusal", calls, err)
 		}
-		if want := "pgtx: gave up after 3 attempts (the server was unreachable for 600ms until the context ended): context canceled: "; !strings.HasPrefix(err.Error(), want) {
+		if want := "pgtx: the server is unreachable: gave up after 3 attempts in 600ms (the context ended): context canceled: "; !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("message %q\nwant it to begin %q", err, want)
 		}
 	})
@@ -355,5 +353,103 @@ func TestOptionsRetryPolicy(t *testing.T) {
 	}
 	if pool.UnavailableTimeout != 15*time.Second || pool.MaxAdaptiveRetries != 2 {
 		t.Errorf("the pool's policy changed: %+v", pool)
+	}
+}
+
+// TestUnreachableSaidFirst: however a call that ends on a server it cannot
+// connect to ends — UnavailableTimeout, the deadline (after retries or
+// before the first pause ended), the context during the first attempt, the
+// retry budget, UnavailableTimeout off, or an overload cap when the last
+// connect found a host refusing — its error is a *RetryError whose message
+// begins with "the server is unreachable", not with the cap; it keeps the
+// refusal (and the context's error when the context ended the call), and
+// Classify returns what it returns for the last attempt's error.
+func TestUnreachableSaidFirst(t *testing.T) {
+	refused := refusedErr()
+	// A connect to two hosts: one refused, the other shutting down (57P03).
+	refusedAndShuttingDown := errors.Join(refused, pgErr(pgerrcode.CannotConnectNow))
+	tests := []struct {
+		name         string
+		policy       RetryPolicy
+		deadline     time.Duration // 0: none
+		cancelAt     int           // the attempt during which the context is cancelled; 0: none
+		budget       bool          // an empty retry budget
+		errs         []error
+		wantAttempts int
+		wantMsg      string
+		wantClass    Class
+		wantCtx      error // the context's error the call must match, nil: none
+	}{
+		{name: "UnavailableTimeout", policy: RetryPolicy{UnavailableTimeout: 2 * time.Second}, errs: repeat(refused, 100), wantAttempts: 7,
+			wantMsg: "pgtx: the server is unreachable: gave up after 7 attempts in 2s (UnavailableTimeout 2s): ", wantClass: ClassUnavailable},
+		{name: "the deadline, after retries", deadline: 2 * time.Second, errs: repeat(refused, 100), wantAttempts: 6,
+			wantMsg: "pgtx: the server is unreachable: gave up after 6 attempts in 2s (the context ended): context deadline exceeded: ", wantClass: ClassTimeout, wantCtx: context.DeadlineExceeded},
+		{name: "the deadline, before the first pause ended", deadline: 150 * time.Millisecond, errs: repeat(refused, 100), wantAttempts: 1,
+			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt in 150ms (the context ended): context deadline exceeded: ", wantClass: ClassTimeout, wantCtx: context.DeadlineExceeded},
+		{name: "the context, during the first attempt", cancelAt: 1, errs: repeat(refused, 100), wantAttempts: 1,
+			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt (the context ended): context canceled: ", wantClass: ClassTimeout, wantCtx: context.Canceled},
+		{name: "the retry budget", budget: true, errs: repeat(refused, 100), wantAttempts: 1,
+			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt (retry budget exhausted): ", wantClass: ClassUnavailable},
+		{name: "UnavailableTimeout off", policy: RetryPolicy{UnavailableTimeout: -1}, errs: repeat(refused, 100), wantAttempts: 1,
+			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt (UnavailableTimeout off): ", wantClass: ClassUnavailable},
+		{name: "UnavailableTimeout off, after conflicts", policy: RetryPolicy{UnavailableTimeout: -1}, errs: append(repeat(pgErr(pgerrcode.SerializationFailure), 2), refused), wantAttempts: 3,
+			wantMsg: "pgtx: the server is unreachable: gave up after 3 attempts (UnavailableTimeout off): ", wantClass: ClassUnavailable},
+		{name: "MaxAdaptiveRetries, a host refusing", errs: repeat(refusedAndShuttingDown, 100), wantAttempts: 3,
+			wantMsg: "pgtx: the server is unreachable: gave up after 3 attempts (MaxAdaptiveRetries 2): ", wantClass: ClassOverload},
+		{name: "MaxAdaptiveRetries off, a host refusing", policy: RetryPolicy{MaxAdaptiveRetries: -1}, errs: repeat(refusedAndShuttingDown, 100), wantAttempts: 1,
+			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt (MaxAdaptiveRetries off): ", wantClass: ClassOverload},
+		{name: "refusals, then an overload from a server that answers: the cap", errs: append(repeat(refused, 3), repeat(pgErr(pgerrcode.CannotConnectNow), 10)...), wantAttempts: 6,
+			wantMsg: "pgtx: gave up after 6 attempts (MaxAdaptiveRetries 2): ", wantClass: ClassOverload},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := tt.policy
+			p.Jitter = constJitter(1)
+			clk := &fakeClock{now: time.Unix(1000, 0)}
+			l := newLoop(p, clk)
+			if tt.budget {
+				l.budget = newRetryBudget(RetryBudget{MinPerSecond: -1}, clk.now)
+			}
+			var ctx context.Context = context.Background()
+			if tt.deadline > 0 {
+				ctx = fakeDeadline(clk, tt.deadline)
+			}
+			cancel := func() {}
+			if tt.cancelAt > 0 {
+				// Not on the fake deadline's context, whose pauses end at
+				// the deadline on the fake clock only as it is.
+				ctx, cancel = context.WithCancel(ctx)
+				defer cancel()
+			}
+			calls := 0
+			script := scripted(&calls, tt.errs...)
+			err := l.run(ctx, func(ctx context.Context) (Class, error) {
+				c, err := script(ctx)
+				if calls == tt.cancelAt {
+					cancel()
+				}
+				return c, err
+			})
+			if !strings.HasPrefix(fmt.Sprint(err), tt.wantMsg) {
+				t.Errorf("message %q\nwant it to begin %q", err, tt.wantMsg)
+			}
+			var re *RetryError
+			if !errors.As(err, &re) || re.Attempts != tt.wantAttempts || calls != tt.wantAttempts {
+				t.Fatalf("err = %v after %d attempts: want a *RetryError of %d attempts", err, calls, tt.wantAttempts)
+			}
+			last := tt.errs[calls-1]
+			if !errors.Is(err, last) || errors.Is(err, syscall.ECONNREFUSED) != errors.Is(last, syscall.ECONNREFUSED) {
+				t.Errorf("err = %v: want it to match the last attempt's error, and the refusal when there was one", err)
+			}
+			if got := Classify(err); got != tt.wantClass || got != Classify(re.Err) {
+				t.Errorf("Classify = %v, want %v, as for the last attempt's error (%v)", got, tt.wantClass, Classify(re.Err))
+			}
+			if tt.wantCtx != nil && !errors.Is(err, tt.wantCtx) {
+				t.Errorf("err = %v: want it to match %v", err, tt.wantCtx)
+			}
+			if errors.Is(err, ErrRetryBudgetExhausted) != tt.budget {
+				t.Errorf("errors.Is(err, ErrRetryBudgetExhausted) = %v, want %v", !tt.budget, tt.budget)
+			}
+		})
 	}
 }

@@ -3,8 +3,11 @@ package integration
 import (
 	"context"
 	"errors"
+	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,6 +105,34 @@ func TestOverloadAtConnect(t *testing.T) {
 		// jitter 0.5: 100ms then 200ms of backoff, not a tight loop.
 		if elapsed := time.Since(start); elapsed < 300*time.Millisecond {
 			t.Errorf("3 attempts in %v: the overload backoff was not applied", elapsed)
+		}
+	})
+	t.Run("a host refusing beside the full server: unreachable first", func(t *testing.T) {
+		// A connection string that names a port nobody listens on, then
+		// the full server: pgconn tries both, and the last attempt's
+		// error joins the refusal and the 53300. It is an overload,
+		// capped by MaxAdaptiveRetries, and its message says first that
+		// the server could not be reached.
+		u, err := url.Parse(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		u.Host = closedPort(t) + "," + u.Host
+		pool := newPool(t, u.String(), func(c *pgtx.Config) {
+			c.CancelMode = pgtx.CancelModeProtocol
+			c.Retry.Jitter = func() float64 { return 0.5 }
+		})
+		err = pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, work)
+		t.Logf("%v", err)
+		if sqlState(err) != pgerrcode.TooManyConnections || pgtx.Classify(err) != pgtx.ClassOverload || !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("err = %v (class %v), want the 53300 and the refusal, an overload", err, pgtx.Classify(err))
+		}
+		var re *pgtx.RetryError
+		if !errors.As(err, &re) || re.Attempts != 1+defaultMaxAdaptiveRetries {
+			t.Errorf("err = %v: want a *RetryError of %d attempts", err, 1+defaultMaxAdaptiveRetries)
+		}
+		if want := "pgtx: the server is unreachable: gave up after 3 attempts (MaxAdaptiveRetries 2): "; !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("message %q\nwant it to begin %q", err, want)
 		}
 	})
 	t.Run("a slot frees: the retry succeeds", func(t *testing.T) {

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"strings"
 	"sync"
@@ -61,6 +62,113 @@ func TestFnMisuseIsInvalidArgument(t *testing.T) {
 				t.Errorf("the pool must serve after the misuse: %v", err)
 			}
 		})
+	}
+}
+
+// TestFnEndingTheTransactionInSQL: what happens when fn ends the
+// transaction with a statement of its own, as Transaction's doc says. The
+// server does as told: COMMIT (or END) commits fn's statements before it,
+// unless the transaction had failed (then it rolls back), ROLLBACK discards
+// them, and statements after it commit one by one. Transaction sees the
+// connection outside a transaction when fn returns, whether fn returned nil
+// or an error: it commits and rolls back nothing more, runs fn no more
+// (before, a conflict fn returned after its COMMIT ran fn eleven times,
+// committing its row each time), and returns an error matching
+// ErrInvalidArgument that keeps fn's error and never claims that nothing
+// was committed. BEGIN inside the transaction is a no-op the server warns
+// about; COMMIT AND CHAIN and ROLLBACK AND CHAIN leave a transaction open,
+// which Transaction cannot tell from its own: it commits it.
+func TestFnEndingTheTransactionInSQL(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := newDB(t)
+	admin := directConn(t, dsn)
+	mustExec(t, ctx, admin, "create table m (id text)") // no key: a second run of fn adds rows
+	errOwn := errors.New("fn's own error")
+	exec := func(sql string) func(ctx context.Context, tx pgx.Tx) error {
+		return func(ctx context.Context, tx pgx.Tx) error { _, err := tx.Exec(ctx, sql); return err }
+	}
+	then := func(fns ...func(ctx context.Context, tx pgx.Tx) error) func(ctx context.Context, tx pgx.Tx) error {
+		return func(ctx context.Context, tx pgx.Tx) error {
+			var err error
+			for _, fn := range fns {
+				err = fn(ctx, tx)
+			}
+			return err
+		}
+	}
+	tests := []struct {
+		name      string
+		fn        func(ctx context.Context, tx pgx.Tx) error // after fn inserted 'x'
+		wantRows  string                                     // what the table holds after the call
+		wantValid bool                                       // the call returns nil
+		wantFnErr error                                      // fn's error, which the call's must keep
+		wantCode  string                                     // a SQLSTATE the call's error must keep
+	}{
+		{name: "COMMIT", fn: exec("commit"), wantRows: "x"},
+		{name: "END", fn: exec("end"), wantRows: "x"},
+		{name: "COMMIT of a failed transaction", fn: then(exec("select 1/0"), exec("commit")), wantRows: ""},
+		{name: "ROLLBACK", fn: exec("rollback"), wantRows: ""},
+		{name: "ABORT", fn: exec("abort"), wantRows: ""},
+		{name: "COMMIT, then a statement", fn: then(exec("commit"), exec("insert into m values ('y')")), wantRows: "x,y"},
+		{name: "COMMIT, then fn's own error", fn: then(exec("commit"), func(context.Context, pgx.Tx) error { return errOwn }),
+			wantRows: "x", wantFnErr: errOwn},
+		{name: "COMMIT, then a conflict fn returns", fn: then(exec("commit"), exec(raise("40001"))), wantRows: "x", wantCode: "40001"},
+		{name: "COMMIT, then tx.Commit", fn: then(exec("commit"), func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) }), wantRows: "x"},
+		{name: "ROLLBACK, then fn's own error", fn: then(exec("rollback"), func(context.Context, pgx.Tx) error { return errOwn }),
+			wantRows: "", wantFnErr: errOwn},
+		{name: "BEGIN: a no-op", fn: exec("begin"), wantRows: "x", wantValid: true},
+		{name: "COMMIT AND CHAIN: not seen", fn: then(exec("commit and chain"), exec("insert into m values ('y')")), wantRows: "x,y", wantValid: true},
+		{name: "ROLLBACK AND CHAIN: not seen", fn: then(exec("rollback and chain"), exec("insert into m values ('y')")), wantRows: "y", wantValid: true},
+	}
+	for _, resolve := range []bool{false, true} {
+		pool := newPool(t, dsn, func(c *pgtx.Config) {
+			c.MaxConns = 1
+			if !resolve {
+				c.ResolveTimeout = -1
+			}
+		})
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%s/resolve %v", tt.name, resolve), func(t *testing.T) {
+				mustExec(t, ctx, admin, "truncate m")
+				attempts := 0
+				err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+					attempts++
+					if _, err := tx.Exec(ctx, "insert into m values ('x')"); err != nil {
+						return err
+					}
+					return tt.fn(ctx, tx)
+				})
+				t.Logf("%v", err)
+				var rows string
+				if err := admin.QueryRow(ctx, "select coalesce(string_agg(id, ',' order by id), '') from m").Scan(&rows); err != nil {
+					t.Fatal(err)
+				}
+				if rows != tt.wantRows || attempts != 1 {
+					t.Errorf("rows %q after %d runs of fn, want %q after one", rows, attempts, tt.wantRows)
+				}
+				if tt.wantValid {
+					if err != nil {
+						t.Errorf("err = %v, want nil", err)
+					}
+				} else {
+					if !errors.Is(err, pgtx.ErrInvalidArgument) || errors.Is(err, pgtx.ErrCommitUnknown) || pgtx.Classify(err) != pgtx.ClassPermanent {
+						t.Errorf("err = %v (class %v), want ErrInvalidArgument, permanent, and not ErrCommitUnknown", err, pgtx.Classify(err))
+					}
+					if msg := fmt.Sprint(err); strings.Contains(msg, "Nothing was committed") || !strings.Contains(msg, "COMMIT") {
+						t.Errorf("err = %v: want it to say what a COMMIT statement did, and never that nothing was committed", err)
+					}
+				}
+				if tt.wantFnErr != nil && !errors.Is(err, tt.wantFnErr) {
+					t.Errorf("err = %v: fn's error must stay reachable", err)
+				}
+				if tt.wantCode != "" && sqlState(err) != tt.wantCode {
+					t.Errorf("err = %v: want its SQLSTATE %s reachable", err, tt.wantCode)
+				}
+				if _, err := pool.Exec(ctx, "select 1"); err != nil {
+					t.Errorf("the pool must serve after the call: %v", err)
+				}
+			})
+		}
 	}
 }
 

@@ -70,6 +70,7 @@ func newDatabase(tb testing.TB, o *options) string {
 		tb.Fatalf("pgtxtest: %v", err)
 	}
 	tb.Cleanup(func() {
+		tb.Helper() // a failure to drop is reported at the line of the call
 		if s.isStopped() {
 			return
 		}

@@ -32,7 +32,9 @@
 //     share it: the tests of every package of a go test ./... run use it, each in
 //     databases of its own.
 //  2. A container started with testcontainers-go, when a Docker daemon answers a
-//     ping within two seconds. The image is postgres:15-alpine, or PGTX_TEST_IMAGE.
+//     ping within two seconds: at DOCKER_HOST, else at the default socket
+//     /var/run/docker.sock, else at a rootless daemon's socket (the skip message
+//     says where it looked). The image is postgres:15-alpine, or PGTX_TEST_IMAGE.
 //     When the container does not start, local binaries are tried.
 //  3. A throwaway cluster made from the PostgreSQL server binaries installed on the
 //     machine (initdb and postgres), found in PGTX_TEST_PG_BINDIR, pg_config

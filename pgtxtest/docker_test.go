@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,6 +31,67 @@ func TestDockerPingIsBounded(t *testing.T) {
 	t.Logf("docker ping: %v after %v", err, took)
 	if took > dockerPingTimeout+time.Second {
 		t.Errorf("docker ping took %v, bound %v", took, dockerPingTimeout)
+	}
+	if err != nil && !strings.Contains(err.Error(), "DOCKER_HOST") && !strings.Contains(err.Error(), "socket") && !strings.HasPrefix(err.Error(), "at ") {
+		t.Errorf("docker ping: %v: want it to say where a daemon was looked for", err)
+	}
+}
+
+// Without a daemon, the ping's error says where one was looked for: DOCKER_HOST,
+// else the default socket, else a rootless daemon's socket. testcontainers' closing
+// "rootless Docker not found" is left out: it is said only when a rootless Docker is
+// installed and not running, or its socket is there and does not answer.
+func TestNoDockerDaemonSaysWhere(t *testing.T) {
+	t.Parallel()
+	rootlessNotFound := errors.New("rootless Docker not found")
+	refused := errors.New("dial unix /var/run/docker.sock: connect: permission denied")
+	tests := []struct {
+		name     string
+		env      map[string]string
+		files    []string // the paths that exist
+		rootless bool     // dockerd-rootless.sh is in PATH
+		err      error    // testcontainers' error
+		want     string
+	}{
+		{name: "nothing anywhere", err: rootlessNotFound,
+			want: "DOCKER_HOST is not set and there is no socket at /var/run/docker.sock"},
+		{name: "DOCKER_HOST that does not answer", env: map[string]string{"DOCKER_HOST": "tcp://10.0.0.9:2375"},
+			err:  errors.Join(errors.New(`check host "tcp://10.0.0.9:2375": docker info: i/o timeout`), rootlessNotFound),
+			want: `at DOCKER_HOST=tcp://10.0.0.9:2375: check host "tcp://10.0.0.9:2375": docker info: i/o timeout`},
+		{name: "the default socket refuses", files: []string{"/var/run/docker.sock"}, err: errors.Join(refused, rootlessNotFound),
+			want: "at the default socket /var/run/docker.sock: dial unix /var/run/docker.sock: connect: permission denied"},
+		{name: "a rootless socket that does not answer", env: map[string]string{"XDG_RUNTIME_DIR": "/run/user/1000"},
+			files: []string{"/run/user/1000/docker.sock"}, err: errors.New("docker info: connection refused"),
+			want: "at the rootless socket /run/user/1000/docker.sock: docker info: connection refused"},
+		{name: "rootless Docker installed, not running", env: map[string]string{"XDG_RUNTIME_DIR": "/run/user/1000"}, rootless: true, err: rootlessNotFound,
+			want: "DOCKER_HOST is not set and there is no socket at /var/run/docker.sock; rootless Docker is installed (/usr/bin/dockerd-rootless.sh) " +
+				"and not running: there is no socket at /run/user/1000/docker.sock (start it: systemctl --user start docker)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := dockerPlaces{
+				getenv: fakeEnv(tc.env),
+				exists: func(path string) bool { return slices.Contains(tc.files, path) },
+				lookPath: func(file string) (string, error) {
+					if tc.rootless {
+						return "/usr/bin/" + file, nil
+					}
+					return "", exec.ErrNotFound
+				},
+				uid:  1000,
+				home: "/home/u",
+			}
+			got := noDockerDaemon(d, tc.err).Error()
+			if got != tc.want {
+				t.Errorf("got  %q\nwant %q", got, tc.want)
+			}
+			if !tc.rootless && strings.Contains(got, "rootless Docker") {
+				t.Errorf("%q speaks of rootless Docker, which is not installed", got)
+			}
+			// As the harness shows it.
+			t.Logf("no Docker daemon answered (%s)", got)
+		})
 	}
 }
 

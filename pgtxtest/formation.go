@@ -149,6 +149,7 @@ func StartFormation(tb testing.TB, opts FormationOptions) *Formation {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
+		tb.Helper() // the logs and a failure to stop are reported at the line of the call
 		if tb.Failed() {
 			tb.Log(f.logTails())
 		}

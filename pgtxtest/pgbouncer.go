@@ -119,6 +119,7 @@ func StartBouncer(tb testing.TB, s *Server, opts BouncerOptions) *Bouncer {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() {
+		tb.Helper() // a failure to stop is reported at the line of the call
 		if err := b.Stop(); err != nil {
 			tb.Errorf("%v", err)
 		}

@@ -159,6 +159,7 @@ func NewProxy(tb testing.TB, upstream string) *Proxy {
 	}
 	p.tb = tb
 	tb.Cleanup(func() {
+		tb.Helper() // a failure to close is reported at the line of the call
 		if err := p.Close(); err != nil {
 			tb.Errorf("pgtxtest: close proxy: %v", err)
 		}

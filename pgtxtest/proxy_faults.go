@@ -66,6 +66,9 @@ func failSQL(code string) string {
 // Like t.Fatal, a refused code fails the test that made the proxy with [NewProxy],
 // and must be called from its goroutine; for a proxy from [StartProxy], it panics.
 func (p *Proxy) FailCommits(n int, code string) {
+	if p.tb != nil {
+		p.tb.Helper() // a refused code fails the test at the line of the call
+	}
 	if err := checkFailCode(code); err != nil {
 		p.badArgument("FailCommits", err)
 		return
@@ -100,6 +103,9 @@ func (p *Proxy) FailCommits(n int, code string) {
 //
 // A refused code is reported as for FailCommits.
 func (p *Proxy) FailEveryCommitOnce(code string) {
+	if p.tb != nil {
+		p.tb.Helper() // a refused code fails the test at the line of the call
+	}
 	if err := checkFailCode(code); err != nil {
 		p.badArgument("FailEveryCommitOnce", err)
 		return

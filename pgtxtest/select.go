@@ -172,21 +172,26 @@ func localBindir() (string, error) {
 func Shared(tb testing.TB) *Server {
 	tb.Helper()
 	p := selected()
+	started, took := false, time.Duration(0)
 	shared.once.Do(func() {
 		start := time.Now()
 		shared.srv, shared.err = startPlanned(context.Background(), p)
-		if shared.srv != nil {
-			how := p.describe()
-			if shared.srv.Kind() != p.kind {
-				// Docker answered but its container could not start: say so,
-				// and why, rather than call the local server a container.
-				bindir, _ := localBindir()
-				how = "local binaries in " + bindir + ", because the Docker container could not start: " + shared.srv.fellBack
-			}
-			tb.Logf("pgtxtest: shared %s server at %s (%s%s), ready in %v",
-				shared.srv.Kind(), shared.srv.Addr(), how, dockerNote(shared.srv), time.Since(start).Round(time.Millisecond))
-		}
+		started, took = true, time.Since(start)
 	})
+	if started && shared.srv != nil {
+		// Logged here, not inside once.Do: testing attributes a line to the
+		// first caller that is not a helper, and sync.Once's frames are not,
+		// so a line logged there would point into sync, not at the test.
+		how := p.describe()
+		if shared.srv.Kind() != p.kind {
+			// Docker answered but its container could not start: say so,
+			// and why, rather than call the local server a container.
+			bindir, _ := localBindir()
+			how = "local binaries in " + bindir + ", because the Docker container could not start: " + shared.srv.fellBack
+		}
+		tb.Logf("pgtxtest: shared %s server at %s (%s%s), ready in %v",
+			shared.srv.Kind(), shared.srv.Addr(), how, dockerNote(shared.srv), took.Round(time.Millisecond))
+	}
 	if shared.err != nil {
 		tb.Fatalf("pgtxtest: shared server (%s): %v", p.describe(), shared.err)
 	}
@@ -228,6 +233,7 @@ func Dedicated(tb testing.TB, opts Options) *Server {
 		tb.Fatalf("pgtxtest: dedicated server: %v", err)
 	}
 	tb.Cleanup(func() {
+		tb.Helper() // a failure to stop is reported at the line of the call
 		if err := s.Stop(); err != nil {
 			tb.Errorf("%v", err)
 		}

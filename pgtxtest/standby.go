@@ -46,6 +46,7 @@ func StartStandby(tb testing.TB, primary *Server) *Server {
 		tb.Fatalf("pgtxtest: standby of the server at %s: %v", primary.Addr(), err)
 	}
 	tb.Cleanup(func() {
+		tb.Helper() // a failure to stop is reported at the line of the call
 		if err := s.Stop(); err != nil {
 			tb.Errorf("%v", err)
 		}
