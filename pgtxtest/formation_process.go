@@ -373,24 +373,7 @@ func inGroup(pid, pgid int) bool {
 // controller: what is left of each recorded process group is killed first, when
 // the group is still the one whose postmaster.pid is there.
 func sweepStaleFormations(base string) {
-	entries, err := os.ReadDir(base)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), formationDirPrefix)
-		if !ok || !e.IsDir() {
-			continue
-		}
-		pidText, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidText)
-		if err != nil || pid <= 0 || pid == os.Getpid() {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
-			continue
-		}
-		root := filepath.Join(base, e.Name())
+	for _, root := range deadBinariesDirs(base, formationDirPrefix) {
 		files, _ := filepath.Glob(filepath.Join(root, "*.pgid"))
 		for _, file := range files {
 			b, err := os.ReadFile(file)

@@ -396,22 +396,7 @@ func clusterBaseDir() string {
 // sweepStaleClusters removes the cluster directories in base of test binaries that
 // died without cleaning up (their servers died with them, see serverSysProcAttr).
 func sweepStaleClusters(base string) {
-	entries, err := os.ReadDir(base)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), "pgtx-pgtest-cluster-")
-		if !ok || !e.IsDir() {
-			continue
-		}
-		pidText, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidText)
-		if err != nil || pid <= 0 || pid == os.Getpid() {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			_ = os.RemoveAll(filepath.Join(base, e.Name()))
-		}
+	for _, dir := range deadBinariesDirs(base, "pgtx-pgtest-cluster-") {
+		_ = os.RemoveAll(dir)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -231,22 +230,7 @@ func (b *Bouncer) stopProcess() error {
 // sweepStaleBouncers removes the bouncer directories in base of test binaries that
 // died without cleaning up (their pgbouncers died with them, see serverSysProcAttr).
 func sweepStaleBouncers(base string) {
-	entries, err := os.ReadDir(base)
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		rest, ok := strings.CutPrefix(e.Name(), bouncerDirPrefix)
-		if !ok || !e.IsDir() {
-			continue
-		}
-		pidText, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidText)
-		if err != nil || pid <= 0 || pid == os.Getpid() {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			_ = os.RemoveAll(filepath.Join(base, e.Name()))
-		}
+	for _, dir := range deadBinariesDirs(base, bouncerDirPrefix) {
+		_ = os.RemoveAll(dir)
 	}
 }

@@ -2,8 +2,13 @@ package pgtxtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -69,4 +74,30 @@ func (p *serverProcess) waitReady(ctx context.Context, name string, probe func(c
 		case <-tick.C:
 		}
 	}
+}
+
+// deadBinariesDirs returns the directories in base named prefix<pid>-… whose
+// test binary (pid) has exited without removing them: what the harness made
+// for a server, a bouncer or a formation, left by a binary that was killed.
+func deadBinariesDirs(base, prefix string) []string {
+	entries, err := os.ReadDir(base)
+	if err != nil {
+		return nil
+	}
+	var dirs []string
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidText, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if err != nil || pid <= 0 || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			dirs = append(dirs, filepath.Join(base, e.Name()))
+		}
+	}
+	return dirs
 }
