@@ -17,13 +17,9 @@ import (
 
 // Bounds of TestFormationLedger.
 const (
-	formationWriters  = 8
-	formationDeadline = 10 * time.Second // each call's
-	formationBefore   = 2 * time.Second  // of writes before the fault
-	formationAfter    = 2 * time.Second  // of writes once the formation is back
-	// formationEarly is how much before its deadline a call may end and
-	// still count as ended by it (the last attempt's own bounds).
-	formationEarly = 250 * time.Millisecond
+	formationWriters = 8
+	formationBefore  = 2 * time.Second // of writes before the fault
+	formationAfter   = 2 * time.Second // of writes once the formation is back
 )
 
 // formationFaults are the transitions of a pg_auto_failover formation the
@@ -91,15 +87,6 @@ func waitNewPrimary(ctx context.Context, f *pgtxtest.Formation, before pgtxtest.
 	}
 }
 
-// formationCall is one ledger write, as reported.
-type formationCall struct {
-	id          string
-	start, end  time.Time
-	err         error
-	runs        int
-	deadlineHit bool // ended within formationEarly of its deadline
-}
-
 // TestFormationLedger drives a ledger workload through a real
 // pg_auto_failover formation (a monitor, a primary and its synchronous
 // secondary), connecting with the formation's multi-host URI
@@ -144,10 +131,10 @@ func TestFormationLedger(t *testing.T) {
 			})
 
 			stop := make(chan struct{})
-			results := make([][]formationCall, formationWriters)
+			results := make([][]ledgerCall, formationWriters)
 			var wg sync.WaitGroup
 			for w := range formationWriters {
-				wg.Go(func() { results[w] = formationWriter(ctx, pool, prefix, w, stop) })
+				wg.Go(func() { results[w] = ledgerWriter(ctx, pool, prefix, w, stop) })
 			}
 			time.Sleep(formationBefore) // writes before the fault: paces load
 			faultAt := time.Now()
@@ -175,34 +162,10 @@ func TestFormationLedger(t *testing.T) {
 	}
 }
 
-// formationWriter writes unique ids until stop is closed, each call with
-// its own deadline, and returns every call.
-func formationWriter(ctx context.Context, pool *pgtx.Pool, prefix string, w int, stop <-chan struct{}) []formationCall {
-	var calls []formationCall
-	for n := 0; ; n++ {
-		select {
-		case <-stop:
-			return calls
-		default:
-		}
-		c := formationCall{id: fmt.Sprintf("%sw%d-%d", prefix, w, n), start: time.Now()}
-		cctx, cancel := context.WithTimeout(ctx, formationDeadline)
-		c.err = pgtx.Transaction(cctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
-			c.runs++
-			_, err := tx.Exec(ctx, "insert into ledger (id) values ($1)", c.id)
-			return err
-		})
-		cancel()
-		c.end = time.Now()
-		c.deadlineHit = c.end.After(c.start.Add(formationDeadline - formationEarly))
-		calls = append(calls, c)
-	}
-}
-
 // checkFormationLedger checks the final primary's ledger (the ids with
 // prefix) against the calls and reports the gap between successes beside
 // the formation's transition.
-func checkFormationLedger(t *testing.T, ctx context.Context, f *pgtxtest.Formation, pool *pgtx.Pool, prefix string, calls []formationCall, faultAt, backAt time.Time) {
+func checkFormationLedger(t *testing.T, ctx context.Context, f *pgtxtest.Formation, pool *pgtx.Pool, prefix string, calls []ledgerCall, faultAt, backAt time.Time) {
 	t.Helper()
 	primary, err := f.Primary(ctx)
 	if err != nil {
@@ -252,7 +215,7 @@ func checkFormationLedger(t *testing.T, ctx context.Context, f *pgtxtest.Formati
 				t.Logf("ended by its deadline after %v: %s: %v", c.end.Sub(c.start).Round(time.Millisecond), c.id, c.err)
 			default:
 				t.Errorf("%s failed %v before its deadline (after %v, fn ran %d times): %v",
-					c.id, c.start.Add(formationDeadline).Sub(c.end).Round(time.Millisecond), c.end.Sub(c.start).Round(time.Millisecond), c.runs, c.err)
+					c.id, c.start.Add(ledgerDeadline).Sub(c.end).Round(time.Millisecond), c.end.Sub(c.start).Round(time.Millisecond), c.runs, c.err)
 			}
 		}
 	}
@@ -282,12 +245,12 @@ func checkFormationLedger(t *testing.T, ctx context.Context, f *pgtxtest.Formati
 	if committed == 0 || successes[len(successes)-1].Before(backAt) {
 		t.Fatalf("no success after the formation was back: it proves nothing")
 	}
-	if gap >= formationDeadline {
+	if gap >= ledgerDeadline {
 		t.Errorf("successes stopped for %v, longer than a call's deadline", gap)
 	}
 }
 
-func rerun(calls []formationCall) int {
+func rerun(calls []ledgerCall) int {
 	n := 0
 	for _, c := range calls {
 		if c.runs > 1 {

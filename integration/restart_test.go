@@ -3,7 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
-	"fmt"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -101,36 +101,11 @@ func TestCrashRestartRiddenOut(t *testing.T) {
 	pool := newPool(t, dsn, func(c *pgtx.Config) { c.MaxConns = workers })
 	mustExec(t, ctx, pool, "create table ledger (id text primary key)")
 
-	type result struct {
-		id  string
-		err error
-	}
-	var (
-		mu      sync.Mutex
-		results []result
-		wg      sync.WaitGroup
-	)
 	stop := make(chan struct{})
+	results := make([][]ledgerCall, workers)
+	var wg sync.WaitGroup
 	for w := range workers {
-		wg.Go(func() {
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				id := fmt.Sprintf("w%d-%d", w, i)
-				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				err := pgtx.Transaction(cctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
-					_, err := tx.Exec(ctx, "insert into ledger values ($1)", id)
-					return err
-				})
-				cancel()
-				mu.Lock()
-				results = append(results, result{id: id, err: err})
-				mu.Unlock()
-			}
-		})
+		wg.Go(func() { results[w] = ledgerWriter(ctx, pool, "", w, stop) })
 	}
 	time.Sleep(500 * time.Millisecond)
 	crashErr := srv.Crash(ctx)
@@ -147,8 +122,9 @@ func TestCrashRestartRiddenOut(t *testing.T) {
 		t.Fatal(crashErr)
 	}
 
+	calls := slices.Concat(results...)
 	ok, unknown := 0, 0
-	for _, r := range results {
+	for _, r := range calls {
 		switch {
 		case r.err == nil:
 			ok++
@@ -173,10 +149,10 @@ func TestCrashRestartRiddenOut(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range results {
+	for _, r := range calls {
 		if r.err == nil && present[r.id] != 1 {
 			t.Errorf("%s succeeded but is in the table %d times", r.id, present[r.id])
 		}
 	}
-	t.Logf("%d calls: %d committed, %d with an unknown outcome", len(results), ok, unknown)
+	t.Logf("%d calls: %d committed, %d with an unknown outcome", len(calls), ok, unknown)
 }
