@@ -75,17 +75,7 @@ func TestResolveCrashReusedIDBehindPgBouncer(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	res := <-call.done
-	rows := queryInt(t, ctx, directConn(t, dsn), "select count(*) from ledger where id = 'a'")
-	if res.err == nil && rows != 1 {
-		t.Fatalf("the call reported committed, but its row is not in the database (rows %d, fn ran %d times)", rows, res.runs)
-	}
-	if res.err != nil || rows != 1 || res.runs != 2 {
-		t.Errorf("err = %v, rows %d, fn ran %d times; want the call run again: success, one row, fn twice", res.err, rows, res.runs)
-	}
-	if r := pool.Stats().Resolved; r.LostCount != 1 || r.CommittedCount != 0 {
-		t.Errorf("resolutions %+v, want one lost with the server's run", r)
-	}
+	call.wantRunAgain(t, ctx, pool, dsn)
 }
 
 // waitBouncerPaused waits until PgBouncer's SHOW DATABASES says database db
@@ -202,7 +192,7 @@ func TestResolveRestoredBackup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitRole(t, ctx, copyDSN, "ledger")
+	waitTable(t, ctx, copyDSN, "ledger")
 	toPrimary := pgtxtest.NewProxy(t, primary.Addr())
 	toCopy := pgtxtest.NewProxy(t, standby.Addr())
 	toCopy.RefuseNew(true)
@@ -235,25 +225,15 @@ func TestResolveRestoredBackup(t *testing.T) {
 		first.xid, reused.from, first.xid, reused.status)
 	toCopy.RefuseNew(false)
 
-	res := <-call.done
-	rows := queryInt(t, ctx, directConn(t, copyDSN), "select count(*) from ledger where id = 'a'")
-	if res.err == nil && rows != 1 {
-		t.Fatalf("the call reported committed, but its row is not in the restored database (rows %d, fn ran %d times)", rows, res.runs)
-	}
-	if res.err != nil || rows != 1 || res.runs != 2 {
-		t.Errorf("err = %v, rows %d, fn ran %d times; want the call run again on the copy", res.err, rows, res.runs)
-	}
-	if r := pool.Stats().Resolved; r.LostCount != 1 {
-		t.Errorf("resolutions %+v, want one lost", r)
-	}
+	call.wantRunAgain(t, ctx, pool, copyDSN)
 	if err := primary.Start(ctx); err != nil {
 		t.Errorf("start the old primary again: %v", err)
 	}
 }
 
-// waitRole waits until the table exists on the server at dsn (a standby
+// waitTable waits until the table exists on the server at dsn (a standby
 // replaying the primary's).
-func waitRole(t *testing.T, ctx context.Context, dsn, table string) {
+func waitTable(t *testing.T, ctx context.Context, dsn, table string) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		conn, err := pgx.Connect(ctx, dsn)
@@ -291,7 +271,7 @@ func TestResolveNeverAsksAStandby(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitRole(t, ctx, standbyDSN, "ledger")
+	waitTable(t, ctx, standbyDSN, "ledger")
 	both := strings.Replace(failoverDSN(t, roleDSN, primary.Addr(), standby.Addr()), "target_session_attrs=read-write", "target_session_attrs=any", 1)
 	pool := newPool(t, both, func(c *pgtx.Config) {
 		c.MaxConns = 2

@@ -94,21 +94,7 @@ func TestResolveCrashReusedID(t *testing.T) {
 				role, first.xid, reused.from, first.xid, reused.status)
 			proxy.RefuseNew(false)
 
-			res := <-call.done
-			rows := queryInt(t, ctx, directConn(t, dsn), "select count(*) from ledger where id = 'a'")
-			if res.err == nil && rows != 1 {
-				t.Fatalf("the call reported committed, but its row is not in the database (rows %d, fn ran %d times): "+
-					"the answer was about another transaction given the same id after the crash", rows, res.runs)
-			}
-			if res.err != nil {
-				t.Fatalf("err = %v: the id is provably not in the history the server kept, so the call must run again", res.err)
-			}
-			if rows != 1 || res.runs != 2 {
-				t.Errorf("rows %d, fn ran %d times; want the rerun's row once, fn twice", rows, res.runs)
-			}
-			if r := pool.Stats().Resolved; r.AbortedCount != 1 || r.CommittedCount != 0 || r.UnknownCount != 0 {
-				t.Errorf("resolutions %+v, want one aborted (not in the surviving history)", r)
-			}
+			call.wantRunAgain(t, ctx, pool, dsn)
 		})
 	}
 }
@@ -168,6 +154,29 @@ func (c heldCall) waitFirst(t *testing.T) heldFirst {
 	return heldFirst{}
 }
 
+// wantRunAgain waits for the call to end and checks that its transaction,
+// whose id was lost with the server's run, ran again: success, fn twice, the
+// row once in the database at dsn, and the resolution counted as lost. A
+// success without the row is the failure this package exists to catch: an
+// answer about another transaction given the same id.
+func (c heldCall) wantRunAgain(t *testing.T, ctx context.Context, pool *pgtx.Pool, dsn string) {
+	t.Helper()
+	res := <-c.done
+	rows := queryInt(t, ctx, directConn(t, dsn), "select count(*) from ledger where id = 'a'")
+	if res.err == nil && rows != 1 {
+		t.Fatalf("the call reported committed, but its row is not in the database (rows %d, fn ran %d times): "+
+			"the answer was about another transaction given the same id", rows, res.runs)
+	}
+	if res.err != nil || rows != 1 || res.runs != 2 {
+		t.Errorf("err = %v, rows %d, fn ran %d times; want the call run again: success, the row once, fn twice", res.err, rows, res.runs)
+	}
+	if r := pool.Stats().Resolved; r.AbortedCount != 1 || r.LostCount != 1 || r.CommittedCount != 0 || r.UnknownCount != 0 {
+		t.Errorf("resolutions %+v, want one aborted, lost with the server's run", r)
+	}
+}
+
+// runHeldCommit starts a call whose first attempt holds its COMMIT (see
+// heldCommitSchema).
 func runHeldCommit(ctx context.Context, pool *pgtx.Pool) heldCall {
 	c := heldCall{first: make(chan heldFirst, 1), done: make(chan heldResult, 1)}
 	go func() {

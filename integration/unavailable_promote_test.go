@@ -30,7 +30,7 @@ func TestNoReadWriteHostUntilPromoted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitRole(t, ctx, standbyDSN, "ledger")
+	waitTable(t, ctx, standbyDSN, "ledger")
 	readWrite := standbyDSN + "&target_session_attrs=read-write"
 
 	_, err = pgx.Connect(ctx, readWrite)
