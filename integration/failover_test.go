@@ -51,9 +51,7 @@ func TestResolveFailover(t *testing.T) {
 	mustExec(t, ctx, admin, "create table ledger (id text not null)")
 	// Synchronous replication: a COMMIT acknowledged by the old primary is
 	// on the standby, so a success can be checked against the new primary.
-	mustExec(t, ctx, admin, "alter system set synchronous_standby_names = '*'")
-	mustExec(t, ctx, admin, "select pg_reload_conf()")
-	waitSync(t, ctx, admin)
+	makeSynchronous(t, ctx, admin)
 
 	pool := newPool(t, failoverDSN(t, dsn, primary.Addr(), standby.Addr()), func(c *pgtx.Config) {
 		c.MaxConns = failoverWorkers
@@ -194,6 +192,15 @@ func TestResolveFailover(t *testing.T) {
 	if end := promoted.Add(failoverAfter); end.Sub(prev) > bound {
 		t.Errorf("the last success came %v before the end of the run", end.Sub(prev).Round(time.Millisecond))
 	}
+}
+
+// makeSynchronous makes every standby of the primary (admin's server)
+// synchronous, and waits until one is.
+func makeSynchronous(t *testing.T, ctx context.Context, admin *pgx.Conn) {
+	t.Helper()
+	mustExec(t, ctx, admin, "alter system set synchronous_standby_names = '*'")
+	mustExec(t, ctx, admin, "select pg_reload_conf()")
+	waitSync(t, ctx, admin)
 }
 
 // waitSync waits until the primary has a synchronous standby.

@@ -31,9 +31,7 @@ func TestResolveCommittedOnlyLocally(t *testing.T) {
 	dsn := pgtxtest.NewDatabaseOn(t, primary)
 	admin := directConn(t, dsn)
 	mustExec(t, ctx, admin, "create table ledger (id text primary key)")
-	mustExec(t, ctx, admin, "alter system set synchronous_standby_names = '*'")
-	mustExec(t, ctx, admin, "select pg_reload_conf()")
-	waitSync(t, ctx, admin)
+	makeSynchronous(t, ctx, admin)
 	// A plain role: the question's look at the standbys and its message
 	// need no privilege.
 	role, roleDSN := testRole(t, ctx, admin, dsn, "resolver", "")
