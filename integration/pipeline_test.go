@@ -1,0 +1,157 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx"
+)
+
+// TestKeptTxIsClosed: fn keeps the pgx.Tx it received and uses it after the
+// call returned. Every method refuses with pgx.ErrTxClosed: the connection
+// is back in the pool, and a statement sent on it would run in another
+// caller's session, or outside any transaction.
+func TestKeptTxIsClosed(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := newDB(t)
+	pool := newPool(t, dsn, nil)
+	tests := []struct {
+		name string
+		use  func(tx pgx.Tx) error
+	}{
+		{"Exec", func(tx pgx.Tx) error { _, err := tx.Exec(ctx, "select 1"); return err }},
+		{"Exec with args", func(tx pgx.Tx) error { _, err := tx.Exec(ctx, "select $1::int", 1); return err }},
+		{"Query", func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, "select 1")
+			if err == nil {
+				rows.Close()
+				err = rows.Err()
+			}
+			return err
+		}},
+		{"QueryRow", func(tx pgx.Tx) error { var n int; return tx.QueryRow(ctx, "select 1").Scan(&n) }},
+		{"SendBatch", func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			b.Queue("select 1")
+			return tx.SendBatch(ctx, b).Close()
+		}},
+		{"Prepare", func(tx pgx.Tx) error { _, err := tx.Prepare(ctx, "kept", "select 1"); return err }},
+		{"Begin", func(tx pgx.Tx) error { _, err := tx.Begin(ctx); return err }},
+		{"CopyFrom", func(tx pgx.Tx) error {
+			_, err := tx.CopyFrom(ctx, pgx.Identifier{"kept"}, []string{"n"}, pgx.CopyFromRows([][]any{{1}}))
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, sends := range []bool{false, true} {
+				var kept pgx.Tx
+				err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+					kept = tx
+					if sends {
+						_, err := tx.Exec(ctx, "select 1")
+						return err
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatalf("Transaction: %v", err)
+				}
+				if err := tt.use(kept); !errors.Is(err, pgx.ErrTxClosed) {
+					t.Errorf("fn sent a statement: %v; the kept tx's %s after the call: %v, want pgx.ErrTxClosed", sends, tt.name, err)
+				}
+			}
+		})
+	}
+}
+
+// TestWriteFreeTakesNoID: transactions that write nothing consume no
+// transaction id and write no commit record (PostgreSQL gives an id only
+// to a transaction that writes), so read-mostly databases do not move
+// towards wraparound for their reads.
+func TestWriteFreeTakesNoID(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := newDB(t)
+	admin := directConn(t, dsn)
+	for _, iso := range []pgtx.Isolation{pgtx.ReadCommitted, pgtx.RepeatableRead, pgtx.Serializable} {
+		t.Run(iso.String(), func(t *testing.T) {
+			pool := newPool(t, dsn, nil) // resolution on, the default
+			next := func() int {
+				return queryInt(t, ctx, admin, "select pg_snapshot_xmax(pg_current_snapshot())::text::int")
+			}
+			before := next()
+			const calls = 50
+			for range calls {
+				err := pgtx.Transaction(ctx, pool, iso, func(ctx context.Context, tx pgx.Tx) error {
+					var n int
+					return tx.QueryRow(ctx, "select 1").Scan(&n)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if after := next(); after != before {
+				t.Errorf("%d write-free transactions moved the next transaction id from %d to %d, want unchanged", calls, before, after)
+			}
+		})
+	}
+}
+
+// TestNothingSentSendsNothing: a fn that sends no statement costs no
+// statement: no BEGIN and no COMMIT reach the server.
+func TestNothingSentSendsNothing(t *testing.T) {
+	ctx := testCtx(t)
+	_, proxy, through := proxied(t)
+	pool := newPool(t, through, nil)
+	// Warm the pool: the connection's own set-up statements are not the
+	// transaction's.
+	if err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "select 1")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before := proxy.Stats().Statements
+	for range 10 {
+		if err := pgtx.Transaction(ctx, pool, pgtx.Serializable, func(ctx context.Context, tx pgx.Tx) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := proxy.Stats().Statements - before; n != 0 {
+		t.Errorf("10 calls whose fn sent nothing sent %d statements, want 0", n)
+	}
+}
+
+// TestAfterCommitFromGoroutines: fn's goroutines register work with
+// AfterCommit while fn waits for them; each runs once after the commit.
+// Under the race detector this also proves the registration safe.
+func TestAfterCommitFromGoroutines(t *testing.T) {
+	ctx := testCtx(t)
+	pool := newPool(t, newDB(t), nil)
+	var mu sync.Mutex
+	ran := 0
+	err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := pgtx.AfterCommit(ctx, func(context.Context) { mu.Lock(); ran++; mu.Unlock() }); err != nil {
+					t.Errorf("AfterCommit from a goroutine of fn: %v", err)
+				}
+			}()
+		}
+		wg.Wait()
+		_, err := tx.Exec(ctx, "select 1")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran != 8 {
+		t.Errorf("%d of 8 registered functions ran, want 8", ran)
+	}
+}
