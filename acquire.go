@@ -95,21 +95,6 @@ type acquireCtx struct {
 	shared atomic.Bool
 }
 
-// markSharedInShouldPing makes a caller's ShouldPing hook, which pgxpool
-// calls with the acquire's context, mark that context shared. (pgtx's own
-// wrappers of BeforeConnect, PrepareConn and the acquire tracer mark it for
-// the other hooks.)
-func markSharedInShouldPing(pc *pgxpool.Config) {
-	user := pc.ShouldPing
-	if user == nil {
-		return
-	}
-	pc.ShouldPing = func(ctx context.Context, params pgxpool.ShouldPingParams) bool {
-		markShared(ctx)
-		return user(ctx, params)
-	}
-}
-
 // acquireCtxKey is the key under which an acquireCtx answers Value with
 // itself, so that a hook given a context derived from it can find it.
 type acquireCtxKey struct{}

@@ -3,6 +3,7 @@ package pgtx
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -19,8 +20,18 @@ type attemptCtx struct {
 	pool   *Pool
 	parent *attemptCtx // the attempt whose fn made this call (on another pool)
 	n      int
-	inFn   bool // fn is running
-	hooks  []func(context.Context)
+
+	// mu guards inFn and hooks: fn's goroutines may call AfterCommit.
+	mu    sync.Mutex
+	inFn  bool // fn is running
+	hooks []func(context.Context)
+}
+
+// setInFn records that fn runs, or has returned.
+func (c *attemptCtx) setInFn(in bool) {
+	c.mu.Lock()
+	c.inFn = in
+	c.mu.Unlock()
 }
 
 // callKey is the context key of an attemptCtx.
@@ -54,8 +65,10 @@ func (c *attemptCtx) inside(pool *Pool) bool {
 // afterCommit runs the work the committed attempt registered, in order,
 // once.
 func (c *attemptCtx) afterCommit(ctx context.Context) {
+	c.mu.Lock()
 	hooks := c.hooks
 	c.hooks = nil
+	c.mu.Unlock()
 	for _, h := range hooks {
 		h(ctx)
 	}
@@ -76,8 +89,9 @@ func (c *attemptCtx) afterCommit(ctx context.Context) {
 // registered; a panic in one propagates from Transaction, the transaction
 // being committed, and the rest do not run.
 //
-// Calling AfterCommit with a context that is not the one fn received, or
-// after fn returned, is an error matching [ErrInvalidArgument], and fn is
+// AfterCommit may be called from goroutines fn started, while fn runs.
+// Calling it with a context that is not the one fn received, or after fn
+// returned, is an error matching [ErrInvalidArgument], and fn is
 // not registered.
 func AfterCommit(ctx context.Context, fn func(ctx context.Context)) error {
 	if fn == nil {
@@ -87,10 +101,12 @@ func AfterCommit(ctx context.Context, fn func(ctx context.Context)) error {
 		return &invalidArgError{msg: "AfterCommit: nil context"}
 	}
 	c := attemptOf(ctx)
-	switch {
-	case c == nil:
+	if c == nil {
 		return &invalidArgError{msg: "AfterCommit: ctx is not the context fn of a Transaction received"}
-	case !c.inFn:
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.inFn {
 		return &invalidArgError{msg: "AfterCommit: called after fn returned; register work while fn runs"}
 	}
 	c.hooks = append(c.hooks, fn)

@@ -8,9 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -80,10 +78,6 @@ const (
 	defaultCancelConnectTimeout = time.Second
 )
 
-// customDataKey is where a connection's handler is kept in
-// PgConn.CustomData, so AfterConnect can give it the backend's identity.
-const customDataKey = "pgtx.cancel"
-
 // destroyWriteTimeout bounds the Terminate message written to a connection
 // destroyed because its cancel was not confirmed.
 const destroyWriteTimeout = 50 * time.Millisecond
@@ -105,11 +99,12 @@ type canceller struct {
 	wg             sync.WaitGroup
 }
 
-// newCanceller builds the canceller for a main pool config and installs its
-// handler and connect-time capture on mainCfg. It opens the cancel pool
-// (lazily connecting, one connection kept warm) in CancelModePool.
-func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config) (*canceller, error) {
-	c := &canceller{mode: cfg.CancelMode, grace: defaultOrNone(cfg.CancelGrace, defaultCancelGrace), resolve: cfg.ResolveTimeout >= 0}
+// newCanceller builds the canceller for a main pool config. It opens the
+// cancel pool (lazily connecting, one connection kept warm) in
+// CancelModePool. resolve says that the pool resolves lost COMMITs, so
+// its connections capture what that needs when they are made.
+func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config, resolve bool) (*canceller, error) {
+	c := &canceller{mode: cfg.CancelMode, grace: defaultOrNone(cfg.CancelGrace, defaultCancelGrace), resolve: resolve}
 	c.tracer, _ = cfg.Tracer.(CancelTracer)
 	if c.mode == CancelModePool {
 		cp, err := cancelPoolConfig(cfg, mainCfg)
@@ -120,48 +115,7 @@ func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config) (*c
 			return nil, fmt.Errorf("pgtx: cancel pool: %w", err)
 		}
 	}
-	// pgtx sets PrepareConn, which makes pgxpool ignore BeforeAcquire: a
-	// caller's BeforeAcquire is called from it instead.
-	userPrepare := mainCfg.PrepareConn
-	//lint:ignore SA1019 the caller's deprecated hook must keep working
-	if before := mainCfg.BeforeAcquire; userPrepare == nil && before != nil {
-		userPrepare = func(ctx context.Context, conn *pgx.Conn) (bool, error) { return before(ctx, conn), nil }
-	}
-	mainCfg.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {
-		if !usable(conn) {
-			return false, nil
-		}
-		if userPrepare != nil {
-			markShared(ctx)
-			return userPrepare(ctx, conn)
-		}
-		return true, nil
-	}
-	userAfterConnect := mainCfg.AfterConnect
-	mainCfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		if err := c.prepare(ctx, conn); err != nil {
-			return err
-		}
-		if userAfterConnect != nil {
-			return userAfterConnect(ctx, conn)
-		}
-		return nil
-	}
-	mainCfg.ConnConfig.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
-		h := &cancelHandler{c: c, pgConn: pgConn, netConn: pgConn.Conn()}
-		if data := pgConn.CustomData(); data != nil {
-			data[customDataKey] = h
-		}
-		return h
-	}
 	return c, nil
-}
-
-// usable reports that conn may be handed out: it is not doomed by a cancel
-// that could not be confirmed.
-func usable(conn *pgx.Conn) bool {
-	h, _ := conn.PgConn().CustomData()[customDataKey].(*cancelHandler)
-	return h == nil || !h.doomed.Load()
 }
 
 // close waits for in-flight cancels (each bounded by the grace), then closes
@@ -193,10 +147,6 @@ type cancelHandler struct {
 	// doomed is set on a connection that must not be used again; the pool
 	// destroys it instead of handing it out (usable).
 	doomed atomic.Bool
-
-	// res is what resolving this connection's lost COMMITs needs, set by
-	// AfterConnect before the connection is first used.
-	res connResolve
 
 	// The in-flight cancel, set by HandleCancel and read by
 	// HandleUnwatchAfterCancel once done is closed.

@@ -38,10 +38,11 @@ const cancelPoolAcquireShare = 4
 // safe behind a transaction-pooling PgBouncer whatever the application's
 // exec mode.
 func (c *canceller) prepare(ctx context.Context, conn *pgx.Conn) error {
-	h, _ := conn.PgConn().CustomData()[customDataKey].(*cancelHandler)
-	if h == nil {
+	st := stateOf(conn.PgConn())
+	if st == nil {
 		return nil
 	}
+	h := &st.cancel
 	if c.mode == CancelModePool {
 		var pid uint32
 		var start time.Time
@@ -59,7 +60,7 @@ func (c *canceller) prepare(ctx context.Context, conn *pgx.Conn) error {
 		}
 	}
 	if c.resolve {
-		if err := h.res.prepare(ctx, conn); err != nil {
+		if err := st.res.prepare(ctx, conn); err != nil {
 			return err
 		}
 	}

@@ -256,8 +256,6 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	askUTF8(pc.ConnConfig.RuntimeParams)
 
 	q := &queue{maxWaiters: int64(max(cfg.MaxWaiters, 0))}
-	installPoolTracer(pc, q)
-	markSharedInShouldPing(pc)
 	var br *breaker
 	if cfg.Breaker != nil {
 		bc := *cfg.Breaker
@@ -266,10 +264,12 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		}
 		br = newBreaker(bc, realClock{})
 	}
-	canceller, err := newCanceller(ctx, cfg, pc)
+	resolve := cfg.ResolveTimeout >= 0 // "resolution on", derived here only
+	canceller, err := newCanceller(ctx, cfg, pc, resolve)
 	if err != nil {
 		return nil, err
 	}
+	installHooks(pc, canceller, q)
 	pool, err := newPgxpool(ctx, pc)
 	if err != nil {
 		canceller.close()
@@ -286,7 +286,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 			rollbackTimeout:  defaultOrNone(cfg.RollbackTimeout, defaultRollbackTimeout),
 			retry:            cfg.Retry.withDefaults(),
 			tracer:           cfg.Tracer,
-			resolveCommits:   cfg.ResolveTimeout >= 0,
+			resolveCommits:   resolve,
 			resolveTimeout:   durDefault(cfg.ResolveTimeout, defaultResolveTimeout),
 			statementTimeout: sessionMillis(pc.ConnConfig.RuntimeParams["statement_timeout"]),
 		},

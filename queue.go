@@ -85,23 +85,6 @@ func (t *poolTracer) TraceRelease(p *pgxpool.Pool, d pgxpool.TraceReleaseData) {
 	}
 }
 
-// installPoolTracer makes pc's pool count its waiters, and gives every
-// connection the caller's own tracer back before it connects.
-func installPoolTracer(pc *pgxpool.Config, q *queue) {
-	user := pc.ConnConfig.Tracer
-	pc.ConnConfig.Tracer = newPoolTracer(q, user)
-	userBeforeConnect := pc.BeforeConnect
-	pc.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
-		// The connect keeps what it derives from the acquire's context.
-		markShared(ctx)
-		cc.Tracer = user
-		if userBeforeConnect != nil {
-			return userBeforeConnect(ctx, cc)
-		}
-		return nil
-	}
-}
-
 // inflightSet records when each attempt holding a connection started, in a
 // slot it keeps until release, so the oldest can be found without
 // allocating per transaction.

@@ -3,32 +3,16 @@ package pgtx
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // defaultResolveTimeout bounds the resolution of an ambiguous COMMIT.
 const defaultResolveTimeout = 5 * time.Second
-
-// captureSQL ends the BEGIN round trip of a resolving transaction: it gives
-// the transaction its id now (so even one that writes no row, sends only a
-// notification or takes sequence values without logging them has one to ask
-// about). The id is known before COMMIT
-// leaves the client: a connection lost before this answer arrived never
-// carried COMMIT.
-const captureSQL = "; select pg_current_xact_id()"
-
-// capturePooledSQL is captureSQL on a connection that does not reach its
-// backend directly (a pooler's): the server's run is captured with the id,
-// as the server connection under the client's may have changed since the
-// connection was made.
-const capturePooledSQL = "; select pg_current_xact_id(), " + runSQL
 
 // ResolveStats counts what became of the ambiguous COMMITs of a pool: those
 // whose connection was lost, or whose session ended, while COMMIT was in
@@ -38,9 +22,10 @@ type ResolveStats struct {
 	CommittedCount int64
 	// AbortedCount: the server had not committed; the call was run again.
 	AbortedCount int64
-	// NotAppliedCount: the transaction began on a server in recovery (a
-	// hot standby), where a transaction can change nothing, so running it
-	// again is harmless; the call was run again.
+	// NotAppliedCount: the transaction had no id when COMMIT was sent (it
+	// wrote nothing and sent no notification), or it began on a server in
+	// recovery (a hot standby), where a transaction can change nothing, so
+	// running it again is harmless; the call was run again.
 	NotAppliedCount int64
 	// LostCount counts, of AbortedCount, the transactions whose server
 	// had restarted, recovered from a crash or been promoted since they
@@ -111,34 +96,6 @@ func (r *resolveCounters) countUnknown(why unknownReason) {
 	}
 }
 
-// beginCapturing runs sql (BEGIN and its settings, then captureSQL or
-// capturePooledSQL) in one round trip and fills id with what it captured:
-// the id, and with capturePooledSQL the server's run. On an error the
-// transaction may be open (a statement after BEGIN failed): the caller rolls
-// it back.
-func beginCapturing(ctx context.Context, pgConn *pgconn.PgConn, sql string, id *txID) error {
-	mrr := pgConn.Exec(ctx, sql)
-	for mrr.NextResult() {
-		rr := mrr.ResultReader()
-		for rr.NextRow() {
-			v := rr.Values()
-			if len(v) == 0 {
-				continue
-			}
-			id.xid, _ = parseUint(v[0])
-			if len(v) == 5 {
-				id.run, id.flushed = parseRun(v[1:])
-			}
-		}
-		_, _ = rr.Close()
-	}
-	err := mrr.Close()
-	if err == nil && id.xid == 0 {
-		err = errors.New("pgtx: BEGIN did not return the transaction id")
-	}
-	return err
-}
-
 // parseRun parses the columns of runSQL, as text.
 func parseRun(v [][]byte) (run serverRun, flushed int64) {
 	tl, _ := strconv.ParseInt(string(v[0]), 10, 32)
@@ -166,50 +123,6 @@ func parseUint(b []byte) (uint64, bool) {
 		n = n*10 + d
 	}
 	return n, true
-}
-
-// commitCaptured sends COMMIT for a transaction whose id is known, on a
-// context the caller's cancellation cannot interrupt, bounded by
-// CommitTimeout (a deadline on the socket nc), and resolves it when its
-// answer is lost.
-func (a *txAttempt) commitCaptured(ctx context.Context, pgConn *pgconn.PgConn, nc net.Conn, id txID) (Class, error) {
-	_ = nc.SetDeadline(deadlineAfter(a.pool.settings.commitTimeout))
-	tag, err := execTag(uncancellable(ctx), pgConn, "commit")
-	_ = nc.SetDeadline(time.Time{})
-	switch {
-	case err == nil && tag.String() == "COMMIT":
-		return ClassNone, nil
-	case err == nil:
-		// ROLLBACK: the transaction had failed inside fn (an error fn
-		// swallowed). Definitive, and not retried.
-		return ClassPermanent, pgx.ErrTxCommitRollback
-	}
-	if notCommitted(err) {
-		return Classify(err), err
-	}
-	return a.pool.resolve(ctx, id, err)
-}
-
-// execTag runs one simple-protocol statement and returns its command tag.
-func execTag(ctx context.Context, pgConn *pgconn.PgConn, sql string) (tag pgconn.CommandTag, err error) {
-	mrr := pgConn.Exec(ctx, sql)
-	for mrr.NextResult() {
-		tag, _ = mrr.ResultReader().Close()
-	}
-	return tag, mrr.Close()
-}
-
-// rollbackConn ends the transaction on pgConn without pgx's transaction
-// handle (which a resolving pool keeps open for every transaction of the
-// connection). A connection left in a transaction is discarded by Release.
-func rollbackConn(ctx context.Context, pgConn *pgconn.PgConn, timeout time.Duration) {
-	if pgConn.IsClosed() || pgConn.TxStatus() == 'I' {
-		return
-	}
-	nc := pgConn.Conn()
-	_ = nc.SetDeadline(deadlineAfter(timeout))
-	_, _ = execTag(uncancellable(ctx), pgConn, "rollback")
-	_ = nc.SetDeadline(time.Time{})
 }
 
 // errNotSynced is a question's error when the server says the transaction

@@ -139,13 +139,8 @@ type connResolve struct {
 	// backend lives as long as the connection and every transaction on it
 	// runs in the run captured here. Behind a pooler the server connection
 	// can change under the client's, and each transaction captures its own
-	// (capturePooledSQL).
+	// (with the id: captureRun).
 	direct bool
-	// tx is pgx's transaction handle for this connection. pgtx sends BEGIN
-	// itself (to read the id it captures in the same round trip) and COMMIT
-	// and ROLLBACK too; fn gets this handle, which pgx never closes, so its
-	// statements, savepoints and large objects work as on any pgx.Tx.
-	tx pgx.Tx
 }
 
 // prepare captures the server's identity for resolution. A server that
@@ -170,10 +165,6 @@ func (r *connResolve) prepare(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("pgtx: capture the server's identity: %w", err)
 	}
 	r.direct = pid == conn.PgConn().PID()
-	// An empty query: pgx's transaction handle, without a transaction.
-	if r.tx, err = conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: ";"}); err != nil {
-		return fmt.Errorf("pgtx: prepare the transaction handle: %w", err)
-	}
 	r.capable = true
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,29 +92,29 @@ func TestTransactionBadInputSendsNothing(t *testing.T) {
 
 func TestBeginSQL(t *testing.T) {
 	tests := []struct {
-		iso  Isolation
-		opts Options
-		want string
+		iso    Isolation
+		opts   Options
+		want   string
+		wantMs int64 // the statement_timeout set; -1: none
 	}{
-		{ReadCommitted, Options{}, "begin isolation level READ COMMITTED"},
-		{RepeatableRead, Options{ReadOnly: true}, "begin isolation level REPEATABLE READ read only"},
-		{Serializable, Options{ReadOnly: true, Deferrable: true}, "begin isolation level SERIALIZABLE read only deferrable"},
-		{Serializable, Options{StatementTimeout: 1500 * time.Millisecond}, "begin isolation level SERIALIZABLE; set local statement_timeout = 1500"},
-		{Serializable, Options{StatementTimeout: 10 * time.Microsecond}, "begin isolation level SERIALIZABLE; set local statement_timeout = 1"},
-		{ReadCommitted, Options{StatementTimeout: -1}, "begin isolation level READ COMMITTED; set local statement_timeout = 0"},
+		{ReadCommitted, Options{}, "begin isolation level READ COMMITTED", -1},
+		{RepeatableRead, Options{ReadOnly: true}, "begin isolation level REPEATABLE READ read only", -1},
+		{Serializable, Options{ReadOnly: true, Deferrable: true}, "begin isolation level SERIALIZABLE read only deferrable", -1},
+		{Serializable, Options{StatementTimeout: 1500 * time.Millisecond}, "begin isolation level SERIALIZABLE", 1500},
+		{Serializable, Options{StatementTimeout: 10 * time.Microsecond}, "begin isolation level SERIALIZABLE", 1},
+		{ReadCommitted, Options{StatementTimeout: -1}, "begin isolation level READ COMMITTED", 0},
 	}
 	for _, tt := range tests {
 		a := &txAttempt{pool: &Pool{settings: settings{statementTimeout: 5 * time.Second}}, iso: tt.iso, opts: tt.opts}
-		if got := a.beginSQL(context.Background(), captureNone); got != tt.want {
-			t.Errorf("beginSQL(%v %+v, none) = %q, want %q", tt.iso, tt.opts, got, tt.want)
+		if got := beginSQLs[tt.iso][b2i(tt.opts.ReadOnly)][b2i(tt.opts.Deferrable)]; got != tt.want {
+			t.Errorf("BEGIN of %v %+v = %q, want %q", tt.iso, tt.opts, got, tt.want)
 		}
-		// The id is captured last, after any setting, in the same query;
-		// behind a pooler, with the server's run.
-		if got, want := a.beginSQL(context.Background(), captureDirect), tt.want+"; select pg_current_xact_id()"; got != want {
-			t.Errorf("beginSQL(%v %+v, direct) = %q, want %q", tt.iso, tt.opts, got, want)
+		ms, ok := a.statementTimeout(context.Background())
+		if !ok {
+			ms = -1
 		}
-		if got, want := a.beginSQL(context.Background(), capturePooled), tt.want+"; select pg_current_xact_id(), "+runSQL; got != want {
-			t.Errorf("beginSQL(%v %+v, pooled) = %q, want %q", tt.iso, tt.opts, got, want)
+		if ms != tt.wantMs {
+			t.Errorf("statement_timeout of %v %+v = %d, want %d", tt.iso, tt.opts, ms, tt.wantMs)
 		}
 	}
 }
@@ -145,18 +144,15 @@ func TestBeginSQLCarriesTheDeadline(t *testing.T) {
 			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(tt.left))
 			defer cancel()
 			a := &txAttempt{pool: &Pool{settings: settings{statementTimeout: tt.session}}, iso: Serializable, opts: Options{StatementTimeout: tt.call}}
-			q := a.beginSQL(ctx, captureDirect)
-			const prefix = "begin isolation level SERIALIZABLE; set local statement_timeout = "
+			ms, ok := a.statementTimeout(ctx)
 			if tt.wantMin < 0 {
-				if q != "begin isolation level SERIALIZABLE; select pg_current_xact_id()" {
-					t.Errorf("sent %q, want no statement_timeout", q)
+				if ok {
+					t.Errorf("statement_timeout %d ms, want none", ms)
 				}
 				return
 			}
-			var ms int64
-			if _, err := fmt.Sscanf(strings.TrimPrefix(q, prefix), "%d; select pg_current_xact_id()", &ms); err != nil || !strings.HasPrefix(q, prefix) ||
-				!strings.HasSuffix(q, captureSQL) || ms < tt.wantMin || ms > tt.wantMax {
-				t.Errorf("sent %q, want a statement_timeout in [%d, %d] ms before the capture", q, tt.wantMin, tt.wantMax)
+			if !ok || ms < tt.wantMin || ms > tt.wantMax {
+				t.Errorf("statement_timeout %d ms (set %v), want one in [%d, %d] ms", ms, ok, tt.wantMin, tt.wantMax)
 			}
 		})
 	}
@@ -170,36 +166,22 @@ func TestIsolationString(t *testing.T) {
 	}
 }
 
-// TestBeginSQLWithTimeoutAllocatesOnce: a statement with a timeout (the
-// call's, or the context's deadline) costs one allocation, the string.
-func TestBeginSQLWithTimeoutAllocatesOnce(t *testing.T) {
+// TestStatementTimeoutDoesNotAllocate: working out the timeout of a
+// transaction costs nothing.
+func TestStatementTimeoutDoesNotAllocate(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	a := &txAttempt{pool: &Pool{settings: settings{statementTimeout: 5 * time.Second}}, iso: Serializable, opts: Options{ReadOnly: true}}
-	for _, capture := range []int{captureNone, captureDirect, capturePooled} {
-		if n := testing.AllocsPerRun(100, func() { _ = a.beginSQL(ctx, capture) }); n != 1 {
-			t.Errorf("beginSQL(deadline, capture %v) allocates %v times, want 1", capture, n)
-		}
-	}
-}
-
-func TestBeginSQLDoesNotAllocate(t *testing.T) {
 	a := &txAttempt{pool: &Pool{settings: settings{statementTimeout: 5 * time.Second}}, iso: Serializable}
-	for _, capture := range []int{captureNone, captureDirect, capturePooled} {
-		if n := testing.AllocsPerRun(100, func() { _ = a.beginSQL(context.Background(), capture) }); n != 0 {
-			t.Errorf("beginSQL(capture %v) allocates %v times without a per-call timeout", capture, n)
-		}
+	if n := testing.AllocsPerRun(100, func() { _, _ = a.statementTimeout(ctx) }); n != 0 {
+		t.Errorf("statementTimeout allocates %v times", n)
 	}
 }
 
-// commitTx is a pgx.Tx whose Commit returns a chosen error.
-type commitTx struct {
-	pgx.Tx
-	err error
-}
+// errRollbackTag stands for COMMIT answered with the tag ROLLBACK.
+var errRollbackTag = errors.New("ROLLBACK")
 
-func (c commitTx) Commit(context.Context) error { return c.err }
-
+// TestCommitClassification: what each answer to COMMIT means (the outcome
+// table of DESIGN.md).
 func TestCommitClassification(t *testing.T) {
 	fatal := func(code, msg string) error {
 		return &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: code, Message: msg}
@@ -214,12 +196,12 @@ func TestCommitClassification(t *testing.T) {
 		wantAmbiguous bool
 	}{
 		{"committed", nil, ClassNone, false},
+		{"commit answered ROLLBACK", errRollbackTag, ClassPermanent, false},
 		{"40001 at commit is a conflict", errorSev("40001"), ClassConflict, false},
 		{"23505 at commit (deferred constraint)", errorSev("23505"), ClassPermanent, false},
 		{"57014 at commit (deferred trigger cancelled)", errorSev("57014"), ClassTimeout, false},
 		{"08007 at commit: transaction_resolution_unknown", errorSev("08007"), ClassAmbiguous, true},
 		{"40003 at commit: statement_completion_unknown", errorSev("40003"), ClassAmbiguous, true},
-		{"commit answered ROLLBACK", pgx.ErrTxCommitRollback, ClassPermanent, false},
 		{"conn closed", pgconn.ErrConnClosed, ClassAmbiguous, true},
 		{"EOF", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), ClassAmbiguous, true},
 		{"our commit timeout", fmt.Errorf("timeout: %w", context.DeadlineExceeded), ClassAmbiguous, true},
@@ -227,19 +209,21 @@ func TestCommitClassification(t *testing.T) {
 		{"ERROR 08006", errorSev("08006"), ClassAmbiguous, true},
 		{"pooler killed the server connection", fatal("08P01", "query timeout"), ClassAmbiguous, true},
 	}
-	a := &txAttempt{pool: &Pool{settings: settings{commitTimeout: time.Second}}}
-	nc, peer := net.Pipe()
-	t.Cleanup(func() { _ = nc.Close(); _ = peer.Close() })
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			class, err := a.commit(context.Background(), commitTx{err: tt.err}, nc)
+			tag := pgconn.NewCommandTag("COMMIT")
+			in := tt.err
+			if in == errRollbackTag {
+				tag, in = pgconn.NewCommandTag("ROLLBACK"), nil
+			}
+			class, err := commitOutcome(tag, in)
 			if class != tt.want {
 				t.Errorf("class = %v, want %v", class, tt.want)
 			}
 			if got := errors.Is(err, ErrCommitUnknown); got != tt.wantAmbiguous {
 				t.Errorf("errors.Is(err, ErrCommitUnknown) = %v, want %v (err %v)", got, tt.wantAmbiguous, err)
 			}
-			if tt.err != nil && !errors.Is(err, tt.err) {
+			if in != nil && !errors.Is(err, in) {
 				t.Errorf("err = %v lost the original %v", err, tt.err)
 			}
 		})

@@ -1,32 +1,10 @@
 package pgtx
 
-import (
-	"context"
-	"fmt"
+import "fmt"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-)
+// What fn may not do with its transaction, and the errors that say so.
 
-// fnTx is the pgx.Tx that fn receives: pgx's transaction, except that
-// Commit and Rollback are refused. Transaction ends the transaction itself
-// (COMMIT when fn returns nil, ROLLBACK otherwise); a transaction fn ended
-// on its own would leave Transaction committing nothing, or reporting a
-// COMMIT it never sent as an unknown outcome.
-type fnTx struct {
-	pgx.Tx
-	pgConn *pgconn.PgConn // the connection the transaction runs on
-	ended  string         // "Commit" or "Rollback" once fn called it
-}
-
-// Commit refuses to commit: Transaction commits when fn returns nil.
-func (t *fnTx) Commit(context.Context) error { return t.refuse("Commit") }
-
-// Rollback refuses to roll back: Transaction rolls back when fn returns an
-// error.
-func (t *fnTx) Rollback(context.Context) error { return t.refuse("Rollback") }
-
-func (t *fnTx) refuse(method string) error {
+func (t *attemptTx) refuse(method string) error {
 	if t.ended == "" {
 		t.ended = method
 	}
@@ -40,7 +18,7 @@ func (t *fnTx) refuse(method string) error {
 
 // misuse is the error of a call whose fn called Commit or Rollback; fnErr,
 // fn's own error, stays reachable.
-func (t *fnTx) misuse(fnErr error) error {
+func (t *attemptTx) misuse(fnErr error) error {
 	e := &invalidArgError{msg: fmt.Sprintf("fn called tx.%s: Transaction ends the transaction itself "+
 		"(COMMIT when fn returns nil, ROLLBACK when it returns an error); return instead. Nothing was committed", t.ended)}
 	if fnErr == nil {
@@ -50,20 +28,20 @@ func (t *fnTx) misuse(fnErr error) error {
 }
 
 // endedBySQL reports that the transaction is over although Transaction
-// has not ended it: BEGIN went out before fn ran and fn's Commit and
-// Rollback send nothing, so a statement of fn's own ended it (COMMIT, END,
+// has not ended it: BEGIN went out and fn's Commit and Rollback send
+// nothing, so a statement of fn's own ended it (COMMIT, END,
 // ROLLBACK, ABORT or PREPARE TRANSACTION). A closed connection ended
 // nothing by a statement; COMMIT AND CHAIN and ROLLBACK AND CHAIN leave a
 // transaction open and are not seen.
-func (t *fnTx) endedBySQL() bool {
-	return !t.pgConn.IsClosed() && t.pgConn.TxStatus() == 'I'
+func (t *attemptTx) endedBySQL() bool {
+	return t.begun && t.beginErr == nil && !t.pgConn.IsClosed() && t.pgConn.TxStatus() == 'I'
 }
 
 // endedError is the error of a call whose fn ended the transaction with a
 // statement. Which statement it was cannot be known (its command tag went
 // to fn), so it says what each one did; fnErr, fn's own error when it
 // returned one, stays reachable.
-func (t *fnTx) endedError(fnErr error) error {
+func (t *attemptTx) endedError(fnErr error) error {
 	e := &invalidArgError{msg: "fn ended the transaction itself with a statement, which the server ran as sent: " +
 		"a COMMIT or END committed fn's statements before it (rolled them back if the transaction had failed), " +
 		"a ROLLBACK or ABORT discarded them, and statements after it committed one by one. " +
@@ -78,7 +56,7 @@ func (t *fnTx) endedError(fnErr error) error {
 // check finds what fn left behind that COMMIT cannot follow: a COMMIT or
 // ROLLBACK statement of its own, a call of Commit or Rollback, or rows
 // still open (the connection is busy reading them).
-func (t *fnTx) check() error {
+func (t *attemptTx) check() error {
 	switch {
 	case t.endedBySQL():
 		return t.endedError(nil)
@@ -96,7 +74,7 @@ func (t *fnTx) check() error {
 // call's error misuse, which keeps fnErr and is never retried (fn ran
 // again after a COMMIT of its own would commit its work twice); nil
 // otherwise.
-func (t *fnTx) checkFailed(fnErr error) error {
+func (t *attemptTx) checkFailed(fnErr error) error {
 	switch {
 	case t.endedBySQL():
 		return t.endedError(fnErr)

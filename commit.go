@@ -1,0 +1,231 @@
+package pgtx
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The commit path: one COMMIT for every attempt, and what its answer means.
+//
+// A transaction whose id the first write read (it wrote there), or that
+// provably has none (it wrote nothing and sent nothing since), sends a bare
+// COMMIT: one round trip. Otherwise COMMIT's write reads the id first and
+// asks the server to flush it (a protocol Flush), so that it arrives before
+// COMMIT runs: [select id, Flush, COMMIT, Sync]. A notification takes its
+// id only at COMMIT, so a transaction that may have sent one reads its id
+// with one assigned.
+
+// commit ends t's transaction with COMMIT, on a context the caller's
+// cancellation cannot interrupt (an interrupted COMMIT has an unknown
+// outcome), bounded by CommitTimeout (a deadline on the socket: when it
+// passes, the read fails and pgx closes the connection), and resolves an
+// answer that was lost.
+func (a *txAttempt) commit(ctx context.Context, t *attemptTx, kind beginKind) (Class, error) {
+	if !t.begun {
+		return ClassNone, nil // fn sent nothing: there is nothing to commit
+	}
+	pgConn := t.pgConn
+	if pgConn.TxStatus() == 'E' {
+		// A statement failed inside fn, which swallowed the error: COMMIT
+		// would only answer ROLLBACK.
+		a.rollback(ctx, t)
+		return ClassPermanent, pgx.ErrTxCommitRollback
+	}
+	readID := kind == beganCaptured && t.idAtCommit()
+	nc := pgConn.Conn()
+	_ = nc.SetDeadline(deadlineAfter(a.pool.settings.commitTimeout))
+	var tag pgconn.CommandTag
+	var err error
+	if readID {
+		tag, err = t.commitReadingID(uncancellable(ctx))
+	} else {
+		tag, err = execTag(uncancellable(ctx), pgConn, "commit")
+	}
+	_ = nc.SetDeadline(time.Time{})
+	c, err := commitOutcome(tag, err)
+	if c != ClassAmbiguous {
+		if c != ClassNone {
+			a.rollback(ctx, t) // a failed id read leaves the transaction open
+		}
+		return c, err
+	}
+	switch {
+	case kind == beganPlain:
+		return c, err
+	case kind != beganCaptured:
+		return a.pool.notResolvable(pgConn, kind, err)
+	}
+	cu := err.(*commitUnknownError)
+	switch {
+	case !t.idRead:
+		a.pool.resolved.countUnknown(reasonUnanswered)
+		cu.why = "the connection was lost before the transaction's id arrived"
+		return c, cu
+	case t.idNull:
+		// The transaction had no id when COMMIT was sent: it wrote
+		// nothing, and sent no notification (whose id is read assigned).
+		// Its COMMIT changed nothing; running it again is harmless.
+		a.pool.resolved.notApplied.Add(1)
+		return ClassConnectionLost, cu.err
+	}
+	return a.pool.resolve(ctx, t.id, cu.err)
+}
+
+// idAtCommit reports that COMMIT's write must read the id: the first write
+// did not read it, or read none and statements since may have given it one,
+// or the transaction may have sent a notification.
+func (t *attemptTx) idAtCommit() bool {
+	return t.notify || !t.idRead || (t.idNull && t.stale)
+}
+
+// commitOutcome classifies COMMIT's answer (tag) or error: COMMIT → none;
+// ROLLBACK (the transaction had failed inside fn, an error fn swallowed) →
+// permanent; a server error that leaves the session alive → its class (the
+// transaction did not commit; 40001 at COMMIT is a conflict); anything else
+// → ambiguous, a *commitUnknownError.
+//
+// pgconn.SafeToRetry is not trusted here: pgx can report a COMMIT that
+// reached a dead connection as pgconn.ErrConnClosed. Any failure without a
+// server answer is ambiguous, and so is an answer that ended the session: a
+// FATAL during COMMIT (57P01 while waiting for synchronous replication, a
+// pooler killing the server connection) may come after the commit record
+// was written.
+func commitOutcome(tag pgconn.CommandTag, err error) (Class, error) {
+	switch {
+	case err == nil && tag.String() == "COMMIT":
+		return ClassNone, nil
+	case err == nil:
+		return ClassPermanent, pgx.ErrTxCommitRollback
+	case notCommitted(err):
+		return Classify(err), err
+	}
+	return ClassAmbiguous, &commitUnknownError{err: err}
+}
+
+// commitReadingID sends [select id, Flush, COMMIT, Sync] and reads the id
+// into t as it arrives, before COMMIT's answer.
+func (t *attemptTx) commitReadingID(ctx context.Context) (pgconn.CommandTag, error) {
+	t.idRead = false
+	p := t.pgConn.StartPipeline(ctx)
+	p.SendQueryParams(idSQLs[t.capture][b2i(t.notify)], nil, nil, nil, nil)
+	p.SendFlushRequest()
+	p.SendQueryParams("commit", nil, nil, nil, nil)
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		_ = p.Close()
+		return pgconn.CommandTag{}, err
+	}
+	res, err := p.GetResults()
+	if rr, ok := res.(*pgconn.ResultReader); ok && err == nil {
+		var got, null bool
+		var xid uint64
+		var run serverRun
+		var flushed int64
+		for rr.NextRow() {
+			if v := rr.Values(); len(v) > 0 {
+				got, null = true, v[0] == nil
+				xid, _ = parseUint(v[0])
+				if len(v) == 5 {
+					run, flushed = parseRun(v[1:])
+				}
+			}
+		}
+		if _, err = rr.Close(); err == nil && got {
+			t.idRead, t.idNull, t.id.xid = true, null, xid
+			if t.capture == captureIDRun {
+				t.id.run, t.id.flushed = run, flushed
+			}
+		}
+	}
+	if err != nil {
+		// The id read failed: a server error skips COMMIT (up to Sync),
+		// and the transaction stays open.
+		if cerr := p.Close(); cerr != nil && !isPgError(err) {
+			err = errors.Join(err, cerr)
+		}
+		return pgconn.CommandTag{}, err
+	}
+	var tag pgconn.CommandTag
+	res, err = p.GetResults()
+	if rr, ok := res.(*pgconn.ResultReader); ok && err == nil {
+		tag, err = rr.Close()
+	}
+	if cerr := p.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// isPgError reports a server error.
+func isPgError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
+}
+
+// notCommitted reports a COMMIT error that is definitive: a server error
+// that leaves the session alive (the transaction did not commit; 40001 at
+// COMMIT is a conflict), or a session ended while it idled before COMMIT,
+// which then never ran.
+func notCommitted(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (!endsSession(pgErr) || endedIdle(pgErr))
+}
+
+// endsSession reports a server error that ended the session (FATAL or PANIC,
+// or a connection-lost code): at COMMIT its outcome is unknown.
+func endsSession(e *pgconn.PgError) bool {
+	switch e.SeverityUnlocalized {
+	case "FATAL", "PANIC":
+		return true
+	case "":
+		if e.Severity == "FATAL" || e.Severity == "PANIC" {
+			return true
+		}
+	}
+	return classifyPgError(e) == ClassConnectionLost
+}
+
+// rollback ends t's transaction when it is open, on a context the
+// caller's cancellation cannot interrupt, bounded by RollbackTimeout. A
+// connection left in a transaction (the ROLLBACK failed, rows were still
+// open) is discarded by Release.
+func (a *txAttempt) rollback(ctx context.Context, t *attemptTx) {
+	if !t.begun {
+		return
+	}
+	rollbackConn(ctx, t.pgConn, a.pool.settings.rollbackTimeout)
+}
+
+// rollbackConn rolls back the transaction open on pgConn, if any.
+func rollbackConn(ctx context.Context, pgConn *pgconn.PgConn, timeout time.Duration) {
+	if pgConn.IsClosed() || pgConn.IsBusy() || pgConn.TxStatus() == 'I' {
+		return
+	}
+	nc := pgConn.Conn()
+	_ = nc.SetDeadline(deadlineAfter(timeout))
+	_, _ = execTag(uncancellable(ctx), pgConn, "rollback")
+	_ = nc.SetDeadline(time.Time{})
+}
+
+// execTag runs one simple-protocol statement and returns its command tag.
+func execTag(ctx context.Context, pgConn *pgconn.PgConn, sql string) (tag pgconn.CommandTag, err error) {
+	mrr := pgConn.Exec(ctx, sql)
+	for mrr.NextResult() {
+		tag, _ = mrr.ResultReader().Close()
+	}
+	return tag, mrr.Close()
+}
+
+// uncancellable returns ctx without its cancellation (values kept, for
+// tracers). A context that cannot be cancelled is returned as is, so pgx does
+// not watch it either.
+func uncancellable(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx
+	}
+	return context.WithoutCancel(ctx)
+}

@@ -1,0 +1,82 @@
+package pgtx
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// installHooks installs on pc, the main pool's config, every hook pgtx
+// needs, each wrapping the caller's own so that it keeps working:
+//
+//   - BuildContextWatcherHandler makes each connection's [connState], whose
+//     cancel handler stops a statement on the server when its context ends
+//     (one set on the Config is replaced);
+//   - AfterConnect fills the state in (the backend's identity, the
+//     server's for resolution) before the caller's AfterConnect;
+//   - PrepareConn refuses a connection doomed by a cancel that was not
+//     confirmed, then runs the caller's PrepareConn, or BeforeAcquire (which
+//     pgxpool ignores once PrepareConn is set);
+//   - the connection tracer counts the pool's waiters, and BeforeConnect
+//     gives each connection the caller's own tracer back;
+//   - ShouldPing, BeforeConnect and PrepareConn mark the acquire's context
+//     shared, as hooks may keep it ([markShared]).
+func installHooks(pc *pgxpool.Config, c *canceller, q *queue) {
+	user := pc.ConnConfig.Tracer
+	pc.ConnConfig.Tracer = newPoolTracer(q, user)
+	userBeforeConnect := pc.BeforeConnect
+	pc.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
+		// The connect keeps what it derives from the acquire's context.
+		markShared(ctx)
+		cc.Tracer = user
+		if userBeforeConnect != nil {
+			return userBeforeConnect(ctx, cc)
+		}
+		return nil
+	}
+
+	if userPing := pc.ShouldPing; userPing != nil {
+		pc.ShouldPing = func(ctx context.Context, params pgxpool.ShouldPingParams) bool {
+			markShared(ctx)
+			return userPing(ctx, params)
+		}
+	}
+
+	userPrepare := pc.PrepareConn
+	//lint:ignore SA1019 the caller's deprecated hook must keep working
+	if before := pc.BeforeAcquire; userPrepare == nil && before != nil {
+		userPrepare = func(ctx context.Context, conn *pgx.Conn) (bool, error) { return before(ctx, conn), nil }
+	}
+	pc.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {
+		if st := stateOf(conn.PgConn()); st != nil && st.cancel.doomed.Load() {
+			return false, nil
+		}
+		if userPrepare != nil {
+			markShared(ctx)
+			return userPrepare(ctx, conn)
+		}
+		return true, nil
+	}
+
+	userAfterConnect := pc.AfterConnect
+	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if err := c.prepare(ctx, conn); err != nil {
+			return err
+		}
+		if userAfterConnect != nil {
+			return userAfterConnect(ctx, conn)
+		}
+		return nil
+	}
+
+	pc.ConnConfig.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
+		st := &connState{cancel: cancelHandler{c: c, pgConn: pgConn, netConn: pgConn.Conn()}}
+		if data := pgConn.CustomData(); data != nil {
+			data[connStateKey] = st
+		}
+		return &st.cancel
+	}
+}
