@@ -62,8 +62,15 @@ func (a *txAttempt) commit(ctx context.Context, t *attemptTx, kind beginKind) (C
 	cu := err.(*commitUnknownError)
 	switch {
 	case !t.idRead:
+		// COMMIT's write left, its id did not arrive. A backend that
+		// still runs the transaction tells its id; once COMMIT has ended
+		// it, nothing can.
+		if xid, ok := a.pool.backendXid(ctx, t); ok {
+			t.id.xid = xid
+			return a.pool.resolve(ctx, t.id, cu.err)
+		}
 		a.pool.resolved.countUnknown(reasonUnanswered)
-		cu.why = "the connection was lost before the transaction's id arrived"
+		cu.why = "the connection was lost before the transaction's id arrived, and its backend no longer ran it"
 		return c, cu
 	case t.idNull:
 		// The transaction had no id when COMMIT was sent: it wrote
@@ -73,6 +80,21 @@ func (a *txAttempt) commit(ctx context.Context, t *attemptTx, kind beginKind) (C
 		return ClassConnectionLost, cu.err
 	}
 	return a.pool.resolve(ctx, t.id, cu.err)
+}
+
+// backendXid finds the id of t's transaction from its backend, on a
+// connection that reaches its backend directly, within half the
+// ResolveTimeout.
+func (p *Pool) backendXid(ctx context.Context, t *attemptTx) (uint64, bool) {
+	st := stateOf(t.pgConn)
+	if t.capture != captureID || st == nil || st.res.backendStart == 0 {
+		return 0, false
+	}
+	bctx, cancel := context.WithTimeout(uncancellable(ctx), p.settings.resolveTimeout/2)
+	defer cancel()
+	return p.resolver.backendXid(bctx, t.pgConn.PID(), st.res.backendStart, func(ctx context.Context) error {
+		return p.clock.Sleep(ctx, resolvePoll)
+	})
 }
 
 // idAtCommit reports that COMMIT's write must read the id: the first write

@@ -45,7 +45,17 @@ const runSQL = timelineSQL + ", " + startSQL + ", " + epochSQL + ", " + flushedS
 // pids of its own), and the server's run.
 const systemSQL = `select (select system_identifier from pg_control_system()), pg_is_in_recovery(),
 	to_regproc('pg_catalog.pg_xact_status') is not null and to_regproc('pg_catalog.pg_current_xact_id') is not null,
-	pg_backend_pid(), ` + runSQL
+	pg_backend_pid(), ` + runSQL + `,
+	coalesce((select round(extract(epoch from backend_start) * 1000000)::int8 from pg_stat_activity where pid = pg_backend_pid()), 0)`
+
+// backendXidSQL finds the transaction that backend $1, started at $2 (unix
+// microseconds), runs now: its id's low 32 bits (as pg_stat_activity shows
+// it) and the server's next id, from which the id's epoch follows. No row
+// when the backend is gone or runs no transaction with an id.
+const backendXidSQL = `select a.backend_xid::text::int8, pg_snapshot_xmax(pg_current_snapshot())::text::int8
+from pg_stat_activity a
+where a.pid = $1::text::int4 and a.backend_xid is not null
+	and round(extract(epoch from a.backend_start) * 1000000)::int8 = $2::text::int8`
 
 // askSQL asks what became of a transaction ($1, an xid8) that ran on system
 // $2, in the run of the server given by timeline $3, start $7 and epoch $8.
@@ -58,7 +68,9 @@ const systemSQL = `select (select system_identifier from pg_control_system()), p
 // kind (its redo point is its own record; see checkpoint).
 //
 // Within the same run it also reports the state of the backend that runs
-// the transaction, if one still does: the backend whose transaction id is
+// the transaction, if one still does (a backend in the middle of a pipeline,
+// active but waiting to read from its client, is idle in the transaction
+// as far as resolution goes: it has run what it received): the backend whose transaction id is
 // $4 (the id's low 32 bits, as pg_stat_activity shows it; no two running
 // transactions share it), which is provably ours. While the transaction is
 // in progress, it ends that backend when $5 says so: 2, at once; 1, only if
@@ -98,7 +110,8 @@ const askSQL = `with s as (
 		checkpoint_lsn = redo_lsn and current_setting('wal_level') <> 'minimal' as shutdown
 	from pg_control_checkpoint()
 ), b as (
-	select pid, state, round(extract(epoch from state_change) * 1000000)::int8 as changed
+	select pid, case when state = 'active' and wait_event = 'ClientRead' then 'idle in transaction (reading from the client)'
+		else state end as state, round(extract(epoch from state_change) * 1000000)::int8 as changed
 	from pg_stat_activity where backend_xid = $4::text::xid
 )
 select x.sys, x.tl, x.st, x.ep, x.status, exists (select 1 from pg_prepared_xacts where transaction = $4::text::xid),
@@ -135,6 +148,9 @@ type connResolve struct {
 	// standby).
 	run     serverRun
 	flushed int64
+	// backendStart is the session's backend start (unix microseconds; 0
+	// when not visible): with the pid, the backend's identity.
+	backendStart int64
 	// direct: the session's backend pid is the connection's, so the
 	// backend lives as long as the connection and every transaction on it
 	// runs in the run captured here. Behind a pooler the server connection
@@ -153,7 +169,7 @@ func (r *connResolve) prepare(ctx context.Context, conn *pgx.Conn) error {
 	var ok bool
 	var pid uint32
 	err := conn.QueryRow(ctx, systemSQL, pgx.QueryExecModeSimpleProtocol).Scan(&r.system, &r.standby, &ok, &pid,
-		&r.run.timeline, &r.run.start, &r.run.epoch, &r.flushed)
+		&r.run.timeline, &r.run.start, &r.run.epoch, &r.flushed, &r.backendStart)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil && !ok:
@@ -301,6 +317,42 @@ func (r *resolver) ask(ctx context.Context, id txID, end int, changed int64) ans
 	}
 	v.last.nextXid = uint64(next)
 	return a
+}
+
+// backendXid finds the id of the transaction that a direct connection's
+// backend (pid, started at start) still runs: the id of a transaction
+// whose COMMIT's write was sent but whose id never arrived, while COMMIT
+// has not ended it. It asks until ctx ends; false when the backend runs no
+// transaction with an id (it ended, or the backend is gone).
+func (r *resolver) backendXid(ctx context.Context, pid uint32, start int64, sleep func(context.Context) error) (uint64, bool) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, r.timeout/askShare)
+		conn, release, err := r.conn(actx)
+		if err == nil {
+			var lo, next int64
+			err = conn.QueryRow(actx, backendXidSQL, pgx.QueryExecModeExec,
+				strconv.FormatUint(uint64(pid), 10), strconv.FormatInt(start, 10)).Scan(&lo, &next)
+			release()
+			if err == nil {
+				cancel()
+				return xidOf(uint32(lo), uint64(next)), true
+			}
+		}
+		cancel()
+		if errors.Is(err, pgx.ErrNoRows) || sleep(ctx) != nil {
+			return 0, false
+		}
+	}
+}
+
+// xidOf is the full id whose low 32 bits are lo, given the server's next
+// id: a running transaction's id is below next and within 2^31 of it.
+func xidOf(lo uint32, next uint64) uint64 {
+	epoch := next >> 32
+	if uint64(lo) > next&0xffffffff && epoch > 0 {
+		epoch--
+	}
+	return epoch<<32 | uint64(lo)
 }
 
 // conn returns a connection to ask on and its release.

@@ -175,7 +175,8 @@ func TestOverloadReleasesConnectionBeforeBackoff(t *testing.T) {
 
 // TestRetryBudgetUnderAdmissionStorm: a server-side admission function sheds
 // load with 53300 when more than 4 of its statements are active (a stand-in
-// for an ingress rate limiter); 32 goroutines call Transaction for 5s. With
+// for an ingress rate limiter; a query that calls it may carry BEGIN before
+// it); 32 goroutines call Transaction for 5s. With
 // the budget on, the retries stay within ratio x calls + the floor; with it
 // off, every call may retry twice. Both amplifications are logged.
 func TestRetryBudgetUnderAdmissionStorm(t *testing.T) {
@@ -187,7 +188,7 @@ func TestRetryBudgetUnderAdmissionStorm(t *testing.T) {
 	setup := directConn(t, dsn)
 	mustExec(t, ctx, setup, `create function admit(lim int) returns void language plpgsql as $$
 		begin
-			if (select count(*) from pg_stat_activity where state = 'active' and query like 'select admit(%') > lim then
+			if (select count(*) from pg_stat_activity where state = 'active' and query like '%select admit(%') > lim then
 				raise exception 'server busy' using errcode = '53300';
 			end if;
 			perform pg_sleep(0.005);

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
 // TestKeptTxIsClosed: fn keeps the pgx.Tx it received and uses it after the
@@ -153,5 +154,56 @@ func TestAfterCommitFromGoroutines(t *testing.T) {
 	}
 	if ran != 8 {
 		t.Errorf("%d of 8 registered functions ran, want 8", ran)
+	}
+}
+
+// TestResolveIDReadAtCommit: a transaction whose first statement only
+// reads takes its id later, so COMMIT's write reads it before COMMIT, with
+// a Flush that makes it arrive before COMMIT runs. When COMMIT's answer is
+// lost after the id arrived, the resolution says committed; when the
+// connection is cut as soon as the write left, the id never arrives and
+// the backend no longer runs the transaction: nothing can tell, and the
+// call says so (ErrCommitUnknown, UnansweredCount) without running fn
+// again.
+func TestResolveIDReadAtCommit(t *testing.T) {
+	tests := []struct {
+		name        string
+		cut         func(*pgtxtest.Proxy)
+		wantUnknown bool
+	}{
+		{"answer dropped", func(p *pgtxtest.Proxy) { p.CutOnCommitReply(1) }, false},
+		{"cut as the write left", func(p *pgtxtest.Proxy) { p.CutOnCommit(1) }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			direct, proxy, through := proxied(t)
+			admin := directConn(t, direct)
+			mustExec(t, ctx, admin, "create table ledger (id text primary key)")
+			pool := newPool(t, through, nil)
+			tt.cut(proxy)
+			var runs counter
+			err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+				runs.inc()
+				var n int
+				if err := tx.QueryRow(ctx, "select count(*) from ledger").Scan(&n); err != nil {
+					return err
+				}
+				_, err := tx.Exec(ctx, "insert into ledger values ('t-1')")
+				return err
+			})
+			rows := queryInt(t, ctx, admin, "select count(*) from ledger")
+			r := pool.Stats().Resolved
+			if tt.wantUnknown {
+				if !errors.Is(err, pgtx.ErrCommitUnknown) || r.UnansweredCount != 1 {
+					t.Errorf("err = %v, resolutions %+v; want ErrCommitUnknown, one unanswered", err, r)
+				}
+			} else if err != nil || r.CommittedCount != 1 {
+				t.Errorf("err = %v, resolutions %+v; want success, one committed", err, r)
+			}
+			if runs.get() != 1 || rows != 1 {
+				t.Errorf("fn ran %d times, %d rows; want once, 1 row", runs.get(), rows)
+			}
+		})
 	}
 }
