@@ -43,6 +43,9 @@ func (c *canceller) prepare(ctx context.Context, conn *pgx.Conn) error {
 		return nil
 	}
 	h := &st.cancel
+	cc := conn.Config()
+	st.tracer, _ = cc.Tracer.(pgx.QueryTracer)
+	st.stmts.setMode(cc.DefaultQueryExecMode)
 	if c.mode == CancelModePool {
 		var pid uint32
 		var start time.Time

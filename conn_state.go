@@ -1,6 +1,9 @@
 package pgtx
 
-import "github.com/jackc/pgx/v5/pgconn"
+import (
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
 
 // connState is everything pgtx keeps per connection of the main pool: how
 // its statements are cancelled and what resolving its lost COMMITs needs.
@@ -13,6 +16,12 @@ type connState struct {
 	// res is what resolution needs of the connection's server, captured
 	// when the connection was made (connResolve.prepare).
 	res connResolve
+	// tracer is the connection's pgx QueryTracer (nil: none), which sees
+	// fn's first statement as pgx would show it: pgtx sends that one
+	// itself, with BEGIN.
+	tracer pgx.QueryTracer
+	// stmts are the statements of its first writes (first_lean.go).
+	stmts stmtCache
 }
 
 // connStateKey is where a connection's state is kept in PgConn.CustomData.

@@ -187,6 +187,9 @@ func (t *attemptTx) firstBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResul
 
 // firstExec runs fn's first statement, with arguments, after BEGIN.
 func (t *attemptTx) firstExec(ctx context.Context, sql string, args []any) (tag pgconn.CommandTag, err error) {
+	if c := t.lean(args); c != nil {
+		return t.leanExec(ctx, c, sql, args)
+	}
 	ctx, end := t.traceQuery(ctx, sql, args)
 	defer func() { end(tag, err) }()
 	b, skip := t.beginBatch(ctx, 1)
@@ -206,6 +209,9 @@ func (t *attemptTx) firstExec(ctx context.Context, sql string, args []any) (tag 
 // firstQuery runs fn's first query after BEGIN. The batch is closed (the id
 // read) when fn closes the rows.
 func (t *attemptTx) firstQuery(ctx context.Context, sql string, args []any) (pgx.Rows, error) {
+	if c := t.lean(args); c != nil {
+		return t.leanQuery(ctx, c, sql, args)
+	}
 	ctx, end := t.traceQuery(ctx, sql, args)
 	b, skip := t.beginBatch(ctx, 1)
 	b.Queue(sql, args...)
@@ -216,7 +222,7 @@ func (t *attemptTx) firstQuery(ctx context.Context, sql string, args []any) (pgx
 		return errRows{err}, err
 	}
 	rows, err := br.Query()
-	r := &firstRows{Rows: rows, br: br, end: end}
+	r := &firstRows{Rows: rows, conn: t.conn, close: br.Close, end: end}
 	if err != nil {
 		r.Close()
 		return r, err
@@ -233,6 +239,21 @@ func (t *attemptTx) firstQueryRow(ctx context.Context, sql string, args []any) p
 	return firstRow{rows.(*firstRows)}
 }
 
+// lean returns the connection's statement cache when fn's first statement
+// with these arguments goes in one protocol batch (first_lean.go), or nil.
+func (t *attemptTx) lean(args []any) *stmtCache {
+	st := stateOf(t.pgConn)
+	if st == nil || !st.stmts.on {
+		return nil
+	}
+	if len(args) > 0 {
+		if _, ok := args[0].(pgx.QueryRewriter); ok {
+			return nil
+		}
+	}
+	return &st.stmts
+}
+
 // firstSimple runs fn's first statement without arguments as pgx's Exec
 // does, in the simple protocol (it may hold several statements), in one
 // query after BEGIN, with the id read after it.
@@ -240,17 +261,23 @@ func (t *attemptTx) firstSimple(ctx context.Context, sql string) (tag pgconn.Com
 	ctx, end := t.traceQuery(ctx, sql, nil)
 	defer func() { end(tag, err) }()
 	t.begun = true
-	q := beginSQLs[t.a.iso][b2i(t.a.opts.ReadOnly)][b2i(t.a.opts.Deferrable)]
+	// One allocation: the query is built in a buffer on the stack.
+	var buf [512]byte
+	q := append(buf[:0], beginSQLs[t.a.iso][b2i(t.a.opts.ReadOnly)][b2i(t.a.opts.Deferrable)]...)
 	skip := 1
 	if ms, ok := t.a.statementTimeout(ctx); ok {
-		q += "; set local statement_timeout = " + strconv.FormatInt(ms, 10)
+		q = append(q, "; set local statement_timeout = "...)
+		q = strconv.AppendInt(q, ms, 10)
 		skip = 2
 	}
-	q += ";\n" + sql
+	// The newlines end a line comment that fn's statement may end with.
+	q = append(q, ";\n"...)
+	q = append(q, sql...)
 	if t.capture != captureNone {
-		q += "\n;" + idSQLs[t.capture][b2i(t.notify)]
+		q = append(q, "\n;"...)
+		q = append(q, idSQLs[t.capture][b2i(t.notify)]...)
 	}
-	mrr := t.pgConn.Exec(ctx, q)
+	mrr := t.pgConn.Exec(ctx, string(q))
 	done, idDone := 0, false
 	for mrr.NextResult() {
 		rr := mrr.ResultReader()
@@ -306,8 +333,11 @@ func (t *attemptTx) firstSimple(ctx context.Context, sql string) (tag pgconn.Com
 // as pgx reports every statement, and returns the function that reports
 // its end.
 func (t *attemptTx) traceQuery(ctx context.Context, sql string, args []any) (context.Context, func(pgconn.CommandTag, error)) {
-	tr, ok := t.conn.Config().Tracer.(pgx.QueryTracer)
-	if !ok {
+	var tr pgx.QueryTracer
+	if st := stateOf(t.pgConn); st != nil {
+		tr = st.tracer
+	}
+	if tr == nil {
 		return ctx, func(pgconn.CommandTag, error) {}
 	}
 	ctx = tr.TraceQueryStart(ctx, t.conn, pgx.TraceQueryStartData{SQL: sql, Args: args})
@@ -316,17 +346,18 @@ func (t *attemptTx) traceQuery(ctx context.Context, sql string, args []any) (con
 	}
 }
 
-// firstRows are the rows of fn's first query: closing them closes the
-// batch that carried it (and reads the id after it).
+// firstRows are the rows of fn's first query: closing them ends the write
+// that carried it (and reads the id after it).
 type firstRows struct {
 	pgx.Rows
-	br     pgx.BatchResults
+	conn   *pgx.Conn
+	close  func() error
 	end    func(pgconn.CommandTag, error)
 	closed bool
 	err    error
 }
 
-// Next advances; at the end it closes the batch.
+// Next advances; at the end it ends the write.
 func (r *firstRows) Next() bool {
 	if r.Rows.Next() {
 		return true
@@ -335,13 +366,13 @@ func (r *firstRows) Next() bool {
 	return false
 }
 
-// Close closes the rows and the batch.
+// Close closes the rows and ends the write.
 func (r *firstRows) Close() {
 	r.Rows.Close()
 	r.finish()
 }
 
-// Err is the rows' error, or the batch's.
+// Err is the rows' error, or the write's.
 func (r *firstRows) Err() error {
 	if err := r.Rows.Err(); err != nil {
 		return err
@@ -349,13 +380,16 @@ func (r *firstRows) Err() error {
 	return r.err
 }
 
+// Conn returns the connection the rows are read from.
+func (r *firstRows) Conn() *pgx.Conn { return r.conn }
+
 func (r *firstRows) finish() {
 	if r.closed {
 		return
 	}
 	r.closed = true
 	r.Rows.Close()
-	if err := r.br.Close(); err != nil && r.Rows.Err() == nil {
+	if err := r.close(); err != nil && r.Rows.Err() == nil {
 		r.err = err
 	}
 	r.end(r.Rows.CommandTag(), r.Err())

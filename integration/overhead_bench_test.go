@@ -302,3 +302,54 @@ func BenchmarkTransaction(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTransactionShapes measures allocations per transaction for the
+// shapes of fn that take pgtx's other paths: a query with an argument (its
+// BEGIN travels in a batch with it, in the connection's exec mode) and a
+// one-row update with arguments (the id is read in the first write, and
+// COMMIT goes bare), against pgx.BeginTxFunc on a plain pgxpool.
+func BenchmarkTransactionShapes(b *testing.B) {
+	dsn := newDB(b)
+	ctx := testCtx(b)
+	setup := directConn(b, dsn)
+	if _, err := setup.Exec(ctx, "create table counters (id int primary key, n int not null); insert into counters values (1, 0)"); err != nil {
+		b.Fatal(err)
+	}
+	plain, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(plain.Close)
+	pool := newPool(b, dsn, nil)
+	shapes := []struct {
+		name string
+		fn   func(ctx context.Context, tx pgx.Tx) error
+	}{
+		{"queryrow-arg", func(ctx context.Context, tx pgx.Tx) error {
+			var n int
+			return tx.QueryRow(ctx, "select $1::int", 1).Scan(&n)
+		}},
+		{"update", func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "update counters set n = n + $2 where id = $1", 1, 1)
+			return err
+		}},
+	}
+	for _, s := range shapes {
+		b.Run(s.name+"/pgx.BeginTxFunc", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := pgx.BeginTxFunc(ctx, plain, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error { return s.fn(ctx, tx) }); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(s.name+"/pgtx", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, s.fn); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
