@@ -46,6 +46,16 @@ func (a *txAttempt) commit(ctx context.Context, t *attemptTx, kind beginKind) (C
 		tag, err = execTag(uncancellable(ctx), pgConn, "commit")
 	}
 	_ = nc.SetDeadline(time.Time{})
+	var notSent *notSentError
+	if errors.As(err, &notSent) {
+		// COMMIT never left: the transaction did not commit (a failed
+		// prepare ended it, or the connection died).
+		a.rollback(ctx, t)
+		if pgConn.IsClosed() {
+			return ClassConnectionLost, notSent.err
+		}
+		return Classify(notSent.err), notSent.err
+	}
 	c, err := commitOutcome(tag, err)
 	if c != ClassAmbiguous {
 		if c != ClassNone {
@@ -132,10 +142,32 @@ func commitOutcome(tag pgconn.CommandTag, err error) (Class, error) {
 // into t as it arrives, before COMMIT's answer.
 func (t *attemptTx) commitReadingID(ctx context.Context) (pgconn.CommandTag, error) {
 	t.idRead = false
+	idSQL := idSQLs[t.capture][b2i(t.notify)]
+	// Named statements where the connection prepares its own: the
+	// description is in the cache after the first time (a prepare first,
+	// once per connection).
+	var idSD, commitSD *pgconn.StatementDescription
+	if st := stateOf(t.pgConn); st != nil && st.stmts.named {
+		var err error
+		if idSD, err = st.stmts.get(ctx, t.pgConn, idSQL); err != nil {
+			return pgconn.CommandTag{}, &notSentError{err}
+		}
+		if commitSD, err = st.stmts.get(ctx, t.pgConn, "commit"); err != nil {
+			return pgconn.CommandTag{}, &notSentError{err}
+		}
+	}
 	p := t.pgConn.StartPipeline(ctx)
-	p.SendQueryParams(idSQLs[t.capture][b2i(t.notify)], nil, nil, nil, nil)
+	if idSD != nil {
+		p.SendQueryStatement(idSD, nil, nil, nil)
+	} else {
+		p.SendQueryParams(idSQL, nil, nil, nil, nil)
+	}
 	p.SendFlushRequest()
-	p.SendQueryParams("commit", nil, nil, nil, nil)
+	if commitSD != nil {
+		p.SendQueryStatement(commitSD, nil, nil, nil)
+	} else {
+		p.SendQueryParams("commit", nil, nil, nil, nil)
+	}
 	p.SendPipelineSync()
 	if err := p.Flush(); err != nil {
 		_ = p.Close()
@@ -181,6 +213,12 @@ func (t *attemptTx) commitReadingID(ctx context.Context) (pgconn.CommandTag, err
 	}
 	return tag, err
 }
+
+// notSentError is the error of a COMMIT write that was never sent.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string { return e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }
 
 // isPgError reports a server error.
 func isPgError(err error) bool {

@@ -124,15 +124,19 @@ type Config struct {
 	// ended, after which the answer is definitive. Default 5s; negative:
 	// resolution is off, and every lost COMMIT is [ErrCommitUnknown].
 	//
-	// The transaction id is captured in BEGIN's round trip ("select
-	// pg_current_xact_id()" after BEGIN), so it is known before COMMIT is
-	// sent, costs no round trip, and exists for every transaction: also
-	// one that writes no row but notifies or takes sequence values, and a
-	// READ ONLY one. The price is an id for every transaction, including
-	// those that write nothing: a commit record in WAL (but no WAL flush at
-	// COMMIT: PostgreSQL commits a transaction that wrote nothing else
-	// asynchronously) and ids consumed (anti-wraparound vacuums come
-	// sooner for a read-mostly workload).
+	// The transaction's id is read without giving it one
+	// (pg_current_xact_id_if_assigned()) in the write of fn's first
+	// statement, so a transaction whose first statement writes knows it
+	// before COMMIT is sent; otherwise COMMIT's write reads it, with a
+	// protocol Flush that makes it arrive before COMMIT runs. No round
+	// trip is added, and a transaction that writes nothing takes no id
+	// and writes no WAL: when its COMMIT's answer is lost it runs again,
+	// which is harmless. A transaction that may send a notification (its
+	// statements mention NOTIFY or pg_notify), which takes its id only at
+	// COMMIT, reads it at COMMIT with one given. When the id of a COMMIT
+	// whose answer was lost never arrived, the backend, while it still
+	// runs the transaction, tells it; after that nothing can, and the
+	// call returns [ErrCommitUnknown].
 	//
 	// The question goes over the cancel pool ([CancelModePool]), whose
 	// connections the main pool's exhaustion cannot hold, or else over a
@@ -142,8 +146,8 @@ type Config struct {
 	// server without pg_xact_status (PostgreSQL before 13, CockroachDB,
 	// YugabyteDB) is detected when each connection is made; there every
 	// lost COMMIT is [ErrCommitUnknown] and nothing else changes. On a hot
-	// standby, where a transaction can change nothing, no id is captured
-	// and a lost COMMIT runs again. [Stats].Resolved counts each outcome.
+	// standby, where a transaction can change nothing, no id is read and
+	// a lost COMMIT runs again. [Stats].Resolved counts each outcome.
 	ResolveTimeout time.Duration
 
 	// Breaker, when set, puts a circuit breaker in front of the pool's

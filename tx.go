@@ -55,8 +55,8 @@ type Options struct {
 	Deferrable bool
 
 	// StatementTimeout, when positive, limits every statement of this
-	// transaction: it is sent as SET LOCAL statement_timeout in the same
-	// round trip as BEGIN. 0 keeps the session's ([Config].StatementTimeout);
+	// transaction: it is set for the transaction only, in the write that
+	// carries BEGIN. 0 keeps the session's ([Config].StatementTimeout);
 	// negative: no statement timeout for this transaction
 	// (statement_timeout 0), except what the context's deadline carries.
 	StatementTimeout time.Duration
@@ -105,7 +105,15 @@ type Options struct {
 // work outside the transaction (an HTTP call, a message) belongs in
 // [AfterCommit]. [Attempt] tells fn which attempt it is.
 //
-// fn receives ctx and a [pgx.Tx] whose Commit and Rollback are refused:
+// BEGIN is sent with fn's first statement, in the same write (a copy, a
+// savepoint, Prepare, LargeObjects and Conn send it first, alone); a fn
+// that sends nothing sends nothing, and the call succeeds. A BEGIN that
+// fails fails the attempt, whatever fn does with the error.
+//
+// fn receives ctx and a [pgx.Tx] of this attempt only: once the attempt
+// has ended, every method refuses with [pgx.ErrTxClosed] (Conn returns
+// nil), so a tx that fn kept cannot run statements on a connection that
+// is back in the pool. Its Commit and Rollback are refused:
 // Transaction ends the transaction itself. fn calling them, or returning
 // with rows still open, is an error matching [ErrInvalidArgument] that says
 // so, and the transaction is rolled back: nothing is committed; so is

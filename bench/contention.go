@@ -196,7 +196,7 @@ func runCell(ctx context.Context, e *env, p cellPlan) ([]contentionRow, error) {
 	var np *pgtx.Pool
 	if p.noResolve {
 		// The same pgtx without resolution of ambiguous COMMITs: what
-		// capturing each transaction's id costs under write contention.
+		// reading each transaction's id costs under write contention.
 		np, err = newPgtxPool(ctx, e.dsn, p.workers, backoff(func(c *pgtx.Config) { c.ResolveTimeout = -1 }))
 		if err != nil {
 			return nil, err

@@ -30,8 +30,8 @@ const namePgtxUnbounded = "pgtx, AcquireTimeout -1"
 const namePgtxNoLimits = "pgtx, no session limits"
 
 // namePgtxNoResolve is pgtx with the resolution of ambiguous COMMITs
-// switched off (Config.ResolveTimeout < 0): what capturing every
-// transaction's id in BEGIN's round trip costs.
+// switched off (Config.ResolveTimeout < 0): what reading each
+// transaction's id (with fn's first statement, or in COMMIT's write) costs.
 const namePgtxNoResolve = "pgtx, ResolveTimeout -1"
 
 // namePgtxBare is pgtx with neither the resolution nor the contention
@@ -52,6 +52,7 @@ const minOverheadReps = 5
 // Latencies are per call, in microseconds; each figure is given as the
 // median over the repetitions with their minimum and maximum.
 type overheadRow struct {
+	Statement string `json:"statement"`
 	Contender string `json:"contender"`
 	Workers   int    `json:"workers"`
 	// Median and Mean are the median over the repetitions of each
@@ -141,21 +142,67 @@ func medianOf(sorted []float64) float64 {
 // contention, at 1 and 8 workers: what each contender costs when nothing
 // goes wrong.
 func overhead(ctx context.Context, e *env) (result, error) {
-	trips, err := roundTrips(ctx, e)
+	if _, err := e.admin.Exec(ctx, `drop table if exists overhead_rows;
+		create table overhead_rows (id int primary key, n int not null);
+		insert into overhead_rows select g, 0 from generate_series(1, `+itoa(overheadRows)+`) g`); err != nil {
+		return result{}, fmt.Errorf("overhead: create the rows: %w", err)
+	}
+	var tables []table
+	var rows []overheadRow
+	for _, st := range overheadStatements {
+		t, r, err := overheadOf(ctx, e, st)
+		if err != nil {
+			return result{}, err
+		}
+		tables, rows = append(tables, t), append(rows, r...)
+	}
+	return result{Tables: tables, Data: rows}, nil
+}
+
+// overheadRows is how many rows the update statement spreads over, so
+// that its transactions seldom meet.
+const overheadRows = 1000
+
+// overheadStatement is a transaction the overhead scenario measures.
+type overheadStatement struct {
+	name string // in the table's title
+	fn   func(ctx context.Context, tx pgx.Tx) error
+}
+
+// overheadStatements are the overhead scenario's transactions: a read
+// (`select 1`, its first statement without arguments) and a one-row update
+// with arguments.
+var overheadStatements = []overheadStatement{
+	{"`select 1`", selectOne},
+	{"a one-row update (`update overhead_rows set n = n + 1 where id = $1`)", updateOne},
+}
+
+// updateOne is the one-row update: a random row of overheadRows.
+func updateOne(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, "update overhead_rows set n = n + 1 where id = $1", rand.IntN(overheadRows)+1)
+	return err
+}
+
+// overheadOf measures st at 1 and 8 workers.
+func overheadOf(ctx context.Context, e *env, st overheadStatement) (table, []overheadRow, error) {
+	trips, err := roundTrips(ctx, e, st.fn)
 	if err != nil {
-		return result{}, err
+		return table{}, nil, err
 	}
 	var rows []overheadRow
 	for _, workers := range []int{1, 8} {
-		r, err := overheadAt(ctx, e, workers, trips)
+		r, err := overheadAt(ctx, e, workers, trips, st.fn)
 		if err != nil {
-			return result{}, err
+			return table{}, nil, err
+		}
+		for i := range r {
+			r[i].Statement = st.name
 		}
 		rows = append(rows, r...)
 	}
 	reps := len(rows[0].Median.Reps)
 	t := table{
-		Title: "Overhead: one-statement transaction (`select 1`, READ COMMITTED), no contention",
+		Title: "Overhead: one-statement transaction (" + st.name + ", READ COMMITTED), no contention",
 		Note: fmt.Sprintf("Contenders interleaved in batches: each worker makes %d calls with every contender in turn, the contenders "+
 			"in a random order each turn, each contender on a pool of its own, so the machine's noise hits all alike. "+
 			"%d repetitions, each on fresh pools (pgx's defaults, MaxConns = workers); "+
@@ -182,7 +229,7 @@ func overhead(ctx context.Context, e *env) (result, error) {
 			r.RatioMedian.formatCI(3, "×"), r.RatioMean.formatCI(3, "×"), fmtf(r.P99us, 0), cpu(r.ClientCPU, r.ClientCPURatio), cpu(r.ServerCPU, r.ServerCPURatio),
 			fmtf(r.RoundTrips, 2), itoa64(r.Calls), itoa64(r.Failed)})
 	}
-	return result{Tables: []table{t}, Data: rows}, nil
+	return t, rows, nil
 }
 
 // overheadBatch is how many calls in a row a worker makes with one
@@ -292,7 +339,7 @@ func newOverheadSet(ctx context.Context, e *env, maxConns int, countWrites bool)
 // server process is scheduled against the client moves a pool's latency by
 // tens of percent, and new pools each repetition show that spread instead of
 // hiding it in one number.
-func overheadAt(ctx context.Context, e *env, workers int, trips []float64) ([]overheadRow, error) {
+func overheadAt(ctx context.Context, e *env, workers int, trips []float64, fn func(context.Context, pgx.Tx) error) ([]overheadRow, error) {
 	reps := max(minOverheadReps, e.opts.rounds)
 	var names []string
 	var medians, means [][]float64 // [contender][rep], µs
@@ -314,12 +361,12 @@ func overheadAt(ctx context.Context, e *env, workers int, trips []float64) ([]ov
 		}
 		// A short unmeasured run prepares the statements on every
 		// connection; then each contender gets e.opts.dur in all.
-		interleavedLoop(ctx, workers, 50*time.Millisecond, uint64(rep), cs, nil)
+		interleavedLoop(ctx, workers, 50*time.Millisecond, uint64(rep), cs, nil, fn)
 		var probe *cpuProbe
 		if workers == 1 {
 			probe = newCPUProbe(ctx, set.queryRows)
 		}
-		lat, fails, tallies := interleavedLoop(ctx, workers, e.opts.dur*time.Duration(len(cs))/time.Duration(reps), uint64(rep), cs, probe)
+		lat, fails, tallies := interleavedLoop(ctx, workers, e.opts.dur*time.Duration(len(cs))/time.Duration(reps), uint64(rep), cs, probe, fn)
 		set.close()
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -388,7 +435,7 @@ func cpuSpreads(perRep [][]float64, i, reps int) (value, toBaseline *spread) {
 // turn. It returns every successful call's latency and the failed calls,
 // per contender, after joining every goroutine, and, when probe is not nil
 // (one worker only), the CPU time the batches took.
-func interleavedLoop(ctx context.Context, workers int, d time.Duration, seed uint64, cs []contender, probe *cpuProbe) ([][]time.Duration, []int64, []cpuTally) {
+func interleavedLoop(ctx context.Context, workers int, d time.Duration, seed uint64, cs []contender, probe *cpuProbe, fn func(context.Context, pgx.Tx) error) ([][]time.Duration, []int64, []cpuTally) {
 	lat := make([][][]time.Duration, workers)
 	fails := make([][]int64, workers)
 	tallies := make([]cpuTally, len(cs))
@@ -400,7 +447,7 @@ func interleavedLoop(ctx context.Context, workers int, d time.Duration, seed uin
 			for range overheadBatch {
 				callCtx, cancel := context.WithTimeout(ctx, callSafetyLimit)
 				t0 := time.Now()
-				_, err := cs[i].run(callCtx, pgtx.ReadCommitted, selectOne)
+				_, err := cs[i].run(callCtx, pgtx.ReadCommitted, fn)
 				took := time.Since(t0)
 				cancel()
 				if err != nil {
@@ -437,7 +484,7 @@ func interleavedLoop(ctx context.Context, workers int, d time.Duration, seed uin
 
 // roundTrips counts, for each overhead contender, socket writes per
 // transaction over 200 sequential calls on a one-connection pool.
-func roundTrips(ctx context.Context, e *env) ([]float64, error) {
+func roundTrips(ctx context.Context, e *env, fn func(context.Context, pgx.Tx) error) ([]float64, error) {
 	set, err := newOverheadSet(ctx, e, 1, true)
 	if err != nil {
 		return nil, err
@@ -446,12 +493,12 @@ func roundTrips(ctx context.Context, e *env) ([]float64, error) {
 	trips := make([]float64, len(set.contenders))
 	const calls = 200
 	for i, c := range set.contenders {
-		if _, err := c.run(ctx, pgtx.ReadCommitted, selectOne); err != nil { // prepares the statement
+		if _, err := c.run(ctx, pgtx.ReadCommitted, fn); err != nil { // prepares the statement
 			return nil, fmt.Errorf("%s: %w", c.name, err)
 		}
 		w0 := set.writes[i].Load()
 		for range calls {
-			if _, err := c.run(ctx, pgtx.ReadCommitted, selectOne); err != nil {
+			if _, err := c.run(ctx, pgtx.ReadCommitted, fn); err != nil {
 				return nil, fmt.Errorf("%s: %w", c.name, err)
 			}
 		}
