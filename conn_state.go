@@ -1,6 +1,11 @@
 package pgtx
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -32,4 +37,46 @@ const connStateKey = "pgtx"
 func stateOf(pgConn *pgconn.PgConn) *connState {
 	st, _ := pgConn.CustomData()[connStateKey].(*connState)
 	return st
+}
+
+// setUp is the AfterConnect step of every main-pool connection, which
+// fills in its state: in CancelModePool it captures the backend's identity
+// and finds out whether the connection reaches its backend directly; in a
+// resolving pool it captures the server's identity (connResolve.prepare);
+// it notes the connection's QueryTracer and exec mode; then the connection
+// is ready to be cancelled. The identity query runs in the simple protocol, which is
+// safe behind a transaction-pooling PgBouncer whatever the application's
+// exec mode.
+func (c *canceller) setUp(ctx context.Context, conn *pgx.Conn) error {
+	st := stateOf(conn.PgConn())
+	if st == nil {
+		return nil
+	}
+	h := &st.cancel
+	cc := conn.Config()
+	st.tracer, _ = cc.Tracer.(pgx.QueryTracer)
+	st.stmts.setMode(cc.DefaultQueryExecMode)
+	if c.mode == CancelModePool {
+		var pid uint32
+		var start time.Time
+		err := conn.QueryRow(ctx, identitySQL, pgx.QueryExecModeSimpleProtocol).Scan(&pid, &start)
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			h.backendStart.Store(start.UnixMicro())
+			h.direct.Store(pid == conn.PgConn().PID())
+		case errors.Is(err, pgx.ErrNoRows) || (errors.As(err, &pgErr) && !endsSession(pgErr) && !conn.IsClosed()):
+			// A server without pg_stat_activity as PostgreSQL has it: the
+			// protocol cancel is the way to reach this backend.
+		default:
+			return fmt.Errorf("pgtx: capture backend identity: %w", err)
+		}
+	}
+	if c.resolve {
+		if err := st.res.prepare(ctx, conn); err != nil {
+			return err
+		}
+	}
+	h.ready.Store(true)
+	return nil
 }

@@ -63,7 +63,7 @@ func installHooks(pc *pgxpool.Config, c *canceller, q *queue) {
 
 	userAfterConnect := pc.AfterConnect
 	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		if err := c.prepare(ctx, conn); err != nil {
+		if err := c.setUp(ctx, conn); err != nil {
 			return err
 		}
 		if userAfterConnect != nil {
