@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
 )
@@ -289,6 +290,63 @@ func TestQueryTracerSeesFnStatements(t *testing.T) {
 			}
 			if !sawFirst || !sawSecond {
 				t.Errorf("the tracer saw %q; want %q and %q among them", sqls, first.sql, "select 2")
+			}
+		})
+	}
+}
+
+// TestFirstStatementForms: fn's first statement in the forms pgx's Exec
+// accepts: several statements in one string without arguments (sent in
+// the simple protocol, as pgx sends them), a statement that does not parse
+// (its error is fn's, and the call fails without running anything), named
+// arguments, and an exec mode chosen per statement.
+func TestFirstStatementForms(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := newDB(t)
+	admin := directConn(t, dsn)
+	mustExec(t, ctx, admin, "create table items (id int primary key)")
+	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol} {
+		t.Run(mode.String(), func(t *testing.T) {
+			mustExec(t, ctx, admin, "truncate items")
+			pool := newPool(t, dsn, func(c *pgtx.Config) { c.ConnConfig.DefaultQueryExecMode = mode })
+			for range 2 { // the second time from the caches
+				mustExec(t, ctx, admin, "truncate items")
+				err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, "insert into items values (1); insert into items values (2)")
+					return err
+				})
+				if err != nil {
+					t.Fatalf("two statements in one string: %v", err)
+				}
+				if n := queryInt(t, ctx, admin, "select count(*) from items"); n != 2 {
+					t.Errorf("two statements in one string: %d rows, want 2", n)
+				}
+			}
+			err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, "selec 1")
+				return err
+			})
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "42601" {
+				t.Errorf("a statement that does not parse: %v, want its 42601", err)
+			}
+			err = pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, "insert into items values (@id)", pgx.NamedArgs{"id": 3})
+				if err != nil {
+					return err
+				}
+				var n int
+				return tx.QueryRow(ctx, "select count(*) from items where id = $1", pgx.QueryExecModeSimpleProtocol, 3).Scan(&n)
+			})
+			if err != nil {
+				t.Errorf("named arguments, then a per-statement exec mode: %v", err)
+			}
+			err = pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+				var n int
+				return tx.QueryRow(ctx, "select count(*) from items where id = $1", pgx.QueryExecModeExec, 3).Scan(&n)
+			})
+			if err != nil {
+				t.Errorf("a per-statement exec mode first: %v", err)
 			}
 		})
 	}
