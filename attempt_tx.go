@@ -116,9 +116,6 @@ func (t *attemptTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 	t.scan(sql)
 	if !t.begun {
 		if len(args) == 0 {
-			if c := t.lean(nil); c != nil {
-				return t.leanOrSimple(ctx, c, sql)
-			}
 			return t.firstSimple(ctx, sql)
 		}
 		if !hasQueryOption(args) {

@@ -46,8 +46,7 @@ func (a *txAttempt) commit(ctx context.Context, t *attemptTx, kind beginKind) (C
 		tag, err = execTag(uncancellable(ctx), pgConn, "commit")
 	}
 	_ = nc.SetDeadline(time.Time{})
-	var notSent *notSentError
-	if errors.As(err, &notSent) {
+	if notSent, ok := err.(*notSentError); ok {
 		// COMMIT never left: the transaction did not commit (a failed
 		// prepare ended it, or the connection died).
 		a.rollback(ctx, t)

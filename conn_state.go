@@ -76,6 +76,21 @@ func (c *canceller) setUp(ctx context.Context, conn *pgx.Conn) error {
 		if err := st.res.prepare(ctx, conn); err != nil {
 			return err
 		}
+		if st.res.capable && st.res.direct && st.stmts.named {
+			// The id reads of the first statements sent in the simple
+			// protocol, prepared once: a connection that names its own
+			// statements reaches its backend for its whole life.
+			err := conn.PgConn().Exec(ctx, prepareXidSQL).Close()
+			var pgErr *pgconn.PgError
+			switch {
+			case err == nil:
+				st.stmts.xidPrepared = true
+			case errors.As(err, &pgErr) && !endsSession(pgErr) && !conn.IsClosed():
+				// Left unprepared: the reads go inline.
+			default:
+				return fmt.Errorf("pgtx: prepare the transaction id's read: %w", err)
+			}
+		}
 	}
 	h.ready.Store(true)
 	return nil

@@ -27,9 +27,10 @@ type stmtCache struct {
 	on    bool // the connection's exec mode is one of those
 	named bool // QueryExecModeCacheStatement
 	m     map[string]*pgconn.StatementDescription
-	// simple holds statements without arguments that cannot be prepared
-	// (several statements in one string): they go in the simple protocol.
-	simple map[string]bool
+	// xidPrepared: the id reads are prepared in SQL (PREPARE pgtx_xid...),
+	// for the first statements sent in the simple protocol, which pgx's
+	// Exec sends without arguments.
+	xidPrepared bool
 	n     int
 	eqb   pgx.ExtendedQueryBuilder
 	ms    []byte // the statement_timeout parameter's text
@@ -85,10 +86,19 @@ func (c *stmtCache) invalidate(sql string, err error) {
 	switch pgErr.Code {
 	case "26000": // invalid_sql_statement_name
 		clear(c.m)
+		c.xidPrepared = false
 	case "0A000": // feature_not_supported: cached plan must not change result type
 		delete(c.m, sql)
 	}
 }
+
+// prepareXidSQL prepares the id reads of a direct connection, for
+// executeXidSQLs.
+const prepareXidSQL = "prepare pgtx_xid as " + idSQL + "; prepare pgtx_xid_forced as " + idForcedSQL
+
+// executeXidSQLs run the id reads prepareXidSQL prepared, without and with
+// assigning an id.
+var executeXidSQLs = [2]string{"execute pgtx_xid", "execute pgtx_xid_forced"}
 
 // add appends sd's execution to b.
 func (c *stmtCache) add(b *pgconn.Batch, sd *pgconn.StatementDescription, values [][]byte, formats, results []int16) {
@@ -224,33 +234,6 @@ func (t *attemptTx) leanExec(ctx context.Context, c *stmtCache, sql string, args
 	}
 	tag, err = mrr.ResultReader().Close()
 	return tag, t.finishLean(c, mrr, sql, err)
-}
-
-// leanOrSimple runs fn's first statement without arguments in one batch
-// with BEGIN when it can be prepared, else in the simple protocol (where
-// pgx's Exec runs it too: it may hold several statements).
-func (t *attemptTx) leanOrSimple(ctx context.Context, c *stmtCache, sql string) (pgconn.CommandTag, error) {
-	if !c.simple[sql] {
-		if _, err := c.get(ctx, t.pgConn, sql); err == nil {
-			return t.leanExec(ctx, c, sql, nil)
-		} else if !isSyntaxError(err) || t.pgConn.IsClosed() {
-			_, end := t.traceQuery(ctx, sql, nil)
-			end(pgconn.CommandTag{}, err)
-			return pgconn.CommandTag{}, err
-		}
-		if c.simple == nil || len(c.simple) >= stmtCacheSize {
-			c.simple = make(map[string]bool)
-		}
-		c.simple[sql] = true
-	}
-	return t.firstSimple(ctx, sql)
-}
-
-// isSyntaxError reports a statement the server could not parse (42601):
-// in the extended protocol, several statements in one string.
-func isSyntaxError(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42601"
 }
 
 // leanQuery runs fn's first query after BEGIN; closing the rows reads the

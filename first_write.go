@@ -273,9 +273,17 @@ func (t *attemptTx) firstSimple(ctx context.Context, sql string) (tag pgconn.Com
 	// The newlines end a line comment that fn's statement may end with.
 	q = append(q, ";\n"...)
 	q = append(q, sql...)
+	var c *stmtCache
+	if st := stateOf(t.pgConn); st != nil {
+		c = &st.stmts
+	}
 	if t.capture != captureNone {
 		q = append(q, "\n;"...)
-		q = append(q, idSQLs[t.capture][b2i(t.notify)]...)
+		if t.capture == captureID && c != nil && c.xidPrepared {
+			q = append(q, executeXidSQLs[b2i(t.notify)]...)
+		} else {
+			q = append(q, idSQLs[t.capture][b2i(t.notify)]...)
+		}
 	}
 	mrr := t.pgConn.Exec(ctx, string(q))
 	done, idDone := 0, false
@@ -315,6 +323,9 @@ func (t *attemptTx) firstSimple(ctx context.Context, sql string) (tag pgconn.Com
 		tag = ct
 	}
 	err = mrr.Close()
+	if err != nil && c != nil {
+		c.invalidate("", err)
+	}
 	if done < skip {
 		t.beginErr = err
 		if err == nil {
