@@ -31,9 +31,9 @@ type stmtCache struct {
 	// for the first statements sent in the simple protocol, which pgx's
 	// Exec sends without arguments.
 	xidPrepared bool
-	n     int
-	eqb   pgx.ExtendedQueryBuilder
-	ms    []byte // the statement_timeout parameter's text
+	n           int
+	eqb         pgx.ExtendedQueryBuilder
+	ms          []byte // the statement_timeout parameter's text
 }
 
 // setMode sets the cache up for a connection's exec mode.
