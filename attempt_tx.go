@@ -78,7 +78,7 @@ func (t *attemptTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 	for _, qq := range b.QueuedQueries {
 		t.scan(qq.SQL)
 	}
-	if !t.begun && len(b.QueuedQueries) > 0 {
+	if (!t.begun || t.tracking()) && len(b.QueuedQueries) > 0 {
 		return t.firstBatch(ctx, b)
 	}
 	if t.begun {
@@ -114,7 +114,7 @@ func (t *attemptTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 		return pgconn.CommandTag{}, pgx.ErrTxClosed
 	}
 	t.scan(sql)
-	if !t.begun {
+	if !t.begun || t.tracking() {
 		if len(args) == 0 {
 			return t.firstSimple(ctx, sql)
 		}
@@ -135,7 +135,7 @@ func (t *attemptTx) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 		return errRows{pgx.ErrTxClosed}, pgx.ErrTxClosed
 	}
 	t.scan(sql)
-	if !t.begun {
+	if !t.begun || t.tracking() {
 		if !hasQueryOption(args) {
 			return t.firstQuery(ctx, sql, args)
 		}
@@ -154,7 +154,7 @@ func (t *attemptTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.R
 		return errRows{pgx.ErrTxClosed}
 	}
 	t.scan(sql)
-	if !t.begun {
+	if !t.begun || t.tracking() {
 		if !hasQueryOption(args) {
 			return t.firstQueryRow(ctx, sql, args)
 		}
@@ -213,6 +213,14 @@ func closedTx() pgx.Tx {
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{})
 	return pgx.FailedBatchResults(b, pgx.ErrTxClosed).Tx()
+}
+
+// tracking reports that the statements fn sends still read the id after
+// them: every statement so far did, and the transaction has none yet. The
+// read costs no round trip (it goes in the statement's write), and makes
+// the id known before COMMIT is sent from the statement that gives it one.
+func (t *attemptTx) tracking() bool {
+	return t.capture != captureNone && t.idRead && t.idNull && !t.stale && !t.notify
 }
 
 // after records a statement sent after the first write: it may give the

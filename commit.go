@@ -11,13 +11,14 @@ import (
 
 // The commit path: one COMMIT for every attempt, and what its answer means.
 //
-// A transaction whose id the first write read (it wrote there), or that
-// provably has none (it wrote nothing and sent nothing since), sends a bare
-// COMMIT: one round trip. Otherwise COMMIT's write reads the id first and
-// asks the server to flush it (a protocol Flush), so that it arrives before
-// COMMIT runs: [select id, Flush, COMMIT, Sync]. A notification takes its
-// id only at COMMIT, so a transaction that may have sent one reads its id
-// with one assigned.
+// A transaction whose id its statements read (the one that gave it one),
+// or that provably has none (every statement read it, and it was NULL),
+// sends a bare COMMIT: one round trip. Otherwise (statements pgtx did not
+// see, a notification) COMMIT's write reads the id first and asks the
+// server to flush it (a protocol Flush), so that it arrives before COMMIT
+// runs: [select id, Flush, COMMIT, Sync]. A notification takes its id only
+// at COMMIT, so a transaction that may have sent one reads its id with one
+// assigned.
 
 // commit ends t's transaction with COMMIT, on a context the caller's
 // cancellation cannot interrupt (an interrupted COMMIT has an unknown
@@ -46,15 +47,6 @@ func (a *txAttempt) commit(ctx context.Context, t *attemptTx, kind beginKind) (C
 		tag, err = execTag(uncancellable(ctx), pgConn, "commit")
 	}
 	_ = nc.SetDeadline(time.Time{})
-	if notSent, ok := err.(*notSentError); ok {
-		// COMMIT never left: the transaction did not commit (a failed
-		// prepare ended it, or the connection died).
-		a.rollback(ctx, t)
-		if pgConn.IsClosed() {
-			return ClassConnectionLost, notSent.err
-		}
-		return Classify(notSent.err), notSent.err
-	}
 	c, err := commitOutcome(tag, err)
 	if c != ClassAmbiguous {
 		if c != ClassNone {
@@ -141,32 +133,16 @@ func commitOutcome(tag pgconn.CommandTag, err error) (Class, error) {
 // into t as it arrives, before COMMIT's answer.
 func (t *attemptTx) commitReadingID(ctx context.Context) (pgconn.CommandTag, error) {
 	t.idRead = false
-	idSQL := idSQLs[t.capture][b2i(t.notify)]
-	// Named statements where the connection prepares its own: the
-	// description is in the cache after the first time (a prepare first,
-	// once per connection).
-	var idSD, commitSD *pgconn.StatementDescription
-	if st := stateOf(t.pgConn); st != nil && st.stmts.named {
-		var err error
-		if idSD, err = st.stmts.get(ctx, t.pgConn, idSQL); err != nil {
-			return pgconn.CommandTag{}, &notSentError{err}
-		}
-		if commitSD, err = st.stmts.get(ctx, t.pgConn, "commit"); err != nil {
-			return pgconn.CommandTag{}, &notSentError{err}
-		}
-	}
 	p := t.pgConn.StartPipeline(ctx)
-	if idSD != nil {
-		p.SendQueryStatement(idSD, nil, nil, nil)
+	if st := stateOf(t.pgConn); st != nil && st.stmts.xidPrepared && t.capture == captureID {
+		// Prepared once per connection (PREPARE pgtx_xid): no parse and
+		// plan per transaction.
+		p.SendQueryPrepared(executeXidNames[b2i(t.notify)], nil, nil, nil)
 	} else {
-		p.SendQueryParams(idSQL, nil, nil, nil, nil)
+		p.SendQueryParams(idSQLs[t.capture][b2i(t.notify)], nil, nil, nil, nil)
 	}
 	p.SendFlushRequest()
-	if commitSD != nil {
-		p.SendQueryStatement(commitSD, nil, nil, nil)
-	} else {
-		p.SendQueryParams("commit", nil, nil, nil, nil)
-	}
+	p.SendQueryParams("commit", nil, nil, nil, nil)
 	p.SendPipelineSync()
 	if err := p.Flush(); err != nil {
 		_ = p.Close()
@@ -212,12 +188,6 @@ func (t *attemptTx) commitReadingID(ctx context.Context) (pgconn.CommandTag, err
 	}
 	return tag, err
 }
-
-// notSentError is the error of a COMMIT write that was never sent.
-type notSentError struct{ err error }
-
-func (e *notSentError) Error() string { return e.err.Error() }
-func (e *notSentError) Unwrap() error { return e.err }
 
 // isPgError reports a server error.
 func isPgError(err error) bool {

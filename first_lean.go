@@ -96,9 +96,12 @@ func (c *stmtCache) invalidate(sql string, err error) {
 // executeXidSQLs.
 const prepareXidSQL = "prepare pgtx_xid as " + idSQL + "; prepare pgtx_xid_forced as " + idForcedSQL
 
-// executeXidSQLs run the id reads prepareXidSQL prepared, without and with
-// assigning an id.
-var executeXidSQLs = [2]string{"execute pgtx_xid", "execute pgtx_xid_forced"}
+// executeXidNames are the names of the id reads prepareXidSQL prepares,
+// without and with assigning an id, and executeXidSQLs run them.
+var (
+	executeXidNames = [2]string{"pgtx_xid", "pgtx_xid_forced"}
+	executeXidSQLs  = [2]string{"execute pgtx_xid", "execute pgtx_xid_forced"}
+)
 
 // add appends sd's execution to b.
 func (c *stmtCache) add(b *pgconn.Batch, sd *pgconn.StatementDescription, values [][]byte, formats, results []int16) {
@@ -109,23 +112,26 @@ func (c *stmtCache) add(b *pgconn.Batch, sd *pgconn.StatementDescription, values
 	b.ExecParams(sd.SQL, values, sd.ParamOIDs, formats, results)
 }
 
-// firstLean sends BEGIN, its statement_timeout, fn's statement (sql, args)
-// and the id read in one batch, and returns the results positioned on fn's
-// statement. An error before anything is sent (a statement that does not
+// firstLean sends BEGIN and its statement_timeout (when the statement is
+// the first), fn's statement (sql, args) and the id read in one batch, and
+// returns the results positioned on fn's statement. An error before anything is sent (a statement that does not
 // parse, arguments that do not encode) sends no BEGIN either.
 func (t *attemptTx) firstLean(ctx context.Context, c *stmtCache, sql string, args []any) (*pgconn.MultiResultReader, error) {
 	pgConn := t.pgConn
+	first := !t.begun
 	beginSQL := beginSQLs[t.a.iso][b2i(t.a.opts.ReadOnly)][b2i(t.a.opts.Deferrable)]
 	sd, err := c.get(ctx, pgConn, sql)
 	if err != nil {
 		return nil, err
 	}
-	beginSD, err := c.get(ctx, pgConn, beginSQL)
-	if err != nil {
-		return nil, err
+	var beginSD, timeoutSD, idSD *pgconn.StatementDescription
+	if first {
+		if beginSD, err = c.get(ctx, pgConn, beginSQL); err != nil {
+			return nil, err
+		}
 	}
 	ms, setTimeout := t.a.statementTimeout(ctx)
-	var timeoutSD, idSD *pgconn.StatementDescription
+	setTimeout = setTimeout && first
 	if setTimeout {
 		if timeoutSD, err = c.get(ctx, pgConn, setTimeoutSQL); err != nil {
 			return nil, err
@@ -141,8 +147,11 @@ func (t *attemptTx) firstLean(ctx context.Context, c *stmtCache, sql string, arg
 	}
 
 	b := &pgconn.Batch{}
-	c.add(b, beginSD, nil, nil, nil)
-	skip := 1
+	skip := 0
+	if first {
+		c.add(b, beginSD, nil, nil, nil)
+		skip = 1
+	}
 	if setTimeout {
 		c.ms = strconv.AppendInt(c.ms[:0], ms, 10)
 		c.add(b, timeoutSD, [][]byte{c.ms}, nil, nil)

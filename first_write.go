@@ -14,9 +14,9 @@ import (
 // BEGIN travels with fn's first statement, in one write, as pgx's
 // Batch.BeginTx sends it: BEGIN, the transaction's statement_timeout when
 // it has one, fn's statement, and, in a resolving pool, the read of the
-// transaction's id, without assigning one. A transaction whose first
-// statement writes knows its id before COMMIT is sent, and a write-free one
-// takes none. The statements go in the connection's own exec mode, so
+// transaction's id, without assigning one. The statements after it carry
+// the read too, until the transaction has an id (tracking): its id is known
+// before COMMIT is sent, and a write-free transaction takes none. The statements go in the connection's own exec mode, so
 // pgx's statement cache prepares pgtx's statements once per connection,
 // and behind a transaction-mode pooler (QueryExecModeExec,
 // QueryExecModeSimpleProtocol) they go unnamed or simple.
@@ -98,6 +98,9 @@ func (a *txAttempt) statementTimeout(ctx context.Context) (int64, bool) {
 // statement_timeout, and reports how many results of it are BEGIN's.
 func (t *attemptTx) beginBatch(ctx context.Context, n int) (*pgx.Batch, int) {
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n+3)}
+	if t.begun {
+		return b, 0 // a later write, which reads the id only
+	}
 	b.BeginTx(pgx.TxOptions{BeginQuery: beginSQLs[t.a.iso][b2i(t.a.opts.ReadOnly)][b2i(t.a.opts.Deferrable)]})
 	if ms, ok := t.a.statementTimeout(ctx); ok {
 		b.Queue(setTimeoutSQL, strconv.FormatInt(ms, 10))
@@ -136,8 +139,8 @@ func (t *attemptTx) scanID(row pgx.Row) error {
 func (t *attemptTx) send(ctx context.Context, b *pgx.Batch, skip int) (pgx.BatchResults, error) {
 	t.begun = true
 	br := t.conn.SendBatch(ctx, b)
-	if txr, ok := br.(interface{ Tx() pgx.Tx }); ok {
-		t.ptx = txr.Tx()
+	if skip > 0 {
+		t.ptx = br.Tx()
 	}
 	var err error
 	for range skip {
@@ -159,6 +162,9 @@ func (t *attemptTx) send(ctx context.Context, b *pgx.Batch, skip int) (pgx.Batch
 // transaction.
 func (t *attemptTx) beginNow(ctx context.Context) error {
 	t.stale = true
+	if t.begun {
+		return nil
+	}
 	b, skip := t.beginBatch(ctx, 0)
 	br, err := t.send(ctx, b, skip)
 	if err == nil {
@@ -254,24 +260,29 @@ func (t *attemptTx) lean(args []any) *stmtCache {
 	return &st.stmts
 }
 
-// firstSimple runs fn's first statement without arguments as pgx's Exec
-// does, in the simple protocol (it may hold several statements), in one
-// query after BEGIN, with the id read after it.
+// firstSimple runs fn's statement without arguments as pgx's Exec does,
+// in the simple protocol (it may hold several statements), in one query
+// after BEGIN when it is the first, with the id read after it.
 func (t *attemptTx) firstSimple(ctx context.Context, sql string) (tag pgconn.CommandTag, err error) {
 	ctx, end := t.traceQuery(ctx, sql, nil)
 	defer func() { end(tag, err) }()
+	first := !t.begun
 	t.begun = true
 	// One allocation: the query is built in a buffer on the stack.
 	var buf [512]byte
-	q := append(buf[:0], beginSQLs[t.a.iso][b2i(t.a.opts.ReadOnly)][b2i(t.a.opts.Deferrable)]...)
-	skip := 1
-	if ms, ok := t.a.statementTimeout(ctx); ok {
-		q = append(q, "; set local statement_timeout = "...)
-		q = strconv.AppendInt(q, ms, 10)
-		skip = 2
+	q := buf[:0]
+	skip := 0
+	if first {
+		q = append(q, beginSQLs[t.a.iso][b2i(t.a.opts.ReadOnly)][b2i(t.a.opts.Deferrable)]...)
+		skip = 1
+		if ms, ok := t.a.statementTimeout(ctx); ok {
+			q = append(q, "; set local statement_timeout = "...)
+			q = strconv.AppendInt(q, ms, 10)
+			skip = 2
+		}
+		// The newline ends a line comment fn's statement may end with.
+		q = append(q, ";\n"...)
 	}
-	// The newlines end a line comment that fn's statement may end with.
-	q = append(q, ";\n"...)
 	q = append(q, sql...)
 	var c *stmtCache
 	if st := stateOf(t.pgConn); st != nil {

@@ -126,16 +126,16 @@ type Config struct {
 	//
 	// The transaction's id is read without giving it one
 	// (pg_current_xact_id_if_assigned()) in the write of fn's first
-	// statement, so a transaction whose first statement writes knows it
-	// before COMMIT is sent; otherwise COMMIT's write reads it, with a
-	// protocol Flush that makes it arrive before COMMIT runs. No round
-	// trip is added, and a transaction that writes nothing takes no id
-	// and writes no WAL: when its COMMIT's answer is lost it runs again,
-	// which is harmless. A transaction that may send a notification (its
-	// statements mention NOTIFY or pg_notify), which takes its id only at
-	// COMMIT, reads it at COMMIT with one given. When the id of a COMMIT
-	// whose answer was lost never arrived, the backend, while it still
-	// runs the transaction, tells it; after that nothing can, and the
+	// statement, and of each statement after it until the transaction has
+	// one, so it is known before COMMIT is sent, at no round trip. A
+	// transaction that writes nothing takes no id and writes no WAL: when
+	// its COMMIT's answer is lost it runs again, which is harmless. What
+	// pgtx does not see (statements on tx.Conn(), in a savepoint, a COPY,
+	// large objects) and a notification (its statements mention NOTIFY or
+	// pg_notify: it takes its id only at COMMIT) make COMMIT's write read
+	// the id, with one given, and a protocol Flush that makes it arrive
+	// before COMMIT runs. When that id never arrived, the backend, while it
+	// still runs the transaction, tells it; after that nothing can, and the
 	// call returns [ErrCommitUnknown].
 	//
 	// The question goes over the cancel pool ([CancelModePool]), whose

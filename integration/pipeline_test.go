@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -157,14 +158,14 @@ func TestAfterCommitFromGoroutines(t *testing.T) {
 	}
 }
 
-// TestResolveIDReadAtCommit: a transaction whose first statement only
-// reads takes its id later, so COMMIT's write reads it before COMMIT, with
-// a Flush that makes it arrive before COMMIT runs. When COMMIT's answer is
-// lost after the id arrived, the resolution says committed; when the
-// connection is cut as soon as the write left, the id never arrives and
-// the backend no longer runs the transaction: nothing can tell, and the
-// call says so (ErrCommitUnknown, UnansweredCount) without running fn
-// again.
+// TestResolveIDReadAtCommit: a transaction that writes through what pgtx
+// does not see (tx.Conn()) after a first statement that only reads has its
+// id read in COMMIT's write, before COMMIT, with a Flush that makes it
+// arrive before COMMIT runs. When COMMIT's answer is lost after the id
+// arrived, the resolution says committed; when the connection is cut as
+// soon as the write left, the id never arrives and the backend no longer
+// runs the transaction: nothing can tell, and the call says so
+// (ErrCommitUnknown, UnansweredCount) without running fn again.
 func TestResolveIDReadAtCommit(t *testing.T) {
 	tests := []struct {
 		name        string
@@ -189,7 +190,7 @@ func TestResolveIDReadAtCommit(t *testing.T) {
 				if err := tx.QueryRow(ctx, "select count(*) from ledger").Scan(&n); err != nil {
 					return err
 				}
-				_, err := tx.Exec(ctx, "insert into ledger values ('t-1')")
+				_, err := tx.Conn().Exec(ctx, "insert into ledger values ('t-1')")
 				return err
 			})
 			rows := queryInt(t, ctx, admin, "select count(*) from ledger")
@@ -203,6 +204,67 @@ func TestResolveIDReadAtCommit(t *testing.T) {
 			}
 			if runs.get() != 1 || rows != 1 {
 				t.Errorf("fn ran %d times, %d rows; want once, 1 row", runs.get(), rows)
+			}
+		})
+	}
+}
+
+// TestResolveByFaultReadFirst is TestResolveByFault's proxy faults for a
+// transaction whose first statement only reads: the statements after it
+// read the id in their own write until it has one, so it is known before
+// COMMIT is sent, and every ambiguous COMMIT is resolved, and rightly (a
+// nil error means the row is there once; a rerun never doubles it).
+func TestResolveByFaultReadFirst(t *testing.T) {
+	faults := []struct {
+		name        string
+		arm         func(p *pgtxtest.Proxy)
+		allResolved bool
+	}{
+		{"cut before COMMIT", func(p *pgtxtest.Proxy) { p.CutBeforeForward(pgtxtest.IsCommit, 1) }, true},
+		{"cut after COMMIT", func(p *pgtxtest.Proxy) { p.CutOnCommit(1) }, true},
+		{"answer dropped", func(p *pgtxtest.Proxy) { p.CutOnCommitReply(1) }, true},
+	}
+	for _, f := range faults {
+		t.Run(f.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			env := newFaultEnv(t, false)
+			mustExec(t, ctx, env.admin, "create table ledger (id text primary key)")
+			pool := newPool(t, env.through, nil)
+			unknown := 0
+			for i := range resolveRounds {
+				f.arm(env.proxy)
+				id := fmt.Sprint("t-", i)
+				var runs counter
+				err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+					runs.inc()
+					var n int
+					if err := tx.QueryRow(ctx, "select count(*) from ledger").Scan(&n); err != nil {
+						return err
+					}
+					_, err := tx.Exec(ctx, "insert into ledger values ($1)", id)
+					return err
+				})
+				n := env.count(t, ctx, "select count(*) from ledger where id = $1", id)
+				switch {
+				case errors.Is(err, pgtx.ErrCommitUnknown):
+					unknown++
+					if n > 1 || runs.get() != 1 {
+						t.Errorf("round %d: unknown, with the row %d times and fn run %d times", i, n, runs.get())
+					}
+				case err != nil:
+					t.Fatalf("round %d: %v", i, err)
+				case n != 1:
+					t.Errorf("round %d: resolved wrongly: the call succeeded, the row is there %d times", i, n)
+				}
+			}
+			r := pool.Stats().Resolved
+			t.Logf("%s, first statement a read: %d ambiguous COMMITs, resolved %d (committed %d, aborted %d), unknown %d (unanswered %d)",
+				f.name, r.CommittedCount+r.AbortedCount+r.UnknownCount, r.CommittedCount+r.AbortedCount, r.CommittedCount, r.AbortedCount, r.UnknownCount, r.UnansweredCount)
+			if r.UnknownCount != int64(unknown) {
+				t.Errorf("UnknownCount %d, calls that returned ErrCommitUnknown %d", r.UnknownCount, unknown)
+			}
+			if f.allResolved && unknown > 0 {
+				t.Errorf("%d of %d unresolved; the id is known before COMMIT is sent", unknown, resolveRounds)
 			}
 		})
 	}
