@@ -57,7 +57,7 @@ func newPoolTracer(q *queue, user pgx.QueryTracer) *poolTracer {
 
 // TraceQueryStart and TraceQueryEnd only make poolTracer a pgx.QueryTracer,
 // which ConnConfig.Tracer must be; connections never call them (see
-// installPoolTracer).
+// installHooks).
 func (t *poolTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
 	return ctx
 }

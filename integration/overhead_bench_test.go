@@ -274,7 +274,7 @@ func BenchmarkTransaction(b *testing.B) {
 	cs = append(slices.Delete(cs, 1, 2), traced) // the A/A control allocates as the baseline
 	// The deadlines: none; 10s, later than the session's statement_timeout
 	// (5s), so pgtx carries nothing to the server; 1s, which pgtx carries
-	// (SET LOCAL statement_timeout in BEGIN's round trip).
+	// (its statement_timeout, in the write that carries BEGIN).
 	for _, deadline := range []time.Duration{0, 10 * time.Second, time.Second} {
 		for _, c := range cs {
 			name := "ctx=background/" + c.name
