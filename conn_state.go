@@ -54,7 +54,7 @@ func (c *canceller) setUp(ctx context.Context, conn *pgx.Conn) error {
 	}
 	h := &st.cancel
 	cc := conn.Config()
-	st.tracer, _ = cc.Tracer.(pgx.QueryTracer)
+	st.tracer = cc.Tracer
 	st.stmts.setMode(cc.DefaultQueryExecMode)
 	if c.mode == CancelModePool {
 		var pid uint32
