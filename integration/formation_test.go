@@ -87,6 +87,52 @@ func waitNewPrimary(ctx context.Context, f *pgtxtest.Formation, before pgtxtest.
 	}
 }
 
+// steadyFor is how long a formation must stay with one primary and one
+// secondary to count as steady: longer than the monitor's health checks
+// take to start a failover it has decided on.
+const steadyFor = 3 * time.Second
+
+// waitSteady waits until one node is primary and the other secondary (each
+// reported by its keeper and assigned by the monitor), the same nodes for
+// steadyFor, and returns the primary.
+func waitSteady(ctx context.Context, f *pgtxtest.Formation) (pgtxtest.FormationNode, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var (
+		since   time.Time
+		primary pgtxtest.FormationNode
+		nodes   []pgtxtest.FormationNode
+		err     error
+	)
+	for {
+		nodes, err = f.Nodes(ctx)
+		steady := false
+		if err == nil && len(nodes) == 2 {
+			for i, n := range nodes {
+				o := nodes[1-i]
+				if n.State == "primary" && n.Goal == "primary" && o.State == "secondary" && o.Goal == "secondary" {
+					if since.IsZero() || primary.Name != n.Name || primary.PID != n.PID {
+						since, primary = time.Now(), n
+					}
+					steady = true
+				}
+			}
+		}
+		if !steady {
+			since = time.Time{}
+		} else if time.Since(since) >= steadyFor {
+			return primary, nil
+		}
+		select {
+		case <-ctx.Done():
+			return pgtxtest.FormationNode{}, fmt.Errorf("the formation did not settle on a primary and a secondary: %v (last: %+v, %v)", ctx.Err(), nodes, err)
+		case <-tick.C:
+		}
+	}
+}
+
 // TestFormationLedger drives a ledger workload through a real
 // pg_auto_failover formation (a monitor, a primary and its synchronous
 // secondary), connecting with the formation's multi-host URI
@@ -120,7 +166,11 @@ func TestFormationLedger(t *testing.T) {
 		ok := t.Run(fault.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			primary, err := f.Primary(ctx)
+			// The fault before may have set off a transition the monitor
+			// finishes later (a keeper restarts a killed primary in place,
+			// then the monitor fails over all the same): each fault starts
+			// from a primary and a secondary that stay so.
+			primary, err := waitSteady(ctx, f)
 			if err != nil {
 				t.Fatal(err)
 			}
