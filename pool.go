@@ -189,6 +189,26 @@ func New(ctx context.Context, connString string) (*Pool, error) {
 }
 
 // validate reports a Config NewWithConfig cannot use.
+// Copy returns a deep copy of c: the embedded [pgxpool.Config] copied as
+// its own Copy copies it, and every pgtx field, the Breaker's config
+// included. (pgxpool.Config's Copy, which Config would otherwise promote,
+// returns a *pgxpool.Config and drops every pgtx field.) The Tracer and
+// the hooks are shared, as pgxpool shares its own.
+func (c *Config) Copy() *Config {
+	if c == nil {
+		return nil
+	}
+	cp := *c
+	if c.Config != nil {
+		cp.Config = c.Config.Copy()
+	}
+	if c.Breaker != nil {
+		b := *c.Breaker
+		cp.Breaker = &b
+	}
+	return &cp
+}
+
 func (c *Config) validate() error {
 	switch {
 	case c == nil:
@@ -245,12 +265,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	own := *cfg
-	own.Config = cfg.Config.Copy()
-	if cfg.Breaker != nil {
-		bc := *cfg.Breaker
-		own.Breaker = &bc
-	}
+	own := cfg.Copy()
 	pc := cfg.Config.Copy()
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
@@ -281,7 +296,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	}
 	return &Pool{
 		pool:     pool,
-		cfg:      &own,
+		cfg:      own,
 		cancel:   canceller,
 		resolver: newResolver(cfg, canceller.pool),
 		settings: settings{
@@ -341,16 +356,10 @@ func (p *Pool) Ping(ctx context.Context) error {
 // Config returns a copy of the [Config] the pool was made with. Changing it
 // changes nothing in the pool.
 func (p *Pool) Config() *Config {
-	if p == nil || p.cfg == nil {
+	if p == nil {
 		return nil
 	}
-	c := *p.cfg
-	c.Config = p.cfg.Config.Copy()
-	if c.Breaker != nil {
-		bc := *c.Breaker
-		c.Breaker = &bc
-	}
-	return &c
+	return p.cfg.Copy()
 }
 
 // Pgxpool returns the underlying [pgxpool.Pool]. It bypasses every guarantee

@@ -242,3 +242,33 @@ func TestOptionsSet(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigCopy: Copy keeps every pgtx field (pgxpool's Copy, which
+// Config would otherwise promote, drops them), and the copy shares nothing
+// a caller may change with the original.
+func TestConfigCopy(t *testing.T) {
+	cfg, err := ParseConfig("postgres://app@localhost:5432/app")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.AcquireTimeout = 3 * time.Second
+	cfg.ResolveTimeout = -1
+	cfg.MaxWaiters = 7
+	cfg.Retry.MaxRetries = 4
+	cfg.Contention.Threshold = 0.3
+	cfg.Breaker = &BreakerConfig{FailureRatio: 0.5}
+	cfg.MaxConns = 9
+	cp := cfg.Copy()
+	if cp.AcquireTimeout != 3*time.Second || cp.ResolveTimeout != -1 || cp.MaxWaiters != 7 || cp.Retry.MaxRetries != 4 ||
+		cp.Contention.Threshold != 0.3 || cp.Breaker == nil || cp.Breaker.FailureRatio != 0.5 || cp.MaxConns != 9 {
+		t.Fatalf("Copy lost fields: %+v", cp)
+	}
+	cp.MaxConns, cp.Breaker.FailureRatio, cp.ConnConfig.Database = 1, 0.9, "other"
+	if cfg.MaxConns != 9 || cfg.Breaker.FailureRatio != 0.5 || cfg.ConnConfig.Database != "app" {
+		t.Errorf("changing the copy changed the original: MaxConns %d, FailureRatio %v, Database %q", cfg.MaxConns, cfg.Breaker.FailureRatio, cfg.ConnConfig.Database)
+	}
+	var nilCfg *Config
+	if nilCfg.Copy() != nil {
+		t.Error("a nil Config's Copy is not nil")
+	}
+}
