@@ -322,7 +322,15 @@ func TestFirstStatementForms(t *testing.T) {
 					t.Errorf("two statements in one string: %d rows, want 2", n)
 				}
 			}
+			// A trailing semicolon and a trailing line comment.
 			err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, "insert into items values (10); -- the last one")
+				return err
+			})
+			if err != nil {
+				t.Errorf("a trailing semicolon and comment: %v", err)
+			}
+			err = pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, "selec 1")
 				return err
 			})
