@@ -37,16 +37,30 @@ func (a *txAttempt) commit(ctx context.Context, t *attemptTx, kind beginKind) (C
 		return ClassPermanent, pgx.ErrTxCommitRollback
 	}
 	readID := kind == beganCaptured && t.idAtCommit()
+	// A transaction that provably wrote nothing changes nothing at
+	// COMMIT: its COMMIT keeps the caller's deadline, as any statement
+	// does, instead of running on past it (a slow server, a partition).
+	changesNothing := (kind == beganCaptured && t.writeFree()) || (kind == beganInRecovery && stillInRecovery(pgConn))
+	cctx := uncancellable(ctx)
+	if changesNothing {
+		cctx = ctx
+	}
 	nc := pgConn.Conn()
 	_ = nc.SetDeadline(deadlineAfter(a.pool.settings.commitTimeout))
 	var tag pgconn.CommandTag
 	var err error
 	if readID {
-		tag, err = t.commitReadingID(uncancellable(ctx))
+		tag, err = t.commitReadingID(cctx)
 	} else {
-		tag, err = execTag(uncancellable(ctx), pgConn, "commit")
+		tag, err = execTag(cctx, pgConn, "commit")
 	}
 	_ = nc.SetDeadline(time.Time{})
+	if changesNothing && err != nil && ctx.Err() != nil {
+		// Cut by the caller's context: committed or not, nothing
+		// changed.
+		a.rollback(ctx, t)
+		return ClassTimeout, withContextErr(ctx, err)
+	}
 	c, err := commitOutcome(tag, err)
 	if c != ClassAmbiguous {
 		if c != ClassNone {
@@ -96,6 +110,13 @@ func (p *Pool) backendXid(ctx context.Context, t *attemptTx) (uint64, bool) {
 	return p.resolver.backendXid(bctx, t.pgConn.PID(), st.res.backendStart, func(ctx context.Context) error {
 		return p.clock.Sleep(ctx, resolvePoll)
 	})
+}
+
+// writeFree reports that the transaction provably has no id at COMMIT:
+// every statement read it after itself, it was NULL, and no notification
+// was sent.
+func (t *attemptTx) writeFree() bool {
+	return t.idRead && t.idNull && !t.stale && !t.notify
 }
 
 // idAtCommit reports that COMMIT's write must read the id: the first write

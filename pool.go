@@ -62,7 +62,9 @@ type Config struct {
 
 	// CommitTimeout bounds COMMIT. COMMIT runs on a context the caller's
 	// cancellation cannot interrupt (an interrupted COMMIT has an unknown
-	// outcome); this is its own limit. When it fires, the outcome is
+	// outcome); this is its own limit. The COMMIT of a transaction that
+	// provably wrote nothing (it has no id, or it ran on a hot standby)
+	// keeps the caller's deadline instead: it changes nothing either way. When it fires, the outcome is
 	// unknown and resolved as any lost COMMIT. Default 5s; negative: no
 	// bound of its own.
 	CommitTimeout time.Duration

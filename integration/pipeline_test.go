@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
@@ -284,5 +285,33 @@ func TestResolveByFaultReadFirst(t *testing.T) {
 				t.Errorf("%d of %d unresolved; the id is known before COMMIT is sent", unknown, resolveRounds)
 			}
 		})
+	}
+}
+
+// TestWriteFreeCommitKeepsTheDeadline: the COMMIT of a transaction that
+// provably wrote nothing changes nothing, so it keeps the caller's
+// deadline like any statement: when the network stalls it, the call ends
+// at the deadline (its error matches the context's), not at CommitTimeout.
+func TestWriteFreeCommitKeepsTheDeadline(t *testing.T) {
+	_, proxy, through := proxied(t)
+	pool := newPool(t, through, func(c *pgtx.Config) { c.CancelGrace = 100 * time.Millisecond })
+	t.Cleanup(func() { proxy.ReleaseStalled() })
+	proxy.StallOnCommit(1)
+	ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		var n int
+		return tx.QueryRow(ctx, "select 1").Scan(&n)
+	})
+	took := time.Since(start)
+	if proxy.Stats().Stalls != 1 {
+		t.Fatalf("the proxy stalled %d connections, want 1", proxy.Stats().Stalls)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, pgtx.ErrCommitUnknown) {
+		t.Errorf("err = %v, want the context's deadline, not an unknown outcome", err)
+	}
+	if took > 2*time.Second {
+		t.Errorf("the call took %v: the COMMIT of a write-free transaction ran past the 300ms deadline", took)
 	}
 }
