@@ -171,25 +171,7 @@ func (t *attemptTx) commitReadingID(ctx context.Context) (pgconn.CommandTag, err
 	}
 	res, err := p.GetResults()
 	if rr, ok := res.(*pgconn.ResultReader); ok && err == nil {
-		var got, null bool
-		var xid uint64
-		var run serverRun
-		var flushed int64
-		for rr.NextRow() {
-			if v := rr.Values(); len(v) > 0 {
-				got, null = true, v[0] == nil
-				xid, _ = parseUint(v[0])
-				if len(v) == 5 {
-					run, flushed = parseRun(v[1:])
-				}
-			}
-		}
-		if _, err = rr.Close(); err == nil && got {
-			t.idRead, t.idNull, t.id.xid = true, null, xid
-			if t.capture == captureIDRun {
-				t.id.run, t.id.flushed = run, flushed
-			}
-		}
+		err = t.readID(rr)
 	}
 	if err != nil {
 		// The id read failed: a server error skips COMMIT (up to Sync),

@@ -196,7 +196,7 @@ func (t *attemptTx) firstLean(ctx context.Context, c *stmtCache, sql string, arg
 // ends the batch; stmtErr is the statement's own error, which wins.
 func (t *attemptTx) finishLean(c *stmtCache, mrr *pgconn.MultiResultReader, sql string, stmtErr error) error {
 	if stmtErr == nil && t.capture != captureNone && mrr.NextResult() {
-		t.readID(mrr.ResultReader())
+		_ = t.readID(mrr.ResultReader()) // its error is the batch's too: mrr.Close returns it
 	}
 	err := mrr.Close()
 	if stmtErr != nil {
@@ -209,8 +209,9 @@ func (t *attemptTx) finishLean(c *stmtCache, mrr *pgconn.MultiResultReader, sql 
 	return err
 }
 
-// readID reads the id, in text, and behind a pooler the server's run.
-func (t *attemptTx) readID(rr *pgconn.ResultReader) {
+// readID reads the id, in text, and behind a pooler the server's run, and
+// returns the read's error.
+func (t *attemptTx) readID(rr *pgconn.ResultReader) error {
 	var got, null bool
 	var xid uint64
 	var run serverRun
@@ -225,12 +226,13 @@ func (t *attemptTx) readID(rr *pgconn.ResultReader) {
 		}
 	}
 	if _, err := rr.Close(); err != nil || !got {
-		return
+		return err
 	}
 	t.idRead, t.idNull, t.id.xid = true, null, xid
 	if t.capture == captureIDRun {
 		t.id.run, t.id.flushed = run, flushed
 	}
+	return nil
 }
 
 // leanExec runs fn's first statement with arguments after BEGIN.
