@@ -12,44 +12,13 @@ import (
 // error, which stays reachable with errors.As.
 var ErrRetryBudgetExhausted = errors.New("pgtx: retry budget exhausted")
 
-// Defaults of RetryBudget.
+// Defaults of the retry budget ([RetryConfig].BudgetRatio and the fields
+// after it).
 const (
 	defaultBudgetRatio        = 0.2
 	defaultBudgetMinPerSecond = 10
 	defaultBudgetWindow       = 10 * time.Second
 )
-
-// RetryBudget bounds the overload, unavailable-server ([ClassUnavailable])
-// and lost-connection retries of a whole Pool, so that per-call retries
-// cannot add up to a retry storm when a database sheds load or is down:
-// over the last Window, such retries may not exceed
-// Ratio times the calls that succeeded, plus a floor of MinPerSecond retries
-// per second (a token bucket holding at most one second's worth, full at the
-// start), so a quiet or just-started client can still retry. It is the shape
-// of Finagle's RetryBudget, counted over successes. Conflict retries (40001,
-// 40P01) are not budgeted: a conflict means someone else committed, the
-// database is making progress.
-//
-// The zero value is the default: on, Ratio 0.2, MinPerSecond 10, Window 10s.
-// A negative Ratio switches the budget off: only the per-call caps apply.
-type RetryBudget struct {
-	// Ratio is the share of recent successful calls that may be retried.
-	// Default 0.2; negative: the budget is off.
-	Ratio float64
-	// MinPerSecond is the floor: retries allowed per second whatever the
-	// successes. Default 10; negative: no floor.
-	MinPerSecond float64
-	// Window is how far back successes and retries count. Default 10s;
-	// negative: no window, only the floor allows retries.
-	Window time.Duration
-}
-
-func (b RetryBudget) validate() error {
-	if b.Ratio != b.Ratio || b.MinPerSecond != b.MinPerSecond {
-		return &invalidArgError{msg: "RetryBudget: Ratio and MinPerSecond must be numbers"}
-	}
-	return nil
-}
 
 // retryBudget is the live budget of a Pool: a rolling window counting
 // successes and the retries they paid for, and a token bucket for the floor.
@@ -63,20 +32,20 @@ type retryBudget struct {
 	floorAt     time.Time // when floorTokens was last refilled
 }
 
-// newRetryBudget returns the budget of b, or nil when it is off.
-func newRetryBudget(b RetryBudget, now time.Time) *retryBudget {
-	if b.Ratio < 0 {
+// newRetryBudget returns the budget p configures, or nil when it is off.
+func newRetryBudget(p RetryConfig, now time.Time) *retryBudget {
+	if p.BudgetRatio < 0 {
 		return nil
 	}
 	rb := &retryBudget{
-		ratio:   defaultOrNone(b.Ratio, defaultBudgetRatio),
-		floor:   defaultOrNone(b.MinPerSecond, defaultBudgetMinPerSecond),
+		ratio:   defaultOrNone(p.BudgetRatio, defaultBudgetRatio),
+		floor:   defaultOrNone(p.BudgetMinPerSecond, defaultBudgetMinPerSecond),
 		floorAt: now,
 	}
-	if b.Window < 0 {
+	if p.BudgetWindow < 0 {
 		rb.ratio = 0 // no window: nothing to take a share of
 	}
-	rb.window.init(max(durDefault(b.Window, defaultBudgetWindow), time.Second), now)
+	rb.window.init(max(durDefault(p.BudgetWindow, defaultBudgetWindow), time.Second), now)
 	if rb.floor > 0 {
 		rb.floorCap = max(rb.floor, 1)
 	}

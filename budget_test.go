@@ -12,7 +12,7 @@ import (
 
 func TestRetryBudgetFloor(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	b := newRetryBudget(RetryBudget{}, t0)
+	b := newRetryBudget(RetryConfig{}, t0)
 	// A new pool may retry one second's worth of the floor (10) at once...
 	for i := range 10 {
 		if !b.withdraw(t0) {
@@ -30,7 +30,7 @@ func TestRetryBudgetFloor(t *testing.T) {
 
 func TestRetryBudgetRatio(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	b := newRetryBudget(RetryBudget{MinPerSecond: -1}, t0) // no floor
+	b := newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, t0) // no floor
 	if b.withdraw(t0) {
 		t.Fatal("no successes, no floor: a retry was allowed")
 	}
@@ -57,12 +57,12 @@ func TestRetryBudgetRatio(t *testing.T) {
 }
 
 func TestRetryBudgetValidate(t *testing.T) {
-	for _, b := range []RetryBudget{{Ratio: math.NaN()}, {MinPerSecond: math.NaN()}} {
+	for _, b := range []RetryConfig{{BudgetRatio: math.NaN()}, {BudgetMinPerSecond: math.NaN()}} {
 		if err := b.validate(); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%+v: err = %v", b, err)
 		}
 	}
-	if newRetryBudget(RetryBudget{Ratio: -1}, time.Now()) != nil {
+	if newRetryBudget(RetryConfig{BudgetRatio: -1}, time.Now()) != nil {
 		t.Error("a disabled budget must be nil")
 	}
 }
@@ -74,11 +74,11 @@ func TestBudgetInLoop(t *testing.T) {
 	overload, conflict := pgErr(pgerrcode.TooManyConnections), pgErr(pgerrcode.SerializationFailure)
 	t0 := time.Unix(1000, 0)
 	newBudgetLoop := func(b *retryBudget) *retryLoop {
-		p := RetryPolicy{Jitter: constJitter(0), MaxAdaptiveRetries: 5}.withDefaults()
+		p := RetryConfig{Jitter: constJitter(0), MaxAdaptiveRetries: 5}.withDefaults()
 		return &retryLoop{policy: &p, clock: &fakeClock{now: t0}, maxRetries: p.MaxRetries, budget: b}
 	}
 	empty := func() *retryBudget {
-		b := newRetryBudget(RetryBudget{MinPerSecond: -1}, t0)
+		b := newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, t0)
 		return b
 	}
 
@@ -95,7 +95,7 @@ func TestBudgetInLoop(t *testing.T) {
 	}
 
 	calls = 0
-	b := newRetryBudget(RetryBudget{MinPerSecond: -1}, t0)
+	b := newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, t0)
 	for range 10 {
 		b.success(t0)
 	}
@@ -161,7 +161,7 @@ func TestEventPairing(t *testing.T) {
 	}
 	paths := []struct {
 		name   string
-		policy RetryPolicy
+		policy RetryConfig
 		budget *retryBudget
 		clock  *fakeClock
 		ctx    func() (context.Context, context.CancelFunc)
@@ -175,8 +175,8 @@ func TestEventPairing(t *testing.T) {
 		{name: "overload then conflicts", errs: append([]error{overload}, repeat(conflict, 5)...)},
 		{name: "permanent", errs: []error{pgErr("23505")}},
 		{name: "ambiguous commit", errs: []error{&commitUnknownError{err: errors.New("eof")}}},
-		{name: "budget refusal", budget: newRetryBudget(RetryBudget{MinPerSecond: -1}, t0), errs: []error{overload}},
-		{name: "deadline bail-out", policy: RetryPolicy{Jitter: constJitter(1)}, clock: &fakeClock{now: time.Now().Add(time.Hour - 50*time.Millisecond)}, ctx: deadlineSoon, errs: repeat(overload, 5)},
+		{name: "budget refusal", budget: newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, t0), errs: []error{overload}},
+		{name: "deadline bail-out", policy: RetryConfig{Jitter: constJitter(1)}, clock: &fakeClock{now: time.Now().Add(time.Hour - 50*time.Millisecond)}, ctx: deadlineSoon, errs: repeat(overload, 5)},
 		{name: "context cancelled during the call", ctx: func() (context.Context, context.CancelFunc) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
@@ -221,7 +221,7 @@ func TestEventPairing(t *testing.T) {
 // BenchmarkRetryLoop shows that the tracer hook costs nothing when unset: the
 // loop does not allocate without a tracer.
 func BenchmarkRetryLoop(b *testing.B) {
-	p := RetryPolicy{}.withDefaults()
+	p := RetryConfig{}.withDefaults()
 	ok := func(context.Context) (Class, error) { return ClassNone, nil }
 	b.Run("no tracer", func(b *testing.B) {
 		l := &retryLoop{policy: &p, clock: realClock{}, maxRetries: p.MaxRetries}
@@ -240,8 +240,8 @@ func BenchmarkRetryLoop(b *testing.B) {
 }
 
 func TestRetryLoopDoesNotAllocateWithoutTracer(t *testing.T) {
-	p := RetryPolicy{}.withDefaults()
-	l := &retryLoop{policy: &p, clock: realClock{}, maxRetries: p.MaxRetries, budget: newRetryBudget(RetryBudget{}, time.Now())}
+	p := RetryConfig{}.withDefaults()
+	l := &retryLoop{policy: &p, clock: realClock{}, maxRetries: p.MaxRetries, budget: newRetryBudget(RetryConfig{}, time.Now())}
 	ok := func(context.Context) (Class, error) { return ClassNone, nil }
 	if n := testing.AllocsPerRun(100, func() { _ = l.run(context.Background(), ok) }); n != 0 {
 		t.Errorf("the loop allocates %v times per call without a tracer", n)

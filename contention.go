@@ -65,7 +65,7 @@ const (
 // threshold was passed over 200 attempts, and opens again when its limit
 // is no longer reached, or is the pool's size, and conflicts have fallen.
 //
-// The overload rules of [RetryPolicy] (backoff, caps, the budget) are
+// The overload rules of [RetryConfig] (backoff, caps, the budget) are
 // unchanged. A wait at the gate counts against the call's deadline: it ends
 // when an attempt admitted at that point could no longer finish in time (by
 // the label's mean attempt time), and against [Config].AcquireTimeout, as a
@@ -74,7 +74,7 @@ type ContentionConfig struct {
 	// Threshold is the share of a label's attempts failing with a conflict
 	// above which the gate limits them. Default 0.1; above 1 or not a
 	// number is an error; negative: the manager is off, and a conflict
-	// retry always waits its [RetryPolicy] backoff.
+	// retry always waits its [RetryConfig] backoff.
 	Threshold float64
 }
 

@@ -320,7 +320,7 @@ func limitedLoop(t *testing.T) (*gate, *retryLoop) {
 	t.Helper()
 	g := bubbleGate(t, 1)
 	g.meanAttempt = 50 * time.Millisecond
-	l := newLoop(RetryPolicy{}, realClock{})
+	l := newLoop(RetryConfig{}, realClock{})
 	l.gate = g
 	return g, l
 }
@@ -393,7 +393,7 @@ func TestRetryLoopWithTheGate(t *testing.T) {
 	t.Run("no pause after a conflict", func(t *testing.T) {
 		g, clk, _ := newTestGate(t, 4)
 		engage(g, 2)
-		l := newLoop(RetryPolicy{Jitter: func() float64 { return 0.5 }}, clk)
+		l := newLoop(RetryConfig{Jitter: func() float64 { return 0.5 }}, clk)
 		l.gate = g
 		calls := 0
 		if err := l.run(context.Background(), scripted(&calls, conflict, overload)); err != nil {
@@ -419,7 +419,7 @@ func TestRetryLoopWithTheGate(t *testing.T) {
 			if limiting {
 				engage(g, 2)
 			}
-			l := newLoop(RetryPolicy{Jitter: func() float64 { return 1 }}, clk)
+			l := newLoop(RetryConfig{Jitter: func() float64 { return 1 }}, clk)
 			l.gate = g
 			calls := 0
 			err := l.run(ctx, scripted(&calls, conflict))

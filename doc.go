@@ -25,7 +25,7 @@
 //
 // # One rule for every setting
 //
-// In [Config], [RetryPolicy], [RetryBudget], [BreakerConfig],
+// In [Config], [RetryConfig], [BreakerConfig],
 // [ContentionConfig], [Options] and
 // the config types of the sub-packages:
 //
@@ -63,11 +63,11 @@
 //
 // The whole transaction (a new BEGIN, fn again, a new COMMIT) runs again after
 // a serialization failure (40001) or a deadlock (40P01), after a short pause
-// with full jitter, at most [RetryPolicy].MaxRetries times (default 10). It
+// with full jitter, at most [RetryConfig].MaxRetries times (default 10). It
 // also runs again, on a fresh connection, when the connection was lost before
 // COMMIT was sent. Overload errors (53300 too_many_connections, 57P03
 // cannot_connect_now, the pooler equivalents) are retried at most
-// [RetryPolicy].MaxAdaptiveRetries times (default 2) with jitter *
+// [RetryConfig].MaxAdaptiveRetries times (default 2) with jitter *
 // min(10s, 100ms * 2^attempt), as the Client Backpressure specification of
 // MongoDB's drivers prescribes; once one has been seen, that cap applies to
 // every later retry of the call (those after an unavailable server, below,
@@ -77,7 +77,7 @@
 // A server that cannot be connected to ([ClassUnavailable]: refused while it
 // restarts, no read-write host while a standby is promoted) is expected back
 // within seconds: it is retried with the same pauses until the context's
-// deadline, or until [RetryPolicy].UnavailableTimeout (default 15s) after
+// deadline, or until [RetryConfig].UnavailableTimeout (default 15s) after
 // the call's first such error when that comes first, and no call ends early
 // because a full pause would not fit: the pause is cut to half the time
 // left, and near the deadline the call waits for it and ends with an error
@@ -86,7 +86,7 @@
 // retries.
 //
 // Overload, unavailable-server and lost-connection retries of the whole pool
-// are bounded by a [RetryBudget]. A call that ends after retries (or with a
+// are bounded by a retry budget ([RetryConfig].BudgetRatio). A call that ends after retries (or with a
 // retry refused) returns a [*RetryError] saying how many attempts it made
 // and why it stopped; one that ends on a server it could not connect to
 // says that first ("pgtx: the server is unreachable: gave up after 13

@@ -145,7 +145,7 @@ func (nestedError) Is(target error) bool {
 // so first, however it ended, even after a single attempt; then, when the
 // server stayed unreachable across retries, for how long (from the call's
 // first such error), and what ended the call: the bound
-// ([RetryPolicy].UnavailableTimeout), the context (whose error then comes
+// ([RetryConfig].UnavailableTimeout), the context (whose error then comes
 // next), the retry budget, or a cap (UnavailableTimeout switched off,
 // MaxAdaptiveRetries for that overload):
 //

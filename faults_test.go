@@ -67,7 +67,7 @@ func TestPoolerAndUnavailableClasses(t *testing.T) {
 func TestUnavailableBacksOffAsOverload(t *testing.T) {
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 	clk := &fakeClock{now: time.Unix(1000, 0)}
-	l := newLoop(RetryPolicy{Jitter: constJitter(1)}, clk)
+	l := newLoop(RetryConfig{Jitter: constJitter(1)}, clk)
 	calls := 0
 	err := l.run(context.Background(), scripted(&calls, repeat(refused, 5)...))
 	if calls != 6 || err != nil {
@@ -100,13 +100,13 @@ func TestDisabledClassStaysOffAfterOverload(t *testing.T) {
 	tests := []struct {
 		name         string
 		maxRetries   int // the loop's resolved conflict cap: 0 is off
-		policy       RetryPolicy
+		policy       RetryConfig
 		errs         []error
 		wantAttempts int
 	}{
-		{"conflicts off: a 40001 after an overload ends the call", 0, RetryPolicy{}, []error{overload, conflict, conflict}, 2},
-		{"overload off: an overload after a conflict ends the call", 10, RetryPolicy{MaxAdaptiveRetries: -1}, []error{conflict, overload, overload}, 2},
-		{"both on: the adaptive cap applies to all", 10, RetryPolicy{}, []error{overload, conflict, conflict, conflict}, 3},
+		{"conflicts off: a 40001 after an overload ends the call", 0, RetryConfig{}, []error{overload, conflict, conflict}, 2},
+		{"overload off: an overload after a conflict ends the call", 10, RetryConfig{MaxAdaptiveRetries: -1}, []error{conflict, overload, overload}, 2},
+		{"both on: the adaptive cap applies to all", 10, RetryConfig{}, []error{overload, conflict, conflict, conflict}, 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -142,7 +142,7 @@ func TestContextErrorOnlyWhenItEndedTheCall(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			l := newLoop(RetryPolicy{}, &fakeClock{now: time.Unix(1000, 0)})
+			l := newLoop(RetryConfig{}, &fakeClock{now: time.Unix(1000, 0)})
 			err := l.run(ctx, func(context.Context) (Class, error) {
 				cancel() // the caller gives up while the attempt ends
 				return Classify(tt.err), tt.err

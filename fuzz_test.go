@@ -144,7 +144,7 @@ func FuzzRetryDecision(f *testing.F) {
 		if len(seq) > 64 {
 			seq = seq[:64]
 		}
-		policy := RetryPolicy{MaxRetries: int(maxRetries), MaxAdaptiveRetries: int(maxAdaptive), Jitter: constJitter(jitter),
+		policy := RetryConfig{MaxRetries: int(maxRetries), MaxAdaptiveRetries: int(maxAdaptive), Jitter: constJitter(jitter),
 			UnavailableTimeout: time.Duration(unavailableMs) * time.Millisecond}.withDefaults()
 		start := time.Unix(1000, 0)
 		clk := &fakeClock{now: start}

@@ -20,7 +20,7 @@ func TestRetryErrorSaysWhatHappened(t *testing.T) {
 	conflict, overload := pgErr(pgerrcode.SerializationFailure), pgErr(pgerrcode.TooManyConnections)
 	tests := []struct {
 		name      string
-		policy    RetryPolicy
+		policy    RetryConfig
 		deadline  time.Duration // 0: none
 		errs      []error
 		budget    bool
@@ -30,10 +30,10 @@ func TestRetryErrorSaysWhatHappened(t *testing.T) {
 	}{
 		{name: "cap", errs: repeat(conflict, 20), want: "pgtx: gave up after 11 attempts (MaxRetries 10): ", attempts: 11},
 		{name: "adaptive cap", errs: append([]error{overload}, repeat(conflict, 20)...), want: "pgtx: gave up after 3 attempts (MaxAdaptiveRetries 2): ", attempts: 3},
-		{name: "class off", policy: RetryPolicy{MaxAdaptiveRetries: -1}, errs: []error{overload}, want: "pgtx: gave up after 1 attempt (MaxAdaptiveRetries off): ", attempts: 1},
-		{name: "deadline", policy: RetryPolicy{ConflictBaseBackoff: time.Hour, ConflictMaxBackoff: time.Hour}, deadline: time.Minute,
+		{name: "class off", policy: RetryConfig{MaxAdaptiveRetries: -1}, errs: []error{overload}, want: "pgtx: gave up after 1 attempt (MaxAdaptiveRetries off): ", attempts: 1},
+		{name: "deadline", policy: RetryConfig{ConflictBaseBackoff: time.Hour, ConflictMaxBackoff: time.Hour}, deadline: time.Minute,
 			errs: []error{conflict}, want: "pgtx: gave up after 1 attempt (the next retry would end past the context's deadline): ", attempts: 1},
-		{name: "budget", policy: RetryPolicy{Budget: RetryBudget{Ratio: 0.1, MinPerSecond: -1}}, budget: true, errs: []error{overload},
+		{name: "budget", policy: RetryConfig{BudgetRatio: 0.1, BudgetMinPerSecond: -1}, budget: true, errs: []error{overload},
 			want: "pgtx: gave up after 1 attempt (retry budget exhausted): ", attempts: 1},
 		{name: "not retryable after retries", errs: []error{conflict, conflict, errCallerOwn}, want: "pgtx: failed after 3 attempts (not retryable: permanent): insufficient funds", attempts: 3},
 		{name: "first attempt, not retryable", errs: []error{errCallerOwn}, wantPlain: true, attempts: 1},
@@ -45,7 +45,7 @@ func TestRetryErrorSaysWhatHappened(t *testing.T) {
 			now := time.Now()
 			l := newLoop(p, &fakeClock{now: now})
 			if tt.budget {
-				l.budget = newRetryBudget(l.policy.Budget, now)
+				l.budget = newRetryBudget(*l.policy, now)
 			}
 			ctx := context.Background()
 			if tt.deadline > 0 {
@@ -91,7 +91,7 @@ func TestRetryErrorSaysWhatHappened(t *testing.T) {
 func TestRetryErrorKeepsContextIdentity(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	calls := 0
-	l := newLoop(RetryPolicy{Jitter: constJitter(1)}, &fakeClock{now: time.Unix(1000, 0)})
+	l := newLoop(RetryConfig{Jitter: constJitter(1)}, &fakeClock{now: time.Unix(1000, 0)})
 	err := l.run(ctx, func(ctx context.Context) (Class, error) {
 		calls++
 		if calls == 2 {

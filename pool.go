@@ -77,7 +77,7 @@ type Config struct {
 
 	// Retry says how [Transaction] runs transactions again; its zero value
 	// is the default of every field.
-	Retry RetryPolicy
+	Retry RetryConfig
 
 	// CancelMode is how a running statement is stopped when its context
 	// ends; the zero value is [CancelModePool]. See [CancelMode] for the
@@ -312,7 +312,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 			statementTimeout: sessionMillis(pc.ConnConfig.RuntimeParams["statement_timeout"]),
 		},
 		clock:      realClock{},
-		budget:     newRetryBudget(cfg.Retry.Budget, time.Now()),
+		budget:     newRetryBudget(cfg.Retry, time.Now()),
 		queue:      q,
 		breaker:    br,
 		contention: newContention(cfg.Contention, realClock{}, int(cfg.MaxConns), defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout), cfg.Tracer),

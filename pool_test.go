@@ -38,7 +38,7 @@ func TestNewWithConfigRejectsBadConfig(t *testing.T) {
 		{"negative MinConns", func() *Config { c := mustParse(t, unreachableDSN); c.MinConns = -1; return c }},
 		{"negative MinIdleConns", func() *Config { c := mustParse(t, unreachableDSN); c.MinIdleConns = -1; return c }},
 		{"unknown CancelMode", func() *Config { c := mustParse(t, unreachableDSN); c.CancelMode = 7; return c }},
-		{"NaN budget ratio", func() *Config { c := mustParse(t, unreachableDSN); c.Retry.Budget.Ratio = math.NaN(); return c }},
+		{"NaN budget ratio", func() *Config { c := mustParse(t, unreachableDSN); c.Retry.BudgetRatio = math.NaN(); return c }},
 		{"NaN contention threshold", func() *Config { c := mustParse(t, unreachableDSN); c.Contention.Threshold = math.NaN(); return c }},
 		{"contention threshold above 1", func() *Config { c := mustParse(t, unreachableDSN); c.Contention.Threshold = 1.5; return c }},
 		{"breaker ratio above 1", func() *Config {
@@ -172,8 +172,8 @@ func TestNegativeSwitchesOff(t *testing.T) {
 	cfg.AcquireTimeout, cfg.CommitTimeout, cfg.RollbackTimeout = -1, -1, -1
 	cfg.ResolveTimeout, cfg.MaxWaiters, cfg.CancelGrace, cfg.CancelConnectTimeout = -1, -1, -1, -1
 	cfg.StatementTimeout, cfg.IdleInTransactionTimeout = -1, -1
-	cfg.Retry = RetryPolicy{MaxRetries: -1, MaxAdaptiveRetries: -1, UnavailableTimeout: -1, BaseBackoff: -1, MaxBackoff: -1,
-		ConflictBaseBackoff: -1, ConflictMaxBackoff: -1, Budget: RetryBudget{Ratio: -1}}
+	cfg.Retry = RetryConfig{MaxRetries: -1, MaxAdaptiveRetries: -1, UnavailableTimeout: -1, BaseBackoff: -1, MaxBackoff: -1,
+		ConflictBaseBackoff: -1, ConflictMaxBackoff: -1, BudgetRatio: -1}
 	cfg.Contention.Threshold = -1
 	p, err := NewWithConfig(context.Background(), cfg)
 	if err != nil {

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// The defaults of RetryPolicy, stated on each field.
+// The defaults of RetryConfig, stated on each field.
 const (
 	defaultMaxRetries          = 10
 	defaultMaxAdaptiveRetries  = 2
@@ -19,9 +19,9 @@ const (
 	defaultUnavailableTimeout  = 15 * time.Second
 )
 
-// RetryPolicy says how often and how far apart [Transaction] runs a
+// RetryConfig says how often and how far apart [Transaction] runs a
 // transaction again. The zero value is the default of every field.
-type RetryPolicy struct {
+type RetryConfig struct {
 	// MaxRetries caps the retries of a call after conflicts (40001, 40P01)
 	// and connections lost before COMMIT, as long as no overload error has
 	// been seen. Default 10; negative: no such retries.
@@ -80,19 +80,42 @@ type RetryPolicy struct {
 	ConflictBaseBackoff time.Duration
 	ConflictMaxBackoff  time.Duration
 
-	// Budget bounds the overload, unavailable-server and lost-connection
-	// retries of the whole pool; its zero value is on, with the defaults
-	// of [RetryBudget].
-	Budget RetryBudget
+	// BudgetRatio, BudgetMinPerSecond and BudgetWindow are the pool's
+	// retry budget. It bounds the overload, unavailable-server
+	// ([ClassUnavailable]) and lost-connection retries of the whole Pool,
+	// so that per-call retries cannot add up to a retry storm when a
+	// database sheds load or is down: over the last BudgetWindow, such
+	// retries may not exceed BudgetRatio times the calls that succeeded,
+	// plus a floor of BudgetMinPerSecond retries per second (a token
+	// bucket holding at most one second's worth, full at the start), so a
+	// quiet or just-started client can still retry. It is the shape of
+	// Finagle's RetryBudget, counted over successes. Conflict retries
+	// (40001, 40P01) are not budgeted: a conflict means someone else
+	// committed, the database is making progress. A refused retry ends the
+	// call with an error matching [ErrRetryBudgetExhausted].
+	//
+	// BudgetRatio is the share of recent successful calls that may be
+	// retried. Default 0.2; negative: the budget is off, only the per-call
+	// caps apply.
+	BudgetRatio float64
+	// BudgetMinPerSecond is the floor: retries allowed per second whatever
+	// the successes. Default 10; negative: no floor.
+	BudgetMinPerSecond float64
+	// BudgetWindow is how far back successes and retries count. Default
+	// 10s; negative: no window, only the floor allows retries.
+	BudgetWindow time.Duration
 }
 
 // validate reports a policy that cannot be applied.
-func (p RetryPolicy) validate() error {
-	return p.Budget.validate()
+func (p RetryConfig) validate() error {
+	if p.BudgetRatio != p.BudgetRatio || p.BudgetMinPerSecond != p.BudgetMinPerSecond {
+		return &invalidArgError{msg: "Retry: BudgetRatio and BudgetMinPerSecond must be numbers"}
+	}
+	return nil
 }
 
 // withDefaults returns p with every zero field set to its default.
-func (p RetryPolicy) withDefaults() RetryPolicy {
+func (p RetryConfig) withDefaults() RetryConfig {
 	p.MaxRetries = defaultOrNone(p.MaxRetries, defaultMaxRetries)
 	p.MaxAdaptiveRetries = defaultOrNone(p.MaxAdaptiveRetries, defaultMaxAdaptiveRetries)
 	p.BaseBackoff = defaultOrNone(p.BaseBackoff, defaultBaseBackoff)
@@ -168,7 +191,7 @@ const (
 // the call from then on; a backoff that would end past the deadline ends the
 // call at once. An unavailable server is pgtx's own class, outside that
 // counter and those caps: nextUnavailable decides its retries.
-func (p *RetryPolicy) next(st *retryState, c Class, maxRetries int, now time.Time, deadline time.Time, hasDeadline bool) decision {
+func (p *RetryConfig) next(st *retryState, c Class, maxRetries int, now time.Time, deadline time.Time, hasDeadline bool) decision {
 	if !c.Retryable() {
 		return decision{reason: stopNotRetryable}
 	}
@@ -208,7 +231,7 @@ func (p *RetryPolicy) next(st *retryState, c Class, maxRetries int, now time.Tim
 // time left; when that half is under BaseBackoff, the pause lasts until the
 // end (past a deadline by BaseBackoff, so that the context, not the pause,
 // ends the call).
-func (p *RetryPolicy) nextUnavailable(st *retryState, now time.Time, deadline time.Time, hasDeadline bool) decision {
+func (p *RetryConfig) nextUnavailable(st *retryState, now time.Time, deadline time.Time, hasDeadline bool) decision {
 	if p.UnavailableTimeout <= 0 {
 		return decision{reason: stopCapReached}
 	}
@@ -282,7 +305,7 @@ func (realClock) Sleep(ctx context.Context, d time.Duration) error {
 // the call. Each attempt has released its connection (and rolled back) before
 // it returns, so the loop never sleeps holding a connection.
 type retryLoop struct {
-	policy     *RetryPolicy
+	policy     *RetryConfig
 	clock      clock
 	maxRetries int
 	budget     *retryBudget      // nil: no budget

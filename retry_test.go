@@ -103,7 +103,7 @@ func repeat(err error, n int) []error {
 
 func constJitter(j float64) func() float64 { return func() float64 { return j } }
 
-func newLoop(p RetryPolicy, clk clock) *retryLoop {
+func newLoop(p RetryConfig, clk clock) *retryLoop {
 	p = p.withDefaults()
 	return &retryLoop{policy: &p, clock: clk, maxRetries: p.MaxRetries}
 }
@@ -113,29 +113,29 @@ func TestRetryLoopAttempts(t *testing.T) {
 	lost := fmt.Errorf("read: %w", pgconn.ErrConnClosed)
 	tests := []struct {
 		name         string
-		policy       RetryPolicy
+		policy       RetryConfig
 		errs         []error
 		wantAttempts int
 		wantErr      error // nil: success
 	}{
-		{"success first time", RetryPolicy{}, nil, 1, nil},
-		{"conflict retried then succeeds", RetryPolicy{}, repeat(conflict, 3), 4, nil},
-		{"deadlock retried", RetryPolicy{}, []error{deadlock}, 2, nil},
-		{"conflicts capped at MaxRetries default 10", RetryPolicy{}, repeat(conflict, 20), 11, conflict},
-		{"conflicts capped at MaxRetries 3", RetryPolicy{MaxRetries: 3}, repeat(conflict, 20), 4, conflict},
-		{"negative MaxRetries: no conflict retry", RetryPolicy{MaxRetries: -1}, repeat(conflict, 20), 1, conflict},
-		{"lost connection retried", RetryPolicy{}, []error{lost, lost}, 3, nil},
-		{"overload tried 3 times by default", RetryPolicy{}, repeat(overload, 20), 3, overload},
-		{"overload MaxAdaptiveRetries 5", RetryPolicy{MaxAdaptiveRetries: 5}, repeat(overload, 20), 6, overload},
-		{"negative MaxAdaptiveRetries: no overload retry", RetryPolicy{MaxAdaptiveRetries: -1}, repeat(overload, 20), 1, overload},
-		{"overload then conflicts stops at 3 attempts", RetryPolicy{}, append([]error{overload}, repeat(conflict, 20)...), 3, conflict},
-		{"conflicts then overload: the cap applies to all retries", RetryPolicy{}, append(repeat(conflict, 4), overload, overload), 5, overload},
-		{"overload cap sticks after a conflict", RetryPolicy{MaxAdaptiveRetries: 3}, []error{overload, conflict, conflict, conflict, conflict}, 4, conflict},
-		{"unique violation not retried", RetryPolicy{}, []error{pgErr("23505")}, 1, pgErr("23505")},
-		{"statement timeout not retried", RetryPolicy{}, []error{pgErr(pgerrcode.QueryCanceled)}, 1, pgErr(pgerrcode.QueryCanceled)},
-		{"NonRetryable conflict not retried", RetryPolicy{}, []error{NonRetryable(conflict)}, 1, conflict},
-		{"ambiguous commit not retried", RetryPolicy{}, []error{&commitUnknownError{err: pgconn.ErrConnClosed}}, 1, ErrCommitUnknown},
-		{"acquire timeout not retried", RetryPolicy{}, []error{&acquireTimeoutError{timeout: time.Second}}, 1, ErrAcquireTimeout},
+		{"success first time", RetryConfig{}, nil, 1, nil},
+		{"conflict retried then succeeds", RetryConfig{}, repeat(conflict, 3), 4, nil},
+		{"deadlock retried", RetryConfig{}, []error{deadlock}, 2, nil},
+		{"conflicts capped at MaxRetries default 10", RetryConfig{}, repeat(conflict, 20), 11, conflict},
+		{"conflicts capped at MaxRetries 3", RetryConfig{MaxRetries: 3}, repeat(conflict, 20), 4, conflict},
+		{"negative MaxRetries: no conflict retry", RetryConfig{MaxRetries: -1}, repeat(conflict, 20), 1, conflict},
+		{"lost connection retried", RetryConfig{}, []error{lost, lost}, 3, nil},
+		{"overload tried 3 times by default", RetryConfig{}, repeat(overload, 20), 3, overload},
+		{"overload MaxAdaptiveRetries 5", RetryConfig{MaxAdaptiveRetries: 5}, repeat(overload, 20), 6, overload},
+		{"negative MaxAdaptiveRetries: no overload retry", RetryConfig{MaxAdaptiveRetries: -1}, repeat(overload, 20), 1, overload},
+		{"overload then conflicts stops at 3 attempts", RetryConfig{}, append([]error{overload}, repeat(conflict, 20)...), 3, conflict},
+		{"conflicts then overload: the cap applies to all retries", RetryConfig{}, append(repeat(conflict, 4), overload, overload), 5, overload},
+		{"overload cap sticks after a conflict", RetryConfig{MaxAdaptiveRetries: 3}, []error{overload, conflict, conflict, conflict, conflict}, 4, conflict},
+		{"unique violation not retried", RetryConfig{}, []error{pgErr("23505")}, 1, pgErr("23505")},
+		{"statement timeout not retried", RetryConfig{}, []error{pgErr(pgerrcode.QueryCanceled)}, 1, pgErr(pgerrcode.QueryCanceled)},
+		{"NonRetryable conflict not retried", RetryConfig{}, []error{NonRetryable(conflict)}, 1, conflict},
+		{"ambiguous commit not retried", RetryConfig{}, []error{&commitUnknownError{err: pgconn.ErrConnClosed}}, 1, ErrCommitUnknown},
+		{"acquire timeout not retried", RetryConfig{}, []error{&acquireTimeoutError{timeout: time.Second}}, 1, ErrAcquireTimeout},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -173,7 +173,7 @@ func TestOverloadBackoffFormula(t *testing.T) {
 			clk := &fakeClock{now: time.Unix(1000, 0)}
 			calls := 0
 			overload := pgErr(pgerrcode.CannotConnectNow)
-			err := newLoop(RetryPolicy{MaxAdaptiveRetries: 4, Jitter: constJitter(tt.jitter)}, clk).
+			err := newLoop(RetryConfig{MaxAdaptiveRetries: 4, Jitter: constJitter(tt.jitter)}, clk).
 				run(context.Background(), scripted(&calls, repeat(overload, 10)...))
 			if sqlState(err) != pgerrcode.CannotConnectNow {
 				t.Fatalf("err = %v", err)
@@ -191,7 +191,7 @@ func TestSpecTimingDifference(t *testing.T) {
 	run := func(j float64) time.Duration {
 		clk := &fakeClock{now: time.Unix(1000, 0)}
 		calls := 0
-		_ = newLoop(RetryPolicy{Jitter: constJitter(j)}, clk).
+		_ = newLoop(RetryConfig{Jitter: constJitter(j)}, clk).
 			run(context.Background(), scripted(&calls, repeat(pgErr(pgerrcode.TooManyConnections), 10)...))
 		if calls != 3 {
 			t.Fatalf("attempts = %d, want 3", calls)
@@ -226,7 +226,7 @@ func TestBackoffCap(t *testing.T) {
 func TestConflictBackoffIsShort(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	calls := 0
-	_ = newLoop(RetryPolicy{Jitter: constJitter(1)}, clk).
+	_ = newLoop(RetryConfig{Jitter: constJitter(1)}, clk).
 		run(context.Background(), scripted(&calls, repeat(pgErr(pgerrcode.SerializationFailure), 50)...))
 	for i, d := range clk.sleeps {
 		if d > defaultConflictMaxBackoff {
@@ -252,7 +252,7 @@ func TestJitterClamped(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clk := &fakeClock{now: time.Unix(1000, 0)}
 			calls := 0
-			_ = newLoop(RetryPolicy{MaxAdaptiveRetries: 1, Jitter: constJitter(tt.jitter)}, clk).
+			_ = newLoop(RetryConfig{MaxAdaptiveRetries: 1, Jitter: constJitter(tt.jitter)}, clk).
 				run(context.Background(), scripted(&calls, repeat(pgErr(pgerrcode.TooManyConnections), 5)...))
 			if len(clk.sleeps) != 1 || clk.sleeps[0] != tt.want {
 				t.Errorf("sleeps = %v, want [%v]", clk.sleeps, tt.want)
@@ -272,7 +272,7 @@ func TestDeadlineBailOut(t *testing.T) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	calls := 0
-	err := newLoop(RetryPolicy{Jitter: constJitter(1)}, clk).run(ctx, scripted(&calls, repeat(pgErr(pgerrcode.TooManyConnections), 5)...))
+	err := newLoop(RetryConfig{Jitter: constJitter(1)}, clk).run(ctx, scripted(&calls, repeat(pgErr(pgerrcode.TooManyConnections), 5)...))
 	if calls != 1 || len(clk.sleeps) != 0 {
 		t.Errorf("attempts = %d, sleeps = %v; want 1 attempt and no sleep", calls, clk.sleeps)
 	}
@@ -286,7 +286,7 @@ func TestDeadlineBailOut(t *testing.T) {
 	// With jitter 0.5 the first pause (100ms) fits, the second (200ms) does not.
 	clk = &fakeClock{now: deadline.Add(-150 * time.Millisecond)}
 	calls = 0
-	_ = newLoop(RetryPolicy{Jitter: constJitter(0.5)}, clk).run(ctx, scripted(&calls, repeat(pgErr(pgerrcode.TooManyConnections), 5)...))
+	_ = newLoop(RetryConfig{Jitter: constJitter(0.5)}, clk).run(ctx, scripted(&calls, repeat(pgErr(pgerrcode.TooManyConnections), 5)...))
 	if calls != 2 || fmt.Sprint(clk.sleeps) != "[100ms]" {
 		t.Errorf("attempts = %d, sleeps = %v; want 2 attempts and [100ms]", calls, clk.sleeps)
 	}
@@ -303,7 +303,7 @@ func TestContextEndsDuringCall(t *testing.T) {
 		cancel() // the caller goes away during the first attempt
 		return ClassConflict, pgErr(pgerrcode.SerializationFailure)
 	}
-	err := newLoop(RetryPolicy{}, &fakeClock{now: time.Unix(1000, 0)}).run(ctx, attempt)
+	err := newLoop(RetryConfig{}, &fakeClock{now: time.Unix(1000, 0)}).run(ctx, attempt)
 	if calls != 1 {
 		t.Errorf("attempts = %d, want 1", calls)
 	}
@@ -314,7 +314,7 @@ func TestContextEndsDuringCall(t *testing.T) {
 
 func TestPerCallMaxRetries(t *testing.T) {
 	for _, tt := range []struct{ perCall, want int }{{0, 11}, {2, 3}, {-1, 1}} {
-		p := RetryPolicy{}.withDefaults()
+		p := RetryConfig{}.withDefaults()
 		l := &retryLoop{policy: &p, clock: &fakeClock{}, maxRetries: p.MaxRetries}
 		if tt.perCall != 0 {
 			l.maxRetries = defaultOrNone(tt.perCall, 0)
@@ -328,14 +328,14 @@ func TestPerCallMaxRetries(t *testing.T) {
 }
 
 func TestRetryPolicyValidate(t *testing.T) {
-	if err := (RetryPolicy{BaseBackoff: -1}).validate(); err != nil {
+	if err := (RetryConfig{BaseBackoff: -1}).validate(); err != nil {
 		t.Errorf("negative BaseBackoff means no pause and is valid: %v", err)
 	}
-	if p := (RetryPolicy{BaseBackoff: -1, ConflictMaxBackoff: -1}).withDefaults(); backoff(1, p.BaseBackoff, p.MaxBackoff, 3) != 0 ||
+	if p := (RetryConfig{BaseBackoff: -1, ConflictMaxBackoff: -1}).withDefaults(); backoff(1, p.BaseBackoff, p.MaxBackoff, 3) != 0 ||
 		backoff(1, p.ConflictBaseBackoff, p.ConflictMaxBackoff, 3) != 0 {
 		t.Errorf("a negative backoff must mean no pause: %+v", p)
 	}
-	if err := (RetryPolicy{MaxRetries: -1, MaxAdaptiveRetries: -5}).validate(); err != nil {
+	if err := (RetryConfig{MaxRetries: -1, MaxAdaptiveRetries: -5}).validate(); err != nil {
 		t.Errorf("negative caps mean none and are valid: %v", err)
 	}
 }

@@ -12,7 +12,7 @@ type settings struct {
 	acquireTimeout  time.Duration // 0: no bound of its own
 	commitTimeout   time.Duration // 0: no bound of its own
 	rollbackTimeout time.Duration // 0: no bound of its own
-	retry           RetryPolicy
+	retry           RetryConfig
 	tracer          TransactionTracer
 	resolveCommits  bool
 	resolveTimeout  time.Duration

@@ -26,20 +26,20 @@ const (
 	ClassNone Class = iota
 	// ClassConflict is 40001 serialization_failure and 40P01 deadlock_detected:
 	// someone else committed, so the whole transaction runs again after a short
-	// jittered pause, up to [RetryPolicy].MaxRetries times.
+	// jittered pause, up to [RetryConfig].MaxRetries times.
 	ClassConflict
 	// ClassOverload is the server (or a pooler in front of it) shedding load:
 	// 53300 too_many_connections, 57P03 cannot_connect_now, the poolers'
 	// admission errors and the server's overload errors a pooler relays.
 	// Retried with exponential backoff and full jitter, at most
-	// [RetryPolicy].MaxAdaptiveRetries times.
+	// [RetryConfig].MaxAdaptiveRetries times.
 	ClassOverload
 	// ClassUnavailable is a connection that could not be made to a server
 	// that may come back: refused, or reset or closed while connecting (a
 	// server restarting, a pooler not admitting or unable to reach it), or
 	// no read-write host among those named while a standby is promoted. A
 	// failover or a restart takes seconds, so it is retried until the
-	// context's deadline, or [RetryPolicy].UnavailableTimeout after the
+	// context's deadline, or [RetryConfig].UnavailableTimeout after the
 	// call's first such error when that comes first, paced by the Client
 	// Backpressure specification's backoff and the retry budget; neither
 	// MaxRetries nor MaxAdaptiveRetries caps these retries, and they do not

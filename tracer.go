@@ -79,7 +79,7 @@ type TraceAttemptEndData struct {
 	// Retry reports whether another attempt follows, after Backoff,
 	// unless the context ends first: after an unavailable server, the last
 	// pause before a deadline lasts until the deadline, and a little past
-	// it (see [RetryPolicy].UnavailableTimeout).
+	// it (see [RetryConfig].UnavailableTimeout).
 	Retry   bool
 	Backoff time.Duration
 	// AdmissionWait is how long the attempt waited at the contention

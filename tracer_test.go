@@ -37,7 +37,7 @@ func (r *recordingTracer) TraceAttemptEnd(ctx context.Context, d TraceAttemptEnd
 
 func TestTracerOneEndPerStart(t *testing.T) {
 	tr := &recordingTracer{}
-	p := RetryPolicy{Jitter: constJitter(1)}.withDefaults()
+	p := RetryConfig{Jitter: constJitter(1)}.withDefaults()
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	l := &retryLoop{policy: &p, clock: clk, maxRetries: p.MaxRetries, tracer: tr, label: "transfer", isolation: Serializable}
 	errs := []error{pgErr(pgerrcode.SerializationFailure), pgErr(pgerrcode.TooManyConnections), pgErr(pgerrcode.DeadlockDetected)}
@@ -77,7 +77,7 @@ func TestTracerOneEndPerStart(t *testing.T) {
 
 func TestTracerSuccess(t *testing.T) {
 	tr := &recordingTracer{}
-	p := RetryPolicy{}.withDefaults()
+	p := RetryConfig{}.withDefaults()
 	l := &retryLoop{policy: &p, clock: &fakeClock{}, maxRetries: p.MaxRetries, tracer: tr}
 	calls := 0
 	if err := l.run(context.Background(), scripted(&calls)); err != nil {

@@ -61,15 +61,15 @@ type Options struct {
 	// (statement_timeout 0), except what the context's deadline carries.
 	StatementTimeout time.Duration
 
-	// MaxRetries overrides [RetryPolicy].MaxRetries for this call: 0 keeps
+	// MaxRetries overrides [RetryConfig].MaxRetries for this call: 0 keeps
 	// the pool's, negative means no conflict or lost-connection retries.
 	MaxRetries int
 
-	// MaxAdaptiveRetries overrides [RetryPolicy].MaxAdaptiveRetries for
+	// MaxAdaptiveRetries overrides [RetryConfig].MaxAdaptiveRetries for
 	// this call: 0 keeps the pool's, negative means no overload retries.
 	MaxAdaptiveRetries int
 
-	// UnavailableTimeout overrides [RetryPolicy].UnavailableTimeout for
+	// UnavailableTimeout overrides [RetryConfig].UnavailableTimeout for
 	// this call: 0 keeps the pool's, negative means an unavailable server
 	// is not retried.
 	UnavailableTimeout time.Duration
@@ -95,7 +95,7 @@ type Options struct {
 // short jittered pause. On an overload error it backs off exponentially with
 // full jitter; a server it cannot connect to (refused while it restarts, no
 // read-write host while a standby is promoted) is retried the same way until
-// ctx's deadline or [RetryPolicy].UnavailableTimeout, whichever comes
+// ctx's deadline or [RetryConfig].UnavailableTimeout, whichever comes
 // first. If the connection is lost before COMMIT it runs again on a fresh
 // connection. If the connection is lost while COMMIT is in flight,
 // pgtx asks the server whether it committed ([Config].ResolveTimeout); when
@@ -201,7 +201,7 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts
 
 // retryPolicy returns the retry policy of a call with these options on a
 // pool whose policy is p: p itself, or a copy with the per-call overrides.
-func (o Options) retryPolicy(p *RetryPolicy) *RetryPolicy {
+func (o Options) retryPolicy(p *RetryConfig) *RetryConfig {
 	if o.MaxAdaptiveRetries == 0 && o.UnavailableTimeout == 0 {
 		return p
 	}

@@ -31,30 +31,30 @@ func ms(f float64) time.Duration { return time.Duration(f * float64(time.Millise
 func TestUnavailableRetriedUntilDeadline(t *testing.T) {
 	tests := []struct {
 		name       string
-		policy     RetryPolicy
+		policy     RetryConfig
 		deadline   time.Duration
 		wantSleeps []time.Duration
 	}{
 		{
-			name: "jitter 1, 10s: the formula, then half the time left, then the wait", policy: RetryPolicy{Jitter: constJitter(1)}, deadline: 10 * time.Second,
+			name: "jitter 1, 10s: the formula, then half the time left, then the wait", policy: RetryConfig{Jitter: constJitter(1)}, deadline: 10 * time.Second,
 			wantSleeps: []time.Duration{ms(200), ms(400), ms(800), ms(1600), ms(3200), // 2^n * 100ms
 				ms(1900), ms(950), ms(475), ms(237.5), ms(118.75), // half the time left
 				ms(118.75)}, // half of it is under 100ms: wait for the deadline
 		},
 		{
-			name: "jitter 0.5, 3s", policy: RetryPolicy{Jitter: constJitter(0.5)}, deadline: 3 * time.Second,
+			name: "jitter 0.5, 3s", policy: RetryConfig{Jitter: constJitter(0.5)}, deadline: 3 * time.Second,
 			wantSleeps: []time.Duration{ms(100), ms(200), ms(400), ms(800), ms(750), ms(375), ms(187.5), ms(187.5)},
 		},
 		{
-			name: "a deadline shorter than the first pause: the call waits for it", policy: RetryPolicy{Jitter: constJitter(1)}, deadline: 150 * time.Millisecond,
+			name: "a deadline shorter than the first pause: the call waits for it", policy: RetryConfig{Jitter: constJitter(1)}, deadline: 150 * time.Millisecond,
 			wantSleeps: []time.Duration{ms(150)},
 		},
 		{
-			name: "MaxBackoff caps the pause", policy: RetryPolicy{Jitter: constJitter(1), MaxBackoff: 300 * time.Millisecond}, deadline: 2 * time.Second,
+			name: "MaxBackoff caps the pause", policy: RetryConfig{Jitter: constJitter(1), MaxBackoff: 300 * time.Millisecond}, deadline: 2 * time.Second,
 			wantSleeps: []time.Duration{ms(200), ms(300), ms(300), ms(300), ms(300), ms(300), ms(150), ms(150)},
 		},
 		{
-			name: "MaxRetries and MaxAdaptiveRetries off cap nothing", policy: RetryPolicy{Jitter: constJitter(1), MaxRetries: -1, MaxAdaptiveRetries: -1}, deadline: time.Second,
+			name: "MaxRetries and MaxAdaptiveRetries off cap nothing", policy: RetryConfig{Jitter: constJitter(1), MaxRetries: -1, MaxAdaptiveRetries: -1}, deadline: time.Second,
 			wantSleeps: []time.Duration{ms(200), ms(400), ms(200), ms(100), ms(100)},
 		},
 	}
@@ -103,29 +103,29 @@ func TestUnavailableRetriedUntilDeadline(t *testing.T) {
 func TestUnavailableBound(t *testing.T) {
 	tests := []struct {
 		name         string
-		policy       RetryPolicy
+		policy       RetryConfig
 		before       []error       // errors of the attempts before the first refusal
 		deadline     time.Duration // 0: none
 		wantAttempts int
 		wantEnd      time.Duration // when the call ends, from its start
 		wantMsg      string
 	}{
-		{name: "no deadline: the default bound, 15s", policy: RetryPolicy{Jitter: constJitter(1)}, wantAttempts: 13, wantEnd: 15 * time.Second,
+		{name: "no deadline: the default bound, 15s", policy: RetryConfig{Jitter: constJitter(1)}, wantAttempts: 13, wantEnd: 15 * time.Second,
 			wantMsg: "pgtx: the server is unreachable: gave up after 13 attempts in 15s (UnavailableTimeout 15s): "},
-		{name: "no deadline: a bound of 2s", policy: RetryPolicy{Jitter: constJitter(1), UnavailableTimeout: 2 * time.Second}, wantAttempts: 7, wantEnd: 2 * time.Second,
+		{name: "no deadline: a bound of 2s", policy: RetryConfig{Jitter: constJitter(1), UnavailableTimeout: 2 * time.Second}, wantAttempts: 7, wantEnd: 2 * time.Second,
 			wantMsg: "pgtx: the server is unreachable: gave up after 7 attempts in 2s (UnavailableTimeout 2s): "},
-		{name: "a deadline later than the bound: the bound", policy: RetryPolicy{Jitter: constJitter(1), UnavailableTimeout: 2 * time.Second}, deadline: time.Minute,
+		{name: "a deadline later than the bound: the bound", policy: RetryConfig{Jitter: constJitter(1), UnavailableTimeout: 2 * time.Second}, deadline: time.Minute,
 			wantAttempts: 7, wantEnd: 2 * time.Second, wantMsg: "pgtx: the server is unreachable: gave up after 7 attempts in 2s (UnavailableTimeout 2s): "},
-		{name: "a deadline earlier than the bound: the deadline", policy: RetryPolicy{Jitter: constJitter(1), UnavailableTimeout: 20 * time.Second}, deadline: 2 * time.Second,
+		{name: "a deadline earlier than the bound: the deadline", policy: RetryConfig{Jitter: constJitter(1), UnavailableTimeout: 20 * time.Second}, deadline: 2 * time.Second,
 			wantAttempts: 6, wantEnd: 2 * time.Second, wantMsg: "pgtx: the server is unreachable: gave up after 6 attempts in 2s (the context ended): context deadline exceeded: "},
-		{name: "counted from the first unavailable error", policy: RetryPolicy{Jitter: constJitter(1), UnavailableTimeout: 2 * time.Second},
+		{name: "counted from the first unavailable error", policy: RetryConfig{Jitter: constJitter(1), UnavailableTimeout: 2 * time.Second},
 			before: repeat(pgErr(pgerrcode.SerializationFailure), 3), wantAttempts: 10, wantEnd: 2*time.Second + ms(10+20+40),
 			wantMsg: "pgtx: the server is unreachable: gave up after 10 attempts in 2s (UnavailableTimeout 2s): "},
-		{name: "negative: not retried", policy: RetryPolicy{UnavailableTimeout: -1}, wantAttempts: 1,
+		{name: "negative: not retried", policy: RetryConfig{UnavailableTimeout: -1}, wantAttempts: 1,
 			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt (UnavailableTimeout off): "},
-		{name: "negative, with a deadline: not retried", policy: RetryPolicy{UnavailableTimeout: -1}, deadline: time.Minute, wantAttempts: 1,
+		{name: "negative, with a deadline: not retried", policy: RetryConfig{UnavailableTimeout: -1}, deadline: time.Minute, wantAttempts: 1,
 			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt (UnavailableTimeout off): "},
-		{name: "negative, after conflicts: not retried", policy: RetryPolicy{UnavailableTimeout: -1, Jitter: constJitter(1)},
+		{name: "negative, after conflicts: not retried", policy: RetryConfig{UnavailableTimeout: -1, Jitter: constJitter(1)},
 			before: repeat(pgErr(pgerrcode.SerializationFailure), 2), wantAttempts: 3, wantEnd: ms(10 + 20),
 			wantMsg: "pgtx: the server is unreachable: gave up after 3 attempts (UnavailableTimeout off): "},
 	}
@@ -173,7 +173,7 @@ func TestUnavailableOutsideTheCaps(t *testing.T) {
 	refused := refusedErr()
 	tests := []struct {
 		name         string
-		policy       RetryPolicy
+		policy       RetryConfig
 		errs         []error
 		wantAttempts int
 		wantLast     error // nil: success
@@ -184,15 +184,15 @@ func TestUnavailableOutsideTheCaps(t *testing.T) {
 			wantMsg: "pgtx: gave up after 17 attempts (MaxRetries 10): "},
 		{name: "conflicts, a restart, conflicts: MaxRetries counts the conflicts only", errs: append(append(repeat(conflict, 5), repeat(refused, 6)...), repeat(conflict, 20)...),
 			wantAttempts: 5 + 6 + 6, wantLast: conflict, wantMsg: "pgtx: gave up after 17 attempts (MaxRetries 10): "},
-		{name: "a restart, then lost connections: MaxRetries", policy: RetryPolicy{MaxRetries: 3}, errs: append(repeat(refused, 4), repeat(lost, 20)...), wantAttempts: 4 + 4, wantLast: lost},
+		{name: "a restart, then lost connections: MaxRetries", policy: RetryConfig{MaxRetries: 3}, errs: append(repeat(refused, 4), repeat(lost, 20)...), wantAttempts: 4 + 4, wantLast: lost},
 		{name: "a restart, then 57P03 while it starts: two overload retries", errs: append(repeat(refused, 6), overload, overload), wantAttempts: 9},
 		{name: "a restart, then 57P03 three times: MaxAdaptiveRetries 2", errs: append(repeat(refused, 6), repeat(overload, 5)...), wantAttempts: 6 + 3, wantLast: overload,
 			wantMsg: "pgtx: gave up after 9 attempts (MaxAdaptiveRetries 2): "},
 		{name: "overload is sticky: a refusal is still retried, a conflict is capped", errs: append(append([]error{overload}, repeat(refused, 6)...), repeat(conflict, 5)...),
 			wantAttempts: 1 + 6 + 2, wantLast: conflict, wantMsg: "pgtx: gave up after 9 attempts (MaxAdaptiveRetries 2): "},
-		{name: "MaxAdaptiveRetries off: refusals retried, the 57P03 is not", policy: RetryPolicy{MaxAdaptiveRetries: -1}, errs: append(repeat(refused, 3), overload),
+		{name: "MaxAdaptiveRetries off: refusals retried, the 57P03 is not", policy: RetryConfig{MaxAdaptiveRetries: -1}, errs: append(repeat(refused, 3), overload),
 			wantAttempts: 4, wantLast: overload, wantMsg: "pgtx: gave up after 4 attempts (MaxAdaptiveRetries off): "},
-		{name: "MaxRetries off: refusals retried, the conflict is not", policy: RetryPolicy{MaxRetries: -1}, errs: append(repeat(refused, 3), conflict),
+		{name: "MaxRetries off: refusals retried, the conflict is not", policy: RetryConfig{MaxRetries: -1}, errs: append(repeat(refused, 3), conflict),
 			wantAttempts: 4, wantLast: conflict, wantMsg: "pgtx: gave up after 4 attempts (MaxRetries off): "},
 	}
 	for _, tt := range tests {
@@ -225,7 +225,7 @@ func TestUnavailablePausesCountedApart(t *testing.T) {
 	conflict, overload, refused := pgErr(pgerrcode.SerializationFailure), pgErr(pgerrcode.CannotConnectNow), refusedErr()
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	calls := 0
-	err := newLoop(RetryPolicy{Jitter: constJitter(1), MaxAdaptiveRetries: 5}, clk).
+	err := newLoop(RetryConfig{Jitter: constJitter(1), MaxAdaptiveRetries: 5}, clk).
 		run(context.Background(), scripted(&calls, conflict, conflict, refused, refused, refused, overload, conflict))
 	if err != nil || calls != 8 {
 		t.Fatalf("err = %v after %d attempts, want success after 8", err, calls)
@@ -255,12 +255,12 @@ func TestUnavailableBudget(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := newRetryBudget(RetryBudget{MinPerSecond: -1}, t0)
+			b := newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, t0)
 			for range tt.successes {
 				b.success(t0)
 			}
 			clk := &fakeClock{now: t0}
-			l := newLoop(RetryPolicy{Jitter: constJitter(1)}, clk)
+			l := newLoop(RetryConfig{Jitter: constJitter(1)}, clk)
 			l.budget = b
 			calls := 0
 			refused := refusedErr()
@@ -297,7 +297,7 @@ func TestUnavailableContextEnds(t *testing.T) {
 			}
 			return ClassUnavailable, refused
 		}
-		err := newLoop(RetryPolicy{Jitter: constJitter(1)}, clk).run(ctx, attempt)
+		err := newLoop(RetryConfig{Jitter: constJitter(1)}, clk).run(ctx, attempt)
 		if calls != 3 || !errors.Is(err, context.Canceled) || !errors.Is(err, refused) {
 			t.Errorf("attempts %d, err %v: want 3 and both context.Canceled and the refusal", calls, err)
 		}
@@ -320,7 +320,7 @@ func TestUnavailableContextEnds(t *testing.T) {
 			}
 			return ClassUnavailable, refused
 		}
-		err := newLoop(RetryPolicy{Jitter: constJitter(1)}, clk).run(ctx, attempt)
+		err := newLoop(RetryConfig{Jitter: constJitter(1)}, clk).run(ctx, attempt)
 		if calls != 2 || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, refused) {
 			t.Errorf("attempts %d, err %v: want 2 and both context.DeadlineExceeded and the refusal", calls, err)
 		}
@@ -330,7 +330,7 @@ func TestUnavailableContextEnds(t *testing.T) {
 // TestOptionsRetryPolicy: the per-call overrides of Options, each under the
 // package's rule (0 keeps the pool's, negative is off).
 func TestOptionsRetryPolicy(t *testing.T) {
-	pool := RetryPolicy{}.withDefaults()
+	pool := RetryConfig{}.withDefaults()
 	if got := (Options{}).retryPolicy(&pool); got != &pool {
 		t.Errorf("no override: a copy, want the pool's policy itself")
 	}
@@ -370,7 +370,7 @@ func TestUnreachableSaidFirst(t *testing.T) {
 	refusedAndShuttingDown := errors.Join(refused, pgErr(pgerrcode.CannotConnectNow))
 	tests := []struct {
 		name         string
-		policy       RetryPolicy
+		policy       RetryConfig
 		deadline     time.Duration // 0: none
 		cancelAt     int           // the attempt during which the context is cancelled; 0: none
 		budget       bool          // an empty retry budget
@@ -380,7 +380,7 @@ func TestUnreachableSaidFirst(t *testing.T) {
 		wantClass    Class
 		wantCtx      error // the context's error the call must match, nil: none
 	}{
-		{name: "UnavailableTimeout", policy: RetryPolicy{UnavailableTimeout: 2 * time.Second}, errs: repeat(refused, 100), wantAttempts: 7,
+		{name: "UnavailableTimeout", policy: RetryConfig{UnavailableTimeout: 2 * time.Second}, errs: repeat(refused, 100), wantAttempts: 7,
 			wantMsg: "pgtx: the server is unreachable: gave up after 7 attempts in 2s (UnavailableTimeout 2s): ", wantClass: ClassUnavailable},
 		{name: "the deadline, after retries", deadline: 2 * time.Second, errs: repeat(refused, 100), wantAttempts: 6,
 			wantMsg: "pgtx: the server is unreachable: gave up after 6 attempts in 2s (the context ended): context deadline exceeded: ", wantClass: ClassTimeout, wantCtx: context.DeadlineExceeded},
@@ -390,13 +390,13 @@ func TestUnreachableSaidFirst(t *testing.T) {
 			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt (the context ended): context canceled: ", wantClass: ClassTimeout, wantCtx: context.Canceled},
 		{name: "the retry budget", budget: true, errs: repeat(refused, 100), wantAttempts: 1,
 			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt (retry budget exhausted): ", wantClass: ClassUnavailable},
-		{name: "UnavailableTimeout off", policy: RetryPolicy{UnavailableTimeout: -1}, errs: repeat(refused, 100), wantAttempts: 1,
+		{name: "UnavailableTimeout off", policy: RetryConfig{UnavailableTimeout: -1}, errs: repeat(refused, 100), wantAttempts: 1,
 			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt (UnavailableTimeout off): ", wantClass: ClassUnavailable},
-		{name: "UnavailableTimeout off, after conflicts", policy: RetryPolicy{UnavailableTimeout: -1}, errs: append(repeat(pgErr(pgerrcode.SerializationFailure), 2), refused), wantAttempts: 3,
+		{name: "UnavailableTimeout off, after conflicts", policy: RetryConfig{UnavailableTimeout: -1}, errs: append(repeat(pgErr(pgerrcode.SerializationFailure), 2), refused), wantAttempts: 3,
 			wantMsg: "pgtx: the server is unreachable: gave up after 3 attempts (UnavailableTimeout off): ", wantClass: ClassUnavailable},
 		{name: "MaxAdaptiveRetries, a host refusing", errs: repeat(refusedAndShuttingDown, 100), wantAttempts: 3,
 			wantMsg: "pgtx: the server is unreachable: gave up after 3 attempts (MaxAdaptiveRetries 2): ", wantClass: ClassOverload},
-		{name: "MaxAdaptiveRetries off, a host refusing", policy: RetryPolicy{MaxAdaptiveRetries: -1}, errs: repeat(refusedAndShuttingDown, 100), wantAttempts: 1,
+		{name: "MaxAdaptiveRetries off, a host refusing", policy: RetryConfig{MaxAdaptiveRetries: -1}, errs: repeat(refusedAndShuttingDown, 100), wantAttempts: 1,
 			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt (MaxAdaptiveRetries off): ", wantClass: ClassOverload},
 		{name: "refusals, then an overload from a server that answers: the cap", errs: append(repeat(refused, 3), repeat(pgErr(pgerrcode.CannotConnectNow), 10)...), wantAttempts: 6,
 			wantMsg: "pgtx: gave up after 6 attempts (MaxAdaptiveRetries 2): ", wantClass: ClassOverload},
@@ -408,7 +408,7 @@ func TestUnreachableSaidFirst(t *testing.T) {
 			clk := &fakeClock{now: time.Unix(1000, 0)}
 			l := newLoop(p, clk)
 			if tt.budget {
-				l.budget = newRetryBudget(RetryBudget{MinPerSecond: -1}, clk.now)
+				l.budget = newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, clk.now)
 			}
 			var ctx context.Context = context.Background()
 			if tt.deadline > 0 {

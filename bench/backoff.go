@@ -10,7 +10,7 @@ import (
 	"github.com/pgtx-go/pgtx"
 )
 
-// backoffSetting is one pgtx conflict backoff to try: RetryPolicy's
+// backoffSetting is one pgtx conflict backoff to try: RetryConfig's
 // ConflictBaseBackoff and ConflictMaxBackoff.
 type backoffSetting struct {
 	Base time.Duration `json:"base_ns"`
@@ -84,7 +84,7 @@ func backoffSweep(ctx context.Context, e *env) (result, error) {
 		rows = append(rows, r...)
 	}
 	t := table{
-		Title: "Side experiment: pgtx's conflict backoff (RetryPolicy.ConflictBaseBackoff / ConflictMaxBackoff)",
+		Title: "Side experiment: pgtx's conflict backoff (RetryConfig.ConflictBaseBackoff / ConflictMaxBackoff)",
 		Note: "pgtx with each setting, the full-jitter loop (5ms base, 500ms cap) and the READ COMMITTED ceiling ran " +
 			"interleaved in the same rounds at each worker count. pgtx's pause before retry n (from 1) is " +
 			"rand × min(max, base × 2^n); failed calls are calls that lost 11 attempts in a row.",

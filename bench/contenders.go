@@ -24,7 +24,7 @@ const (
 )
 
 // Parameters of the hand-written retry loops. MaxRetries matches pgtx's
-// default RetryPolicy.MaxRetries (10) so that every retrying contender gives up after the same
+// default RetryConfig.MaxRetries (10) so that every retrying contender gives up after the same
 // number of attempts.
 const (
 	loopMaxRetries  = 10

@@ -28,7 +28,7 @@ const (
 	variantCeiling = "ceiling" // READ COMMITTED, both rows locked in id order first
 )
 
-// pgtx's default conflict backoff (RetryPolicy.ConflictBaseBackoff and
+// pgtx's default conflict backoff (RetryConfig.ConflictBaseBackoff and
 // ConflictMaxBackoff, as their docs state; pgtx does not export its
 // defaults), for the tables' notes.
 const (

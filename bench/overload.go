@@ -64,7 +64,7 @@ func overload(ctx context.Context, e *env) (result, error) {
 		return result{}, err
 	}
 	defer budgetOn.Close()
-	budgetOff, err := newPgtxPool(ctx, e.dsn, overloadConns, func(c *pgtx.Config) { c.Retry.Budget = pgtx.RetryBudget{Ratio: -1} })
+	budgetOff, err := newPgtxPool(ctx, e.dsn, overloadConns, func(c *pgtx.Config) { c.Retry.BudgetRatio = -1 })
 	if err != nil {
 		return result{}, err
 	}
@@ -76,7 +76,7 @@ func overload(ctx context.Context, e *env) (result, error) {
 	defer xp.Close()
 	cs := []contender{
 		pgtxContender("pgtx (retry budget on)", budgetOn),
-		pgtxContender("pgtx (budget off: RetryBudget{Ratio: -1})", budgetOff),
+		pgtxContender("pgtx (budget off: Retry.BudgetRatio -1)", budgetOff),
 		naiveContender(fmt.Sprintf("naive retry loop (%d immediate retries on 53300)", naiveOverloadRetry), xp, naiveOverloadRetry),
 		beginContender("no retry (pgx.BeginTxFunc)", xp),
 	}

@@ -194,12 +194,12 @@ func TestRetryBudgetUnderAdmissionStorm(t *testing.T) {
 			perform pg_sleep(0.005);
 		end $$`)
 	const workers, dur = 32, 5 * time.Second
-	run := func(t *testing.T, budget pgtx.RetryBudget) (calls, attempts, succeeded, refused int64, elapsed time.Duration) {
+	run := func(t *testing.T, budgetRatio float64) (calls, attempts, succeeded, refused int64, elapsed time.Duration) {
 		tr := &attemptTracer{}
 		created := time.Now()
 		pool := newPool(t, dsn, func(c *pgtx.Config) {
 			c.MaxConns = workers
-			c.Retry.Budget = budget
+			c.Retry.BudgetRatio = budgetRatio
 			c.Tracer = tr
 		})
 		var nCalls, nOK, nRefused atomic.Int64
@@ -231,7 +231,7 @@ func TestRetryBudgetUnderAdmissionStorm(t *testing.T) {
 	}
 	var onRatio float64
 	t.Run("budget on", func(t *testing.T) {
-		calls, attempts, ok, refused, elapsed := run(t, pgtx.RetryBudget{})
+		calls, attempts, ok, refused, elapsed := run(t, 0)
 		onRatio = float64(attempts) / float64(calls)
 		// The floor's token bucket starts with one second's worth.
 		bound := (1+defaultBudgetRatio)*float64(calls) + defaultBudgetMinPerSecond*(elapsed.Seconds()+1)
@@ -245,7 +245,7 @@ func TestRetryBudgetUnderAdmissionStorm(t *testing.T) {
 		}
 	})
 	t.Run("budget off", func(t *testing.T) {
-		calls, attempts, ok, _, _ := run(t, pgtx.RetryBudget{Ratio: -1})
+		calls, attempts, ok, _, _ := run(t, -1)
 		offRatio := float64(attempts) / float64(calls)
 		t.Logf("budget off: %d calls, %d attempts (%.3f per call), %d succeeded", calls, attempts, offRatio, ok)
 		if offRatio <= onRatio {

@@ -58,7 +58,7 @@ func TestResolveFailover(t *testing.T) {
 		c.ConnConfig.ConnectTimeout = time.Second
 		c.Retry.MaxRetries = 50
 		c.Retry.MaxBackoff = 200 * time.Millisecond
-		c.Retry.Budget.Ratio = -1
+		c.Retry.BudgetRatio = -1
 	})
 
 	type call struct {

@@ -16,9 +16,9 @@ import (
 // The documented defaults of the settings some tests count on (the root
 // package no longer exports them: each field's doc states its default).
 const (
-	defaultMaxAdaptiveRetries = 2                      // RetryPolicy.MaxAdaptiveRetries
-	defaultBudgetRatio        = 0.2                    // RetryBudget.Ratio
-	defaultBudgetMinPerSecond = 10.0                   // RetryBudget.MinPerSecond
+	defaultMaxAdaptiveRetries = 2                      // RetryConfig.MaxAdaptiveRetries
+	defaultBudgetRatio        = 0.2                    // RetryConfig.BudgetRatio
+	defaultBudgetMinPerSecond = 10.0                   // RetryConfig.BudgetMinPerSecond
 	defaultResolveTimeout     = 5 * time.Second        // Config.ResolveTimeout
 	defaultSlowHold           = 100 * time.Millisecond // storm.Config.SlowHold
 	cancelPoolSize            = 2                      // the cancel pool's connections (fixed)

@@ -71,9 +71,9 @@ func readmeOpen(ctx context.Context) error {
 }
 
 func readmeBackpressure(cfg *pgtx.Config) {
-	cfg.Retry.MaxAdaptiveRetries = -1              // no overload retries at all
-	cfg.Retry.Budget = pgtx.RetryBudget{Ratio: -1} // per-call caps only
-	cfg.Retry.Budget.Ratio = 0.1                   // or a tighter budget
+	cfg.Retry.MaxAdaptiveRetries = -1 // no overload retries at all
+	cfg.Retry.BudgetRatio = -1        // per-call caps only
+	cfg.Retry.BudgetRatio = 0.1       // or a tighter budget
 }
 
 func readmeDefaults(ctx context.Context) error {

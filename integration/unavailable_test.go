@@ -118,7 +118,7 @@ func TestUnavailableRetriedUntilDeadline(t *testing.T) {
 }
 
 // TestUnavailableTimeoutWithoutDeadline: a call without a deadline on a
-// server that stays unreachable ends at RetryPolicy.UnavailableTimeout,
+// server that stays unreachable ends at RetryConfig.UnavailableTimeout,
 // saying so.
 func TestUnavailableTimeoutWithoutDeadline(t *testing.T) {
 	const bound = time.Second

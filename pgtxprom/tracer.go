@@ -52,7 +52,7 @@ var attemptBuckets = []float64{1, 2, 3, 4, 6, 8, 11}
 //   - pgtx_retry_backoff_seconds_total{class} (counter): the time those
 //     retries waited first.
 //   - pgtx_retry_budget_refusals_total (counter): retries the pool's
-//     [pgtx.RetryBudget] refused.
+//     retry budget ([pgtx.RetryConfig].BudgetRatio) refused.
 //
 // A series appears once it has something to count. It is safe for
 // concurrent use; one Tracer serves one pool (its events carry no pool).

@@ -13,7 +13,7 @@
 //     may not exceed 20% of the successful calls plus 10 per second; a retry
 //     beyond that is refused and the call returns at once, with an error
 //     matching pgtx.ErrRetryBudgetExhausted;
-//   - with the budget off (pgtx.RetryBudget{Ratio: -1}): every call
+//   - with the budget off (Retry.BudgetRatio -1): every call
 //     that meets 53300 retries up to Retry.MaxAdaptiveRetries (2) times.
 //
 // Per run it prints the calls, successes, attempts per call, budget
@@ -110,12 +110,12 @@ func run(ctx context.Context, o options) error {
 	fmt.Printf("overload: %.0f arrivals/s for %v per run (open loop), a pool of %d, %v per call\n\n",
 		o.rate, o.dur, o.conns, o.callTimeout)
 
-	on, err := storm(ctx, dsn, o, pgtx.RetryBudget{})
+	on, err := storm(ctx, dsn, o, 0)
 	if err != nil {
 		return err
 	}
 	on.print("budget on (default)")
-	off, err := storm(ctx, dsn, o, pgtx.RetryBudget{Ratio: -1})
+	off, err := storm(ctx, dsn, o, -1)
 	if err != nil {
 		return err
 	}
@@ -175,14 +175,14 @@ func (c *counter) TraceAttemptEnd(_ context.Context, d pgtx.TraceAttemptEndData)
 
 // storm opens a pool with the given budget, sends calls at o.rate for
 // o.dur, waits for every call to end, and returns the counts.
-func storm(ctx context.Context, dsn string, o options, budget pgtx.RetryBudget) (*result, error) {
+func storm(ctx context.Context, dsn string, o options, budgetRatio float64) (*result, error) {
 	tr := &counter{}
 	cfg, err := pgtx.ParseConfig(dsn)
 	if err != nil {
 		return nil, err
 	}
 	cfg.MaxConns = o.conns
-	cfg.Retry.Budget = budget
+	cfg.Retry.BudgetRatio = budgetRatio
 	cfg.Tracer = tr
 	pool, err := pgtx.NewWithConfig(ctx, cfg)
 	if err != nil {
