@@ -222,7 +222,7 @@ func TestEventPairing(t *testing.T) {
 // loop does not allocate without a tracer.
 func BenchmarkRetryLoop(b *testing.B) {
 	p := RetryConfig{}.withDefaults()
-	ok := func(context.Context) (Class, error) { return ClassNone, nil }
+	ok := func(context.Context) (Class, error) { return classNone, nil }
 	b.Run("no tracer", func(b *testing.B) {
 		l := &retryLoop{policy: &p, clock: realClock{}, maxRetries: p.MaxRetries}
 		b.ReportAllocs()
@@ -242,7 +242,7 @@ func BenchmarkRetryLoop(b *testing.B) {
 func TestRetryLoopDoesNotAllocateWithoutTracer(t *testing.T) {
 	p := RetryConfig{}.withDefaults()
 	l := &retryLoop{policy: &p, clock: realClock{}, maxRetries: p.MaxRetries, budget: newRetryBudget(RetryConfig{}, time.Now())}
-	ok := func(context.Context) (Class, error) { return ClassNone, nil }
+	ok := func(context.Context) (Class, error) { return classNone, nil }
 	if n := testing.AllocsPerRun(100, func() { _ = l.run(context.Background(), ok) }); n != 0 {
 		t.Errorf("the loop allocates %v times per call without a tracer", n)
 	}

@@ -27,7 +27,7 @@ import (
 // answer that was lost.
 func (a *txAttempt) commit(ctx context.Context, t *attemptTx, kind beginKind) (Class, error) {
 	if !t.begun {
-		return ClassNone, nil // fn sent nothing: there is nothing to commit
+		return classNone, nil // fn sent nothing: there is nothing to commit
 	}
 	pgConn := t.pgConn
 	if pgConn.TxStatus() == 'E' {
@@ -63,7 +63,7 @@ func (a *txAttempt) commit(ctx context.Context, t *attemptTx, kind beginKind) (C
 	}
 	c, err := commitOutcome(tag, err)
 	if c != ClassAmbiguous {
-		if c != ClassNone {
+		if c != classNone {
 			a.rollback(ctx, t) // a failed id read leaves the transaction open
 		}
 		return c, err
@@ -141,7 +141,7 @@ func (t *attemptTx) idAtCommit() bool {
 func commitOutcome(tag pgconn.CommandTag, err error) (Class, error) {
 	switch {
 	case err == nil && tag.String() == "COMMIT":
-		return ClassNone, nil
+		return classNone, nil
 	case err == nil:
 		return ClassPermanent, pgx.ErrTxCommitRollback
 	case notCommitted(err):

@@ -112,7 +112,7 @@ func simulate(t *testing.T, g *gate, clk *fakeClock, w workload, callers, n int)
 		r := inFlight[0]
 		inFlight = inFlight[1:]
 		clk.now = r.end
-		class := ClassNone
+		class := classNone
 		acc += w.conflict(r.c)
 		if acc >= 1 {
 			acc--
@@ -223,7 +223,7 @@ func TestContentionStaysOpenWithoutConflicts(t *testing.T) {
 	ctx := context.Background()
 	if n := testing.AllocsPerRun(1000, func() {
 		adm, _ := g.admit(ctx, 0, false)
-		g.done(ctx, adm, ClassNone, time.Millisecond)
+		g.done(ctx, adm, classNone, time.Millisecond)
 	}); n != 0 {
 		t.Errorf("an attempt through the open gate allocates %v times, want 0", n)
 	}
@@ -278,7 +278,7 @@ func TestContentionOldestFirst(t *testing.T) {
 					return
 				}
 				order <- prio
-				g.done(ctx, adm, ClassNone, time.Millisecond)
+				g.done(ctx, adm, classNone, time.Millisecond)
 			}()
 			synctest.Wait()
 		}
@@ -289,7 +289,7 @@ func TestContentionOldestFirst(t *testing.T) {
 		if s := g.stats(); s.Waiting != 3 || s.Running != 1 {
 			t.Fatalf("stats %+v, want 3 waiting and 1 running", s)
 		}
-		g.done(ctx, first, ClassNone, time.Millisecond)
+		g.done(ctx, first, classNone, time.Millisecond)
 		var got []int64
 		for range 3 {
 			got = append(got, <-order)
@@ -377,7 +377,7 @@ func TestContentionDeadline(t *testing.T) {
 		if got := time.Since(start); got != 30*time.Millisecond {
 			t.Errorf("gave up after %v, want 30ms", got)
 		}
-		g.done(ctx, hold, ClassNone, time.Millisecond)
+		g.done(ctx, hold, classNone, time.Millisecond)
 		if s := g.stats(); s.Running != 0 || s.Waiting != 0 {
 			t.Errorf("after the waits: %+v", s)
 		}
@@ -432,7 +432,7 @@ func TestRetryLoopWithTheGate(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			g, l := limitedLoop(t)
 			hold, _ := g.admit(context.Background(), 0, false)
-			defer g.done(context.Background(), hold, ClassNone, time.Millisecond)
+			defer g.done(context.Background(), hold, classNone, time.Millisecond)
 			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
 			defer cancel()
 			calls := 0
@@ -463,7 +463,7 @@ func TestRetryLoopWithTheGate(t *testing.T) {
 				synctest.Wait()
 				return ClassConflict, conflict
 			})
-			defer func() { g.done(context.Background(), <-other, ClassNone, time.Millisecond) }()
+			defer func() { g.done(context.Background(), <-other, classNone, time.Millisecond) }()
 			var re *RetryError
 			if calls != 1 || !errors.As(err, &re) || re.reason != stopDeadline || !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("%d calls, %v; want one, and a RetryError for the deadline", calls, err)
@@ -506,7 +506,7 @@ func TestContentionCloseLetsWaitersGo(t *testing.T) {
 		got := make(chan error, 1)
 		go func() {
 			a, err := g.admit(ctx, 1, false)
-			g.done(ctx, a, ClassNone, 0)
+			g.done(ctx, a, classNone, 0)
 			got <- err
 		}()
 		synctest.Wait()
@@ -514,7 +514,7 @@ func TestContentionCloseLetsWaitersGo(t *testing.T) {
 		if err := <-got; err != nil {
 			t.Errorf("a waiter after close: %v", err)
 		}
-		g.done(ctx, hold, ClassNone, 0)
+		g.done(ctx, hold, classNone, 0)
 		if s := g.stats(); s.Limiting || s.Running != 0 || s.Waiting != 0 {
 			t.Errorf("after close: %+v", s)
 		}
@@ -570,13 +570,13 @@ func TestContentionStarvingCallRunsAlone(t *testing.T) {
 				t.Errorf("admit: %v", err)
 			}
 			order <- "newer"
-			g.done(ctx, a, ClassNone, time.Millisecond)
+			g.done(ctx, a, classNone, time.Millisecond)
 		}()
 		synctest.Wait()
 		if s := g.stats(); s.Waiting != 2 || s.Running != 1 {
 			t.Fatalf("with one attempt running and a limit of 2: %+v; want both waiting (the exclusive one for the running one, the newer one behind it)", s)
 		}
-		g.done(ctx, first, ClassNone, time.Millisecond)
+		g.done(ctx, first, classNone, time.Millisecond)
 		synctest.Wait()
 		if got := <-order; got != "exclusive" {
 			t.Fatalf("%s let in first, want the exclusive call", got)
@@ -584,7 +584,7 @@ func TestContentionStarvingCallRunsAlone(t *testing.T) {
 		if s := g.stats(); s.Waiting != 1 || s.Running != 1 {
 			t.Fatalf("while the exclusive attempt runs: %+v; want the newer one still waiting", s)
 		}
-		g.done(ctx, <-alone, ClassNone, time.Millisecond)
+		g.done(ctx, <-alone, classNone, time.Millisecond)
 		if got := <-order; got != "newer" {
 			t.Fatalf("%s, want the newer call after the exclusive one", got)
 		}

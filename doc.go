@@ -52,7 +52,7 @@
 // more than once: work outside the transaction belongs in [AfterCommit],
 // which runs it once, after the commit. [Attempt] says which attempt fn is
 // running. A Transaction called with fn's ctx on the same pool is refused
-// with [ErrNestedTransaction].
+// at once with an error matching [ErrInvalidArgument].
 //
 // When ctx has a deadline, the server gets it too: the transaction's
 // statement_timeout becomes the time left (plus a small margin, never above

@@ -29,15 +29,6 @@ var ErrAcquireTimeout = errors.New("pgtx: timed out waiting for a pool connectio
 // (see [Transaction]).
 var ErrInvalidArgument = errors.New("pgtx: invalid argument")
 
-// ErrNestedTransaction is matched (errors.Is) by the error [Transaction]
-// returns when it is called with a context that is already inside a
-// Transaction of the same pool: the inner transaction would take a second
-// connection (waiting out AcquireTimeout on a small pool) and commit on its
-// own even when the outer one is retried. It also matches
-// [ErrInvalidArgument]. Pass the outer transaction's pgx.Tx down instead (a
-// savepoint, tx.Begin, if part of the work may fail alone).
-var ErrNestedTransaction = errors.New("pgtx: nested Transaction on the same pool")
-
 // errNonRetryableMarker is what a NonRetryable error matches so Classify can
 // find it anywhere in an error tree.
 var errNonRetryableMarker = errors.New("pgtx: non-retryable")
@@ -121,15 +112,19 @@ type invalidArgError struct{ msg string }
 func (e *invalidArgError) Error() string        { return "pgtx: " + e.msg }
 func (e *invalidArgError) Is(target error) bool { return target == ErrInvalidArgument }
 
-// nestedError is the error of a nested call.
+// nestedError is the error of a call made with a context that is already
+// inside a Transaction of the same pool: the inner transaction would take
+// a second connection (waiting out AcquireTimeout on a small pool) and
+// commit on its own even when the outer one is retried. It matches
+// ErrInvalidArgument.
 type nestedError struct{}
 
 func (nestedError) Error() string {
-	return ErrNestedTransaction.Error() + ": fn of a Transaction called Transaction again with its ctx; " +
+	return "pgtx: nested Transaction on the same pool: fn of a Transaction called Transaction again with its ctx; " +
 		"pass its pgx.Tx down instead (tx.Begin makes a savepoint), or start the second transaction after the first returns"
 }
 func (nestedError) Is(target error) bool {
-	return target == ErrNestedTransaction || target == ErrInvalidArgument
+	return target == ErrInvalidArgument
 }
 
 // RetryError is the error [Transaction] returns when the call ended after
@@ -165,6 +160,19 @@ func (nestedError) Is(target error) bool {
 type RetryError struct {
 	// Attempts is the number of attempts the call made.
 	Attempts int
+	// Reason says why no attempt followed the last one, as a fixed word
+	// (compare it with ==, as [net.OpError].Op):
+	//
+	//   - "MaxRetries", "MaxAdaptiveRetries", "UnavailableTimeout": that
+	//     setting of [RetryConfig] (or [Options]) ended the retries: its cap
+	//     was reached, its bound passed, or it is switched off;
+	//   - "deadline": the next retry would have ended past the context's
+	//     deadline, so the call returned while the caller still had time;
+	//   - "budget": the retry budget refused the retry (the error matches
+	//     [ErrRetryBudgetExhausted]);
+	//   - "context": the context ended (the error matches its error);
+	//   - "not retryable": Err's class is never retried ([Classify]).
+	Reason string
 	// Err is the last attempt's error.
 	Err error
 

@@ -41,7 +41,7 @@ func FuzzClassify(f *testing.F) {
 	f.Fuzz(func(t *testing.T, code, msg, sev string, depth, shape uint8) {
 		base := &pgconn.PgError{Code: code, Message: msg, Severity: sev, SeverityUnlocalized: sev}
 		want := Classify(base)
-		if want == ClassNone || want == ClassAmbiguous {
+		if want == classNone || want == ClassAmbiguous {
 			t.Fatalf("a server error classified %v", want)
 		}
 		var err error = base

@@ -189,7 +189,7 @@ func (g *gate) admit(ctx context.Context, prio int64, exclusive bool) (admission
 func (g *gate) done(ctx context.Context, t admission, c Class, d time.Duration) {
 	g.inflight.Add(-1)
 	g.attempts.Add(1)
-	if c == ClassNone {
+	if c == classNone {
 		g.commits.Add(1)
 	}
 	if !t.held {
@@ -217,7 +217,7 @@ func (g *gate) done(ctx context.Context, t admission, c Class, d time.Duration) 
 		w := &g.win
 		w.attempts++
 		switch c {
-		case ClassNone:
+		case classNone:
 			w.commits++
 		case ClassConflict:
 			w.conflicts++

@@ -26,16 +26,17 @@ func TestRetryErrorSaysWhatHappened(t *testing.T) {
 		budget    bool
 		wantPlain bool // the error is returned as it is
 		want      string
+		reason    string // RetryError.Reason
 		attempts  int
 	}{
-		{name: "cap", errs: repeat(conflict, 20), want: "pgtx: gave up after 11 attempts (MaxRetries 10): ", attempts: 11},
-		{name: "adaptive cap", errs: append([]error{overload}, repeat(conflict, 20)...), want: "pgtx: gave up after 3 attempts (MaxAdaptiveRetries 2): ", attempts: 3},
-		{name: "class off", policy: RetryConfig{MaxAdaptiveRetries: -1}, errs: []error{overload}, want: "pgtx: gave up after 1 attempt (MaxAdaptiveRetries off): ", attempts: 1},
+		{name: "cap", errs: repeat(conflict, 20), want: "pgtx: gave up after 11 attempts (MaxRetries 10): ", reason: "MaxRetries", attempts: 11},
+		{name: "adaptive cap", errs: append([]error{overload}, repeat(conflict, 20)...), want: "pgtx: gave up after 3 attempts (MaxAdaptiveRetries 2): ", reason: "MaxAdaptiveRetries", attempts: 3},
+		{name: "class off", policy: RetryConfig{MaxAdaptiveRetries: -1}, errs: []error{overload}, want: "pgtx: gave up after 1 attempt (MaxAdaptiveRetries off): ", reason: "MaxAdaptiveRetries", attempts: 1},
 		{name: "deadline", policy: RetryConfig{ConflictBaseBackoff: time.Hour, ConflictMaxBackoff: time.Hour}, deadline: time.Minute,
-			errs: []error{conflict}, want: "pgtx: gave up after 1 attempt (the next retry would end past the context's deadline): ", attempts: 1},
+			errs: []error{conflict}, want: "pgtx: gave up after 1 attempt (the next retry would end past the context's deadline): ", reason: "deadline", attempts: 1},
 		{name: "budget", policy: RetryConfig{BudgetRatio: 0.1, BudgetMinPerSecond: -1}, budget: true, errs: []error{overload},
-			want: "pgtx: gave up after 1 attempt (retry budget exhausted): ", attempts: 1},
-		{name: "not retryable after retries", errs: []error{conflict, conflict, errCallerOwn}, want: "pgtx: failed after 3 attempts (not retryable: permanent): insufficient funds", attempts: 3},
+			want: "pgtx: gave up after 1 attempt (retry budget exhausted): ", reason: "budget", attempts: 1},
+		{name: "not retryable after retries", errs: []error{conflict, conflict, errCallerOwn}, want: "pgtx: failed after 3 attempts (not retryable: permanent): insufficient funds", reason: "not retryable", attempts: 3},
 		{name: "first attempt, not retryable", errs: []error{errCallerOwn}, wantPlain: true, attempts: 1},
 	}
 	for _, tt := range tests {
@@ -72,6 +73,9 @@ func TestRetryErrorSaysWhatHappened(t *testing.T) {
 			if !errors.As(err, &re) || re.Attempts != tt.attempts {
 				t.Fatalf("err %v: want a *RetryError with %d attempts", err, tt.attempts)
 			}
+			if re.Reason != tt.reason {
+				t.Errorf("Reason %q, want %q", re.Reason, tt.reason)
+			}
 			if !strings.HasPrefix(err.Error(), tt.want) {
 				t.Errorf("message %q, want it to begin %q", err, tt.want)
 			}
@@ -100,7 +104,7 @@ func TestRetryErrorKeepsContextIdentity(t *testing.T) {
 		return ClassConflict, pgErr(pgerrcode.SerializationFailure)
 	})
 	var re *RetryError
-	if !errors.Is(err, context.Canceled) || !errors.As(err, &re) || re.Attempts != 2 || !strings.Contains(err.Error(), "(the context ended)") {
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &re) || re.Attempts != 2 || re.Reason != "context" || !strings.Contains(err.Error(), "(the context ended)") {
 		t.Errorf("err = %v", err)
 	}
 }
@@ -124,11 +128,11 @@ func TestNestedTransactionRefused(t *testing.T) {
 	outer := &attemptCtx{Context: context.Background(), pool: a, n: 1, inFn: true}
 	ctx := context.Context(outer)
 	err := Transaction(ctx, a, Serializable, fn)
-	if !errors.Is(err, ErrNestedTransaction) || !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "pass its pgx.Tx down") {
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "nested Transaction") || !strings.Contains(err.Error(), "pass its pgx.Tx down") {
 		t.Errorf("same pool: err = %v", err)
 	}
 	inner := &attemptCtx{Context: ctx, pool: b, parent: outer, n: 1, inFn: true}
-	if err := Transaction(inner, a, Serializable, fn); !errors.Is(err, ErrNestedTransaction) {
+	if err := Transaction(inner, a, Serializable, fn); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("same pool through another pool's call: err = %v", err)
 	}
 	if err := validateCall(ctx, b, Serializable, fn); err != nil {

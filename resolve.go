@@ -179,7 +179,7 @@ func (p *Pool) resolve(ctx context.Context, id txID, lost error) (Class, error) 
 		switch j.status {
 		case statusCommitted:
 			p.resolved.committed.Add(1)
-			return ClassNone, nil
+			return classNone, nil
 		case statusAborted:
 			p.resolved.aborted.Add(1)
 			if j.lost {

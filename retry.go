@@ -183,6 +183,17 @@ const (
 	stopUnreachable                    // UnavailableTimeout passed with the server unreachable
 )
 
+// stopWords are the values of [RetryError].Reason; a cap reached says
+// which setting it is instead.
+var stopWords = [...]string{
+	stopNotRetryable: "not retryable",
+	stopCapReached:   "MaxRetries",
+	stopDeadline:     "deadline",
+	stopBudget:       "budget",
+	stopContext:      "context",
+	stopUnreachable:  "UnavailableTimeout",
+}
+
 // next decides whether a call that failed with an error of class c runs
 // again, and after how long. maxRetries is the conflict/lost-connection cap
 // for this call (the policy's or the per-call override, already resolved).
@@ -341,7 +352,7 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 	if l.tracer != nil {
 		callCtx = l.tracer.TraceTransactionStart(ctx, TraceTransactionStartData{Label: l.label, Isolation: l.isolation})
 	}
-	n, err, class := 0, error(nil), ClassNone
+	n, err, class := 0, error(nil), classNone
 	interrupted := false // the context ended during a backoff
 	for {
 		n++
@@ -466,6 +477,10 @@ func (l *retryLoop) gaveUp(err error, class Class, n int, why stopReason, st *re
 	}
 	if why == stopUnreachable {
 		e.bound = l.policy.UnavailableTimeout
+	}
+	e.Reason = stopWords[why]
+	if e.limit != "" {
+		e.Reason = e.limit
 	}
 	if class == ClassUnavailable && !st.unavailableSince.IsZero() {
 		e.unreachableFor = l.clock.Now().Sub(st.unavailableSince)

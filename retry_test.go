@@ -89,7 +89,7 @@ func scripted(calls *int, errs ...error) attemptFunc {
 		if i < len(errs) {
 			return Classify(errs[i]), errs[i]
 		}
-		return ClassNone, nil
+		return classNone, nil
 	}
 }
 

@@ -17,17 +17,20 @@ import (
 const codeTransactionTimeout = "25P04"
 
 // Class is what pgtx does with an error: retry the whole transaction, back off,
-// give up, or report an unknown outcome.
+// give up, or report an unknown outcome. The zero Class is the class of a nil
+// error (its String is "none"): [Classify](nil) returns it, and so does a
+// committed attempt's [TraceAttemptEndData].Class.
 type Class int
+
+// classNone is the zero Class, a nil error's.
+const classNone Class = 0
 
 // The error classes of pgtx.
 const (
-	// ClassNone is the class of a nil error.
-	ClassNone Class = iota
 	// ClassConflict is 40001 serialization_failure and 40P01 deadlock_detected:
 	// someone else committed, so the whole transaction runs again after a short
 	// jittered pause, up to [RetryConfig].MaxRetries times.
-	ClassConflict
+	ClassConflict Class = iota + 1
 	// ClassOverload is the server (or a pooler in front of it) shedding load:
 	// 53300 too_many_connections, 57P03 cannot_connect_now, the poolers'
 	// admission errors and the server's overload errors a pooler relays.
@@ -68,7 +71,7 @@ const (
 // metrics.
 func (c Class) String() string {
 	switch c {
-	case ClassNone:
+	case classNone:
 		return "none"
 	case ClassConflict:
 		return "conflict"
@@ -112,7 +115,7 @@ func (c Class) adaptive() bool { return c == ClassOverload || c == ClassUnavaila
 // (unavailable), one that broke (connection lost) — then permanent.
 func Classify(err error) Class {
 	if err == nil {
-		return ClassNone
+		return classNone
 	}
 	if errors.Is(err, errNonRetryableMarker) {
 		return ClassPermanent

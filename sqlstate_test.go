@@ -22,7 +22,7 @@ func TestClassify(t *testing.T) {
 		err  error
 		want Class
 	}{
-		{"nil", nil, ClassNone},
+		{"nil", nil, classNone},
 		{"40001", pgErr("40001"), ClassConflict},
 		{"40P01", pgErr("40P01"), ClassConflict},
 		{"53300", pgErr("53300"), ClassOverload},
@@ -108,7 +108,7 @@ func TestSQLStateHelper(t *testing.T) {
 
 func TestClassString(t *testing.T) {
 	seen := map[string]bool{}
-	for c := ClassNone; c <= ClassPermanent; c++ {
+	for c := classNone; c <= ClassPermanent; c++ {
 		s := c.String()
 		if s == "" || s == "unknown" || seen[s] {
 			t.Errorf("Class(%d).String() = %q", int(c), s)

@@ -71,7 +71,7 @@ type TraceAttemptEndData struct {
 	// Err is the attempt's error; nil when it committed. When no retry
 	// follows it is the error the call returns.
 	Err error
-	// Class is the class of the attempt's error ([ClassNone] when it
+	// Class is the class of the attempt's error (the zero Class, "none", when it
 	// committed).
 	Class Class
 	// Duration is the attempt's wall time, acquire to release.

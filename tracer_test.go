@@ -83,7 +83,7 @@ func TestTracerSuccess(t *testing.T) {
 	if err := l.run(context.Background(), scripted(&calls)); err != nil {
 		t.Fatal(err)
 	}
-	if len(tr.ends) != 1 || tr.ends[0].Err != nil || tr.ends[0].Class != ClassNone || tr.ends[0].Retry {
+	if len(tr.ends) != 1 || tr.ends[0].Err != nil || tr.ends[0].Class != classNone || tr.ends[0].Retry {
 		t.Errorf("ends = %+v", tr.ends)
 	}
 }

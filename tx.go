@@ -118,7 +118,7 @@ type Options struct {
 // with rows still open, is an error matching [ErrInvalidArgument] that says
 // so, and the transaction is rolled back: nothing is committed; so is
 // calling Transaction again, on the same pool, with the ctx fn received
-// ([ErrNestedTransaction]).
+// (the error says "nested Transaction" and matches ErrInvalidArgument).
 //
 // A statement that ends the transaction is another matter: the server runs
 // it as sent. A COMMIT or END commits fn's statements before it (rolls

@@ -195,7 +195,7 @@ func TestCommitClassification(t *testing.T) {
 		want          Class
 		wantAmbiguous bool
 	}{
-		{"committed", nil, ClassNone, false},
+		{"committed", nil, classNone, false},
 		{"commit answered ROLLBACK", errRollbackTag, ClassPermanent, false},
 		{"40001 at commit is a conflict", errorSev("40001"), ClassConflict, false},
 		{"23505 at commit (deferred constraint)", errorSev("23505"), ClassPermanent, false},

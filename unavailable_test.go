@@ -158,6 +158,13 @@ func TestUnavailableBound(t *testing.T) {
 			if !strings.HasPrefix(err.Error(), tt.wantMsg) {
 				t.Errorf("message %q\nwant it to begin %q", err, tt.wantMsg)
 			}
+			wantReason := "UnavailableTimeout"
+			if strings.Contains(tt.wantMsg, "(the context ended)") {
+				wantReason = "context"
+			}
+			if re := (*RetryError)(nil); !errors.As(err, &re) || re.Reason != wantReason {
+				t.Errorf("err = %v: want a *RetryError whose Reason is %q", err, wantReason)
+			}
 		})
 	}
 }

@@ -85,7 +85,7 @@ const numClasses = int(pgtx.ClassPermanent) + 2
 
 // classIndex maps c to its slot in the per-class tables.
 func classIndex(c pgtx.Class) int {
-	if c < pgtx.ClassNone || c > pgtx.ClassPermanent {
+	if c < pgtx.Class(0) || c > pgtx.ClassPermanent {
 		return numClasses - 1
 	}
 	return int(c)
@@ -355,7 +355,7 @@ func (t *Tracer) TraceTransactionEnd(ctx context.Context, data pgtx.TraceTransac
 	class, failed := data.Class, 0
 	if data.Err != nil {
 		failed = 1
-		if class == pgtx.ClassNone {
+		if class == pgtx.Class(0) {
 			class = pgtx.Classify(data.Err)
 		}
 	}

@@ -32,10 +32,10 @@ func scriptedTransactions(t pgtx.TransactionTracer) {
 	}
 	conflict := fmt.Errorf("ERROR: could not serialize access (SQLSTATE 40001)")
 	overload := fmt.Errorf("FATAL: sorry, too many clients already (SQLSTATE 53300)")
-	call(8*time.Millisecond, nil, pgtx.ClassNone,
+	call(8*time.Millisecond, nil, pgtx.Class(0),
 		pgtx.TraceAttemptEndData{Err: conflict, Class: pgtx.ClassConflict, Retry: true, Backoff: 3 * time.Millisecond},
 		pgtx.TraceAttemptEndData{})
-	call(300*time.Millisecond, nil, pgtx.ClassNone,
+	call(300*time.Millisecond, nil, pgtx.Class(0),
 		pgtx.TraceAttemptEndData{Err: overload, Class: pgtx.ClassOverload, Retry: true, Backoff: 250 * time.Millisecond},
 		pgtx.TraceAttemptEndData{})
 	call(50*time.Millisecond, context.DeadlineExceeded, pgtx.ClassTimeout,
