@@ -18,8 +18,8 @@ const transitionsHeader = `
 # TYPE pgtx_breaker_transitions_total counter
 `
 
-func TestBreakerTracer(t *testing.T) {
-	bt := NewBreakerTracer()
+func TestTracerBreaker(t *testing.T) {
+	bt := NewTracer()
 	ctx := context.Background()
 	if got := testutil.CollectAndCount(bt); got != 0 {
 		t.Errorf("CollectAndCount before any change = %d, want 0", got)
@@ -60,21 +60,22 @@ pgtx_breaker_transitions_total{breaker="replica",from="open",to="half-open"} 2
 	}
 }
 
-func TestBreakerTracerNamespace(t *testing.T) {
-	bt := NewBreakerTracer(nil, WithNamespace("app"))
+func TestTracerBreakerNamespace(t *testing.T) {
+	bt := NewTracer(nil, WithNamespace("app"))
 	bt.TraceBreakerStateChange(context.Background(), pgtx.TraceBreakerStateChangeData{From: pgtx.BreakerClosed, To: pgtx.BreakerOpen})
 	if got := testutil.CollectAndCount(bt, "app_breaker_transitions_total"); got != 1 {
 		t.Errorf("CollectAndCount(app_breaker_transitions_total) = %d, want 1", got)
 	}
 }
 
-// TestBreakerTracerOnPool sets a BreakerTracer on a pool's breaker: a call
+// TestTracerBreakerOnPool sets a Tracer on a pool with a breaker: a call
 // that cannot connect opens it, and time makes it half-open.
-func TestBreakerTracerOnPool(t *testing.T) {
-	bt := NewBreakerTracer()
+func TestTracerBreakerOnPool(t *testing.T) {
+	bt := NewTracer()
 	pool := newOfflinePoolWith(t, func(cfg *pgtx.Config) {
 		cfg.Retry.MaxRetries, cfg.Retry.MaxAdaptiveRetries, cfg.Retry.UnavailableTimeout = -1, -1, -1
-		cfg.Breaker = &pgtx.BreakerConfig{Name: "offline", ConsecutiveFailures: 1, OpenFor: time.Nanosecond, Tracer: bt}
+		cfg.Breaker = &pgtx.BreakerConfig{Name: "offline", ConsecutiveFailures: 1, OpenFor: time.Nanosecond}
+		cfg.Tracer = bt
 	})
 	err := pgtx.Transaction(context.Background(), pool, pgtx.ReadCommitted, func(context.Context, pgx.Tx) error { return nil })
 	if err == nil || errors.Is(err, pgtx.ErrCircuitOpen) {
@@ -88,7 +89,7 @@ func TestBreakerTracerOnPool(t *testing.T) {
 pgtx_breaker_transitions_total{breaker="offline",from="closed",to="open"} 1
 pgtx_breaker_transitions_total{breaker="offline",from="open",to="half-open"} 1
 `
-	if err := testutil.CollectAndCompare(bt, strings.NewReader(want)); err != nil {
+	if err := testutil.CollectAndCompare(bt, strings.NewReader(want), "pgtx_breaker_transitions_total"); err != nil {
 		t.Error(err)
 	}
 }

@@ -38,10 +38,22 @@ const (
 // config is what the Options set.
 type config struct {
 	namespace string
+	pool      string // the Tracer's pool label; "": none
 }
 
-// Option configures a [Collector] made by [NewCollector], a [Tracer] made
-// by [NewTracer] or a [BreakerTracer] made by [NewBreakerTracer].
+// newConfig applies opts, skipping nil ones, over the defaults.
+func newConfig(opts []Option) config {
+	cfg := config{namespace: DefaultNamespace}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&cfg)
+		}
+	}
+	return cfg
+}
+
+// Option configures a [Collector] made by [NewCollector] or a [Tracer] made
+// by [NewTracer].
 type Option func(*config)
 
 // WithNamespace sets the prefix of every metric name, [DefaultNamespace] by
@@ -49,6 +61,14 @@ type Option func(*config)
 // (pool_waiters, ...).
 func WithNamespace(ns string) Option {
 	return func(c *config) { c.namespace = ns }
+}
+
+// WithPoolName gives a [Tracer]'s metrics the label pool=name: the name the
+// pool has in the [Collector], so that a dashboard joins the two. Without
+// it the Tracer's metrics have no pool label. A [Collector] names its pools
+// by the keys of its map and ignores it.
+func WithPoolName(name string) Option {
+	return func(c *config) { c.pool = name }
 }
 
 // namedPool is a pool and its name, the value of the pool label.
@@ -95,12 +115,7 @@ var _ prometheus.Collector = (*Collector)(nil)
 // [prometheus.Registerer]; unregister it before closing its pools, or it
 // keeps reporting their last counters.
 func NewCollector(pools map[string]*pgtx.Pool, opts ...Option) *Collector {
-	cfg := config{namespace: DefaultNamespace}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&cfg)
-		}
-	}
+	cfg := newConfig(opts)
 	c := &Collector{pools: make([]namedPool, 0, len(pools))}
 	for name, p := range pools {
 		if p == nil {

@@ -43,7 +43,7 @@ var metricName = regexp.MustCompile(`\bpgtx_[a-z0-9_]+\b`)
 
 // exportedNames returns the names of every series the package's collectors
 // export, gathered from a Collector over a pool with a circuit breaker and
-// the contention manager, and from a Tracer and a BreakerTracer that have
+// the contention manager, and from a Tracer that has
 // seen the scripted transactions and a change of state: each histogram as
 // its _bucket, _sum and _count series too.
 func exportedNames(t *testing.T) map[string]bool {
@@ -55,13 +55,12 @@ func exportedNames(t *testing.T) map[string]bool {
 	// One call that cannot connect, so the pool's counters and the
 	// breaker have something to say.
 	_ = pgtx.Transaction(context.Background(), pool, pgtx.ReadCommitted, func(context.Context, pgx.Tx) error { return nil })
-	tr := NewTracer("main")
+	tr := NewTracer(WithPoolName("main"))
 	scriptedTransactions(tr)
-	bt := NewBreakerTracer()
-	bt.TraceBreakerStateChange(context.Background(), pgtx.TraceBreakerStateChangeData{Name: "main", From: pgtx.BreakerClosed, To: pgtx.BreakerOpen})
+	tr.TraceBreakerStateChange(context.Background(), pgtx.TraceBreakerStateChangeData{Name: "main", From: pgtx.BreakerClosed, To: pgtx.BreakerOpen})
 
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(NewCollector(map[string]*pgtx.Pool{"main": pool}), tr, bt)
+	reg.MustRegister(NewCollector(map[string]*pgtx.Pool{"main": pool}), tr)
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("Gather: %v", err)

@@ -6,9 +6,10 @@
 // breaker and the contention manager. A [Tracer], set as the pool's
 // [pgtx.Config].Tracer, counts what only the [pgtx.TransactionTracer]
 // events know: how calls end, their attempts, the retries by class and
-// their backoff, the retries the budget refused. Of the
-// [pgtx.BreakerTracer] events, Stats keeps the state and the openings; a
-// [BreakerTracer] counts every change of state.
+// their backoff, the retries the budget refused, and every change of state
+// of the pool's circuit breaker (Stats keeps only the state and the
+// openings). To send the same events to a log too, join the Tracer and
+// pgtxslog's with the multitracer package.
 //
 // The directory dashboard holds a Grafana dashboard over these metrics
 // (dashboard/pgtx.json); a test checks its queries against the names this
@@ -161,13 +162,8 @@
 // From a [Tracer] (its type's documentation has the details):
 // pgtx_transactions_total{label, outcome}, pgtx_transaction_duration_seconds,
 // pgtx_transaction_attempts, pgtx_retries_total{label, class},
-// pgtx_retry_backoff_seconds_total{label, class} and
-// pgtx_retry_budget_refusals_total{label}.
-//
-// And, from a [BreakerTracer] set as [pgtx.BreakerConfig].Tracer and
-// registered on its own:
-//
-//   - pgtx_breaker_transitions_total{breaker, from, to} (counter): changes
-//     of state, by the breaker's [pgtx.BreakerConfig].Name and the states
-//     left and entered ("closed", "half-open", "open").
+// pgtx_retry_backoff_seconds_total{label, class},
+// pgtx_retry_budget_refusals_total{label} and
+// pgtx_breaker_transitions_total{breaker, from, to}, each with the label
+// pool when [WithPoolName] names the pool.
 package pgtxprom

@@ -42,30 +42,9 @@ func Example() {
 	}
 }
 
-// ExampleNewBreakerTracer counts the changes of state of a replica pool's
-// circuit breaker, next to the pool's statistics.
-func ExampleNewBreakerTracer() {
-	ctx := context.Background()
-	transitions := pgtxprom.NewBreakerTracer()
-	cfg, err := pgtx.ParseConfig(os.Getenv("REPLICA_URL"))
-	if err != nil {
-		log.Print(err)
-		return
-	}
-	cfg.Breaker = &pgtx.BreakerConfig{Name: "replica", Tracer: transitions}
-	replica, err := pgtx.NewWithConfig(ctx, cfg)
-	if err != nil {
-		log.Print(err)
-		return
-	}
-	defer replica.Close()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(transitions, pgtxprom.NewCollector(map[string]*pgtx.Pool{"replica": replica}))
-}
-
 // ExampleNewTracer counts a pool's transactions by outcome, their attempts
-// and retries, beside the pool's statistics.
+// and retries, and the changes of state of its circuit breaker, beside the
+// pool's statistics.
 func ExampleNewTracer() {
 	ctx := context.Background()
 	cfg, err := pgtx.ParseConfig(os.Getenv("DATABASE_URL"))
@@ -73,8 +52,9 @@ func ExampleNewTracer() {
 		log.Print(err)
 		return
 	}
-	metrics := pgtxprom.NewTracer("main")
+	metrics := pgtxprom.NewTracer(pgtxprom.WithPoolName("main"))
 	cfg.Tracer = metrics
+	cfg.Breaker = &pgtx.BreakerConfig{Name: "main"}
 	pool, err := pgtx.NewWithConfig(ctx, cfg)
 	if err != nil {
 		log.Print(err)

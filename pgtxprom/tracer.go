@@ -26,17 +26,18 @@ var attemptBuckets = []float64{1, 2, 3, 4, 6, 8, 11}
 
 // Tracer counts, as Prometheus metrics, what pgtx does for every
 // transaction: how calls end, how many attempts they take, which errors
-// are retried and how long the retries wait, and the retries the retry
-// budget refuses. It is a [pgtx.TransactionTracer] and a
+// are retried and how long the retries wait, the retries the retry budget
+// refuses, and every change of state of the pool's circuit breaker. It is
+// a [pgtx.TransactionTracer], a [pgtx.BreakerTracer] and a
 // [prometheus.Collector]: set it as a pool's [pgtx.Config].Tracer and
-// register it. What a snapshot of [pgtx.Stats] already holds (the pool,
+// register it (to log the same events too, see the multitracer package). What a snapshot of [pgtx.Stats] already holds (the pool,
 // the cancels by outcome, the resolutions of ambiguous COMMITs, the
 // breaker, the contention manager) is a [Collector]'s; register both.
 //
 // Its metrics, under the namespace "pgtx" ([WithNamespace] changes it),
-// have the labels pool (the name given to [NewTracer]) and label
-// ([pgtx.Options].Label, "" for calls without one; keep labels few, one
-// per kind of transaction):
+// have the label pool when [WithPoolName] names the pool, and the
+// transactions' ones the label label ([pgtx.Options].Label, "" for calls
+// without one; keep labels few, one per kind of transaction):
 //
 //   - pgtx_transactions_total{outcome} (counter): calls ended, by outcome:
 //     committed, or the class of the error the call returned
@@ -53,6 +54,13 @@ var attemptBuckets = []float64{1, 2, 3, 4, 6, 8, 11}
 //     retries waited first.
 //   - pgtx_retry_budget_refusals_total (counter): retries the pool's
 //     retry budget ([pgtx.RetryConfig].BudgetRatio) refused.
+//   - pgtx_breaker_transitions_total{breaker, from, to} (counter): changes
+//     of state of the pool's circuit breaker, where breaker is the
+//     [pgtx.BreakerConfig].Name and from and to are the states left and
+//     entered, as [pgtx.BreakerState.String] ("closed", "half-open",
+//     "open"). The breaker's state and its openings are in [pgtx.Stats],
+//     which a Collector exports; this counter adds what a snapshot misses,
+//     every change, the short ones included (half-open to open and back).
 //
 // A series appears once it has something to count. It is safe for
 // concurrent use; one Tracer serves one pool (its events carry no pool).
@@ -63,23 +71,23 @@ type Tracer struct {
 	retries      *prometheus.CounterVec
 	backoff      *prometheus.CounterVec
 	refusals     *prometheus.CounterVec
+	transitions  *prometheus.CounterVec
 }
 
 var (
 	_ pgtx.TransactionTracer = (*Tracer)(nil)
+	_ pgtx.BreakerTracer     = (*Tracer)(nil)
 	_ prometheus.Collector   = (*Tracer)(nil)
 )
 
-// NewTracer returns a [Tracer] for the pool named pool, the value of its
-// metrics' pool label: the name the pool has in a [Collector].
-func NewTracer(pool string, opts ...Option) *Tracer {
-	cfg := config{namespace: DefaultNamespace}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&cfg)
-		}
+// NewTracer returns a [Tracer] configured by opts: [WithPoolName] names
+// its pool, [WithNamespace] sets the prefix of its metrics' names.
+func NewTracer(opts ...Option) *Tracer {
+	cfg := newConfig(opts)
+	var constLabels prometheus.Labels
+	if cfg.pool != "" {
+		constLabels = prometheus.Labels{labelPool: cfg.pool}
 	}
-	constLabels := prometheus.Labels{labelPool: pool}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: cfg.namespace, Name: name, Help: help, ConstLabels: constLabels,
@@ -103,6 +111,10 @@ func NewTracer(pool string, opts ...Option) *Tracer {
 			"Time the retries waited before they ran, by the class of the error retried.", labelClass),
 		refusals: counter("retry_budget_refusals_total",
 			"Retries the pool's retry budget refused."),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: cfg.namespace, Name: "breaker_transitions_total", ConstLabels: constLabels,
+			Help: "Changes of state of circuit breakers, by breaker name and the states left and entered.",
+		}, []string{labelBreaker, labelFrom, labelTo}),
 	}
 }
 
@@ -155,5 +167,20 @@ func (t *Tracer) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (t *Tracer) collectors() []prometheus.Collector {
-	return []prometheus.Collector{t.transactions, t.duration, t.attempts, t.retries, t.backoff, t.refusals}
+	return []prometheus.Collector{t.transactions, t.duration, t.attempts, t.retries, t.backoff, t.refusals, t.transitions}
+}
+
+// TraceBreakerStateChange counts a change of state of the pool's circuit
+// breaker.
+func (t *Tracer) TraceBreakerStateChange(_ context.Context, data pgtx.TraceBreakerStateChangeData) {
+	t.transitions.WithLabelValues(data.Name, breakerStateName(data.From), breakerStateName(data.To)).Inc()
+}
+
+// breakerStateName is the value of the from and to labels: the state's
+// name, "unknown" for a state this package does not know.
+func breakerStateName(s pgtx.BreakerState) string {
+	if s < pgtx.BreakerClosed || s > pgtx.BreakerOpen {
+		return "unknown"
+	}
+	return s.String()
 }

@@ -50,7 +50,7 @@ func scriptedTransactions(t pgtx.TransactionTracer) {
 // TestTracerScripted checks the exact names, labels and values the Tracer
 // exports for the scripted calls.
 func TestTracerScripted(t *testing.T) {
-	tr := NewTracer("main")
+	tr := NewTracer(WithPoolName("main"))
 	scriptedTransactions(tr)
 	want := `
 # HELP pgtx_transactions_total Transaction calls ended, by outcome: committed, or the class of the error returned.
@@ -127,7 +127,7 @@ pgtx_retry_budget_refusals_total{label="transfer",pool="main"} 1
 // their own too.
 func TestTracerLint(t *testing.T) {
 	for _, opts := range [][]Option{nil, {WithNamespace("app")}} {
-		tr := NewTracer("main", opts...)
+		tr := NewTracer(append([]Option{WithPoolName("main")}, opts...)...)
 		scriptedTransactions(tr)
 		problems, err := testutil.CollectAndLint(tr)
 		if err != nil {

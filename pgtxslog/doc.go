@@ -10,7 +10,7 @@
 //	if err != nil {
 //		return err
 //	}
-//	cfg.Tracer = pgtxslog.New(logger, nil)
+//	cfg.Tracer = pgtxslog.NewTracer(pgtxslog.WithLogger(logger))
 //	pool, err := pgtx.NewWithConfig(ctx, cfg)
 //
 // # What is logged
@@ -57,14 +57,14 @@
 // are logged at Debug; it starting or stopping to limit a label is logged
 // at Info.
 //
-// [Options].Levels is the one way to choose levels: it maps a kind to its
+// [WithLevels] is the one way to choose levels: it maps a kind to its
 // level, and [LevelOff] silences it. Enabling the committed or attempt
 // lines is giving them a level:
 //
-//	pgtxslog.New(logger, &pgtxslog.Options{Levels: map[pgtxslog.Event]slog.Leveler{
+//	pgtxslog.NewTracer(pgtxslog.WithLogger(logger), pgtxslog.WithLevels(map[pgtxslog.Event]slog.Leveler{
 //		pgtxslog.Committed:     slog.LevelInfo,
 //		pgtxslog.RetryConflict: pgtxslog.LevelOff,
-//	}})
+//	}))
 //
 // # Attributes
 //

@@ -98,7 +98,7 @@ func TestDefaultLevels(t *testing.T) {
 	}
 }
 
-// TestLevels checks that Options.Levels sets the level of each kind, and
+// TestLevels checks that WithLevels sets the level of each kind, and
 // that LevelOff silences it.
 func TestLevels(t *testing.T) {
 	t.Parallel()
@@ -115,7 +115,7 @@ func TestLevels(t *testing.T) {
 				{nil, 1}, // the default, unless off
 			}
 			for _, lt := range tests {
-				h, tr := newRecorder(slog.LevelDebug-4, &pgtxslog.Options{Levels: levels{tt.event: lt.level}})
+				h, tr := newRecorder(slog.LevelDebug-4, pgtxslog.WithLevels(levels{tt.event: lt.level}))
 				tt.fire(context.Background(), tr)
 				got := h.lines(t)
 				want, level := lt.want, tt.level
@@ -136,12 +136,12 @@ func TestLevels(t *testing.T) {
 }
 
 // TestLevelsOnlyTheirKind checks that a level set for one kind leaves the
-// others at their defaults, that an unknown kind is ignored, and that New
+// others at their defaults, that an unknown kind is ignored, and that WithLevels
 // copies the map.
 func TestLevelsOnlyTheirKind(t *testing.T) {
 	t.Parallel()
 	m := levels{pgtxslog.RetryConflict: slog.LevelError, pgtxslog.Event(-1): slog.LevelError, pgtxslog.Event(99): slog.LevelError}
-	h, tr := newRecorder(slog.LevelDebug, &pgtxslog.Options{Levels: m})
+	h, tr := newRecorder(slog.LevelDebug, pgtxslog.WithLevels(m))
 	m[pgtxslog.RetryOverload] = pgtxslog.LevelOff
 	ctx := context.Background()
 	for _, tt := range triggers() {
@@ -177,7 +177,7 @@ func TestTraceContention(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		opts *pgtxslog.Options
+		opts pgtxslog.Option
 		data pgtx.TraceContentionData
 		want []line
 	}{
@@ -204,7 +204,7 @@ func TestTraceContention(t *testing.T) {
 		},
 		{
 			name: "changes logged at info",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.ContentionChanged: slog.LevelInfo}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.ContentionChanged: slog.LevelInfo}),
 			data: pgtx.TraceContentionData{Label: "transfer", Limiting: true, Limit: 3, Previous: 6},
 			want: []line{contentionLine(slog.LevelInfo, map[string]string{
 				"label": "transfer", "limiting": "true", "limit": "3", "previous": "6", "conflict_ratio": "0",
@@ -212,7 +212,7 @@ func TestTraceContention(t *testing.T) {
 		},
 		{
 			name: "switches off",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.ContentionSwitched: pgtxslog.LevelOff}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.ContentionSwitched: pgtxslog.LevelOff}),
 			data: pgtx.TraceContentionData{Label: "transfer", Limiting: true, Limit: 6},
 		},
 	}
@@ -230,7 +230,7 @@ func TestTraceContention(t *testing.T) {
 // its wait and the limit.
 func TestAdmission(t *testing.T) {
 	t.Parallel()
-	h, tr := newRecorder(slog.LevelDebug, &pgtxslog.Options{Levels: levels{pgtxslog.Attempt: slog.LevelDebug}})
+	h, tr := newRecorder(slog.LevelDebug, pgtxslog.WithLevels(levels{pgtxslog.Attempt: slog.LevelDebug}))
 	ctx := context.Background()
 	tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Label: "transfer", Isolation: pgtx.Serializable, Attempt: 1,
 		Err: errConflict, Class: pgtx.ClassConflict, Duration: 2 * time.Millisecond, Retry: true,
@@ -265,8 +265,8 @@ func TestJSONLines(t *testing.T) {
 			return a
 		},
 	}))
-	tr := pgtxslog.New(logger, nil)
-	grouped := pgtxslog.New(logger.WithGroup("db"), nil)
+	tr := pgtxslog.NewTracer(pgtxslog.WithLogger(logger))
+	grouped := pgtxslog.NewTracer(pgtxslog.WithLogger(logger.WithGroup("db")))
 	ctx := context.Background()
 	tests := []struct {
 		name string

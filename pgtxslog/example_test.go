@@ -28,12 +28,12 @@ func exampleLogger() *slog.Logger {
 }
 
 // The tracer is normally set as Config.Tracer (cfg.Tracer =
-// pgtxslog.New(logger, nil)) and pgtx calls it. Here its hook is called
+// pgtxslog.NewTracer(pgtxslog.WithLogger(logger))) and pgtx calls it. Here its hook is called
 // directly, as pgtx does when a SERIALIZABLE transaction lost to a
 // concurrent one and is about to run again. The JSON handler writes
 // durations in nanoseconds.
 func Example() {
-	tracer := pgtxslog.New(exampleLogger(), nil)
+	tracer := pgtxslog.NewTracer(pgtxslog.WithLogger(exampleLogger()))
 
 	tracer.TraceAttemptEnd(context.Background(), pgtx.TraceAttemptEndData{
 		Label:     "transfer",
@@ -53,21 +53,22 @@ func Example() {
 	// {"level":"DEBUG","msg":"retrying transaction","err":"ERROR: could not serialize access due to concurrent update (SQLSTATE 40001)","pgtx":{"label":"transfer","isolation":"SERIALIZABLE","attempt":1,"class":"conflict","sqlstate":"40001","backoff":3000000,"duration":4000000}}
 }
 
-// ExampleNew sets the tracer on a pool's Config, under the logger's group
+// ExampleNewTracer sets the tracer on a pool's Config, under the logger's group
 // "db": committed calls are logged at Info, conflict retries not at all.
-func ExampleNew() {
+func ExampleNewTracer() {
 	ctx := context.Background()
 	cfg, err := pgtx.ParseConfig(os.Getenv("DATABASE_URL"))
 	if err != nil {
 		slog.Error("config", "err", err)
 		return
 	}
-	cfg.Tracer = pgtxslog.New(slog.Default().WithGroup("db"), &pgtxslog.Options{
-		Levels: map[pgtxslog.Event]slog.Leveler{
+	cfg.Tracer = pgtxslog.NewTracer(
+		pgtxslog.WithLogger(slog.Default().WithGroup("db")),
+		pgtxslog.WithLevels(map[pgtxslog.Event]slog.Leveler{
 			pgtxslog.Committed:     slog.LevelInfo,
 			pgtxslog.RetryConflict: pgtxslog.LevelOff,
-		},
-	})
+		}),
+	)
 	pool, err := pgtx.NewWithConfig(ctx, cfg)
 	if err != nil {
 		slog.Error("connect", "err", err)

@@ -13,7 +13,7 @@ import (
 )
 
 // Event is a kind of line a [Tracer] writes. Each kind has a default level,
-// given in the package documentation; [Options].Levels changes it.
+// given in the package documentation; [WithLevels] changes it.
 type Event int
 
 // The kinds of line of a [Tracer], with their messages.
@@ -133,23 +133,38 @@ func (e Event) String() string {
 	return events[e].name
 }
 
-// Options sets the levels of a [Tracer]'s lines. The zero value, like a nil
-// *Options, logs every kind of line at its default level.
-type Options struct {
-	// Levels maps a kind of line to its level. A kind that is missing, or
-	// whose level is nil, has its default level (see the package
-	// documentation); [LevelOff] silences it. A level is read at each
-	// event, so a [*slog.LevelVar] changes it while the program runs. New
-	// copies the map: changing it later has no effect; a key that is none
-	// of the kinds is ignored.
-	Levels map[Event]slog.Leveler
+// Option configures a [Tracer] made by [NewTracer].
+type Option func(*Tracer)
+
+// WithLogger makes the Tracer write to logger. Without it, or with a nil
+// logger, it writes to [slog.Default] at the time of each event, so a later
+// [slog.SetDefault] takes effect.
+func WithLogger(logger *slog.Logger) Option {
+	return func(t *Tracer) { t.logger = logger }
+}
+
+// WithLevels sets the levels of the Tracer's lines: it maps a kind of line
+// to its level. A kind that is missing, or whose level is nil, has its
+// default level (see the package documentation); [LevelOff] silences it. A
+// level is read at each event, so a [*slog.LevelVar] changes it while the
+// program runs. The map is copied: changing it later has no effect; a key
+// that is none of the kinds is ignored. Given more than once, each map is
+// applied over the ones before it.
+func WithLevels(levels map[Event]slog.Leveler) Option {
+	return func(t *Tracer) {
+		for e, l := range levels {
+			if e >= 0 && e < numEvents {
+				t.levels[e] = l
+			}
+		}
+	}
 }
 
 // Tracer logs pgtx events to a [*slog.Logger]. It implements every tracer
 // interface of pgtx: [pgtx.TransactionTracer], [pgtx.CancelTracer],
 // [pgtx.BreakerTracer] and [pgtx.ContentionTracer]; set as
 // [pgtx.Config].Tracer it receives the events of the pool's calls, cancels,
-// circuit breaker and contention manager. Create it with [New]; the zero
+// circuit breaker and contention manager. Create it with [NewTracer]; the zero
 // Tracer logs to [slog.Default] at the default levels. It is safe for
 // concurrent use.
 type Tracer struct {
@@ -164,16 +179,13 @@ var (
 	_ pgtx.ContentionTracer  = (*Tracer)(nil)
 )
 
-// New returns a [Tracer] that writes to logger. A nil logger means
-// [slog.Default] at the time of each event, so a later [slog.SetDefault]
-// takes effect. A nil opts means the default levels.
-func New(logger *slog.Logger, opts *Options) *Tracer {
-	t := &Tracer{logger: logger}
-	if opts != nil {
-		for e, l := range opts.Levels {
-			if e >= 0 && e < numEvents {
-				t.levels[e] = l
-			}
+// NewTracer returns a [Tracer] configured by opts (nil options are
+// skipped): by default it writes to [slog.Default] at the default levels.
+func NewTracer(opts ...Option) *Tracer {
+	t := &Tracer{}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(t)
 		}
 	}
 	return t

@@ -41,12 +41,12 @@ func (h *recorder) WithAttrs([]slog.Attr) slog.Handler { panic("recorder: WithAt
 func (h *recorder) WithGroup(string) slog.Handler      { panic("recorder: WithGroup") }
 
 // newRecorder returns a handler enabled from min and a Tracer writing to it.
-func newRecorder(min slog.Level, opts *pgtxslog.Options) (*recorder, *pgtxslog.Tracer) {
+func newRecorder(min slog.Level, opts pgtxslog.Option) (*recorder, *pgtxslog.Tracer) {
 	h := &recorder{min: min}
-	return h, pgtxslog.New(slog.New(h), opts)
+	return h, pgtxslog.NewTracer(pgtxslog.WithLogger(slog.New(h)), opts)
 }
 
-// levels is the type of Options.Levels.
+// levels is the type of WithLevels's map.
 type levels = map[pgtxslog.Event]slog.Leveler
 
 // line is what a test expects of a record: its level, message and
@@ -166,7 +166,7 @@ func TestTraceAttemptEnd(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		opts *pgtxslog.Options
+		opts pgtxslog.Option
 		data pgtx.TraceAttemptEndData
 		want []line
 	}{
@@ -209,7 +209,7 @@ func TestTraceAttemptEnd(t *testing.T) {
 		},
 		{
 			name: "last failed attempt with LogAttempts",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.Attempt: slog.LevelDebug}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.Attempt: slog.LevelDebug}),
 			data: end(errUnique, false, 0),
 			want: []line{{slog.LevelDebug, "attempt finished", map[string]string{
 				"label": "transfer", "isolation": "SERIALIZABLE", "attempt": "2",
@@ -219,7 +219,7 @@ func TestTraceAttemptEnd(t *testing.T) {
 		},
 		{
 			name: "committed attempt with LogAttempts at its level",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.Attempt: slog.LevelInfo}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.Attempt: slog.LevelInfo}),
 			data: end(nil, false, 0),
 			want: []line{{slog.LevelInfo, "attempt finished", map[string]string{
 				"label": "transfer", "isolation": "SERIALIZABLE", "attempt": "2",
@@ -228,19 +228,19 @@ func TestTraceAttemptEnd(t *testing.T) {
 		},
 		{
 			name: "retry with LogAttempts is one line",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.Attempt: slog.LevelDebug}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.Attempt: slog.LevelDebug}),
 			data: end(errConflict, true, 3*time.Millisecond),
 			want: []line{retry(slog.LevelDebug, "conflict", "40001", errConflict, "3ms")},
 		},
 		{
 			name: "conflict level overridden",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.RetryConflict: slog.LevelInfo}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.RetryConflict: slog.LevelInfo}),
 			data: end(errConflict, true, 3*time.Millisecond),
 			want: []line{retry(slog.LevelInfo, "conflict", "40001", errConflict, "3ms")},
 		},
 		{
 			name: "overload retry off",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.RetryOverload: pgtxslog.LevelOff}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.RetryOverload: pgtxslog.LevelOff}),
 			data: end(errOverload, true, time.Second),
 		},
 	}
@@ -275,7 +275,7 @@ func TestTraceTransactionEnd(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		opts *pgtxslog.Options
+		opts pgtxslog.Option
 		data pgtx.TraceTransactionEndData
 		want []line
 	}{
@@ -285,7 +285,7 @@ func TestTraceTransactionEnd(t *testing.T) {
 		},
 		{
 			name: "success logged with LogSuccess",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.Committed: slog.LevelDebug}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.Committed: slog.LevelDebug}),
 			data: end("pay", nil),
 			want: []line{{slog.LevelDebug, "transaction committed", map[string]string{
 				"label": "pay", "isolation": "READ COMMITTED",
@@ -294,7 +294,7 @@ func TestTraceTransactionEnd(t *testing.T) {
 		},
 		{
 			name: "success without label",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.Committed: slog.LevelInfo}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.Committed: slog.LevelInfo}),
 			data: end("", nil),
 			want: []line{{slog.LevelInfo, "transaction committed", map[string]string{
 				"isolation": "READ COMMITTED", "attempts": "3", "duration": "1.5s",
@@ -382,13 +382,13 @@ func TestTraceTransactionEnd(t *testing.T) {
 		},
 		{
 			name: "permanent level overridden",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.FailedPermanent: slog.LevelInfo}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.FailedPermanent: slog.LevelInfo}),
 			data: end("pay", errUnique),
 			want: []line{failed(slog.LevelInfo, "permanent", "23505", errUnique)},
 		},
 		{
 			name: "commit unknown off",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.CommitUnknown: pgtxslog.LevelOff}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.CommitUnknown: pgtxslog.LevelOff}),
 			data: end("pay", errCommitLost),
 		},
 	}
@@ -409,7 +409,7 @@ func TestBudgetRefusal(t *testing.T) {
 	lostBudget := fmt.Errorf("%w: %w", pgtx.ErrRetryBudgetExhausted, io.EOF)
 	tests := []struct {
 		name string
-		opts *pgtxslog.Options
+		opts pgtxslog.Option
 		data pgtx.TraceAttemptEndData
 		want []line
 	}{
@@ -430,7 +430,7 @@ func TestBudgetRefusal(t *testing.T) {
 		},
 		{
 			name: "level overridden",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.BudgetExhausted: slog.LevelError}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.BudgetExhausted: slog.LevelError}),
 			data: pgtx.TraceAttemptEndData{Isolation: pgtx.Serializable, Attempt: 1, Err: lostBudget, Class: pgtx.ClassConnectionLost},
 			want: []line{{slog.LevelError, "retry budget exhausted", map[string]string{
 				"isolation": "SERIALIZABLE", "attempt": "1", "class": "connection_lost", "err": errText(lostBudget),
@@ -438,7 +438,7 @@ func TestBudgetRefusal(t *testing.T) {
 		},
 		{
 			name: "refusal then the attempt with LogAttempts",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.Attempt: slog.LevelDebug}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.Attempt: slog.LevelDebug}),
 			data: pgtx.TraceAttemptEndData{Label: "pay", Isolation: pgtx.ReadCommitted, Attempt: 2, Err: errBudget, Class: pgtx.ClassOverload, Duration: 3 * time.Millisecond},
 			want: []line{
 				{slog.LevelWarn, "retry budget exhausted", map[string]string{
@@ -453,7 +453,7 @@ func TestBudgetRefusal(t *testing.T) {
 		},
 		{
 			name: "refusal off",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.BudgetExhausted: pgtxslog.LevelOff}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.BudgetExhausted: pgtxslog.LevelOff}),
 			data: pgtx.TraceAttemptEndData{Attempt: 1, Err: errBudget, Class: pgtx.ClassOverload},
 		},
 		{
@@ -506,7 +506,7 @@ func TestTraceCancel(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		opts *pgtxslog.Options
+		opts pgtxslog.Option
 		data pgtx.TraceCancelData
 		want []line
 	}{
@@ -552,7 +552,7 @@ func TestTraceCancel(t *testing.T) {
 		},
 		{
 			name: "fallback level overridden",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.CancelFallback: slog.LevelError}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.CancelFallback: slog.LevelError}),
 			data: data(pgtx.CancelModePool, false, false, true),
 			want: []line{cancelLine(slog.LevelError, "pool", "protocol", "true")},
 		},
@@ -563,7 +563,7 @@ func TestTraceCancel(t *testing.T) {
 		},
 		{
 			name: "cancel off",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.Cancel: pgtxslog.LevelOff}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.Cancel: pgtxslog.LevelOff}),
 			data: data(pgtx.CancelModePool, false, false, false),
 		},
 	}
@@ -594,7 +594,7 @@ func TestTraceBreakerStateChange(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		opts *pgtxslog.Options
+		opts pgtxslog.Option
 		data pgtx.TraceBreakerStateChangeData
 		want []line
 	}{
@@ -620,13 +620,13 @@ func TestTraceBreakerStateChange(t *testing.T) {
 		},
 		{
 			name: "levels overridden",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.BreakerOpened: slog.LevelError, pgtxslog.BreakerChanged: slog.LevelDebug}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.BreakerOpened: slog.LevelError, pgtxslog.BreakerChanged: slog.LevelDebug}),
 			data: change("replica", pgtx.BreakerOpen, pgtx.BreakerClosed, "open for 5s, no probes"),
 			want: []line{changeLine(slog.LevelDebug, "replica", "open", "closed", "open for 5s, no probes")},
 		},
 		{
 			name: "opened off",
-			opts: &pgtxslog.Options{Levels: levels{pgtxslog.BreakerOpened: pgtxslog.LevelOff}},
+			opts: pgtxslog.WithLevels(levels{pgtxslog.BreakerOpened: pgtxslog.LevelOff}),
 			data: change("replica", pgtx.BreakerClosed, pgtx.BreakerOpen, "5 consecutive failures"),
 		},
 	}
@@ -644,7 +644,7 @@ type ctxKey struct{}
 
 func TestStartReturnsContextUnchanged(t *testing.T) {
 	t.Parallel()
-	h, tr := newRecorder(slog.LevelDebug, &pgtxslog.Options{Levels: levels{pgtxslog.Committed: slog.LevelDebug, pgtxslog.Attempt: slog.LevelDebug}})
+	h, tr := newRecorder(slog.LevelDebug, pgtxslog.WithLevels(levels{pgtxslog.Committed: slog.LevelDebug, pgtxslog.Attempt: slog.LevelDebug}))
 	ctx := context.WithValue(context.Background(), ctxKey{}, "trace-1")
 	if got := tr.TraceTransactionStart(ctx, pgtx.TraceTransactionStartData{Label: "x", Isolation: pgtx.Serializable}); got != ctx {
 		t.Errorf("TraceTransactionStart returned another context")
@@ -659,7 +659,7 @@ func TestStartReturnsContextUnchanged(t *testing.T) {
 // context of its hook, where a handler finds trace ids.
 func TestHookContextReachesHandler(t *testing.T) {
 	t.Parallel()
-	h, tr := newRecorder(slog.LevelDebug, &pgtxslog.Options{Levels: levels{pgtxslog.Committed: slog.LevelDebug}})
+	h, tr := newRecorder(slog.LevelDebug, pgtxslog.WithLevels(levels{pgtxslog.Committed: slog.LevelDebug}))
 	ctx := context.WithValue(context.Background(), ctxKey{}, "trace-1")
 	tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Attempt: 1, Err: errConflict, Class: pgtx.ClassConflict, Retry: true})
 	tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Attempts: 2})
@@ -683,7 +683,7 @@ func TestHookContextReachesHandler(t *testing.T) {
 // enabled from Error: only the Error lines get through.
 func TestDisabledLevelLogsNothing(t *testing.T) {
 	t.Parallel()
-	h, tr := newRecorder(slog.LevelError, &pgtxslog.Options{Levels: levels{pgtxslog.Committed: slog.LevelDebug, pgtxslog.Attempt: slog.LevelDebug}})
+	h, tr := newRecorder(slog.LevelError, pgtxslog.WithLevels(levels{pgtxslog.Committed: slog.LevelDebug, pgtxslog.Attempt: slog.LevelDebug}))
 	ctx := context.Background()
 	for _, err := range []error{errConflict, errOverload, errConnLost} {
 		tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Attempt: 1, Err: err, Class: pgtx.Classify(err), Retry: true})
@@ -713,9 +713,9 @@ func TestDisabledLevelLogsNothing(t *testing.T) {
 // TestDisabledLevelAllocs checks that a line whose level the handler
 // disables costs no allocation.
 func TestDisabledLevelAllocs(t *testing.T) {
-	h, tr := newRecorder(slog.LevelError, &pgtxslog.Options{Levels: levels{pgtxslog.Committed: slog.LevelDebug, pgtxslog.Attempt: slog.LevelDebug}})
+	h, tr := newRecorder(slog.LevelError, pgtxslog.WithLevels(levels{pgtxslog.Committed: slog.LevelDebug, pgtxslog.Attempt: slog.LevelDebug}))
 	// off writes to a handler enabled from Debug, but its kinds are off.
-	hOff, off := newRecorder(slog.LevelDebug, &pgtxslog.Options{Levels: levels{pgtxslog.RetryConflict: pgtxslog.LevelOff}})
+	hOff, off := newRecorder(slog.LevelDebug, pgtxslog.WithLevels(levels{pgtxslog.RetryConflict: pgtxslog.LevelOff}))
 	ctx := context.Background()
 	tests := []struct {
 		name string
@@ -783,7 +783,7 @@ func TestDisabledLevelAllocs(t *testing.T) {
 func TestLevelVar(t *testing.T) {
 	t.Parallel()
 	var lv slog.LevelVar // Info
-	h, tr := newRecorder(slog.LevelInfo, &pgtxslog.Options{Levels: levels{pgtxslog.RetryConflict: &lv}})
+	h, tr := newRecorder(slog.LevelInfo, pgtxslog.WithLevels(levels{pgtxslog.RetryConflict: &lv}))
 	data := pgtx.TraceAttemptEndData{Attempt: 1, Err: errConflict, Class: pgtx.ClassConflict, Retry: true}
 	tr.TraceAttemptEnd(context.Background(), data)
 	lv.Set(slog.LevelDebug)
@@ -795,8 +795,8 @@ func TestLevelVar(t *testing.T) {
 }
 
 // TestNilLoggerUsesDefault checks that a nil logger writes to slog.Default()
-// as it is at the time of the event, and that neither a nil Options, an
-// empty one, the zero Tracer nor a nil *Tracer panics. It changes the
+// as it is at the time of the event, and that neither nil options, an
+// empty levels map, the zero Tracer nor a nil *Tracer panics. It changes the
 // default logger, so it does not run in parallel.
 func TestNilLoggerUsesDefault(t *testing.T) {
 	old := slog.Default()
@@ -806,8 +806,8 @@ func TestNilLoggerUsesDefault(t *testing.T) {
 		name string
 		tr   *pgtxslog.Tracer
 	}{
-		{"New(nil, nil)", pgtxslog.New(nil, nil)},
-		{"New(nil, &Options{})", pgtxslog.New(nil, &pgtxslog.Options{})},
+		{"NewTracer()", pgtxslog.NewTracer()},
+		{"NewTracer(WithLogger(nil), nil, WithLevels(nil))", pgtxslog.NewTracer(pgtxslog.WithLogger(nil), nil, pgtxslog.WithLevels(nil))},
 		{"zero Tracer", &pgtxslog.Tracer{}},
 		{"nil *Tracer", nilTracer},
 	}
