@@ -11,8 +11,8 @@
 // reports the pool's [pgtx.Stats], and a [PoolTracer], a pgx tracer of the
 // pool's connections, its connection wait and use times:
 //
-//	tr, err := pgtxotel.New()
-//	pt, err := pgtxotel.NewPoolTracer("main")
+//	tr := pgtxotel.NewTracer()
+//	pt := pgtxotel.NewPoolTracer("main")
 //	cfg, err := pgtx.ParseConfig(connString)
 //	cfg.Tracer = tr
 //	cfg.ConnConfig.Tracer = pt // or multitracer.New(otelpgx.NewTracer(), pt)

@@ -20,11 +20,7 @@ import (
 func Example() {
 	ctx := context.Background()
 
-	tr, err := pgtxotel.New(pgtxotel.WithAttributes(attribute.String("db.namespace", "shop")))
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	tr := pgtxotel.NewTracer(pgtxotel.WithAttributes(attribute.String("db.namespace", "shop")))
 	cfg, err := pgtx.ParseConfig(os.Getenv("DATABASE_URL"))
 	if err != nil {
 		fmt.Println(err)
@@ -65,16 +61,8 @@ func Example() {
 func Example_otelpgx() {
 	ctx := context.Background()
 
-	tr, err := pgtxotel.New()
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	pt, err := pgtxotel.NewPoolTracer("main")
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	tr := pgtxotel.NewTracer()
+	pt := pgtxotel.NewPoolTracer("main")
 	cfg, err := pgtx.ParseConfig(os.Getenv("DATABASE_URL"))
 	if err != nil {
 		fmt.Println(err)

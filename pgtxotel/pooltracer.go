@@ -8,8 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/semconv/v1.43.0/dbconv"
 )
 
@@ -58,19 +60,25 @@ var (
 
 // NewPoolTracer returns the [PoolTracer] of the pool called name. The meter
 // comes from [WithMeterProvider] (by default [otel.GetMeterProvider] at the
-// time of the call); [WithTracerProvider] has no effect. It returns an error
-// if one of its instruments cannot be created; the PoolTracer is then nil.
-func NewPoolTracer(name string, opts ...Option) (*PoolTracer, error) {
+// time of the call); [WithTracerProvider] has no effect. An instrument that
+// cannot be created is reported to [otel.Handle], and the PoolTracer then
+// records nothing.
+func NewPoolTracer(name string, opts ...Option) *PoolTracer {
 	c := newConfig(opts)
-	m := c.mp.Meter(ScopeName)
 	buckets := metric.WithExplicitBucketBoundaries(durationBuckets...)
-	wait, err1 := dbconv.NewClientConnectionWaitTime(m, buckets)
-	use, err2 := dbconv.NewClientConnectionUseTime(m, buckets)
-	if err := errors.Join(err1, err2); err != nil {
-		return nil, errors.Join(errors.New("pgtxotel: creating pool tracer instruments"), err)
+	instruments := func(m metric.Meter) (metric.Float64Histogram, metric.Float64Histogram, error) {
+		wait, err1 := dbconv.NewClientConnectionWaitTime(m, buckets)
+		use, err2 := dbconv.NewClientConnectionUseTime(m, buckets)
+		return wait.Inst(), use.Inst(), errors.Join(err1, err2)
+	}
+	wait, use, err := instruments(c.mp.Meter(ScopeName))
+	if err != nil {
+		otel.Handle(errors.Join(errors.New("pgtxotel: creating pool tracer instruments"), err))
+		// A no-op meter creates every instrument without an error.
+		wait, use, _ = instruments(noop.NewMeterProvider().Meter(ScopeName))
 	}
 	set := attribute.NewSet(poolAttrs(c.attrs, name)...)
-	return &PoolTracer{wait: wait.Inst(), use: use.Inst(), opts: []metric.RecordOption{metric.WithAttributeSet(set)}}, nil
+	return &PoolTracer{wait: wait, use: use, opts: []metric.RecordOption{metric.WithAttributeSet(set)}}
 }
 
 // acquireStartKey is the context key of an acquire's start time.

@@ -16,10 +16,7 @@ import (
 // (one failed) and one release record wait_time twice and use_time once.
 func TestPoolTracer(t *testing.T) {
 	mp, reader := newManualMeterProvider(t)
-	pt, err := NewPoolTracer("main", WithMeterProvider(mp), WithAttributes(attribute.String("db.namespace", "shop")))
-	if err != nil {
-		t.Fatal(err)
-	}
+	pt := NewPoolTracer("main", WithMeterProvider(mp), WithAttributes(attribute.String("db.namespace", "shop")))
 	conn := &pgx.Conn{}
 	ctx := pt.TraceAcquireStart(context.Background(), nil, pgxpool.TraceAcquireStartData{})
 	time.Sleep(2 * time.Millisecond)

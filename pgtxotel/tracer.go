@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/metric/noop"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/semconv/v1.43.0/dbconv"
 	"go.opentelemetry.io/otel/trace"
@@ -157,18 +158,18 @@ type config struct {
 	attrs []attribute.KeyValue
 }
 
-// Option configures a [Tracer] made by [New], the instruments of
+// Option configures a [Tracer] made by [NewTracer], the instruments of
 // [RegisterPoolMetrics], or a [PoolTracer].
 type Option func(*config)
 
 // WithTracerProvider sets the provider of the [Tracer]'s spans. The default
-// is [otel.GetTracerProvider] at the time [New] is called.
+// is [otel.GetTracerProvider] at the time [NewTracer] is called.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(c *config) { c.tp = tp }
 }
 
 // WithMeterProvider sets the provider of the metrics. The default is
-// [otel.GetMeterProvider] at the time [New], [RegisterPoolMetrics] or
+// [otel.GetMeterProvider] at the time [NewTracer], [RegisterPoolMetrics] or
 // [NewPoolTracer] is called.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) { c.mp = mp }
@@ -197,9 +198,11 @@ func newConfig(opts []Option) config {
 	return c
 }
 
-// New returns a [Tracer]. It returns an error if one of its metric
-// instruments cannot be created; the Tracer is then nil.
-func New(opts ...Option) (*Tracer, error) {
+// NewTracer returns a [Tracer] configured by opts (nil options are
+// skipped). A metric instrument that cannot be created is reported to
+// [otel.Handle], as OpenTelemetry's instrumentation libraries do, and the
+// Tracer's metrics are then not recorded; its spans still are.
+func NewTracer(opts ...Option) *Tracer {
 	c := newConfig(opts)
 	t := &Tracer{
 		tracer:    c.tp.Tracer(ScopeName),
@@ -207,14 +210,16 @@ func New(opts ...Option) (*Tracer, error) {
 		attrs:     c.attrs,
 	}
 	if err := t.initInstruments(c.mp.Meter(ScopeName)); err != nil {
-		return nil, err
+		otel.Handle(err)
+		// A no-op meter creates every instrument without an error.
+		_ = t.initInstruments(noop.NewMeterProvider().Meter(ScopeName))
 	}
 	t.noLabel = t.newLabelSets("")
 	t.overflow = t.newLabelSets(otherLabel)
 	empty := map[string]*labelSets{}
 	t.labels.Store(&empty)
 	t.initCancelSets()
-	return t, nil
+	return t
 }
 
 // initInstruments creates the metric instruments.

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -49,11 +51,7 @@ func newHarnessSampler(t *testing.T, sampler sdktrace.Sampler, opts ...Option) *
 		_ = h.tp.Shutdown(context.Background())
 		_ = mp.Shutdown(context.Background())
 	})
-	tr, err := New(append([]Option{WithTracerProvider(h.tp), WithMeterProvider(mp)}, opts...)...)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	h.tr = tr
+	h.tr = NewTracer(append([]Option{WithTracerProvider(h.tp), WithMeterProvider(mp)}, opts...)...)
 	return h
 }
 
@@ -782,21 +780,58 @@ func (p failingProvider) Meter(string, ...metric.MeterOption) metric.Meter {
 	return failingMeter{fail: p.fail}
 }
 
-func TestNewInstrumentError(t *testing.T) {
+// captureOtelErrors sends the errors given to otel.Handle to the returned
+// slice until the test ends.
+func captureOtelErrors(t *testing.T) *[]error {
+	t.Helper()
+	var mu sync.Mutex
+	var errs []error
+	prev := otel.GetErrorHandler()
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}))
+	t.Cleanup(func() { otel.SetErrorHandler(prev) })
+	return &errs
+}
+
+// TestNewTracerInstrumentError: an instrument that cannot be created is
+// reported to otel.Handle, and the Tracer still traces, without metrics.
+func TestNewTracerInstrumentError(t *testing.T) {
 	for _, name := range []string{"pgtx.retry.count", "pgtx.retry.backoff", "pgtx.cancel.latency"} {
 		t.Run(name, func(t *testing.T) {
-			tr, err := New(WithMeterProvider(failingProvider{fail: name}))
-			if err == nil || !strings.Contains(err.Error(), "refused "+name) {
-				t.Errorf("New error = %v, want it to name %s", err, name)
+			errs := captureOtelErrors(t)
+			sr := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			tr := NewTracer(WithTracerProvider(tp), WithMeterProvider(failingProvider{fail: name}))
+			if len(*errs) != 1 || !strings.Contains((*errs)[0].Error(), "refused "+name) {
+				t.Errorf("otel.Handle got %v, want one error naming %s", *errs, name)
 			}
-			if tr != nil {
-				t.Errorf("New returned a Tracer with an error")
-			}
+			run(context.Background(), tr, call{iso: pgtx.ReadCommitted, attempts: []attempt{
+				{err: pgErr(pgerrcode.SerializationFailure), retry: true, backoff: time.Millisecond},
+				{},
+			}}, nil)
+			tr.TraceCancel(context.Background(), pgtx.TraceCancelData{Mode: pgtx.CancelModePool})
+			findSpan(t, sr.Ended(), "pgtx.transaction")
 		})
 	}
 }
 
-// TestGlobalProviders: without options, New uses the global providers.
+// TestNewPoolTracerInstrumentError: the same for a PoolTracer, which then
+// records nothing.
+func TestNewPoolTracerInstrumentError(t *testing.T) {
+	errs := captureOtelErrors(t)
+	pt := NewPoolTracer("main", WithMeterProvider(failingProvider{fail: "db.client.connection.wait_time"}))
+	if len(*errs) != 1 || !strings.Contains((*errs)[0].Error(), "refused db.client.connection.wait_time") {
+		t.Errorf("otel.Handle got %v, want one error naming db.client.connection.wait_time", *errs)
+	}
+	ctx := pt.TraceAcquireStart(context.Background(), nil, pgxpool.TraceAcquireStartData{})
+	pt.TraceAcquireEnd(ctx, nil, pgxpool.TraceAcquireEndData{Conn: &pgx.Conn{}})
+}
+
+// TestGlobalProviders: without options, NewTracer uses the global providers.
 func TestGlobalProviders(t *testing.T) {
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
@@ -811,10 +846,7 @@ func TestGlobalProviders(t *testing.T) {
 		_ = tp.Shutdown(context.Background())
 		_ = mp.Shutdown(context.Background())
 	})
-	tr, err := New()
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := NewTracer()
 	run(context.Background(), tr, call{iso: pgtx.ReadCommitted, attempts: []attempt{{}}}, nil)
 	s := findSpan(t, sr.Ended(), "pgtx.transaction")
 	if s.InstrumentationScope().Name != ScopeName {
@@ -834,10 +866,7 @@ func BenchmarkTransaction(b *testing.B) {
 			}
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler))
 			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-			tr, err := New(WithTracerProvider(tp), WithMeterProvider(mp))
-			if err != nil {
-				b.Fatal(err)
-			}
+			tr := NewTracer(WithTracerProvider(tp), WithMeterProvider(mp))
 			c := call{label: "transfer", iso: pgtx.Serializable, attempts: []attempt{
 				{err: pgErr(pgerrcode.SerializationFailure), retry: true, backoff: time.Millisecond},
 				{},
