@@ -197,7 +197,7 @@ func ExampleTransactionTracer() {
 		fmt.Println(err)
 		return
 	}
-	cfg.Tracer = retryLogger{} // or pgtxslog.New(logger, nil), pgtxotel.New()
+	cfg.Tracer = retryLogger{} // or pgtxslog.NewTracer(), pgtxotel.NewTracer()
 	pool, err := pgtx.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		fmt.Println(err)

@@ -65,7 +65,7 @@ func timeoutStorm(ctx context.Context, e *env) (result, error) {
 		return result{}, err
 	}
 	defer shared.Close()
-	split, err := bulkhead.New(ctx, cfg, map[string]bulkhead.Class{
+	split, err := bulkhead.New(ctx, cfg, map[string]bulkhead.PoolConfig{
 		"fast": {MaxConns: stormFastConns},
 		"slow": {MaxConns: stormSlowConns},
 	})
@@ -73,7 +73,7 @@ func timeoutStorm(ctx context.Context, e *env) (result, error) {
 		return result{}, err
 	}
 	defer split.Close()
-	shedding, err := bulkhead.New(ctx, cfg, map[string]bulkhead.Class{
+	shedding, err := bulkhead.New(ctx, cfg, map[string]bulkhead.PoolConfig{
 		"fast": {MaxConns: stormFastConns},
 		"slow": {MaxConns: stormSlowConns, MaxWaiters: stormSlowWaiters},
 	})

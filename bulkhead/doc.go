@@ -8,11 +8,12 @@
 // front of everyone else's. Each class's pool has its own retry budget and,
 // with [pgtx.Config].Breaker, its own circuit breaker.
 //
-// [New] opens the pools from one base [pgtx.Config] and a [Class] per name,
-// which sizes that class's pool. Get each class's pool once, at start-up, and
-// use it with [pgtx.Transaction] and the pool's query methods:
+// [New] opens the pools from one base [pgtx.Config] and a [PoolConfig] per
+// class name, which sizes that class's pool. Get each class's pool once, at
+// start-up, with [Pools.Pool], and use it with [pgtx.Transaction] and the
+// pool's query methods:
 //
-//	pools, err := bulkhead.New(ctx, cfg, map[string]bulkhead.Class{
+//	pools, err := bulkhead.New(ctx, cfg, map[string]bulkhead.PoolConfig{
 //		"checkout": {MaxConns: 8},
 //		"reports":  {MaxConns: 2, MaxWaiters: 4},
 //	})
@@ -27,7 +28,7 @@
 // [pgtx.CancelModePool], so size max_connections (or a pooler) for the
 // total.
 //
-// The fields of [Class] follow the rule of package [pgtx] for every
+// The fields of [PoolConfig] follow the rule of package [pgtx] for every
 // configuration field: 0 means the field's documented default, here the
 // base Config's value, and a negative value switches the setting off.
 package bulkhead

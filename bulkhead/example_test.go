@@ -23,7 +23,7 @@ func Example() {
 		return
 	}
 	cfg.AcquireTimeout = 500 * time.Millisecond
-	pools, err := bulkhead.New(ctx, cfg, map[string]bulkhead.Class{
+	pools, err := bulkhead.New(ctx, cfg, map[string]bulkhead.PoolConfig{
 		"checkout": {MaxConns: 8},
 		"reports":  {MaxConns: 2, MaxWaiters: 4, AcquireTimeout: 100 * time.Millisecond},
 	})
@@ -45,7 +45,7 @@ func Example() {
 	if err != nil {
 		fmt.Println(err)
 	}
-	for _, class := range pools.Classes() {
-		fmt.Println(class, "queue depth", pools.Stats()[class].Waiting)
+	for _, name := range pools.Names() {
+		fmt.Println(name, "queue depth", pools.Stats()[name].Waiting)
 	}
 }

@@ -21,16 +21,17 @@ type Pools struct {
 	closeOnce sync.Once
 }
 
-// New opens one [pgtx.Pool] per class, each with [pgtx.NewWithConfig] from a
-// copy of base sized by the class's [Class]. base is not modified. Apart from
-// MaxConns, MinConns, MinIdleConns, MaxWaiters and AcquireTimeout, each
-// class's Config is base's: the same connection string, timeouts, retry
-// policy, tracer and hooks. Each pool still has its own state: its own retry
-// budget and, when base.Breaker is set, its own circuit breaker, named
-// after the class (base.Breaker.Name, a slash and the class name; the class
-// name alone when base.Breaker.Name is empty).
+// New opens one [pgtx.Pool] per entry of pools, each with [pgtx.NewWithConfig]
+// from a copy of base sized by the entry's [PoolConfig]. A key of pools names
+// a class of operations and its pool. base is not modified. Apart from
+// MaxConns, MinConns, MinIdleConns, MaxWaiters and AcquireTimeout, each pool's
+// Config is base's: the same connection string, timeouts, retry policy,
+// tracer and hooks. Each pool still has its own state: its own retry budget
+// and, when base.Breaker is set, its own circuit breaker, named after the
+// pool (base.Breaker.Name, a slash and the pool's name; the name alone when
+// base.Breaker.Name is empty).
 //
-// No classes, an empty class name, or a nil base or one without a
+// An empty or nil pools, an empty name, or a nil base or one without a
 // pgxpool.Config (build it with [pgtx.ParseConfig], or adopt one from
 // pgxpool.ParseConfig as &pgtx.Config{Config: c}) is an error matching
 // [pgtx.ErrInvalidArgument], and opens nothing. The pools are opened in the
@@ -38,27 +39,27 @@ type Pools struct {
 // closed, and the error of [pgtx.NewWithConfig] is returned wrapped, naming
 // the class (it matches [pgtx.ErrInvalidArgument] when base is one
 // NewWithConfig refuses).
-func New(ctx context.Context, base *pgtx.Config, classes map[string]Class) (*Pools, error) {
+func New(ctx context.Context, base *pgtx.Config, pools map[string]PoolConfig) (*Pools, error) {
 	switch {
 	case base == nil:
 		return nil, fmt.Errorf("pgtx/bulkhead: New: nil base Config: %w", pgtx.ErrInvalidArgument)
 	case base.Config == nil || base.ConnConfig == nil:
 		return nil, fmt.Errorf("pgtx/bulkhead: New: base Config has no pgxpool.Config; build it with pgtx.ParseConfig: %w", pgtx.ErrInvalidArgument)
-	case len(classes) == 0:
+	case len(pools) == 0:
 		return nil, fmt.Errorf("pgtx/bulkhead: New needs at least one class: %w", pgtx.ErrInvalidArgument)
 	}
-	if _, ok := classes[""]; ok {
+	if _, ok := pools[""]; ok {
 		return nil, fmt.Errorf("pgtx/bulkhead: New: a class name must not be empty: %w", pgtx.ErrInvalidArgument)
 	}
-	names := make([]string, 0, len(classes))
-	for name := range classes {
+	names := make([]string, 0, len(pools))
+	for name := range pools {
 		names = append(names, name)
 	}
 	slices.Sort(names)
 
 	b := &Pools{pools: make(map[string]*pgtx.Pool, len(names)), names: names}
 	for _, name := range names {
-		p, err := openPool(ctx, classConfig(base, name, classes[name]))
+		p, err := openPool(ctx, poolConfig(base, name, pools[name]))
 		if err != nil {
 			b.Close()
 			return nil, fmt.Errorf("pgtx/bulkhead: class %q: %w", name, err)
@@ -68,23 +69,24 @@ func New(ctx context.Context, base *pgtx.Config, classes map[string]Class) (*Poo
 	return b, nil
 }
 
-// Pool returns the pool of a class. An unknown class (or a nil Pools) is an
-// error matching [pgtx.ErrInvalidArgument], never a nil Pool. After
-// [Pools.Close] the class's pool is returned closed, as [pgtx.Pool.Close]
-// leaves it.
-func (b *Pools) Pool(class string) (*pgtx.Pool, error) {
+// Pool returns the pool of the class called name, one of [Pools.Names]. An
+// unknown name (or a nil Pools) is an error matching
+// [pgtx.ErrInvalidArgument], never a nil Pool. After [Pools.Close] the pool is
+// returned closed, as [pgtx.Pool.Close] leaves it.
+func (b *Pools) Pool(name string) (*pgtx.Pool, error) {
 	if b == nil {
 		return nil, fmt.Errorf("pgtx/bulkhead: Pool of a nil Pools: %w", pgtx.ErrInvalidArgument)
 	}
-	p, ok := b.pools[class]
+	p, ok := b.pools[name]
 	if !ok {
-		return nil, fmt.Errorf("pgtx/bulkhead: unknown class %q (classes: %q): %w", class, b.names, pgtx.ErrInvalidArgument)
+		return nil, fmt.Errorf("pgtx/bulkhead: unknown class %q (classes: %q): %w", name, b.names, pgtx.ErrInvalidArgument)
 	}
 	return p, nil
 }
 
-// Classes returns the class names, sorted.
-func (b *Pools) Classes() []string {
+// Names returns the names of the pools, the keys of the map given to [New],
+// sorted.
+func (b *Pools) Names() []string {
 	if b == nil {
 		return nil
 	}

@@ -14,23 +14,23 @@ import (
 func TestNewInvalid(t *testing.T) {
 	badBase := unreachableConfig(t)
 	badBase.CancelMode = pgtx.CancelMode(99)
-	one := map[string]Class{"a": {}}
+	one := map[string]PoolConfig{"a": {}}
 	tests := []struct {
-		name    string
-		base    *pgtx.Config
-		classes map[string]Class
-		want    string
+		name  string
+		base  *pgtx.Config
+		pools map[string]PoolConfig
+		want  string
 	}{
 		{"nil base", nil, one, "nil base Config"},
 		{"base without a pgxpool.Config", &pgtx.Config{}, one, "ParseConfig"},
 		{"base refused by NewWithConfig", badBase, one, `class "a"`},
-		{"no classes", unreachableConfig(t), nil, "at least one class"},
-		{"empty classes", unreachableConfig(t), map[string]Class{}, "at least one class"},
-		{"empty name", unreachableConfig(t), map[string]Class{"a": {}, "": {}}, "must not be empty"},
+		{"nil pools", unreachableConfig(t), nil, "at least one class"},
+		{"no pools", unreachableConfig(t), map[string]PoolConfig{}, "at least one class"},
+		{"empty name", unreachableConfig(t), map[string]PoolConfig{"a": {}, "": {}}, "must not be empty"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := New(context.Background(), tt.base, tt.classes)
+			p, err := New(context.Background(), tt.base, tt.pools)
 			if p != nil {
 				p.Close()
 				t.Fatal("got Pools, want nil")
@@ -60,7 +60,7 @@ func TestNewClosesOnFailure(t *testing.T) {
 	}
 	t.Cleanup(func() { openPool = pgtx.NewWithConfig })
 
-	p, err := New(context.Background(), unreachableConfig(t), map[string]Class{"a": {}, "b": {}, "c": {}, "d": {}})
+	p, err := New(context.Background(), unreachableConfig(t), map[string]PoolConfig{"a": {}, "b": {}, "c": {}, "d": {}})
 	if p != nil || !errors.Is(err, errRefused) || !strings.Contains(err.Error(), `class "c"`) {
 		t.Fatalf("New = %v, %v, want nil and class c's error", p, err)
 	}
@@ -74,7 +74,7 @@ func TestPools(t *testing.T) {
 	base.MinConns = 3
 	base.AcquireTimeout = 700 * time.Millisecond
 	base.MaxWaiters = 9
-	pools, err := New(context.Background(), base, map[string]Class{
+	pools, err := New(context.Background(), base, map[string]PoolConfig{
 		"checkout": {MaxConns: 2, MaxWaiters: 4, AcquireTimeout: 100 * time.Millisecond},
 		"reports":  {AcquireTimeout: -1, MaxWaiters: -1},
 		"audit":    {MaxConns: 1},
@@ -84,8 +84,8 @@ func TestPools(t *testing.T) {
 	}
 	t.Cleanup(pools.Close)
 
-	if got, want := pools.Classes(), []string{"audit", "checkout", "reports"}; !slices.Equal(got, want) {
-		t.Errorf("Classes() = %q, want %q", got, want)
+	if got, want := pools.Names(), []string{"audit", "checkout", "reports"}; !slices.Equal(got, want) {
+		t.Errorf("Names() = %q, want %q", got, want)
 	}
 	tests := []struct {
 		class          string
@@ -151,8 +151,8 @@ func TestNilPools(t *testing.T) {
 	if p, err := pools.Pool("checkout"); p != nil || !errors.Is(err, pgtx.ErrInvalidArgument) {
 		t.Errorf("Pool = %v, %v, want nil and an ErrInvalidArgument", p, err)
 	}
-	if pools.Stats() != nil || pools.Classes() != nil {
-		t.Error("want nil Stats and Classes")
+	if pools.Stats() != nil || pools.Names() != nil {
+		t.Error("want nil Stats and Names")
 	}
 	pools.Close() // no panic
 }
@@ -172,7 +172,7 @@ func TestPoolsBreakers(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			base := unreachableConfig(t)
 			base.Breaker = &pgtx.BreakerConfig{Name: tt.base}
-			pools, err := New(context.Background(), base, map[string]Class{"checkout": {}, "reports": {}})
+			pools, err := New(context.Background(), base, map[string]PoolConfig{"checkout": {}, "reports": {}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -61,7 +61,7 @@ func (a *attemptTracer) TraceAttemptEnd(_ context.Context, d pgtx.TraceAttemptEn
 // after exactly 1 + MaxAdaptiveRetries connection attempts.
 func TestOverloadAtConnect(t *testing.T) {
 	ctx := testCtx(t)
-	srv := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{
+	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{
 		"max_connections": "4", "superuser_reserved_connections": "0",
 	}})
 	dsn := srv.DSN("")

@@ -125,7 +125,7 @@ func TestBulkheadKeepsFastClassThroughput(t *testing.T) {
 		t.Fatal(err)
 	}
 	base.AcquireTimeout = 500 * time.Millisecond // fail, rather than hang, when no connection comes
-	bh, err := bulkhead.New(ctx, base, map[string]bulkhead.Class{
+	bh, err := bulkhead.New(ctx, base, map[string]bulkhead.PoolConfig{
 		"fast": {MaxConns: 4},
 		"slow": {MaxConns: 4},
 	})

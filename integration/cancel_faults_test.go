@@ -238,7 +238,7 @@ func TestUnconfirmedProtocolCancelNeverReused(t *testing.T) {
 	})
 	warmCancel(t, ctx, pool)
 	before := pool.Stats()
-	proxy.SetClassLatency(pgtxtest.ClassCancelRequest, 1500*time.Millisecond)
+	proxy.SetConnLatency(pgtxtest.ConnCancelRequest, 1500*time.Millisecond)
 
 	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	_, _ = pool.Exec(cctx, "select pg_sleep(0.3)") // ends by itself before the grace

@@ -125,7 +125,7 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 	ctx, cancel := context.WithTimeout(context.Background(), dur+3*time.Minute)
 	defer cancel()
 
-	srv := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{
+	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{
 		"max_connections": strconv.Itoa(chaosMaxConnections),
 		// A COMMIT acknowledged is on disk (the harness turns that off for
 		// speed): a crash must not take back what the server said it did.

@@ -44,7 +44,7 @@ func TestResolveFailover(t *testing.T) {
 	ctx := testCtx(t)
 	// The harness turns synchronous_commit off for speed; replication
 	// waits only with it on.
-	primary := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{"synchronous_commit": "on"}})
+	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
 	standby := pgtxtest.StartStandby(t, primary)
 	dsn := pgtxtest.NewDatabaseOn(t, primary)
 	admin := directConn(t, dsn)
@@ -265,7 +265,7 @@ func TestResolveNotAskedElsewhere(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtx(t)
-	primary := pgtxtest.Dedicated(t, pgtxtest.Options{})
+	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{})
 	standby := pgtxtest.StartStandby(t, primary)
 	dsn := pgtxtest.NewDatabaseOn(t, primary)
 	admin := directConn(t, dsn)

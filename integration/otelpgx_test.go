@@ -32,14 +32,8 @@ func TestOtelpgx(t *testing.T) {
 		_ = tp.Shutdown(context.Background())
 		_ = mp.Shutdown(context.Background())
 	})
-	tr, err := pgtxotel.New(pgtxotel.WithTracerProvider(tp), pgtxotel.WithMeterProvider(mp))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pt, err := pgtxotel.NewPoolTracer("main", pgtxotel.WithMeterProvider(mp))
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr := pgtxotel.NewTracer(pgtxotel.WithTracerProvider(tp), pgtxotel.WithMeterProvider(mp))
+	pt := pgtxotel.NewPoolTracer("main", pgtxotel.WithMeterProvider(mp))
 	pool := newPool(t, newDB(t), func(cfg *pgtx.Config) {
 		cfg.Tracer = tr
 		cfg.ConnConfig.Tracer = multitracer.New(
@@ -47,7 +41,7 @@ func TestOtelpgx(t *testing.T) {
 	})
 
 	ctx, caller := tp.Tracer("test").Start(ctx, "caller")
-	err = pgtx.TransactionWithOptions(ctx, pool, pgtx.ReadCommitted, pgtx.Options{Label: "probe"},
+	err := pgtx.TransactionWithOptions(ctx, pool, pgtx.ReadCommitted, pgtx.Options{Label: "probe"},
 		func(ctx context.Context, tx pgx.Tx) error {
 			var n int
 			return tx.QueryRow(ctx, "select 1").Scan(&n)

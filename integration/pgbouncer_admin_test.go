@@ -117,7 +117,7 @@ func TestBouncerAdminLedger(t *testing.T) {
 // the router serves the read from the primary.
 func TestBouncerReplicaFallsBackOnRelayedOverload(t *testing.T) {
 	ctx := testCtx(t)
-	srv := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{"max_connections": "5", "superuser_reserved_connections": "0"}})
+	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"max_connections": "5", "superuser_reserved_connections": "0"}})
 	setup := directConn(t, srv.DSN(""))
 	mustExec(t, ctx, setup, "create database replica_db")
 	_ = setup.Close(ctx)

@@ -23,6 +23,7 @@ import (
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/bulkhead"
 	"github.com/pgtx-go/pgtx/examples/repository/db"
+	"github.com/pgtx-go/pgtx/multitracer"
 	"github.com/pgtx-go/pgtx/pgtxotel"
 	"github.com/pgtx-go/pgtx/pgtxprom"
 	"github.com/pgtx-go/pgtx/pgtxslog"
@@ -93,17 +94,15 @@ func readmeDefaults(ctx context.Context) error {
 }
 
 func readmeObservability(cfg *pgtx.Config, pool *pgtx.Pool) error {
-	cfg.Tracer = pgtxslog.New(slog.Default(), nil) // log lines: retries, failures, cancels, ambiguous commits
+	cfg.Tracer = pgtxslog.NewTracer(pgtxslog.WithLogger(slog.Default())) // log lines: retries, failures, cancels, ambiguous commits
 
-	tr, err := pgtxotel.New() // a span per call, a child span per attempt, metrics
-	if err != nil {
-		return err
-	}
-	cfg.Tracer = tr
+	cfg.Tracer = pgtxotel.NewTracer() // a span per call, a child span per attempt, metrics
 
-	metrics := pgtxprom.NewTracer("main") // transactions by outcome, attempts, retries by class, backoff, budget refusals
+	metrics := pgtxprom.NewTracer(pgtxprom.WithPoolName("main")) // calls by outcome, attempts, retries by class, backoff, budget refusals, breaker changes
 	cfg.Tracer = metrics
 	prometheus.MustRegister(metrics, pgtxprom.NewCollector(map[string]*pgtx.Pool{"main": pool}))
+
+	cfg.Tracer = multitracer.New(pgtxslog.NewTracer(), metrics) // each tracer receives every event it implements
 	return nil
 }
 
@@ -126,7 +125,7 @@ func readmeReplica(ctx context.Context, primary *pgtx.Pool, replicaCfg *pgtx.Con
 }
 
 func readmeBulkheads(ctx context.Context, cfg *pgtx.Config) error {
-	bh, err := bulkhead.New(ctx, cfg, map[string]bulkhead.Class{
+	bh, err := bulkhead.New(ctx, cfg, map[string]bulkhead.PoolConfig{
 		"checkout":  {MaxConns: 8},
 		"analytics": {MaxConns: 2, MaxWaiters: 4}, // a 5th waiter gets ErrQueueFull at once
 	})

@@ -52,7 +52,7 @@ func waitReplicated(t *testing.T, ctx context.Context, dsn string, rows int) {
 // and reads return to the standby.
 func TestReplicaRouterStandby(t *testing.T) {
 	ctx := testCtx(t)
-	primarySrv := pgtxtest.Dedicated(t, pgtxtest.Options{})
+	primarySrv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{})
 	standbySrv := pgtxtest.StartStandby(t, primarySrv)
 	dsn := pgtxtest.NewDatabaseOn(t, primarySrv)
 	standbyDSN, err := pgtxtest.DSNWithAddr(dsn, standbySrv.Addr())

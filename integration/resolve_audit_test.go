@@ -34,7 +34,7 @@ func TestResolveCrashReusedIDBehindPgBouncer(t *testing.T) {
 		t.Skip("crashes a server of its own")
 	}
 	ctx := testCtx(t)
-	srv := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{"synchronous_commit": "on"}})
+	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
 	dsn := pgtxtest.NewDatabaseOn(t, srv)
 	_, roleDSN := heldCommitSchema(t, ctx, dsn)
 	bouncer := pgtxtest.StartBouncer(t, srv, pgtxtest.BouncerOptions{
@@ -123,7 +123,7 @@ func TestResolveBehindPgBouncerCapturesEachTransactionsRun(t *testing.T) {
 		t.Skip("crashes a server of its own")
 	}
 	ctx := testCtx(t)
-	srv := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{"synchronous_commit": "on"}})
+	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
 	dsn := pgtxtest.NewDatabaseOn(t, srv)
 	mustExec(t, ctx, directConn(t, dsn), "create table ledger (id text primary key)")
 	bouncer := pgtxtest.StartBouncer(t, srv, pgtxtest.BouncerOptions{ServerLoginRetry: 50 * time.Millisecond})
@@ -184,7 +184,7 @@ func TestResolveRestoredBackup(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtx(t)
-	primary := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{"synchronous_commit": "on"}})
+	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
 	standby := pgtxtest.StartStandby(t, primary)
 	dsn := pgtxtest.NewDatabaseOn(t, primary)
 	_, roleDSN := heldCommitSchema(t, ctx, dsn)
@@ -263,7 +263,7 @@ func TestResolveNeverAsksAStandby(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtx(t)
-	primary := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{"synchronous_commit": "on"}})
+	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
 	standby := pgtxtest.StartStandby(t, primary)
 	dsn := pgtxtest.NewDatabaseOn(t, primary)
 	_, roleDSN := heldCommitSchema(t, ctx, dsn)
@@ -312,8 +312,8 @@ func TestResolveAnotherSystemListed(t *testing.T) {
 		t.Skip("starts two servers of its own")
 	}
 	ctx := testCtx(t)
-	primary := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{"synchronous_commit": "on"}})
-	other := pgtxtest.Dedicated(t, pgtxtest.Options{OwnSystem: true})
+	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
+	other := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{OwnSystem: true})
 	dsn := pgtxtest.NewDatabaseOn(t, primary)
 	role, roleDSN := heldCommitSchema(t, ctx, dsn)
 	// The same database, role and table on the other system.

@@ -140,7 +140,7 @@ func newFaultEnv(t *testing.T, dedicated bool) *faultEnv {
 	t.Helper()
 	srv := pgtxtest.Shared(t)
 	if dedicated {
-		srv = pgtxtest.Dedicated(t, pgtxtest.Options{})
+		srv = pgtxtest.Dedicated(t, pgtxtest.ServerOptions{})
 	}
 	direct := pgtxtest.NewDatabaseOn(t, srv)
 	proxy := pgtxtest.NewProxy(t, srv.Addr())

@@ -65,7 +65,7 @@ func TestResolveCrashReusedID(t *testing.T) {
 			ctx := testCtx(t)
 			// Commits are flushed when acknowledged (the harness turns that
 			// off for speed), so the setup survives the crash.
-			srv := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{"synchronous_commit": "on"}})
+			srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
 			dsn := pgtxtest.NewDatabaseOn(t, srv)
 			role, roleDSN := heldCommitSchema(t, ctx, dsn)
 			proxy := pgtxtest.NewProxy(t, srv.Addr())
@@ -267,7 +267,7 @@ func TestResolveNeverEndsAnotherTransactionsBackend(t *testing.T) {
 		t.Skip("crashes a server of its own")
 	}
 	ctx := testCtx(t)
-	srv := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{"synchronous_commit": "on"}})
+	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
 	dsn := pgtxtest.NewDatabaseOn(t, srv)
 	_, roleDSN := heldCommitSchema(t, ctx, dsn)
 	proxy := pgtxtest.NewProxy(t, srv.Addr())

@@ -26,7 +26,7 @@ func TestResolveCommittedOnlyLocally(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtx(t)
-	primary := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{"synchronous_commit": "on"}})
+	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
 	standby := pgtxtest.StartStandby(t, primary)
 	dsn := pgtxtest.NewDatabaseOn(t, primary)
 	admin := directConn(t, dsn)

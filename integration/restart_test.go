@@ -24,7 +24,7 @@ import (
 // classified and reported to the tracer.
 func TestServerRestartRetried(t *testing.T) {
 	ctx := testCtx(t)
-	srv := pgtxtest.Dedicated(t, pgtxtest.Options{})
+	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{})
 	dsn := srv.DSN("")
 	tr := &attemptTracer{}
 	pool := newPool(t, dsn, func(c *pgtx.Config) { c.Tracer = tr })
@@ -97,7 +97,7 @@ func TestCrashRestartRiddenOut(t *testing.T) {
 	ctx := testCtx(t)
 	// The harness turns synchronous_commit off for speed; a crash would
 	// then lose commits already acknowledged.
-	srv := pgtxtest.Dedicated(t, pgtxtest.Options{Settings: map[string]string{"synchronous_commit": "on"}})
+	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
 	dsn := srv.DSN("")
 	pool := newPool(t, dsn, func(c *pgtx.Config) { c.MaxConns = workers })
 	mustExec(t, ctx, pool, "create table ledger (id text primary key)")

@@ -22,7 +22,7 @@ func TestNoReadWriteHostUntilPromoted(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtx(t)
-	primary := pgtxtest.Dedicated(t, pgtxtest.Options{})
+	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{})
 	standby := pgtxtest.StartStandby(t, primary)
 	dsn := pgtxtest.NewDatabaseOn(t, primary)
 	mustExec(t, ctx, directConn(t, dsn), "create table ledger (id text primary key)")

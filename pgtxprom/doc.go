@@ -30,7 +30,7 @@
 //
 //	pgtxprom.NewCollector(map[string]*pgtx.Pool{"interactive": web, "batch": jobs})
 //
-// For a [github.com/pgtx-go/pgtx/bulkhead.Pools], map each of its Classes
+// For a [github.com/pgtx-go/pgtx/bulkhead.Pools], map each of its Names
 // to its Pool.
 //
 // Pool names must be unique in a registry: two Collectors reporting the same

@@ -205,7 +205,7 @@ func TestDatabaseOnZeroServerFails(t *testing.T) {
 
 func TestDatabaseOnStoppedServer(t *testing.T) {
 	t.Parallel()
-	s := Dedicated(t, Options{})
+	s := Dedicated(t, ServerOptions{})
 	t.Run("server stopped before cleanup", func(t *testing.T) {
 		dsn := NewDatabaseOn(t, s)
 		connect(t, dsn)

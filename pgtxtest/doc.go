@@ -88,13 +88,14 @@
 //     by [pgtx.Transaction] runs twice, and a test sees whether what it does
 //     outside the transaction (a message sent, a counter, an e-mail) is safe to
 //     repeat. NewPool's [FailEveryCommitOnce] option makes a pool with that fault
-//     on from the start, and [WithProxy] hands the test the pool's proxy.
+//     on from the start, and [WithProxy] routes a pool through a proxy the test
+//     made, to inject the other faults into the pool's connections.
 //   - [Proxy.CutOnCommit], [Proxy.CutOnCommitReply], [Proxy.CutBeforeForward],
 //     [Proxy.CutAfterForward] and [Proxy.CutAll] cut connections, before or after a
 //     statement reaches the server, or drop the answer to a COMMIT that was applied.
 //   - [Proxy.StallOnCommit] and [Proxy.StallAll] stall connections as a network
 //     partition would, until [Proxy.ReleaseStalled].
-//   - [Proxy.SlowStatements], [Proxy.SetLatency] and [Proxy.SetClassLatency] slow
+//   - [Proxy.SlowStatements], [Proxy.SetLatency] and [Proxy.SetConnLatency] slow
 //     statements or every message down; [Proxy.RefuseNew] refuses new connections.
 //
 // [Proxy.Stats] counts what the proxy did; [Proxy.Reset] turns every fault off.

@@ -118,11 +118,11 @@ func ExampleWithConfig() {
 func ExampleFailEveryCommitOnce() {
 	var t *testing.T // the test's
 
-	var p *pgtxtest.Proxy
+	p := pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
 	pool := pgtxtest.NewPool(t,
 		pgtxtest.WithMigrationsDir("testdata/migrations"),
 		pgtxtest.FailEveryCommitOnce("40001"),
-		pgtxtest.WithProxy(&p))
+		pgtxtest.WithProxy(p))
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, "INSERT INTO accounts VALUES (1, 0)"); err != nil {
 		t.Fatal(err)
@@ -147,8 +147,8 @@ func ExampleFailEveryCommitOnce() {
 func ExampleProxy_FailCommits() {
 	var t *testing.T // the test's
 
-	var p *pgtxtest.Proxy
-	pool := pgtxtest.NewPool(t, pgtxtest.WithMigrationsDir("testdata/migrations"), pgtxtest.WithProxy(&p))
+	p := pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
+	pool := pgtxtest.NewPool(t, pgtxtest.WithMigrationsDir("testdata/migrations"), pgtxtest.WithProxy(p))
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, "INSERT INTO accounts VALUES (1, 0)"); err != nil { // no COMMIT: not failed
 		t.Fatal(err)
@@ -219,7 +219,7 @@ func ExampleStartBouncer() {
 func ExampleStartStandby() {
 	var t *testing.T // the test's
 
-	primary := pgtxtest.Dedicated(t, pgtxtest.Options{})
+	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{})
 	standby := pgtxtest.StartStandby(t, primary)
 	dsn := pgtxtest.NewDatabaseOn(t, primary) // replicated to the standby
 	onStandby, err := pgtxtest.DSNWithAddr(dsn, standby.Addr())

@@ -110,7 +110,7 @@ func TestHelperLinesChild(t *testing.T) {
 		StartFormation(t, FormationOptions{Database: "not a name"}) // reported here
 	})
 	t.Run("Dedicated, a bad setting", func(t *testing.T) {
-		Dedicated(t, Options{Settings: map[string]string{"not a name": "1"}}) // reported here
+		Dedicated(t, ServerOptions{Settings: map[string]string{"not a name": "1"}}) // reported here
 	})
 	t.Run("a drop that fails in a cleanup", func(t *testing.T) {
 		s := Shared(t)

@@ -21,7 +21,7 @@ type Option struct {
 	apply func(*options)
 }
 
-// options is what a list of Options says.
+// options is what a list of [Option] values says.
 type options struct {
 	server    *Server
 	serverSet bool
@@ -29,7 +29,7 @@ type options struct {
 	errs      []error
 	poolOnly  []string // the NewPool-only options given
 	configs   []func(*pgtx.Config)
-	proxyOut  []**Proxy
+	proxy     *Proxy // WithProxy's proxy, nil when not given
 	failEvery string // FailEveryCommitOnce's code, "" when not given
 }
 
@@ -183,18 +183,30 @@ func WithConfig(fn func(*pgtx.Config)) Option {
 	}}
 }
 
-// WithProxy puts a fault-injecting [Proxy] between the pool [NewPool] makes and the
-// server, and stores it in *p, so that the test can inject faults into the pool's
-// connections (see [Proxy.FailCommits]). The proxy is closed in cleanup, after the
-// pool. It is an option of NewPool only.
-func WithProxy(p **Proxy) Option {
+// WithProxy routes the pool that [NewPool] makes through p, a fault-injecting
+// [Proxy] that the test made first for the server the database will be on, so that
+// the test can inject faults into the pool's connections (see [Proxy.FailCommits]):
+//
+//	proxy := pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
+//	pool := pgtxtest.NewPool(t, pgtxtest.WithProxy(proxy))
+//
+// p must forward to the [Server.Addr] of that server: [Shared], or the one that
+// [WithServer] names. A nil p, a p that forwards to another address, or two
+// different proxies fail the test. The proxy stays the caller's: NewPool does not
+// close it. One from [NewProxy] is closed in the cleanup of the test that made it,
+// which, when it was made before NewPool in the same test, runs after the pool is
+// closed. It is an option of NewPool only.
+func WithProxy(p *Proxy) Option {
 	return Option{func(o *options) {
 		o.poolOnly = append(o.poolOnly, "WithProxy")
-		if p == nil {
-			o.errs = append(o.errs, fmt.Errorf("WithProxy needs a non-nil **Proxy"))
-			return
+		switch {
+		case p == nil:
+			o.errs = append(o.errs, fmt.Errorf("WithProxy needs a proxy, got a nil *Proxy: make one with NewProxy"))
+		case o.proxy != nil && o.proxy != p:
+			o.errs = append(o.errs, fmt.Errorf("WithProxy given two proxies (to %s and to %s): a pool goes through one", o.proxy.upstream, p.upstream))
+		default:
+			o.proxy = p
 		}
-		o.proxyOut = append(o.proxyOut, p)
 	}}
 }
 
@@ -203,9 +215,11 @@ func WithProxy(p **Proxy) Option {
 // transaction fails with SQLSTATE code, 40001 or 40P01, raised by the server, and
 // its retry passes. A pgtx transaction function therefore runs twice, and what it
 // does outside the transaction (a counter, a message sent, a row written on another
-// connection) happens twice, which the test's own assertions then see. Combine it
-// with [WithProxy] to reach the proxy (to turn the rule off, or read its Stats).
-// Another code fails the test. It is an option of NewPool only.
+// connection) happens twice, which the test's own assertions then see. Without
+// [WithProxy], NewPool makes the proxy and closes it in cleanup, after the pool;
+// with WithProxy(p), the rule is turned on on p, which the test can then use (to
+// turn the rule off, or read its Stats). Another code fails the test. It is an
+// option of NewPool only.
 func FailEveryCommitOnce(code string) Option {
 	return Option{func(o *options) {
 		o.poolOnly = append(o.poolOnly, "FailEveryCommitOnce")

@@ -2,6 +2,7 @@ package pgtxtest
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/pgtx-go/pgtx"
@@ -13,29 +14,35 @@ import (
 // database is dropped.
 //
 // The pool's configuration is [pgtx.ParseConfig] of the database's DSN, changed by
-// the [WithConfig] functions; pool.Config().ConnString() returns that DSN. [WithProxy] and [FailEveryCommitOnce] route the pool
-// through a fault-injecting [Proxy] in front of the server (which must then be
-// reached over TCP); the proxy is closed after the pool. A configuration pgtx
-// refuses fails the test.
+// the [WithConfig] functions; pool.Config().ConnString() returns that DSN.
+// [WithProxy] and [FailEveryCommitOnce] route the pool through a fault-injecting
+// [Proxy] in front of the server (which must then be reached over TCP): the one
+// WithProxy gives, or else one that NewPool makes and closes after the pool. A
+// configuration pgtx refuses fails the test.
 func NewPool(tb testing.TB, opts ...Option) *pgtx.Pool {
 	tb.Helper()
 	o := collectOptions(tb, "NewPool", opts, true)
 	s := o.serverFor(tb)
-	dsn := newDatabase(tb, o)
-	if len(o.proxyOut) > 0 || o.failEvery != "" {
+	p := o.proxy
+	if p != nil || o.failEvery != "" {
 		if s.Addr() == "" {
 			tb.Fatalf("pgtxtest: NewPool: the %s server is reached over a Unix socket, and a proxy needs TCP: name a server with a host and port", s.Kind())
 		}
-		p := NewProxy(tb, s.Addr())
+		if p != nil && !strings.EqualFold(p.upstream, s.Addr()) {
+			tb.Fatalf("pgtxtest: NewPool: WithProxy: the proxy forwards to %s, but the database is on %s", p.upstream, s.Addr())
+		}
+	}
+	dsn := newDatabase(tb, o)
+	if p == nil && o.failEvery != "" {
+		p = NewProxy(tb, s.Addr())
+	}
+	if p != nil {
 		if o.failEvery != "" {
 			p.FailEveryCommitOnce(o.failEvery)
 		}
 		var err error
 		if dsn, err = p.DSN(dsn); err != nil {
 			tb.Fatalf("pgtxtest: NewPool: %v", err)
-		}
-		for _, out := range o.proxyOut {
-			*out = p
 		}
 	}
 	cfg, err := pgtx.ParseConfig(dsn)

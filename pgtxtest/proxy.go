@@ -60,7 +60,7 @@ var (
 // connection the proxy has just cut is held until the proxy has finished
 // with that backend's socket (see CutAfterForward), a cancel aimed at the
 // backend of a stalled connection is held until the stall ends (see
-// StallOnCommit), and latency (SetLatency, SetClassLatency) holds them like
+// StallOnCommit), and latency (SetLatency, SetConnLatency) holds them like
 // any other client message.
 //
 // Fault rules (CutAfterForward, CutBeforeForward, CutOnCommit,
@@ -83,9 +83,9 @@ type Proxy struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	latency      atomic.Int64                 // time.Duration added to every client→server message
-	classLatency [numConnClasses]atomic.Int64 // per ConnClass, see SetClassLatency
-	refuse       atomic.Bool
+	latency     atomic.Int64               // time.Duration added to every client→server message
+	typeLatency [numConnTypes]atomic.Int64 // per ConnType, see SetConnLatency
+	refuse      atomic.Bool
 
 	tb testing.TB // the test of a proxy from NewProxy, which a refused argument fails
 
@@ -382,61 +382,61 @@ func (p *Proxy) RefuseNew(on bool) {
 // passed since it arrived, like a one-way network delay: messages that
 // arrive together (a pipelined batch) are released together, so each round
 // trip gets at least d longer. Zero or a negative d removes the delay. It
-// applies to connections of every class; see SetClassLatency for one class.
+// applies to connections of every type; see SetConnLatency for one type.
 func (p *Proxy) SetLatency(d time.Duration) {
 	p.latency.Store(int64(max(d, 0)))
 }
 
-// ConnClass is the kind of a proxied connection, known from the first packet
+// ConnType is the kind of a proxied connection, known from the first packet
 // its client sends after any encryption request.
-type ConnClass int
+type ConnType int
 
-// The connection classes.
+// The connection types.
 const (
-	ClassSession       ConnClass = iota + 1 // a normal session (startup packet)
-	ClassCancelRequest                      // a CancelRequest connection
+	ConnSession       ConnType = iota + 1 // a normal session (startup packet)
+	ConnCancelRequest                     // a CancelRequest connection
 )
 
-// numConnClasses is the size of a table indexed by ConnClass.
-const numConnClasses = int(ClassCancelRequest) + 1
+// numConnTypes is the size of a table indexed by ConnType.
+const numConnTypes = int(ConnCancelRequest) + 1
 
-// String returns the class's name.
-func (c ConnClass) String() string {
+// String returns the type's name.
+func (c ConnType) String() string {
 	switch c {
-	case ClassSession:
+	case ConnSession:
 		return "session"
-	case ClassCancelRequest:
+	case ConnCancelRequest:
 		return "cancel request"
 	}
-	return fmt.Sprintf("ConnClass(%d)", int(c))
+	return fmt.Sprintf("ConnType(%d)", int(c))
 }
 
-// SetClassLatency makes the proxy hold what clients of class c send for d
-// (as SetLatency does for all); d <= 0 removes it. SetLatency keeps working
-// and applies to every class; when both are set the larger wins. An unknown
-// class is ignored.
+// SetConnLatency makes the proxy hold what clients of connections of type c
+// send for d (as SetLatency does for all); d <= 0 removes it. SetLatency
+// keeps working and applies to every type; when both are set the larger
+// wins. An unknown type is ignored.
 //
-// For ClassSession, the startup packet and every later message are held, so
+// For ConnSession, the startup packet and every later message are held, so
 // connecting and every round trip take at least d longer. For
-// ClassCancelRequest, the whole CancelRequest packet is held until d has
+// ConnCancelRequest, the whole CancelRequest packet is held until d has
 // passed since it arrived before it is forwarded to the server (after any
 // hold for a cut backend, see CutAfterForward), so a driver waiting for the
 // server to close the cancel connection, as pgx's CancelRequest does, waits
 // at least d. A change applies to the messages the proxy has not yet begun
 // to hold; one already held keeps the delay it got.
-func (p *Proxy) SetClassLatency(c ConnClass, d time.Duration) {
-	if c < ClassSession || int(c) >= numConnClasses {
+func (p *Proxy) SetConnLatency(c ConnType, d time.Duration) {
+	if c < ConnSession || int(c) >= numConnTypes {
 		return
 	}
-	p.classLatency[c].Store(int64(max(d, 0)))
+	p.typeLatency[c].Store(int64(max(d, 0)))
 }
 
-// latencyFor returns how long the proxy holds what a client of class c sends:
-// the larger of the latency for all and the one for c.
-func (p *Proxy) latencyFor(c ConnClass) time.Duration {
+// latencyFor returns how long the proxy holds what a client of a connection
+// of type c sends: the larger of the latency for all and the one for c.
+func (p *Proxy) latencyFor(c ConnType) time.Duration {
 	d := p.latency.Load()
-	if c >= ClassSession && int(c) < numConnClasses {
-		d = max(d, p.classLatency[c].Load())
+	if c >= ConnSession && int(c) < numConnTypes {
+		d = max(d, p.typeLatency[c].Load())
 	}
 	return time.Duration(d)
 }
@@ -467,7 +467,7 @@ func (p *Proxy) snapshot() []*proxyConn {
 
 // Reset disarms every fault rule (StallOnCommit included), stops failing
 // COMMITs (as StopFailing does) and slowing statements (SlowStatements),
-// removes any latency (of every class too) and stops refusing new
+// removes any latency (of every connection type too) and stops refusing new
 // connections. Counters and connections are left alone: stalled connections
 // stay stalled until ReleaseStalled or Close.
 func (p *Proxy) Reset() {
@@ -481,8 +481,8 @@ func (p *Proxy) Reset() {
 	p.slowOn.Store(false)
 	p.mu.Unlock()
 	p.latency.Store(0)
-	for i := range p.classLatency {
-		p.classLatency[i].Store(0)
+	for i := range p.typeLatency {
+		p.typeLatency[i].Store(0)
 	}
 	p.refuse.Store(false)
 }

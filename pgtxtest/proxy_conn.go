@@ -64,7 +64,7 @@ type proxyConn struct {
 	doneOnce   sync.Once
 
 	// Owned by the run goroutine.
-	class        ConnClass // set when the first startup packet has been read
+	connType     ConnType // set when the first startup packet has been read
 	sr           *stampReader
 	br           *bufio.Reader // client reads
 	bw           *bufio.Writer // server writes; nil until dialled
@@ -137,9 +137,9 @@ func (pc *proxyConn) serve() error {
 	if err != nil {
 		return err
 	}
-	pc.class = ClassSession
+	pc.connType = ConnSession
 	if binary.BigEndian.Uint32(startup[4:8]) == cancelRequestCode {
-		pc.class = ClassCancelRequest
+		pc.connType = ConnCancelRequest
 		if err := pc.holdCancel(string(startup[8:])); err != nil {
 			return err
 		}
@@ -668,11 +668,11 @@ func (pc *proxyConn) write(b []byte) error {
 	return nil
 }
 
-// delay waits until the latency configured for the connection's class has
+// delay waits until the latency configured for the connection's type has
 // passed since arrival, flushing earlier messages first so they are not held
 // back.
 func (pc *proxyConn) delay(arrival time.Time) error {
-	d := pc.p.latencyFor(pc.class)
+	d := pc.p.latencyFor(pc.connType)
 	if d <= 0 {
 		return nil
 	}

@@ -193,13 +193,10 @@ func TestProxyFailCommitsPgtx(t *testing.T) {
 	for _, code := range []string{"40001", "40P01"} {
 		t.Run(code, func(t *testing.T) {
 			t.Parallel()
-			var p *Proxy
+			p := NewProxy(t, Shared(t).Addr())
 			tracer := &attemptTracer{}
-			pool := NewPool(t, WithMigrations(itemsMigrations), WithProxy(&p),
+			pool := NewPool(t, WithMigrations(itemsMigrations), WithProxy(p),
 				WithConfig(func(c *pgtx.Config) { c.Tracer = tracer; c.MaxConns = 2 }))
-			if p == nil {
-				t.Fatal("WithProxy stored no proxy")
-			}
 			ctx := testContext(t)
 			directDSN, err := DSNWithAddr(pool.Config().ConnString(), Shared(t).Addr())
 			if err != nil {
@@ -250,8 +247,8 @@ func TestFailEveryCommitOnce(t *testing.T) {
 	for _, code := range []string{"40001", "40P01"} {
 		t.Run(code, func(t *testing.T) {
 			t.Parallel()
-			var p *Proxy
-			pool := NewPool(t, WithMigrations(itemsMigrations), FailEveryCommitOnce(code), WithProxy(&p))
+			p := NewProxy(t, Shared(t).Addr())
+			pool := NewPool(t, WithMigrations(itemsMigrations), FailEveryCommitOnce(code), WithProxy(p))
 			ctx := testContext(t)
 
 			const workers, perWorker = 8, 5
@@ -329,6 +326,57 @@ func TestFailEveryCommitOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// WithProxy refuses a nil proxy, two different proxies, and a proxy to another
+// address than the database's server, failing the test with a message that
+// says so; the same proxy given twice is one proxy.
+func TestWithProxyOptionErrors(t *testing.T) {
+	t.Parallel()
+	p := NewProxy(t, "127.0.0.1:1") // never dialled
+	other := NewProxy(t, "127.0.0.1:2")
+	for name, tc := range map[string]struct {
+		opts []Option
+		want string
+	}{
+		"nil":         {[]Option{WithProxy(nil)}, "WithProxy needs a proxy, got a nil *Proxy"},
+		"two proxies": {[]Option{WithProxy(p), WithProxy(other)}, "WithProxy given two proxies (to 127.0.0.1:1 and to 127.0.0.1:2)"},
+		"NewDatabase": {[]Option{WithProxy(p)}, "WithProxy configure a pool: use NewPool"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tb := runFakeTB(func(tb testing.TB) {
+				if name == "NewDatabase" {
+					NewDatabase(tb, tc.opts...)
+				} else {
+					NewPool(tb, tc.opts...)
+				}
+			})
+			if !tb.failed || !strings.Contains(tb.messages(), tc.want) {
+				t.Errorf("failed %t, %q; want a failure saying %q", tb.failed, tb.messages(), tc.want)
+			}
+		})
+	}
+	t.Run("the same proxy twice", func(t *testing.T) {
+		var o *options
+		tb := runFakeTB(func(tb testing.TB) { o = collectOptions(tb, "NewPool", []Option{WithProxy(p), WithProxy(p)}, true) })
+		if tb.failed || o.proxy != p {
+			t.Errorf("failed %t (%q), proxy %p; want no failure and proxy %p", tb.failed, tb.messages(), o.proxy, p)
+		}
+	})
+	t.Run("another server", func(t *testing.T) {
+		srv := Shared(t)
+		if srv.Addr() == "" {
+			t.Skip("the shared server is reached over a Unix socket")
+		}
+		tb := runFakeTB(func(tb testing.TB) { NewPool(tb, WithProxy(p)) })
+		want := "WithProxy: the proxy forwards to 127.0.0.1:1, but the database is on " + srv.Addr()
+		if !tb.failed || !strings.Contains(tb.messages(), want) {
+			t.Errorf("failed %t, %q; want a failure saying %q", tb.failed, tb.messages(), want)
+		}
+		if s := p.Stats(); s.Accepted != 0 {
+			t.Errorf("the proxy accepted %d connections, want none", s.Accepted)
+		}
+	})
 }
 
 // Codes other than 40001 and 40P01 are refused.

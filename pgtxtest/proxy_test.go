@@ -561,13 +561,13 @@ func requireCanceled(t *testing.T, err error) {
 	}
 }
 
-func TestProxyClassLatencyCancelRequest(t *testing.T) {
+func TestProxyConnLatencyCancelRequest(t *testing.T) {
 	const d = 500 * time.Millisecond
 	e := newProxyEnv(t)
 	ctx := testContext(t)
 	other := testConnect(t, ctx, connConfig(t, e.viaProxy))
 	c, done := e.startCancellable(t, ctx)
-	e.proxy.SetClassLatency(ClassCancelRequest, d)
+	e.proxy.SetConnLatency(ConnCancelRequest, d)
 
 	// Sessions are not held: neither before nor while a cancel request is.
 	start := time.Now()
@@ -597,11 +597,11 @@ func TestProxyClassLatencyCancelRequest(t *testing.T) {
 	testExec(t, ctx, c, "select 1")
 }
 
-func TestProxyClassLatencySessionSparesCancel(t *testing.T) {
+func TestProxyConnLatencySessionSparesCancel(t *testing.T) {
 	e := newProxyEnv(t)
 	ctx := testContext(t)
 	c, done := e.startCancellable(t, ctx)
-	e.proxy.SetClassLatency(ClassSession, time.Hour)
+	e.proxy.SetConnLatency(ConnSession, time.Hour)
 
 	cancelCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -617,7 +617,7 @@ func TestProxyClassLatencySessionSparesCancel(t *testing.T) {
 	testExec(t, ctx, c, "select 1")
 }
 
-func TestProxyClassLatencySettings(t *testing.T) {
+func TestProxyConnLatencySettings(t *testing.T) {
 	p := NewProxy(t, "127.0.0.1:1") // never dialled
 	const ms = time.Millisecond
 	type want struct{ session, cancel, unknown time.Duration }
@@ -628,31 +628,31 @@ func TestProxyClassLatencySettings(t *testing.T) {
 	}{
 		{"none", func() {}, want{}},
 		{"for all", func() { p.SetLatency(100 * ms) }, want{100 * ms, 100 * ms, 100 * ms}},
-		{"cancel above all", func() { p.SetClassLatency(ClassCancelRequest, 300*ms) }, want{100 * ms, 300 * ms, 100 * ms}},
-		{"session below all", func() { p.SetClassLatency(ClassSession, 50*ms) }, want{100 * ms, 300 * ms, 100 * ms}},
+		{"cancel above all", func() { p.SetConnLatency(ConnCancelRequest, 300*ms) }, want{100 * ms, 300 * ms, 100 * ms}},
+		{"session below all", func() { p.SetConnLatency(ConnSession, 50*ms) }, want{100 * ms, 300 * ms, 100 * ms}},
 		{"all removed", func() { p.SetLatency(0) }, want{50 * ms, 300 * ms, 0}},
-		{"unknown classes ignored", func() {
-			for _, c := range []ConnClass{0, -1, ClassCancelRequest + 1, 1 << 30} {
-				p.SetClassLatency(c, time.Hour)
+		{"unknown types ignored", func() {
+			for _, c := range []ConnType{0, -1, ConnCancelRequest + 1, 1 << 30} {
+				p.SetConnLatency(c, time.Hour)
 			}
 		}, want{50 * ms, 300 * ms, 0}},
-		{"negative removes", func() { p.SetClassLatency(ClassCancelRequest, -time.Second) }, want{50 * ms, 0, 0}},
-		{"reset clears classes", func() {
+		{"negative removes", func() { p.SetConnLatency(ConnCancelRequest, -time.Second) }, want{50 * ms, 0, 0}},
+		{"reset clears types", func() {
 			p.SetLatency(time.Second)
-			p.SetClassLatency(ClassCancelRequest, time.Second)
+			p.SetConnLatency(ConnCancelRequest, time.Second)
 			p.Reset()
 		}, want{}},
 	}
 	for _, step := range steps {
 		step.do()
-		got := want{p.latencyFor(ClassSession), p.latencyFor(ClassCancelRequest), p.latencyFor(ClassCancelRequest + 1)}
+		got := want{p.latencyFor(ConnSession), p.latencyFor(ConnCancelRequest), p.latencyFor(ConnCancelRequest + 1)}
 		if got != step.want {
 			t.Errorf("%s: latencies (session, cancel, unknown) = %v, want %v", step.name, got, step.want)
 		}
 	}
-	for c, want := range map[ConnClass]string{ClassSession: "session", ClassCancelRequest: "cancel request", 7: "ConnClass(7)"} {
+	for c, want := range map[ConnType]string{ConnSession: "session", ConnCancelRequest: "cancel request", 7: "ConnType(7)"} {
 		if got := c.String(); got != want {
-			t.Errorf("ConnClass(%d).String() = %q, want %q", int(c), got, want)
+			t.Errorf("ConnType(%d).String() = %q, want %q", int(c), got, want)
 		}
 	}
 }

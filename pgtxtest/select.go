@@ -15,8 +15,9 @@ import (
 // envVars are the variables that name a server, in order of precedence.
 var envVars = []string{"PGTX_TEST_DATABASE_URL", "DATABASE_URL"}
 
-// Options configures a server that [Dedicated] starts (a local server).
-type Options struct {
+// ServerOptions configures a server that [Dedicated] starts (a local server).
+// The zero value starts one with the harness's settings.
+type ServerOptions struct {
 	// Settings are extra server settings, passed as -c name=value and applied after the
 	// harness's own, e.g. {"max_connections": "8"}. Names must be plain setting names.
 	Settings map[string]string
@@ -216,7 +217,7 @@ func noServer(tb testing.TB, getenv func(string) string, p plan) {
 // shared server comes from an env DSN or Docker, the test is skipped with the reason,
 // unless CI=true and local binaries exist. Without any server it behaves as Shared.
 // Invalid settings fail the test.
-func Dedicated(tb testing.TB, opts Options) *Server {
+func Dedicated(tb testing.TB, opts ServerOptions) *Server {
 	tb.Helper()
 	bindir, err := localBindir()
 	run, fail, msg := dedicatedVerdict(os.Getenv, selected(), err == nil)

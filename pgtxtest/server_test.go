@@ -281,7 +281,7 @@ func TestDedicatedAppliesSettings(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := Dedicated(t, Options{Settings: tc.settings})
+			s := Dedicated(t, ServerOptions{Settings: tc.settings})
 			if s.Kind() != KindLocal {
 				t.Errorf("Kind() = %q", s.Kind())
 			}
@@ -303,8 +303,8 @@ func TestDedicatedOwnSystem(t *testing.T) {
 	systemOf := func(s *Server) string {
 		return queryString(t, connect(t, s.DSN("")), "select system_identifier::text from pg_control_system()")
 	}
-	a, b := systemOf(Dedicated(t, Options{})), systemOf(Dedicated(t, Options{}))
-	own := systemOf(Dedicated(t, Options{OwnSystem: true}))
+	a, b := systemOf(Dedicated(t, ServerOptions{})), systemOf(Dedicated(t, ServerOptions{}))
+	own := systemOf(Dedicated(t, ServerOptions{OwnSystem: true}))
 	if a != b {
 		t.Errorf("two copies of the template: systems %s and %s, want one", a, b)
 	}
@@ -315,7 +315,7 @@ func TestDedicatedOwnSystem(t *testing.T) {
 
 func TestRestartKeepsPortAndData(t *testing.T) {
 	t.Parallel()
-	s := Dedicated(t, Options{})
+	s := Dedicated(t, ServerOptions{})
 	dsn := NewDatabaseOn(t, s)
 	addr := s.Addr()
 	before := connect(t, dsn)
@@ -385,7 +385,7 @@ func TestRestartErrors(t *testing.T) {
 
 	t.Run("context ends during downtime", func(t *testing.T) {
 		t.Parallel()
-		s := Dedicated(t, Options{})
+		s := Dedicated(t, ServerOptions{})
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
 		start := time.Now()

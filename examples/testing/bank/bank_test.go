@@ -241,8 +241,8 @@ func TestTransferOnceAppliesAKeyOnce(t *testing.T) {
 func TestDeadlockAtCommitIsRetried(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	var proxy *pgtxtest.Proxy
-	repo := New(pgtxtest.NewPool(t, migrations, pgtxtest.WithProxy(&proxy)))
+	proxy := pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
+	repo := New(pgtxtest.NewPool(t, migrations, pgtxtest.WithProxy(proxy)))
 	openAccounts(t, repo, 100, 0)
 	notified := 0
 	repo.OnTransfer = func(from, to, amount int64) { notified++ }
@@ -266,8 +266,8 @@ func TestDeadlockAtCommitIsRetried(t *testing.T) {
 func TestLostCommitReplyIsResolved(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	var proxy *pgtxtest.Proxy
-	pool := pgtxtest.NewPool(t, migrations, pgtxtest.WithProxy(&proxy))
+	proxy := pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
+	pool := pgtxtest.NewPool(t, migrations, pgtxtest.WithProxy(proxy))
 	repo := New(pool)
 	openAccounts(t, repo, 100, 0)
 	notified := 0
@@ -294,8 +294,8 @@ func TestLostCommitReplyIsResolved(t *testing.T) {
 func TestLostCommitReplyWithoutResolution(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	var proxy *pgtxtest.Proxy
-	repo := New(pgtxtest.NewPool(t, migrations, pgtxtest.WithProxy(&proxy),
+	proxy := pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
+	repo := New(pgtxtest.NewPool(t, migrations, pgtxtest.WithProxy(proxy),
 		pgtxtest.WithConfig(func(c *pgtx.Config) { c.ResolveTimeout = -1 })))
 	openAccounts(t, repo, 100, 0)
 	notified := 0

@@ -20,24 +20,24 @@ func unreachableConfig(t *testing.T) *pgtx.Config {
 	return cfg
 }
 
-func TestClassConfig(t *testing.T) {
+func TestPoolConfig(t *testing.T) {
 	tests := []struct {
-		name  string
-		class Class
+		name string
+		pc   PoolConfig
 		// want
 		maxConns, minConns, minIdleConns int32
 		maxWaiters                       int
 		acquireTimeout                   time.Duration
 	}{
-		{"zero class: the base's", Class{}, 6, 3, 2, 9, 700 * time.Millisecond},
-		{"smaller pool caps MinConns and MinIdleConns", Class{MaxConns: 2}, 2, 2, 2, 9, 700 * time.Millisecond},
-		{"a single connection", Class{MaxConns: 1}, 1, 1, 1, 9, 700 * time.Millisecond},
-		{"larger pool", Class{MaxConns: 20}, 20, 3, 2, 9, 700 * time.Millisecond},
-		{"negative MaxConns: the base's", Class{MaxConns: -1}, 6, 3, 2, 9, 700 * time.Millisecond},
-		{"own MaxWaiters", Class{MaxWaiters: 4}, 6, 3, 2, 4, 700 * time.Millisecond},
-		{"negative MaxWaiters: no bound", Class{MaxWaiters: -1}, 6, 3, 2, -1, 700 * time.Millisecond},
-		{"own AcquireTimeout", Class{AcquireTimeout: 100 * time.Millisecond}, 6, 3, 2, 9, 100 * time.Millisecond},
-		{"negative AcquireTimeout: no bound of its own", Class{AcquireTimeout: -1}, 6, 3, 2, 9, -1},
+		{"zero PoolConfig: the base's", PoolConfig{}, 6, 3, 2, 9, 700 * time.Millisecond},
+		{"smaller pool caps MinConns and MinIdleConns", PoolConfig{MaxConns: 2}, 2, 2, 2, 9, 700 * time.Millisecond},
+		{"a single connection", PoolConfig{MaxConns: 1}, 1, 1, 1, 9, 700 * time.Millisecond},
+		{"larger pool", PoolConfig{MaxConns: 20}, 20, 3, 2, 9, 700 * time.Millisecond},
+		{"negative MaxConns: the base's", PoolConfig{MaxConns: -1}, 6, 3, 2, 9, 700 * time.Millisecond},
+		{"own MaxWaiters", PoolConfig{MaxWaiters: 4}, 6, 3, 2, 4, 700 * time.Millisecond},
+		{"negative MaxWaiters: no bound", PoolConfig{MaxWaiters: -1}, 6, 3, 2, -1, 700 * time.Millisecond},
+		{"own AcquireTimeout", PoolConfig{AcquireTimeout: 100 * time.Millisecond}, 6, 3, 2, 9, 100 * time.Millisecond},
+		{"negative AcquireTimeout: no bound of its own", PoolConfig{AcquireTimeout: -1}, 6, 3, 2, 9, -1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,7 +49,7 @@ func TestClassConfig(t *testing.T) {
 			want := *base
 			wantPool := *base.Config
 
-			cfg := classConfig(base, "c", tt.class)
+			cfg := poolConfig(base, "c", tt.pc)
 			if cfg.MaxConns != tt.maxConns || cfg.MinConns != tt.minConns || cfg.MinIdleConns != tt.minIdleConns {
 				t.Errorf("MaxConns, MinConns, MinIdleConns = %d, %d, %d, want %d, %d, %d",
 					cfg.MaxConns, cfg.MinConns, cfg.MinIdleConns, tt.maxConns, tt.minConns, tt.minIdleConns)
@@ -63,7 +63,7 @@ func TestClassConfig(t *testing.T) {
 					cfg.StatementTimeout, cfg.CancelMode, base.StatementTimeout, base.CancelMode)
 			}
 			if cfg.Config == base.Config || cfg.ConnConfig == base.ConnConfig {
-				t.Error("the class's pgxpool.Config or ConnConfig is the base's, want a copy")
+				t.Error("the pool's pgxpool.Config or ConnConfig is the base's, want a copy")
 			}
 			if cfg.ConnConfig.Host != base.ConnConfig.Host || cfg.ConnConfig.Port != base.ConnConfig.Port {
 				t.Errorf("connects to %s:%d, want the base's %s:%d", cfg.ConnConfig.Host, cfg.ConnConfig.Port,
@@ -77,15 +77,15 @@ func TestClassConfig(t *testing.T) {
 	}
 }
 
-func TestClassConfigBreaker(t *testing.T) {
+func TestPoolConfigBreaker(t *testing.T) {
 	tests := []struct {
 		name     string
 		breaker  *pgtx.BreakerConfig
 		wantName string // "": no breaker
 	}{
 		{"no breaker", nil, ""},
-		{"unnamed: the class name", &pgtx.BreakerConfig{ConsecutiveFailures: 3}, "reports"},
-		{"named: name/class", &pgtx.BreakerConfig{Name: "db", ConsecutiveFailures: 3}, "db/reports"},
+		{"unnamed: the pool name", &pgtx.BreakerConfig{ConsecutiveFailures: 3}, "reports"},
+		{"named: name/pool", &pgtx.BreakerConfig{Name: "db", ConsecutiveFailures: 3}, "db/reports"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,7 +95,7 @@ func TestClassConfigBreaker(t *testing.T) {
 			if tt.breaker != nil {
 				before = *tt.breaker
 			}
-			cfg := classConfig(base, "reports", Class{})
+			cfg := poolConfig(base, "reports", PoolConfig{})
 			if tt.breaker == nil {
 				if cfg.Breaker != nil {
 					t.Errorf("Breaker = %+v, want nil", cfg.Breaker)
