@@ -38,7 +38,7 @@ func TestCollectorWithServer(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(pgtxprom.NewCollector(map[string]*pgtx.Pool{"main": pool}))
+	reg.MustRegister(pgtxprom.NewCollector(pool, "main"))
 
 	noop := func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, "select 1")

@@ -100,7 +100,7 @@ func readmeObservability(cfg *pgtx.Config, pool *pgtx.Pool) error {
 
 	metrics := pgtxprom.NewTracer(pgtxprom.WithPoolName("main")) // calls by outcome, attempts, retries by class, backoff, budget refusals, breaker changes
 	cfg.Tracer = metrics
-	prometheus.MustRegister(metrics, pgtxprom.NewCollector(map[string]*pgtx.Pool{"main": pool}))
+	prometheus.MustRegister(metrics, pgtxprom.NewCollector(pool, "main"))
 
 	cfg.Tracer = multitracer.New(pgtxslog.NewTracer(), metrics) // each tracer receives every event it implements
 	return nil

@@ -2,7 +2,6 @@ package pgtxprom
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx"
@@ -64,25 +63,19 @@ func WithNamespace(ns string) Option {
 }
 
 // WithPoolName gives a [Tracer]'s metrics the label pool=name: the name the
-// pool has in the [Collector], so that a dashboard joins the two. Without
-// it the Tracer's metrics have no pool label. A [Collector] names its pools
-// by the keys of its map and ignores it.
+// pool has in its [Collector], so that a dashboard joins the two. Without
+// it the Tracer's metrics have no pool label. A Collector takes its pool's
+// name from [NewCollector] and ignores it.
 func WithPoolName(name string) Option {
 	return func(c *config) { c.pool = name }
 }
 
-// namedPool is a pool and its name, the value of the pool label.
-type namedPool struct {
-	name string
-	pool *pgtx.Pool
-}
-
-// Collector exports the statistics of pgtx pools as Prometheus metrics. It
-// implements [prometheus.Collector] and reads each pool's [pgtx.Stats] once
+// Collector exports the statistics of a pgtx pool as Prometheus metrics. It
+// implements [prometheus.Collector] and reads the pool's [pgtx.Stats] once
 // per collection. It is safe for concurrent use. The package documentation
 // lists its metrics.
 type Collector struct {
-	pools []namedPool // sorted by name
+	pool  *pgtx.Pool
 	descs []*prometheus.Desc
 
 	waiters, acquireWait, acquireTimeouts, queueFull *prometheus.Desc
@@ -108,26 +101,24 @@ type Collector struct {
 
 var _ prometheus.Collector = (*Collector)(nil)
 
-// NewCollector returns a [Collector] over pools, whose keys become the
-// values of the pool label. The map is copied: pools added to it later are
-// not reported. It panics if a pool is nil, as [prometheus.MustRegister]
-// does on a programming error. Register the Collector with a
-// [prometheus.Registerer]; unregister it before closing its pools, or it
-// keeps reporting their last counters.
-func NewCollector(pools map[string]*pgtx.Pool, opts ...Option) *Collector {
-	cfg := newConfig(opts)
-	c := &Collector{pools: make([]namedPool, 0, len(pools))}
-	for name, p := range pools {
-		if p == nil {
-			panic(fmt.Sprintf("pgtxprom: NewCollector: pool %q is nil", name))
-		}
-		c.pools = append(c.pools, namedPool{name: name, pool: p})
+// NewCollector returns the [Collector] of pool, whose metrics have the
+// label pool=name, as [collectors.NewDBStatsCollector] names a database/sql
+// pool: one Collector per pool, each registered with a
+// [prometheus.Registerer] (their names must differ in one registry). It
+// panics if pool is nil, as [prometheus.MustRegister] does on a programming
+// error. Unregister the Collector before closing the pool, or it keeps
+// reporting the pool's last counters.
+//
+// [collectors.NewDBStatsCollector]: https://pkg.go.dev/github.com/prometheus/client_golang/prometheus/collectors#NewDBStatsCollector
+func NewCollector(pool *pgtx.Pool, name string, opts ...Option) *Collector {
+	if pool == nil {
+		panic(fmt.Sprintf("pgtxprom: NewCollector: pool %q is nil", name))
 	}
-	sort.Slice(c.pools, func(i, j int) bool { return c.pools[i].name < c.pools[j].name })
-
+	cfg := newConfig(opts)
+	c := &Collector{pool: pool}
+	constLabels := prometheus.Labels{labelPool: name}
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
-		d := prometheus.NewDesc(prometheus.BuildFQName(cfg.namespace, "", name), help,
-			append([]string{labelPool}, labels...), nil)
+		d := prometheus.NewDesc(prometheus.BuildFQName(cfg.namespace, "", name), help, labels, constLabels)
 		c.descs = append(c.descs, d)
 		return d
 	}
@@ -213,25 +204,23 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect reads each pool's [pgtx.Stats] once and sends its metrics.
+// Collect reads the pool's [pgtx.Stats] once and sends its metrics.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	for _, np := range c.pools {
-		c.collectPool(ch, np.name, np.pool.Stats())
-	}
+	c.collectPool(ch, c.pool.Stats())
 }
 
-// collectPool sends the metrics of one pool's statistics.
-func (c *Collector) collectPool(ch chan<- prometheus.Metric, name string, s pgtx.Stats) {
+// collectPool sends the metrics of the pool's statistics s.
+func (c *Collector) collectPool(ch chan<- prometheus.Metric, s pgtx.Stats) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, append([]string{name}, labels...)...)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	counter := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, append([]string{name}, labels...)...)
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
 	}
 
 	gauge(c.waiters, float64(s.Waiting))
 	count, sum, buckets := histogramBuckets(s.AcquireWait)
-	ch <- prometheus.MustNewConstHistogram(c.acquireWait, count, sum, buckets, name)
+	ch <- prometheus.MustNewConstHistogram(c.acquireWait, count, sum, buckets)
 	counter(c.acquireTimeouts, float64(s.AcquireTimeoutCount))
 	counter(c.queueFull, float64(s.QueueFullCount))
 
@@ -261,7 +250,7 @@ func (c *Collector) collectPool(ch chan<- prometheus.Metric, name string, s pgtx
 	counter(c.cancels, float64(cs.ClosedCount), outcomeClosed)
 	counter(c.cancelPoolErrors, float64(cs.PoolErrorCount))
 	count, sum, buckets = histogramBuckets(cs.Latency)
-	ch <- prometheus.MustNewConstHistogram(c.cancelLatency, count, sum, buckets, name)
+	ch <- prometheus.MustNewConstHistogram(c.cancelLatency, count, sum, buckets)
 	if ps := s.CancelPool; ps != nil {
 		connections(gauge, c.cancelPoolConnections, ps)
 		gauge(c.cancelPoolMaxConnections, float64(ps.MaxConns()))
@@ -282,7 +271,7 @@ func (c *Collector) collectPool(ch chan<- prometheus.Metric, name string, s pgtx
 		gauge(c.contentionLimit, float64(cs.Limit), cs.Label)
 		gauge(c.contentionWaiting, float64(cs.Waiting), cs.Label)
 		count, sum, buckets := histogramBuckets(cs.Wait)
-		ch <- prometheus.MustNewConstHistogram(c.contentionWait, count, sum, buckets, name, cs.Label)
+		ch <- prometheus.MustNewConstHistogram(c.contentionWait, count, sum, buckets, cs.Label)
 		counter(c.contentionAttempts, float64(cs.AttemptCount), cs.Label)
 		counter(c.contentionConflicts, float64(cs.ConflictCount), cs.Label)
 	}

@@ -45,14 +45,30 @@ func newOfflinePoolWith(t *testing.T, edit func(*pgtx.Config)) *pgtx.Pool {
 	return pool
 }
 
-// newOfflineCollector returns a Collector over two offline pools: "a" with 3
-// connections at most and "b" with 7.
-func newOfflineCollector(t *testing.T, opts ...Option) *Collector {
+// collectors are the Collectors of several pools, collected as one, as a
+// registry collects them.
+type collectors []*Collector
+
+func (cs collectors) Describe(ch chan<- *prometheus.Desc) {
+	for _, c := range cs {
+		c.Describe(ch)
+	}
+}
+
+func (cs collectors) Collect(ch chan<- prometheus.Metric) {
+	for _, c := range cs {
+		c.Collect(ch)
+	}
+}
+
+// newOfflineCollector returns the Collectors of two offline pools: "a" with
+// 3 connections at most and "b" with 7.
+func newOfflineCollector(t *testing.T, opts ...Option) collectors {
 	t.Helper()
-	return NewCollector(map[string]*pgtx.Pool{
-		"b": newOfflinePool(t, 7),
-		"a": newOfflinePool(t, 3),
-	}, opts...)
+	return collectors{
+		NewCollector(newOfflinePool(t, 7), "b", opts...),
+		NewCollector(newOfflinePool(t, 3), "a", opts...),
+	}
 }
 
 func TestCollectZeroStats(t *testing.T) {
@@ -225,11 +241,11 @@ func TestCollectAndCount(t *testing.T) {
 func TestCollectorLint(t *testing.T) {
 	tests := []struct {
 		name string
-		c    func(t *testing.T) *Collector
+		c    func(t *testing.T) prometheus.Collector
 	}{
-		{"two pools", func(t *testing.T) *Collector { return newOfflineCollector(t) }},
-		{"no pool", func(*testing.T) *Collector { return NewCollector(nil) }},
-		{"namespace", func(t *testing.T) *Collector { return newOfflineCollector(t, WithNamespace("app")) }},
+		{"two pools", func(t *testing.T) prometheus.Collector { return newOfflineCollector(t) }},
+		{"one pool", func(t *testing.T) prometheus.Collector { return NewCollector(newOfflinePool(t, 1), "main") }},
+		{"namespace", func(t *testing.T) prometheus.Collector { return newOfflineCollector(t, WithNamespace("app")) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -259,7 +275,7 @@ func TestWithNamespace(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := NewCollector(map[string]*pgtx.Pool{"main": pool}, tt.opts...)
+			c := NewCollector(pool, "main", tt.opts...)
 			if got := testutil.CollectAndCount(c, tt.want); got != 1 {
 				t.Errorf("CollectAndCount(%s) = %d, want 1", tt.want, got)
 			}
@@ -268,7 +284,7 @@ func TestWithNamespace(t *testing.T) {
 }
 
 func TestDescribe(t *testing.T) {
-	c := newOfflineCollector(t)
+	c := NewCollector(newOfflinePool(t, 1), "main")
 	ch := make(chan *prometheus.Desc, 64)
 	c.Describe(ch)
 	close(ch)
@@ -299,15 +315,31 @@ func TestNewCollectorNilPoolPanics(t *testing.T) {
 			t.Errorf("recovered %v, want a panic naming the pool", r)
 		}
 	}()
-	NewCollector(map[string]*pgtx.Pool{"broken": nil})
+	NewCollector(nil, "broken")
 }
 
-func TestNewCollectorCopiesMap(t *testing.T) {
-	pools := map[string]*pgtx.Pool{"a": newOfflinePool(t, 1)}
-	c := NewCollector(pools)
-	pools["b"] = newOfflinePool(t, 1)
-	if got := testutil.CollectAndCount(c, "pgtx_pool_waiters"); got != 1 {
-		t.Errorf("pool added to the map after NewCollector reported: %d series, want 1", got)
+// TestCollectorsOfSeveralPools: the Collectors of several pools register in
+// one registry side by side, each series under its pool's name, and a
+// second Collector under a name already taken is refused.
+func TestCollectorsOfSeveralPools(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(NewCollector(newOfflinePool(t, 1), "interactive")); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(NewCollector(newOfflinePool(t, 2), "batch")); err != nil {
+		t.Fatalf("a second pool's Collector: %v", err)
+	}
+	want := `
+# HELP pgtx_pool_max_connections Maximum size of the pool.
+# TYPE pgtx_pool_max_connections gauge
+pgtx_pool_max_connections{pool="batch"} 2
+pgtx_pool_max_connections{pool="interactive"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pgtx_pool_max_connections"); err != nil {
+		t.Error(err)
+	}
+	if err := reg.Register(NewCollector(newOfflinePool(t, 3), "batch")); err == nil {
+		t.Error("a Collector under a pool name already registered was accepted")
 	}
 }
 
@@ -322,7 +354,7 @@ func TestCollectorBreaker(t *testing.T) {
 		})
 	}
 	open, halfOpen := newPool(time.Hour), newPool(time.Nanosecond)
-	c := NewCollector(map[string]*pgtx.Pool{"open": open, "half": halfOpen})
+	c := collectors{NewCollector(open, "open"), NewCollector(halfOpen, "half")}
 	call := func(pool *pgtx.Pool) error {
 		return pgtx.Transaction(context.Background(), pool, pgtx.ReadCommitted, func(context.Context, pgx.Tx) error { return nil })
 	}
@@ -475,7 +507,7 @@ type statsCollector struct {
 }
 
 func (sc statsCollector) Describe(ch chan<- *prometheus.Desc) { sc.c.Describe(ch) }
-func (sc statsCollector) Collect(ch chan<- prometheus.Metric) { sc.c.collectPool(ch, "main", sc.s) }
+func (sc statsCollector) Collect(ch chan<- prometheus.Metric) { sc.c.collectPool(ch, sc.s) }
 
 // TestCollectStatsFields checks that each field of Stats reaches its metric.
 func TestCollectStatsFields(t *testing.T) {
@@ -500,7 +532,7 @@ func TestCollectStatsFields(t *testing.T) {
 			{Label: "transfer", Limiting: true, Limit: 24, Waiting: 25, AttemptCount: 26, ConflictCount: 27, CommitCount: 28},
 		},
 	}
-	sc := statsCollector{c: NewCollector(nil), s: s}
+	sc := statsCollector{c: NewCollector(newOfflinePool(t, 1), "main"), s: s}
 	want := `
 # HELP pgtx_pool_waiters Acquires of a pool connection in progress now: the queue depth. Alert on it staying above 0, not on utilisation.
 # TYPE pgtx_pool_waiters gauge

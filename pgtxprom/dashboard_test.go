@@ -60,7 +60,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	tr.TraceBreakerStateChange(context.Background(), pgtx.TraceBreakerStateChangeData{Name: "main", From: pgtx.BreakerClosed, To: pgtx.BreakerOpen})
 
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(NewCollector(map[string]*pgtx.Pool{"main": pool}), tr)
+	reg.MustRegister(NewCollector(pool, "main"), tr)
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("Gather: %v", err)

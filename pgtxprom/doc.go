@@ -15,27 +15,28 @@
 // (dashboard/pgtx.json); a test checks its queries against the names this
 // package exports.
 //
-// A [Collector] reads the statistics of one or more pools each time it is
-// collected; nothing is counted in the transactions' path. Register it once,
-// after creating the pools:
+// A [Collector] reads the statistics of its pool each time it is
+// collected; nothing is counted in the transactions' path. Make one per
+// pool, as client_golang's collectors.NewDBStatsCollector does for a
+// database/sql pool, and register it after creating the pool:
 //
 //	reg := prometheus.NewRegistry()
-//	reg.MustRegister(pgtxprom.NewCollector(map[string]*pgtx.Pool{"main": pool}))
+//	reg.MustRegister(pgtxprom.NewCollector(pool, "main"))
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
-// Every metric has the label pool, the pool's name in the map given to
-// [NewCollector]. A bulkhead (one [pgtx.Pool] per class of work, so that a
-// slow class cannot take the connections of the others) is one Collector
-// over all its pools, each under the name of its class:
+// Every metric has the label pool, the name given to [NewCollector]. A
+// bulkhead (one [pgtx.Pool] per class of work, so that a slow class cannot
+// take the connections of the others) is one Collector per pool, each under
+// the name of its class:
 //
-//	pgtxprom.NewCollector(map[string]*pgtx.Pool{"interactive": web, "batch": jobs})
+//	reg.MustRegister(pgtxprom.NewCollector(web, "interactive"), pgtxprom.NewCollector(jobs, "batch"))
 //
-// For a [github.com/pgtx-go/pgtx/bulkhead.Pools], map each of its Names
-// to its Pool.
+// For a [github.com/pgtx-go/pgtx/bulkhead.Pools], register one for each of
+// its Names, with its Pool.
 //
-// Pool names must be unique in a registry: two Collectors reporting the same
-// name make Gather fail with duplicate series. To tell apart the pools of
-// several databases or services, wrap the registerer with
+// Pool names must be unique in a registry: a second Collector under a name
+// already registered is refused. To tell apart the pools of several
+// databases or services, wrap the registerer with
 // prometheus.WrapRegistererWith and a constant label.
 //
 // # Metrics

@@ -34,7 +34,8 @@ func Example() {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
-		pgtxprom.NewCollector(map[string]*pgtx.Pool{"interactive": web, "batch": jobs}),
+		pgtxprom.NewCollector(web, "interactive"),
+		pgtxprom.NewCollector(jobs, "batch"),
 	)
 	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	if err := http.ListenAndServe(":9090", nil); err != nil {
@@ -63,5 +64,5 @@ func ExampleNewTracer() {
 	defer pool.Close()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics, pgtxprom.NewCollector(map[string]*pgtx.Pool{"main": pool}))
+	reg.MustRegister(metrics, pgtxprom.NewCollector(pool, "main"))
 }
