@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/pgtx-go/pgtx/internal/rolling"
 )
 
 // ErrCircuitOpen is matched (errors.Is) by the error of a call a circuit
@@ -154,7 +156,7 @@ type breaker struct {
 	mu          sync.Mutex
 	state       BreakerState
 	generation  uint64 // bumped on every state change
-	window      rolling
+	window      rolling.Window
 	consecutive int
 	openedAt    time.Time
 	probes      int // admitted in the current half-open state
@@ -195,7 +197,7 @@ func newBreaker(cfg BreakerConfig, clk clock) *breaker {
 	cfg.OpenFor = defaultOrNone(cfg.OpenFor, defaultBreakerOpenFor)
 	cfg.HalfOpenProbes = defaultOrNone(cfg.HalfOpenProbes, defaultBreakerHalfOpenProbes)
 	b := &breaker{cfg: cfg, clock: clk}
-	b.window.init(max(cfg.Window, defaultBreakerWindow/10), clk.Now())
+	b.window.Init(max(cfg.Window, defaultBreakerWindow/10), clk.Now())
 	return b
 }
 
@@ -235,7 +237,7 @@ func (b *breaker) stats() BreakerStats {
 	defer b.unlock(context.Background())
 	now := b.clock.Now()
 	b.advance(now)
-	calls, failures, slow := b.window.sums(now)
+	calls, failures, slow := b.window.Sums(now)
 	return BreakerStats{Name: b.cfg.Name, State: b.state, CallCount: calls, FailureCount: failures, SlowCount: slow, RejectedCount: b.rejected, OpenedCount: b.opened}
 }
 
@@ -309,7 +311,7 @@ func (b *breaker) record(ctx context.Context, t ticket, o outcome) {
 		if !o.counted {
 			return
 		}
-		b.window.add(now, 1, b2i64(o.failed), b2i64(o.slow))
+		b.window.Add(now, 1, b2i64(o.failed), b2i64(o.slow))
 		if o.failed {
 			b.consecutive++
 		} else {
@@ -339,7 +341,7 @@ func (b *breaker) tripIfNeeded(now time.Time) {
 		b.setState(BreakerOpen, fmt.Sprintf("%d consecutive failures", b.consecutive), now)
 		return
 	}
-	calls, failures, slow := b.window.sums(now)
+	calls, failures, slow := b.window.Sums(now)
 	if calls < int64(c.MinCalls) {
 		return
 	}
@@ -355,7 +357,7 @@ func (b *breaker) tripIfNeeded(now time.Time) {
 // reports the change. b.mu is held.
 func (b *breaker) setState(to BreakerState, reason string, now time.Time) {
 	from := b.state
-	calls, failures, slow := b.window.sums(now)
+	calls, failures, slow := b.window.Sums(now)
 	b.state = to
 	b.generation++
 	b.probes, b.probeOK = 0, 0
@@ -364,7 +366,7 @@ func (b *breaker) setState(to BreakerState, reason string, now time.Time) {
 		b.openedAt = now
 		b.opened++
 	case BreakerClosed:
-		b.window.reset(now)
+		b.window.Reset(now)
 		b.consecutive = 0
 	}
 	if b.cfg.Tracer != nil && b.npending < len(b.pending) {

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/pgtx-go/pgtx/internal/rolling"
 )
 
 // ErrRetryBudgetExhausted is matched (errors.Is) by the error [Transaction]
@@ -26,10 +28,10 @@ type retryBudget struct {
 	ratio, floor float64
 
 	mu          sync.Mutex
-	window      rolling   // counts: successes, retries paid for by successes
-	floorTokens float64   // the floor's token bucket
-	floorCap    float64   // one second's worth, at least one retry
-	floorAt     time.Time // when floorTokens was last refilled
+	window      rolling.Window // counts: successes, retries paid for by successes
+	floorTokens float64        // the floor's token bucket
+	floorCap    float64        // one second's worth, at least one retry
+	floorAt     time.Time      // when floorTokens was last refilled
 }
 
 // newRetryBudget returns the budget p configures, or nil when it is off.
@@ -45,7 +47,7 @@ func newRetryBudget(p RetryConfig, now time.Time) *retryBudget {
 	if p.BudgetWindow < 0 {
 		rb.ratio = 0 // no window: nothing to take a share of
 	}
-	rb.window.init(max(durDefault(p.BudgetWindow, defaultBudgetWindow), time.Second), now)
+	rb.window.Init(max(durDefault(p.BudgetWindow, defaultBudgetWindow), time.Second), now)
 	if rb.floor > 0 {
 		rb.floorCap = max(rb.floor, 1)
 	}
@@ -56,7 +58,7 @@ func newRetryBudget(p RetryConfig, now time.Time) *retryBudget {
 // success records a successful call.
 func (b *retryBudget) success(now time.Time) {
 	b.mu.Lock()
-	b.window.add(now, 1, 0, 0)
+	b.window.Add(now, 1, 0, 0)
 	b.mu.Unlock()
 }
 
@@ -64,9 +66,9 @@ func (b *retryBudget) success(now time.Time) {
 func (b *retryBudget) withdraw(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	successes, retries, _ := b.window.sums(now)
+	successes, retries, _ := b.window.Sums(now)
 	if float64(retries+1) <= b.ratio*float64(successes) {
-		b.window.add(now, 0, 1, 0)
+		b.window.Add(now, 0, 1, 0)
 		return true
 	}
 	if elapsed := now.Sub(b.floorAt); elapsed > 0 {
