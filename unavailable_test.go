@@ -334,9 +334,9 @@ func TestUnavailableContextEnds(t *testing.T) {
 	})
 }
 
-// TestOptionsRetryPolicy: the per-call overrides of Options, each under the
+// TestOptionsRetryConfig: the per-call overrides of Options, each under the
 // package's rule (0 keeps the pool's, negative is off).
-func TestOptionsRetryPolicy(t *testing.T) {
+func TestOptionsRetryConfig(t *testing.T) {
 	pool := RetryConfig{}.withDefaults()
 	if got := (Options{}).retryPolicy(&pool); got != &pool {
 		t.Errorf("no override: a copy, want the pool's policy itself")
