@@ -327,7 +327,7 @@ func TestPerCallMaxRetries(t *testing.T) {
 	}
 }
 
-func TestRetryPolicyValidate(t *testing.T) {
+func TestRetryConfigValidate(t *testing.T) {
 	if err := (RetryConfig{BaseBackoff: -1}).validate(); err != nil {
 		t.Errorf("negative BaseBackoff means no pause and is valid: %v", err)
 	}
