@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/classify"
 )
 
 // The commit path: one COMMIT for every attempt, and what its answer means.
@@ -204,7 +205,7 @@ func isPgError(err error) bool {
 // which then never ran.
 func notCommitted(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (!endsSession(pgErr) || endedIdle(pgErr))
+	return errors.As(err, &pgErr) && (!endsSession(pgErr) || classify.EndedIdle(pgErr))
 }
 
 // endsSession reports a server error that ended the session (FATAL or PANIC,

@@ -3,18 +3,11 @@ package pgtx
 import (
 	"context"
 	"errors"
-	"io"
-	"net"
 	"strconv"
-	"syscall"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/classify"
 )
-
-// codeTransactionTimeout is transaction_timeout (PostgreSQL 17), which
-// pgerrcode does not list yet.
-const codeTransactionTimeout = "25P04"
 
 // Class is what pgtx does with an error: retry the whole transaction, back off,
 // give up, or report an unknown outcome. The zero Class is the class of a nil
@@ -127,89 +120,8 @@ func Classify(err error) Class {
 		errors.Is(err, ErrQueueFull) {
 		return ClassTimeout
 	}
-	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) && (errors.Is(err, pgconn.ErrReadOnlyConnection) || errors.Is(err, pgconn.ErrStandbyConnection)) {
-		// target_session_attrs asked for a server that takes writes and a
-		// host was read-only or a standby, the others down or refusing
-		// (57P03 while one shuts down): a primary being demoted, a standby
-		// not yet promoted, a failover under way.
-		return ClassUnavailable
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return classifyPgError(pgErr)
-	}
-	if isUnfixable(err) {
-		return ClassPermanent
-	}
-	if errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &connectErr) && isNetworkError(connectErr.Unwrap())) {
-		// No connection could be made (refused, or reset or closed while
-		// connecting) and no server error says why: the server is
-		// restarting or down, or a pooler in front of it is not admitting.
-		// Ride it out with the overload backoff instead of hammering it.
-		return ClassUnavailable
-	}
-	if errors.As(err, &connectErr) {
-		// A connect that failed for a reason of the client's own (TLS
-		// configuration, say): the next attempt fails the same way.
-		return ClassPermanent
-	}
-	if isNetworkError(err) {
-		return ClassConnectionLost
-	}
-	return ClassPermanent
+	return Class(classify.Err(err))
 }
 
-// isUnfixable reports the network errors no retry can fix: a host name
-// that does not resolve and a Unix socket file that does not exist (no
-// server was ever started there, or DATABASE_URL is missing).
-func isUnfixable(err error) bool {
-	var dnsErr *net.DNSError
-	if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
-		return true
-	}
-	var opErr *net.OpError
-	return errors.As(err, &opErr) && opErr.Net == "unix" && errors.Is(err, syscall.ENOENT)
-}
-
-// classifyPgError maps one server error to its class.
-func classifyPgError(e *pgconn.PgError) Class {
-	switch e.Code {
-	case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected:
-		return ClassConflict
-	case pgerrcode.TooManyConnections, pgerrcode.CannotConnectNow:
-		return ClassOverload
-	case pgerrcode.ConnectionException, pgerrcode.ConnectionDoesNotExist, pgerrcode.ConnectionFailure,
-		pgerrcode.SQLClientUnableToEstablishSQLConnection, pgerrcode.SQLServerRejectedEstablishmentOfSQLConnection,
-		pgerrcode.AdminShutdown, pgerrcode.CrashShutdown:
-		return ClassConnectionLost
-	case pgerrcode.TransactionResolutionUnknown, pgerrcode.StatementCompletionUnknown:
-		// Outside COMMIT these say the server could not tell whether the
-		// statement or transaction took effect; the session is gone or
-		// about to be. At COMMIT, commit classifies them as ambiguous.
-		return ClassConnectionLost
-	case pgerrcode.QueryCanceled, pgerrcode.IdleInTransactionSessionTimeout, codeTransactionTimeout:
-		return ClassTimeout
-	case pgerrcode.InvalidAuthorizationSpecification, pgerrcode.InvalidPassword, pgerrcode.InvalidCatalogName:
-		return ClassPermanent // no retry logs in or finds the database
-	}
-	if c, ok := classifyPoolerError(e); ok {
-		return c
-	}
-	return ClassPermanent
-}
-
-// isNetworkError reports network-level failures: the connection is gone or
-// could not be made, and no server error says why.
-func isNetworkError(err error) bool {
-	if err == nil {
-		return false
-	}
-	if errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.ECONNREFUSED) {
-		return true
-	}
-	var opErr *net.OpError
-	return errors.As(err, &opErr)
-}
+// classifyPgError returns the class of one server error.
+func classifyPgError(e *pgconn.PgError) Class { return Class(classify.PgError(e)) }

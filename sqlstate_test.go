@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/classify"
 )
 
 var errCaller = errors.New("insufficient funds")
@@ -117,5 +118,28 @@ func TestClassString(t *testing.T) {
 	}
 	if Class(99).String() != "Class(99)" {
 		t.Errorf("Class(99).String() = %q", Class(99).String())
+	}
+}
+
+// TestClassNumbering: pgtx.Class converts from the internal classes, so
+// their values must agree.
+func TestClassNumbering(t *testing.T) {
+	pairs := []struct {
+		root     Class
+		internal classify.Class
+	}{
+		{classNone, classify.None},
+		{ClassConflict, classify.Conflict},
+		{ClassOverload, classify.Overload},
+		{ClassUnavailable, classify.Unavailable},
+		{ClassConnectionLost, classify.ConnectionLost},
+		{ClassAmbiguous, classify.Ambiguous},
+		{ClassTimeout, classify.Timeout},
+		{ClassPermanent, classify.Permanent},
+	}
+	for _, p := range pairs {
+		if int(p.root) != int(p.internal) {
+			t.Errorf("%v is %d, the internal class %d", p.root, int(p.root), int(p.internal))
+		}
 	}
 }

@@ -1,10 +1,9 @@
-package pgtx
+package classify
 
 import (
 	"strings"
 
 	"github.com/jackc/pgerrcode"
-
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -37,68 +36,67 @@ type poolerMessage struct {
 var poolerMessages = [...]poolerMessage{
 	// PgBouncer: a client limit is reached, or a queued client waited too
 	// long for a server connection: load shedding, try again later.
-	{"no more connections allowed (max_client_conn)", ClassOverload},             // all
-	{"client connections exceeded (max_db_client_connections)", ClassOverload},   // 1.24+
-	{"client connections exceeded (max_user_client_connections)", ClassOverload}, // 1.24+
-	{"query_wait_timeout", ClassOverload},                                        // all
+	{"no more connections allowed (max_client_conn)", Overload},             // all
+	{"client connections exceeded (max_db_client_connections)", Overload},   // 1.24+
+	{"client connections exceeded (max_user_client_connections)", Overload}, // 1.24+
+	{"query_wait_timeout", Overload},                                        // all
 	// The server's own overload errors (53300, 57P03), relayed by PgBouncer
 	// to the clients waiting for a server login (kill_pool_logins), in
 	// PostgreSQL's words (12 to 17).
-	{"sorry, too many clients already", ClassOverload},
-	{"remaining connection slots are reserved for", ClassOverload},
-	{"too many connections for role", ClassOverload},
-	{"too many connections for database", ClassOverload},
-	{"the database system is starting up", ClassOverload},
-	{"the database system is shutting down", ClassOverload},
-	{"the database system is in recovery mode", ClassOverload},
-	{"the database system is not yet accepting connections", ClassOverload},
-	{"the database system is not accepting connections", ClassOverload},
+	{"sorry, too many clients already", Overload},
+	{"remaining connection slots are reserved for", Overload},
+	{"too many connections for role", Overload},
+	{"too many connections for database", Overload},
+	{"the database system is starting up", Overload},
+	{"the database system is shutting down", Overload},
+	{"the database system is in recovery mode", Overload},
+	{"the database system is not yet accepting connections", Overload},
+	{"the database system is not accepting connections", Overload},
 	// PgBouncer: the server cannot be reached, or PgBouncer itself is
 	// going away: a server that may come back.
-	{"server login has been failing", ClassUnavailable},      // 1.17+ (the cached login error follows in 1.19+)
-	{"pgbouncer cannot connect to server", ClassUnavailable}, // up to 1.16
-	{"client_login_timeout (server down)", ClassUnavailable}, // all
-	{"server shutting down", ClassUnavailable},               // 1.23+
-	{"suspend_timeout", ClassUnavailable},                    // all
+	{"server login has been failing", Unavailable},      // 1.17+ (the cached login error follows in 1.19+)
+	{"pgbouncer cannot connect to server", Unavailable}, // up to 1.16
+	{"client_login_timeout (server down)", Unavailable}, // all
+	{"server shutting down", Unavailable},               // 1.23+
+	{"suspend_timeout", Unavailable},                    // all
 	// PgBouncer: its query_timeout / transaction timeouts: a timeout, never
 	// retried.
-	{"query_timeout", ClassTimeout},            // all
-	{"query timeout", ClassTimeout},            // all
-	{"idle transaction timeout", ClassTimeout}, // all
-	{"transaction timeout", ClassTimeout},      // 1.25+
+	{"query_timeout", Timeout},            // all
+	{"query timeout", Timeout},            // all
+	{"idle transaction timeout", Timeout}, // all
+	{"transaction timeout", Timeout},      // 1.25+
 	// PgBouncer: the client's connection was closed under it; nothing of an
 	// unfinished transaction was kept. Before COMMIT, run it again on a new
 	// connection.
-	{"server conn crashed?", ClassConnectionLost},           // all
-	{"database removed", ClassConnectionLost},               // all: admin KILL, or the database left the config
-	{"database configuration changed", ClassConnectionLost}, // all: RELOAD with a new connect string
-	{"admin forced disconnect", ClassConnectionLost},        // 1.24+: admin KILL_CLIENT
-	{"client_idle_timeout", ClassConnectionLost},            // all
+	{"server conn crashed?", ConnectionLost},           // all
+	{"database removed", ConnectionLost},               // all: admin KILL, or the database left the config
+	{"database configuration changed", ConnectionLost}, // all: RELOAD with a new connect string
+	{"admin forced disconnect", ConnectionLost},        // 1.24+: admin KILL_CLIENT
+	{"client_idle_timeout", ConnectionLost},            // all
 	// Supavisor: client limits and pool checkout timeouts.
-	{"(EMAXCONN)", ClassOverload},
-	{"(EMAXCONNSESSION)", ClassOverload},
-	{"(EMAXCLIENTCONN)", ClassOverload},
-	{"(EMAXCLIENTSESSION)", ClassOverload},
-	{"(ECHECKOUTTIMEOUT)", ClassOverload},
-	{"Max client connections reached", ClassOverload},
-	{"Unable to check out process from the pool due to timeout", ClassOverload},
+	{"(EMAXCONN)", Overload},
+	{"(EMAXCONNSESSION)", Overload},
+	{"(EMAXCLIENTCONN)", Overload},
+	{"(EMAXCLIENTSESSION)", Overload},
+	{"(ECHECKOUTTIMEOUT)", Overload},
+	{"Max client connections reached", Overload},
+	{"Unable to check out process from the pool due to timeout", Overload},
 	// pgcat: no server connection could be checked out.
-	{"could not get connection from the pool", ClassOverload},
+	{"could not get connection from the pool", Overload},
 }
 
-// endedIdle reports a session the server (25P03) or a pooler ended while it
+// EndedIdle reports a session the server (25P03) or a pooler ended while it
 // was idle inside a transaction: a COMMIT sent after it never ran, so at
 // COMMIT it is a definitive "not committed", not an unknown outcome.
-func endedIdle(e *pgconn.PgError) bool {
+func EndedIdle(e *pgconn.PgError) bool {
 	if e.Code == pgerrcode.IdleInTransactionSessionTimeout {
 		return true
 	}
 	return (e.Code == codeProtocolViolation || e.Code == "") && strings.HasPrefix(e.Message, "idle transaction timeout")
 }
 
-// classifyPoolerError recognises a pooler's error; ok is false for anything
-// else.
-func classifyPoolerError(e *pgconn.PgError) (c Class, ok bool) {
+// pooler recognises a pooler's error; ok is false for anything else.
+func pooler(e *pgconn.PgError) (c Class, ok bool) {
 	switch e.Code {
 	case "", codeProtocolViolation, codeInternalError, codeSystemError:
 	default:
