@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx/internal/resolve"
 )
 
 // txAttempt is one call: its attempts acquire a connection, run fn on a
@@ -44,17 +45,17 @@ func (a *txAttempt) kindOn(pgConn *pgconn.PgConn) (beginKind, capture) {
 	}
 	st := stateOf(pgConn)
 	switch {
-	case st == nil || !st.res.capable:
+	case st == nil || !st.res.Capable:
 		return beganUncaptured, captureNone
-	case st.res.inRecovery(pgConn):
+	case st.res.InRecovery(pgConn):
 		// No id can be given in recovery, and none is needed: a
 		// transaction begun there can change nothing.
 		return beganInRecovery, captureNone
-	case st.res.standby:
+	case st.res.Standby:
 		// Made on a standby since promoted: the run it captured is not
 		// the one its transactions now run in.
 		return beganOnPromoted, captureNone
-	case !st.res.direct:
+	case !st.res.Direct:
 		return beganCaptured, captureIDRun
 	}
 	return beganCaptured, captureID
@@ -117,7 +118,7 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 		// The server's run as the connection saw it when it was made: a
 		// direct connection's lives as long as its backend (behind a
 		// pooler the id read captures it again).
-		t.id = txID{system: st.res.system, run: st.res.run, flushed: st.res.flushed}
+		t.id = resolve.ID{System: st.res.System, Run: st.res.Run, Flushed: st.res.Flushed}
 	}
 	done := false
 	defer func() {

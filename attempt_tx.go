@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/resolve"
 )
 
 // attemptTx is the pgx.Tx that fn receives: one per attempt. BEGIN is not
@@ -33,7 +34,7 @@ type attemptTx struct {
 	// idNull when it had none then), and whether anything sent since may
 	// have given it one (stale), or sent a notification, which takes its
 	// id only at COMMIT (notify).
-	id     txID
+	id     resolve.ID
 	idRead bool
 	idNull bool
 	stale  bool

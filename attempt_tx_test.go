@@ -73,26 +73,6 @@ func TestIDAtCommit(t *testing.T) {
 	}
 }
 
-// TestXidOf: a backend's 32-bit transaction id, with the server's next id,
-// gives the full id, across an epoch boundary too.
-func TestXidOf(t *testing.T) {
-	tests := []struct {
-		lo   uint32
-		next uint64
-		want uint64
-	}{
-		{730, 800, 730},
-		{730, 5<<32 | 800, 5<<32 | 730},
-		{0xfffffff0, 5<<32 | 10, 4<<32 | 0xfffffff0}, // the id is from before the wrap
-		{5, 10, 5},
-	}
-	for _, tt := range tests {
-		if got := xidOf(tt.lo, tt.next); got != tt.want {
-			t.Errorf("xidOf(%d, %d) = %d, want %d", tt.lo, tt.next, got, tt.want)
-		}
-	}
-}
-
 // TestClosedTxLargeObjectsRefuse: the large objects of an ended attempt
 // fail with pgx.ErrTxClosed instead of panicking.
 func TestClosedTxLargeObjectsRefuse(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx/internal/classify"
+	"github.com/pgtx-go/pgtx/internal/resolve"
 )
 
 // The commit path: one COMMIT for every attempt, and what its answer means.
@@ -41,7 +42,7 @@ func (a *txAttempt) commit(ctx context.Context, t *attemptTx, kind beginKind) (C
 	// A transaction that provably wrote nothing changes nothing at
 	// COMMIT: its COMMIT keeps the caller's deadline, as any statement
 	// does, instead of running on past it (a slow server, a partition).
-	changesNothing := (kind == beganCaptured && t.writeFree()) || (kind == beganInRecovery && stillInRecovery(pgConn))
+	changesNothing := (kind == beganCaptured && t.writeFree()) || (kind == beganInRecovery && resolve.StillInRecovery(pgConn))
 	cctx := uncancellable(ctx)
 	if changesNothing {
 		cctx = ctx
@@ -82,17 +83,17 @@ func (a *txAttempt) commit(ctx context.Context, t *attemptTx, kind beginKind) (C
 		// still runs the transaction tells its id; once COMMIT has ended
 		// it, nothing can.
 		if xid, ok := a.pool.backendXid(ctx, t); ok {
-			t.id.xid = xid
+			t.id.Xid = xid
 			return a.pool.resolve(ctx, t.id, cu.err)
 		}
-		a.pool.resolved.countUnknown(reasonUnanswered)
+		a.pool.resolved.CountUnknown(resolve.Unanswered)
 		cu.why = "the connection was lost before the transaction's id arrived, and its backend no longer ran it"
 		return c, cu
 	case t.idNull:
 		// The transaction had no id when COMMIT was sent: it wrote
 		// nothing, and sent no notification (whose id is read assigned).
 		// Its COMMIT changed nothing; running it again is harmless.
-		a.pool.resolved.notApplied.Add(1)
+		a.pool.resolved.NotApplied.Add(1)
 		return ClassConnectionLost, cu.err
 	}
 	return a.pool.resolve(ctx, t.id, cu.err)
@@ -103,13 +104,13 @@ func (a *txAttempt) commit(ctx context.Context, t *attemptTx, kind beginKind) (C
 // ResolveTimeout.
 func (p *Pool) backendXid(ctx context.Context, t *attemptTx) (uint64, bool) {
 	st := stateOf(t.pgConn)
-	if t.capture != captureID || st == nil || st.res.backendStart == 0 {
+	if t.capture != captureID || st == nil || st.res.BackendStart == 0 {
 		return 0, false
 	}
 	bctx, cancel := context.WithTimeout(uncancellable(ctx), p.settings.resolveTimeout/2)
 	defer cancel()
-	return p.resolver.backendXid(bctx, t.pgConn.PID(), st.res.backendStart, func(ctx context.Context) error {
-		return p.clock.Sleep(ctx, resolvePoll)
+	return p.resolver.BackendXid(bctx, t.pgConn.PID(), st.res.BackendStart, func(ctx context.Context) error {
+		return p.clock.Sleep(ctx, resolve.Poll)
 	})
 }
 

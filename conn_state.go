@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/resolve"
 )
 
 // connState is everything pgtx keeps per connection of the main pool: how
@@ -19,8 +20,8 @@ type connState struct {
 	// cancel is the connection's context watcher handler.
 	cancel cancelHandler
 	// res is what resolution needs of the connection's server, captured
-	// when the connection was made (connResolve.prepare).
-	res connResolve
+	// when the connection was made ([resolve.Conn.Prepare]).
+	res resolve.Conn
 	// tracer is the connection's pgx QueryTracer (nil: none), which sees
 	// fn's first statement as pgx would show it: pgtx sends that one
 	// itself, with BEGIN.
@@ -42,7 +43,7 @@ func stateOf(pgConn *pgconn.PgConn) *connState {
 // setUp is the AfterConnect step of every main-pool connection, which
 // fills in its state: in CancelModePool it captures the backend's identity
 // and finds out whether the connection reaches its backend directly; in a
-// resolving pool it captures the server's identity (connResolve.prepare);
+// resolving pool it captures the server's identity ([resolve.Conn.Prepare]);
 // it notes the connection's QueryTracer and exec mode; then the connection
 // is ready to be cancelled. The identity query runs in the simple protocol, which is
 // safe behind a transaction-pooling PgBouncer whatever the application's
@@ -73,10 +74,10 @@ func (c *canceller) setUp(ctx context.Context, conn *pgx.Conn) error {
 		}
 	}
 	if c.resolve {
-		if err := st.res.prepare(ctx, conn); err != nil {
+		if err := st.res.Prepare(ctx, conn); err != nil {
 			return err
 		}
-		if st.res.capable && st.res.direct && st.stmts.named {
+		if st.res.Capable && st.res.Direct && st.stmts.named {
 			// The id reads of the first statements sent in the simple
 			// protocol, prepared once: a connection that names its own
 			// statements reaches its backend for its whole life.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/resolve"
 )
 
 // The first write in the exec modes that cache statements
@@ -214,23 +215,23 @@ func (t *attemptTx) finishLean(c *stmtCache, mrr *pgconn.MultiResultReader, sql 
 func (t *attemptTx) readID(rr *pgconn.ResultReader) error {
 	var got, null bool
 	var xid uint64
-	var run serverRun
+	var run resolve.Run
 	var flushed int64
 	for rr.NextRow() {
 		if v := rr.Values(); len(v) > 0 {
 			got, null = true, v[0] == nil
-			xid, _ = parseUint(v[0])
+			xid, _ = resolve.ParseUint(v[0])
 			if len(v) == 5 {
-				run, flushed = parseRun(v[1:])
+				run, flushed = resolve.ParseRun(v[1:])
 			}
 		}
 	}
 	if _, err := rr.Close(); err != nil || !got {
 		return err
 	}
-	t.idRead, t.idNull, t.id.xid = true, null, xid
+	t.idRead, t.idNull, t.id.Xid = true, null, xid
 	if t.capture == captureIDRun {
-		t.id.run, t.id.flushed = run, flushed
+		t.id.Run, t.id.Flushed = run, flushed
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/pgtx-go/pgtx/internal/resolve"
 )
 
 // BEGIN travels with fn's first statement, in one write, as pgx's
@@ -34,9 +35,9 @@ const (
 // give one; the forcing ones give it one (a notification's).
 const (
 	idSQL          = "select pg_current_xact_id_if_assigned()::text::int8 as pgtx_xid"
-	idRunSQL       = "select pg_current_xact_id_if_assigned()::text::int8 as pgtx_xid, " + runSQL
+	idRunSQL       = "select pg_current_xact_id_if_assigned()::text::int8 as pgtx_xid, " + resolve.RunSQL
 	idForcedSQL    = "select pg_current_xact_id()::text::int8 as pgtx_xid"
-	idRunForcedSQL = "select pg_current_xact_id()::text::int8 as pgtx_xid, " + runSQL
+	idRunForcedSQL = "select pg_current_xact_id()::text::int8 as pgtx_xid, " + resolve.RunSQL
 )
 
 // idSQLs indexes the id reads by capture and forcing.
@@ -122,7 +123,7 @@ func (t *attemptTx) scanID(row pgx.Row) error {
 	var xid pgtype.Int8
 	var err error
 	if t.capture == captureIDRun {
-		err = row.Scan(&xid, &t.id.run.timeline, &t.id.run.start, &t.id.run.epoch, &t.id.flushed)
+		err = row.Scan(&xid, &t.id.Run.Timeline, &t.id.Run.Start, &t.id.Run.Epoch, &t.id.Flushed)
 	} else {
 		err = row.Scan(&xid)
 	}
@@ -130,7 +131,7 @@ func (t *attemptTx) scanID(row pgx.Row) error {
 		return err
 	}
 	t.idRead, t.idNull = true, !xid.Valid
-	t.id.xid = uint64(xid.Int64)
+	t.id.Xid = uint64(xid.Int64)
 	return nil
 }
 
@@ -304,14 +305,14 @@ func (t *attemptTx) firstSimple(ctx context.Context, sql string) (tag pgconn.Com
 		isID := t.capture != captureNone && len(fields) > 0 && fields[0].Name == "pgtx_xid"
 		var xid uint64
 		var null, got bool
-		var run serverRun
+		var run resolve.Run
 		var flushed int64
 		for rr.NextRow() {
 			if v := rr.Values(); isID && len(v) > 0 {
 				got, null = true, v[0] == nil
-				xid, _ = parseUint(v[0])
+				xid, _ = resolve.ParseUint(v[0])
 				if len(v) == 5 {
-					run, flushed = parseRun(v[1:])
+					run, flushed = resolve.ParseRun(v[1:])
 				}
 			}
 		}
@@ -325,9 +326,9 @@ func (t *attemptTx) firstSimple(ctx context.Context, sql string) (tag pgconn.Com
 		}
 		idDone = isID && got
 		if idDone {
-			t.idRead, t.idNull, t.id.xid = true, null, xid
+			t.idRead, t.idNull, t.id.Xid = true, null, xid
 			if t.capture == captureIDRun {
-				t.id.run, t.id.flushed = run, flushed
+				t.id.Run, t.id.Flushed = run, flushed
 			}
 			continue
 		}

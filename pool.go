@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx/internal/resolve"
 )
 
 // The defaults of Config, stated on each field.
@@ -254,8 +255,8 @@ type Pool struct {
 	queue      *queue
 	breaker    *breaker    // nil: none
 	contention *contention // nil: none
-	resolved   resolveCounters
-	resolver   *resolver
+	resolved   resolve.Counters
+	resolver   *resolve.Resolver
 	// acquireCtxs are the reusable contexts of bounded acquires.
 	acquireCtxs acquireCtxPool
 }
@@ -285,8 +286,8 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		}
 		br = newBreaker(bc, realClock{})
 	}
-	resolve := cfg.ResolveTimeout >= 0 // "resolution on", derived here only
-	canceller, err := newCanceller(ctx, cfg, pc, resolve)
+	resolving := cfg.ResolveTimeout >= 0 // "resolution on", derived here only
+	canceller, err := newCanceller(ctx, cfg, pc, resolving)
 	if err != nil {
 		return nil, err
 	}
@@ -300,14 +301,14 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		pool:     pool,
 		cfg:      own,
 		cancel:   canceller,
-		resolver: newResolver(cfg, canceller.pool),
+		resolver: resolve.NewResolver(durDefault(cfg.ResolveTimeout, defaultResolveTimeout), canceller.pool, cfg.ConnConfig, cfg.BeforeConnect),
 		settings: settings{
 			acquireTimeout:   defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout),
 			commitTimeout:    defaultOrNone(cfg.CommitTimeout, defaultCommitTimeout),
 			rollbackTimeout:  defaultOrNone(cfg.RollbackTimeout, defaultRollbackTimeout),
 			retry:            cfg.Retry.withDefaults(),
 			tracer:           cfg.Tracer,
-			resolveCommits:   resolve,
+			resolveCommits:   resolving,
 			resolveTimeout:   durDefault(cfg.ResolveTimeout, defaultResolveTimeout),
 			statementTimeout: sessionMillis(pc.ConnConfig.RuntimeParams["statement_timeout"]),
 		},

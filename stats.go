@@ -203,7 +203,7 @@ func (p *Pool) Stats() Stats {
 		TransactionCount:    q.calls.Load(),
 		HeldCount:           q.held.Load(),
 		HeldDuration:        time.Duration(q.holdTime.Load()),
-		Resolved:            p.resolved.snapshot(),
+		Resolved:            resolveStats(&p.resolved),
 	}
 	s.InFlight, s.OldestInFlight = q.inflight.snapshot(time.Now())
 	if p.contention != nil {

@@ -1,4 +1,4 @@
-package pgtx
+package resolve
 
 import (
 	"math"
@@ -22,12 +22,12 @@ func TestParseUint(t *testing.T) {
 		{" 1", 0, false},
 	}
 	for _, tt := range tests {
-		got, ok := parseUint([]byte(tt.in))
+		got, ok := ParseUint([]byte(tt.in))
 		if got != tt.want || ok != tt.ok {
-			t.Errorf("parseUint(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
+			t.Errorf("ParseUint(%q) = %d, %v; want %d, %v", tt.in, got, ok, tt.want, tt.ok)
 		}
 	}
-	if n := testing.AllocsPerRun(100, func() { _, _ = parseUint([]byte("123456789")) }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { _, _ = ParseUint([]byte("123456789")) }); n != 0 {
 		t.Errorf("parseUint allocates %v times", n)
 	}
 }
@@ -49,9 +49,29 @@ func TestMayResolve(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := mayResolve(func(k string) string { return tt.params[k] }); got != tt.want {
-				t.Errorf("mayResolve(%v) = %v, want %v", tt.params, got, tt.want)
+			if got := MayResolve(func(k string) string { return tt.params[k] }); got != tt.want {
+				t.Errorf("MayResolve(%v) = %v, want %v", tt.params, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestXidOf: a backend's 32-bit transaction id, with the server's next id,
+// gives the full id, across an epoch boundary too.
+func TestXidOf(t *testing.T) {
+	tests := []struct {
+		lo   uint32
+		next uint64
+		want uint64
+	}{
+		{730, 800, 730},
+		{730, 5<<32 | 800, 5<<32 | 730},
+		{0xfffffff0, 5<<32 | 10, 4<<32 | 0xfffffff0}, // the id is from before the wrap
+		{5, 10, 5},
+	}
+	for _, tt := range tests {
+		if got := xidOf(tt.lo, tt.next); got != tt.want {
+			t.Errorf("xidOf(%d, %d) = %d, want %d", tt.lo, tt.next, got, tt.want)
+		}
 	}
 }

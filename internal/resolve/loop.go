@@ -1,0 +1,192 @@
+package resolve
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Poll is the pause between two questions about a transaction.
+const Poll = 10 * time.Millisecond
+
+// lingerAfter is how long a backend must be seen idle in the transaction,
+// receiving nothing, before resolution ends it: a COMMIT that reached its
+// socket would have been read within microseconds, so after this long the
+// backend is waiting for a client that is gone.
+const lingerAfter = 50 * time.Millisecond
+
+// End says whether a question ends the backend that runs a transaction in
+// progress.
+type End int
+
+// The ways a question treats the transaction's backend.
+const (
+	Keep           End = iota // end no backend
+	EndIfStillIdle            // end it if it is still idle in the transaction since the same change
+	EndNow                    // end it
+)
+
+// Answer is what one question found.
+type Answer struct {
+	View View
+	// State and Changed are the backend's state and the time of its last
+	// change (unix microseconds), while it runs the transaction in the run
+	// that gave its id.
+	State   string
+	Changed int64
+	// Terminated: the question ended the backend.
+	Terminated bool
+	// Synced: a "committed" is as durable as the transaction's COMMIT would
+	// have made it (the question's own commit waited for the server's
+	// synchronous standbys, or there were none to wait for).
+	Synced bool
+	// Err kept the question from an answer.
+	Err error
+}
+
+// Asker asks a server, once, what became of a transaction; end says
+// whether to end its backend, and since when (changed) that backend must
+// have been idle for EndIfStillIdle.
+type Asker interface {
+	Ask(ctx context.Context, id ID, end End, changed int64) Answer
+}
+
+// Clock is the time of a resolution.
+type Clock interface {
+	Now() time.Time
+	// Sleep waits d or until ctx ends, and returns ctx.Err() in that case.
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// Counters count what became of a pool's ambiguous COMMITs. Its zero value
+// counts from zero; it is safe for concurrent use.
+type Counters struct {
+	Committed, Aborted, Lost, NotApplied, Terminated                  atomic.Int64
+	Unknown, Unsupported, Elsewhere, Restarted, Forgotten, Unanswered atomic.Int64
+}
+
+// CountUnknown counts an unknown outcome and its reason.
+func (c *Counters) CountUnknown(r Reason) {
+	c.Unknown.Add(1)
+	switch r {
+	case Unsupported:
+		c.Unsupported.Add(1)
+	case Elsewhere:
+		c.Elsewhere.Add(1)
+	case Restarted:
+		c.Restarted.Add(1)
+	case Forgotten:
+		c.Forgotten.Add(1)
+	default:
+		c.Unanswered.Add(1)
+	}
+}
+
+// errNotSynced is a question's error when the server says the transaction
+// committed and its synchronous standbys have not acknowledged it yet.
+var errNotSynced = errors.New("pgtx: the transaction committed on the server, and its synchronous standbys had not acknowledged it")
+
+// Result is the outcome of a resolution: Committed, Aborted (run the
+// transaction again), or Unknown with Why. Unanswered says that no answer
+// came within the time: Err is then the last question's error, if any.
+type Result struct {
+	Status     Status
+	Why        string
+	Unanswered bool
+	Err        error
+}
+
+// Resolve asks, until ctx ends, what became of transaction id whose COMMIT
+// lost its answer: committed → Committed; aborted → Aborted; still in
+// progress → wait, and end the backend that holds it (it is provably ours:
+// it runs our transaction id) once it has stayed idle in the transaction
+// for lingerAfter (its client is gone, COMMIT never reached it), or stayed
+// in progress for half of timeout; then ask again. Another system or
+// timeline, a server that no longer knows, or no answer before ctx ends
+// (which timeout, the ResolveTimeout, bounds) → Unknown. c counts the
+// outcome.
+func Resolve(ctx context.Context, a Asker, clk Clock, c *Counters, id ID, timeout time.Duration) Result {
+	var (
+		last      error
+		end       = Keep
+		idleSince int64     // the backend's last state change, while idle in the transaction
+		idleSeen  time.Time // when it was first seen idle since idleSince
+		busySeen  time.Time // when the transaction was first seen in progress
+		standby   bool      // a server that answered was in recovery
+		unsynced  bool      // a server said committed, its synchronous standbys had not acknowledged it
+	)
+	for {
+		ans := a.Ask(ctx, id, end, idleSince)
+		if ans.Terminated {
+			c.Terminated.Add(1)
+		}
+		j := Judgement{Status: Unreachable}
+		if ans.Err == nil {
+			j = Judge(id, ans.View)
+		}
+		if j.Status == Committed && !ans.Synced {
+			// Committed on the server, not yet on its synchronous
+			// standbys: ask again.
+			j = Judgement{Status: Unreachable}
+			ans.Err, unsynced = errNotSynced, true
+		}
+		end = Keep
+		switch j.Status {
+		case Committed:
+			c.Committed.Add(1)
+			return Result{Status: Committed}
+		case Aborted:
+			c.Aborted.Add(1)
+			if j.Lost {
+				c.Lost.Add(1)
+			}
+			return Result{Status: Aborted}
+		case Unknown:
+			c.CountUnknown(j.Reason)
+			return Result{Status: Unknown, Why: j.Why}
+		case Unreachable:
+			if ans.Err != nil {
+				last = ans.Err
+			} else {
+				standby = true
+			}
+		case InProgress:
+			if !j.SameRun {
+				// Not provably this transaction's backend: wait, end none.
+				break
+			}
+			now := clk.Now()
+			if busySeen.IsZero() {
+				busySeen = now
+			}
+			switch {
+			case !strings.HasPrefix(ans.State, "idle in transaction"):
+				idleSince, idleSeen = 0, time.Time{}
+			case ans.Changed != idleSince || idleSeen.IsZero():
+				idleSince, idleSeen = ans.Changed, now
+			}
+			switch {
+			case now.Sub(busySeen) >= timeout/2:
+				end = EndNow
+			case !idleSeen.IsZero() && now.Sub(idleSeen) >= lingerAfter:
+				end = EndIfStillIdle
+			}
+		}
+		if clk.Sleep(ctx, Poll) != nil {
+			c.CountUnknown(Unanswered)
+			why := "no answer within ResolveTimeout " + timeout.String()
+			switch {
+			case j.Status == InProgress:
+				why = "the transaction was still in progress after ResolveTimeout " + timeout.String()
+			case unsynced:
+				why += "; the server said committed, and its synchronous standbys had not acknowledged it"
+			case standby:
+				// A standby's answer may lag the primary's: never used.
+				why += "; a server that answered was in recovery"
+			}
+			return Result{Status: Unknown, Why: why, Unanswered: true, Err: last}
+		}
+	}
+}
