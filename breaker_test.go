@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	circuit "github.com/pgtx-go/pgtx/internal/breaker"
 )
 
@@ -141,6 +143,52 @@ func TestBreakerWiring(t *testing.T) {
 	wantStats := BreakerStats{Name: "replica", State: BreakerOpen, CallCount: 2, FailureCount: 2, RejectedCount: 1, OpenedCount: 1}
 	if s := b.stats(); s != wantStats {
 		t.Errorf("stats %+v, want %+v", s, wantStats)
+	}
+}
+
+// TestBreakerThroughPool: a pool with a Breaker counts its calls' outcomes,
+// refuses calls once it opened, and reports the change to its
+// BreakerConfig.Tracer and to a Config.Tracer that is a BreakerTracer.
+func TestBreakerThroughPool(t *testing.T) {
+	own := &stateRecorder{}
+	pools := &struct {
+		recordingTracer
+		stateRecorder
+	}{}
+	cfg := mustParse(t, unreachableDSN)
+	cfg.Breaker = &BreakerConfig{Name: "analytics", ConsecutiveFailures: 1, OpenFor: time.Hour, Tracer: own}
+	cfg.Tracer = pools
+	p, err := NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	if s := p.BreakerState(); s != BreakerClosed {
+		t.Fatalf("new pool: breaker %v", s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	t.Cleanup(cancel)
+	fn := func(context.Context, pgx.Tx) error { t.Error("fn ran"); return nil }
+	if err := Transaction(ctx, p, ReadCommitted, fn); err == nil || errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("the unreachable server's call: err %v, want its failure", err)
+	}
+	if err := Transaction(context.Background(), p, ReadCommitted, fn); !errors.Is(err, ErrCircuitOpen) {
+		t.Errorf("once open: err %v, want ErrCircuitOpen", err)
+	}
+	if s := p.BreakerState(); s != BreakerOpen {
+		t.Errorf("BreakerState = %v, want open", s)
+	}
+	for name, changes := range map[string][]TraceBreakerStateChangeData{"BreakerConfig.Tracer": own.changes, "Config.Tracer": pools.changes} {
+		if len(changes) != 1 || changes[0].Name != "analytics" || changes[0].To != BreakerOpen {
+			t.Errorf("%s: changes %+v, want the one to open, named", name, changes)
+		}
+	}
+	bs := p.Stats().Breaker
+	if bs == nil || bs.Name != "analytics" || bs.State != BreakerOpen || bs.FailureCount != 1 || bs.RejectedCount != 1 || bs.OpenedCount != 1 {
+		t.Errorf("Stats().Breaker = %+v", bs)
+	}
+	if s := newTestPool(t).Stats().Breaker; s != nil {
+		t.Errorf("a pool without a breaker: Stats().Breaker = %+v, want nil", s)
 	}
 }
 
