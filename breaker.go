@@ -3,12 +3,11 @@ package pgtx
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
-	"github.com/pgtx-go/pgtx/internal/rolling"
+	// Imported as circuit: breaker names the Pool's adapter below.
+	circuit "github.com/pgtx-go/pgtx/internal/breaker"
 )
 
 // ErrCircuitOpen is matched (errors.Is) by the error of a call a circuit
@@ -148,234 +147,98 @@ type BreakerStats struct {
 	RejectedCount, OpenedCount int64
 }
 
-// breaker is the circuit breaker of a Pool. It is safe for concurrent use.
+// breaker is the circuit breaker of a Pool: the state machine of
+// internal/breaker, under the name and with the tracer of its
+// [BreakerConfig], judging calls by their [Class].
 type breaker struct {
-	cfg   BreakerConfig
-	clock clock
-
-	mu          sync.Mutex
-	state       BreakerState
-	generation  uint64 // bumped on every state change
-	window      rolling.Window
-	consecutive int
-	openedAt    time.Time
-	probes      int // admitted in the current half-open state
-	probeOK     int
-	rejected    int64
-	opened      int64
-	// pending holds state changes made under mu, reported to the tracer
-	// once mu is released (so a tracer may call back into the breaker).
-	pending  [2]TraceBreakerStateChangeData
-	npending int
+	name   string
+	tracer BreakerTracer // nil: no one to report to
+	cb     *circuit.Breaker
 }
 
-// unlock releases b.mu and then reports the pending state changes, with
-// ctx, the context of the call that made them.
-func (b *breaker) unlock(ctx context.Context) {
-	pending, n := b.pending, b.npending
-	b.npending = 0
-	b.mu.Unlock()
-	if b.cfg.Tracer != nil {
-		for i := range n {
-			b.cfg.Tracer.TraceBreakerStateChange(ctx, pending[i])
-		}
-	}
-}
-
-// newBreaker returns a closed breaker; cfg has been validated.
+// newBreaker returns a closed breaker; cfg has been validated, and its
+// Tracer joined with the pool's.
 func newBreaker(cfg BreakerConfig, clk clock) *breaker {
-	cfg.ConsecutiveFailures = defaultOrNone(cfg.ConsecutiveFailures, defaultBreakerConsecutiveFailures)
-	cfg.FailureRatio = defaultOrNone(cfg.FailureRatio, defaultBreakerFailureRatio)
-	cfg.SlowCallRatio = defaultOrNone(cfg.SlowCallRatio, defaultBreakerSlowCallRatio)
-	cfg.SlowCallThreshold = defaultOrNone(cfg.SlowCallThreshold, defaultBreakerSlowCallThreshold)
-	cfg.MinCalls = defaultOrNone(cfg.MinCalls, defaultBreakerMinCalls)
-	if cfg.Window < 0 {
-		// No window: the ratio rules have nothing to look at.
-		cfg.FailureRatio, cfg.SlowCallRatio = 0, 0
+	b := &breaker{name: cfg.Name, tracer: cfg.Tracer}
+	s := breakerSettings(cfg)
+	if b.tracer != nil {
+		s.OnChange = b.report
 	}
-	cfg.Window = defaultOrNone(cfg.Window, defaultBreakerWindow)
-	cfg.OpenFor = defaultOrNone(cfg.OpenFor, defaultBreakerOpenFor)
-	cfg.HalfOpenProbes = defaultOrNone(cfg.HalfOpenProbes, defaultBreakerHalfOpenProbes)
-	b := &breaker{cfg: cfg, clock: clk}
-	b.window.Init(max(cfg.Window, defaultBreakerWindow/10), clk.Now())
+	b.cb = circuit.New(s, clk)
 	return b
 }
 
-// do runs fn through the breaker: at once ErrCircuitOpen when it is open,
-// else fn, whose error and duration are counted as BreakerConfig says. A
-// panic in fn counts as a failure (a half-open probe that panics opens the
-// breaker again) and then propagates unchanged.
-func (b *breaker) do(ctx context.Context, fn func(ctx context.Context) error) error {
-	ticket, err := b.allow(ctx)
-	if err != nil {
-		return err
+// breakerSettings resolves cfg to the settings of the state machine: the
+// defaults of BreakerConfig applied, a negative value off.
+func breakerSettings(cfg BreakerConfig) circuit.Settings {
+	s := circuit.Settings{
+		ConsecutiveFailures: defaultOrNone(cfg.ConsecutiveFailures, defaultBreakerConsecutiveFailures),
+		FailureRatio:        defaultOrNone(cfg.FailureRatio, defaultBreakerFailureRatio),
+		SlowCallRatio:       defaultOrNone(cfg.SlowCallRatio, defaultBreakerSlowCallRatio),
+		SlowCallThreshold:   defaultOrNone(cfg.SlowCallThreshold, defaultBreakerSlowCallThreshold),
+		MinCalls:            defaultOrNone(cfg.MinCalls, defaultBreakerMinCalls),
+		// The window still counts, for Stats, when the ratio rules are
+		// off; a tenth of the default is its narrowest.
+		Window:         max(defaultOrNone(cfg.Window, defaultBreakerWindow), defaultBreakerWindow/10),
+		OpenFor:        defaultOrNone(cfg.OpenFor, defaultBreakerOpenFor),
+		HalfOpenProbes: defaultOrNone(cfg.HalfOpenProbes, defaultBreakerHalfOpenProbes),
+		Judge:          judgeBreakerCall,
+		ErrOpen:        ErrCircuitOpen,
 	}
-	start := b.clock.Now()
-	returned := false
-	defer func() {
-		if !returned {
-			b.record(ctx, ticket, outcome{counted: true, failed: true, slow: b.isSlow(b.clock.Now().Sub(start))})
-		}
-	}()
-	err = fn(ctx)
-	returned = true
-	b.record(ctx, ticket, b.judge(ctx, err, b.clock.Now().Sub(start)))
-	return err
+	if cfg.Window < 0 {
+		// No window: the ratio rules have nothing to look at.
+		s.FailureRatio, s.SlowCallRatio = 0, 0
+	}
+	return s
+}
+
+// judgeBreakerCall decides how a call that ended with err counts, as
+// [BreakerConfig] documents: the caller's own cancellation, a nested
+// breaker's refusal, conflicts and permanent errors say nothing about the
+// database's health.
+func judgeBreakerCall(ctx context.Context, err error) (counted, failed bool) {
+	if errors.Is(err, ErrCircuitOpen) || (errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled)) {
+		return false, false
+	}
+	switch Classify(err) {
+	case ClassConflict, ClassPermanent:
+		return false, false
+	case ClassConnectionLost, ClassAmbiguous, ClassOverload, ClassUnavailable, ClassTimeout:
+		return true, true
+	}
+	return true, false
+}
+
+// do runs fn through the breaker: at once ErrCircuitOpen when it is open,
+// else fn, whose outcome is counted.
+func (b *breaker) do(ctx context.Context, fn func(ctx context.Context) error) error {
+	return b.cb.Do(ctx, fn)
 }
 
 // State returns the breaker's state now.
-func (b *breaker) State() BreakerState {
-	b.mu.Lock()
-	defer b.unlock(context.Background())
-	b.advance(b.clock.Now())
-	return b.state
-}
+func (b *breaker) State() BreakerState { return breakerState(b.cb.State()) }
 
 // stats returns a snapshot of the breaker.
 func (b *breaker) stats() BreakerStats {
-	b.mu.Lock()
-	defer b.unlock(context.Background())
-	now := b.clock.Now()
-	b.advance(now)
-	calls, failures, slow := b.window.Sums(now)
-	return BreakerStats{Name: b.cfg.Name, State: b.state, CallCount: calls, FailureCount: failures, SlowCount: slow, RejectedCount: b.rejected, OpenedCount: b.opened}
-}
-
-// ticket is an admitted call: its outcome counts only in the state
-// generation that admitted it.
-type ticket struct{ generation uint64 }
-
-// allow admits a call or refuses it with ErrCircuitOpen.
-func (b *breaker) allow(ctx context.Context) (ticket, error) {
-	b.mu.Lock()
-	defer b.unlock(ctx)
-	b.advance(b.clock.Now())
-	switch b.state {
-	case BreakerOpen:
-		b.rejected++
-		return ticket{}, ErrCircuitOpen
-	case BreakerHalfOpen:
-		if b.probes >= b.cfg.HalfOpenProbes {
-			b.rejected++
-			return ticket{}, ErrCircuitOpen
-		}
-		b.probes++
-	}
-	return ticket{generation: b.generation}, nil
-}
-
-// advance moves an open breaker whose time is up to half-open. b.mu is held.
-func (b *breaker) advance(now time.Time) {
-	if b.state == BreakerOpen && !now.Before(b.openedAt.Add(b.cfg.OpenFor)) {
-		if b.cfg.HalfOpenProbes == 0 {
-			b.setState(BreakerClosed, "open for "+b.cfg.OpenFor.String()+", no probes", now)
-			return
-		}
-		b.setState(BreakerHalfOpen, "open for "+b.cfg.OpenFor.String(), now)
+	s := b.cb.Stats()
+	return BreakerStats{
+		Name: b.name, State: breakerState(s.State),
+		CallCount: s.Calls, FailureCount: s.Failures, SlowCount: s.Slow,
+		RejectedCount: s.Rejected, OpenedCount: s.Opened,
 	}
 }
 
-// outcome is how a call counts.
-type outcome struct{ counted, failed, slow bool }
-
-// judge decides how a call that ended with err after d counts.
-func (b *breaker) judge(ctx context.Context, err error, d time.Duration) outcome {
-	if errors.Is(err, ErrCircuitOpen) || (errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled)) {
-		return outcome{}
-	}
-	failed := false
-	switch Classify(err) {
-	case ClassConflict, ClassPermanent:
-		return outcome{}
-	case ClassConnectionLost, ClassAmbiguous, ClassOverload, ClassUnavailable, ClassTimeout:
-		failed = true
-	}
-	return outcome{counted: true, failed: failed, slow: b.isSlow(d)}
+// report hands a state change to the tracer.
+func (b *breaker) report(ctx context.Context, c circuit.Change) {
+	b.tracer.TraceBreakerStateChange(ctx, TraceBreakerStateChangeData{
+		Name: b.name, From: breakerState(c.From), To: breakerState(c.To), Reason: c.Reason,
+		Calls: c.Calls, Failures: c.Failures, Slow: c.Slow,
+	})
 }
 
-// isSlow reports whether a call that took d counts as slow.
-func (b *breaker) isSlow(d time.Duration) bool {
-	return b.cfg.SlowCallThreshold > 0 && d >= b.cfg.SlowCallThreshold
-}
-
-// record counts a finished call as o says.
-func (b *breaker) record(ctx context.Context, t ticket, o outcome) {
-	b.mu.Lock()
-	defer b.unlock(ctx)
-	now := b.clock.Now()
-	if t.generation != b.generation {
-		return // admitted before the last state change: stale
-	}
-	switch b.state {
-	case BreakerClosed:
-		if !o.counted {
-			return
-		}
-		b.window.Add(now, 1, b2i64(o.failed), b2i64(o.slow))
-		if o.failed {
-			b.consecutive++
-		} else {
-			b.consecutive = 0
-		}
-		b.tripIfNeeded(now)
-	case BreakerHalfOpen:
-		switch {
-		case !o.counted:
-			b.probes-- // the probe told nothing: let another one through
-		case o.failed:
-			b.setState(BreakerOpen, "half-open probe failed", now)
-		case o.slow:
-			b.setState(BreakerOpen, "half-open probe was slow", now)
-		default:
-			if b.probeOK++; b.probeOK >= b.cfg.HalfOpenProbes {
-				b.setState(BreakerClosed, "half-open probes succeeded", now)
-			}
-		}
-	}
-}
-
-// tripIfNeeded opens a closed breaker when a rule says so. b.mu is held.
-func (b *breaker) tripIfNeeded(now time.Time) {
-	c := b.cfg
-	if c.ConsecutiveFailures > 0 && b.consecutive >= c.ConsecutiveFailures {
-		b.setState(BreakerOpen, fmt.Sprintf("%d consecutive failures", b.consecutive), now)
-		return
-	}
-	calls, failures, slow := b.window.Sums(now)
-	if calls < int64(c.MinCalls) {
-		return
-	}
-	switch {
-	case c.FailureRatio > 0 && float64(failures) >= c.FailureRatio*float64(calls):
-		b.setState(BreakerOpen, fmt.Sprintf("failure ratio %d/%d", failures, calls), now)
-	case c.SlowCallRatio > 0 && float64(slow) >= c.SlowCallRatio*float64(calls):
-		b.setState(BreakerOpen, fmt.Sprintf("slow-call ratio %d/%d (>= %v)", slow, calls, c.SlowCallThreshold), now)
-	}
-}
-
-// setState changes state, resets what the new state starts from, and
-// reports the change. b.mu is held.
-func (b *breaker) setState(to BreakerState, reason string, now time.Time) {
-	from := b.state
-	calls, failures, slow := b.window.Sums(now)
-	b.state = to
-	b.generation++
-	b.probes, b.probeOK = 0, 0
-	switch to {
-	case BreakerOpen:
-		b.openedAt = now
-		b.opened++
-	case BreakerClosed:
-		b.window.Reset(now)
-		b.consecutive = 0
-	}
-	if b.cfg.Tracer != nil && b.npending < len(b.pending) {
-		b.pending[b.npending] = TraceBreakerStateChangeData{
-			Name: b.cfg.Name, From: from, To: to, Reason: reason, Calls: calls, Failures: failures, Slow: slow,
-		}
-		b.npending++
-	}
-}
+// breakerState converts a state of the state machine: the two enums list
+// the states in the same order (TestBreakerStatesMatch).
+func breakerState(s circuit.State) BreakerState { return BreakerState(s) }
 
 // joinBreakerTracers returns a tracer reporting to both a and b; either may
 // be nil.

@@ -6,8 +6,13 @@ import (
 	"fmt"
 	"github.com/jackc/pgerrcode"
 	"io"
+	"reflect"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	circuit "github.com/pgtx-go/pgtx/internal/breaker"
 )
 
 type stateRecorder struct{ changes []TraceBreakerStateChangeData }
@@ -16,203 +21,15 @@ func (r *stateRecorder) TraceBreakerStateChange(_ context.Context, d TraceBreake
 	r.changes = append(r.changes, d)
 }
 
-// fakeBreaker returns a breaker on a fake clock, recording its changes.
-func fakeBreaker(t *testing.T, cfg BreakerConfig) (*breaker, *fakeClock, *stateRecorder) {
-	t.Helper()
-	rec := &stateRecorder{}
-	cfg.Tracer = rec
-	clk := &fakeClock{now: time.Unix(1000, 0)}
-	if err := cfg.validate(); err != nil {
-		t.Fatal(err)
-	}
-	return newBreaker(cfg, clk), clk, rec
-}
-
-// call runs one call through b that takes d on the fake clock and ends
-// with err.
-func call(b *breaker, clk *fakeClock, ctx context.Context, d time.Duration, err error) error {
-	return b.do(ctx, func(context.Context) error {
-		clk.now = clk.now.Add(d)
-		return err
-	})
-}
-
 var (
 	errLost    = fmt.Errorf("read: %w", io.ErrUnexpectedEOF)
 	errTimeout = pgErr(pgerrcode.QueryCanceled)
 )
 
-func TestBreakerConsecutiveFailures(t *testing.T) {
-	b, clk, rec := fakeBreaker(t, BreakerConfig{Name: "replica", ConsecutiveFailures: 3, FailureRatio: -1, SlowCallRatio: -1})
-	ctx := context.Background()
-	for range 2 {
-		_ = call(b, clk, ctx, time.Millisecond, errLost)
-	}
-	_ = call(b, clk, ctx, time.Millisecond, nil) // a success resets the run
-	for range 2 {
-		_ = call(b, clk, ctx, time.Millisecond, errLost)
-	}
-	if b.State() != BreakerClosed {
-		t.Fatal("opened before 3 failures in a row")
-	}
-	_ = call(b, clk, ctx, time.Millisecond, errTimeout)
-	if b.State() != BreakerOpen {
-		t.Fatal("did not open after 3 failures in a row")
-	}
-	if len(rec.changes) != 1 || rec.changes[0].To != BreakerOpen || rec.changes[0].Name != "replica" {
-		t.Errorf("changes = %+v", rec.changes)
-	}
-}
-
-func TestBreakerTransitions(t *testing.T) {
-	b, clk, rec := fakeBreaker(t, BreakerConfig{ConsecutiveFailures: 2, OpenFor: 5 * time.Second, HalfOpenProbes: 2})
-	ctx := context.Background()
-	ran := 0
-	probe := func(err error) error {
-		return b.do(ctx, func(context.Context) error { ran++; clk.now = clk.now.Add(time.Millisecond); return err })
-	}
-
-	_, _ = probe(errLost), probe(errLost)
-	if b.State() != BreakerOpen {
-		t.Fatal("closed -> open: did not open")
-	}
-	// open: refused at once, fn not run.
-	ran = 0
-	if err := probe(nil); !errors.Is(err, ErrCircuitOpen) || ran != 0 {
-		t.Fatalf("open: err = %v, ran %d; want ErrCircuitOpen without running", err, ran)
-	}
-	// open -> half-open after OpenFor.
-	clk.now = clk.now.Add(5 * time.Second)
-	if b.State() != BreakerHalfOpen {
-		t.Fatal("open -> half-open: did not move after OpenFor")
-	}
-	// half-open: 2 probes admitted, a 3rd concurrent one refused.
-	t1, err1 := b.allow(context.Background())
-	t2, err2 := b.allow(context.Background())
-	_, err3 := b.allow(context.Background())
-	if err1 != nil || err2 != nil || !errors.Is(err3, ErrCircuitOpen) {
-		t.Fatalf("half-open admission: %v %v %v", err1, err2, err3)
-	}
-	// half-open -> open: a probe fails.
-	b.record(context.Background(), t1, b.judge(ctx, errLost, time.Millisecond))
-	if b.State() != BreakerOpen {
-		t.Fatal("half-open -> open: a failed probe did not reopen")
-	}
-	b.record(context.Background(), t2, b.judge(ctx, nil, time.Millisecond)) // stale: admitted before the change
-	if b.State() != BreakerOpen {
-		t.Fatal("a stale probe changed the state")
-	}
-	// half-open -> closed: both probes succeed.
-	clk.now = clk.now.Add(5 * time.Second)
-	if err := probe(nil); err != nil || b.State() != BreakerHalfOpen {
-		t.Fatalf("first probe: err %v, state %v; want half-open until both succeed", err, b.State())
-	}
-	if err := probe(nil); err != nil || b.State() != BreakerClosed {
-		t.Fatalf("second probe: err %v, state %v; want closed", err, b.State())
-	}
-	want := []BreakerState{BreakerOpen, BreakerHalfOpen, BreakerOpen, BreakerHalfOpen, BreakerClosed}
-	if len(rec.changes) != len(want) {
-		t.Fatalf("changes = %+v", rec.changes)
-	}
-	for i, w := range want {
-		if rec.changes[i].To != w {
-			t.Errorf("change %d to %v, want %v (%s)", i, rec.changes[i].To, w, rec.changes[i].Reason)
-		}
-	}
-	s := b.stats()
-	if s.OpenedCount != 2 || s.RejectedCount != 2 || s.CallCount != 0 {
-		t.Errorf("stats = %+v: opened 2, rejected 2, a fresh window after closing", s)
-	}
-}
-
-func TestBreakerSlowProbeReopens(t *testing.T) {
-	b, clk, _ := fakeBreaker(t, BreakerConfig{ConsecutiveFailures: 1, SlowCallThreshold: 100 * time.Millisecond})
-	ctx := context.Background()
-	_ = call(b, clk, ctx, time.Millisecond, errLost)
-	clk.now = clk.now.Add(defaultBreakerOpenFor)
-	if err := call(b, clk, ctx, 200*time.Millisecond, nil); err != nil {
-		t.Fatal(err)
-	}
-	if b.State() != BreakerOpen {
-		t.Errorf("a slow successful probe must reopen the breaker, state %v", b.State())
-	}
-}
-
-func TestBreakerRatios(t *testing.T) {
-	tests := []struct {
-		name     string
-		cfg      BreakerConfig
-		calls    func(b *breaker, clk *fakeClock)
-		wantOpen bool
-	}{
-		{"failure ratio reached", BreakerConfig{ConsecutiveFailures: -1, MinCalls: 10, FailureRatio: 0.5, SlowCallRatio: -1},
-			func(b *breaker, clk *fakeClock) {
-				for i := range 10 {
-					err := error(nil)
-					if i%2 == 0 {
-						err = errLost
-					}
-					_ = call(b, clk, context.Background(), time.Millisecond, err)
-				}
-			}, true},
-		{"failure ratio below MinCalls", BreakerConfig{ConsecutiveFailures: -1, MinCalls: 10, FailureRatio: 0.5, SlowCallRatio: -1},
-			func(b *breaker, clk *fakeClock) {
-				for range 9 {
-					_ = call(b, clk, context.Background(), time.Millisecond, errLost)
-				}
-			}, false},
-		{"failures age out of the window", BreakerConfig{ConsecutiveFailures: -1, MinCalls: 10, FailureRatio: 0.5, SlowCallRatio: -1, Window: 10 * time.Second},
-			func(b *breaker, clk *fakeClock) {
-				for range 5 {
-					_ = call(b, clk, context.Background(), time.Millisecond, errLost)
-				}
-				clk.now = clk.now.Add(11 * time.Second)
-				for range 6 {
-					_ = call(b, clk, context.Background(), time.Millisecond, nil)
-				}
-			}, false},
-		{"slow-call ratio: slow successes open it", BreakerConfig{ConsecutiveFailures: -1, FailureRatio: -1, MinCalls: 10, SlowCallRatio: 0.5, SlowCallThreshold: 100 * time.Millisecond},
-			func(b *breaker, clk *fakeClock) {
-				for i := range 10 {
-					d := time.Millisecond
-					if i%2 == 1 {
-						d = 150 * time.Millisecond
-					}
-					_ = call(b, clk, context.Background(), d, nil)
-				}
-			}, true},
-		{"slow-call ratio below threshold", BreakerConfig{ConsecutiveFailures: -1, FailureRatio: -1, MinCalls: 10, SlowCallRatio: 0.5, SlowCallThreshold: 100 * time.Millisecond},
-			func(b *breaker, clk *fakeClock) {
-				for i := range 10 {
-					d := time.Millisecond
-					if i < 4 {
-						d = 150 * time.Millisecond
-					}
-					_ = call(b, clk, context.Background(), d, nil)
-				}
-			}, false},
-		{"slow rule off", BreakerConfig{ConsecutiveFailures: -1, FailureRatio: -1, SlowCallRatio: -1, SlowCallThreshold: time.Millisecond},
-			func(b *breaker, clk *fakeClock) {
-				for range 50 {
-					_ = call(b, clk, context.Background(), time.Second, nil)
-				}
-			}, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			b, clk, _ := fakeBreaker(t, tt.cfg)
-			tt.calls(b, clk)
-			if got := b.State() == BreakerOpen; got != tt.wantOpen {
-				t.Errorf("open = %v, want %v (stats %+v)", got, tt.wantOpen, b.stats())
-			}
-		})
-	}
-}
-
-// TestBreakerExclusions: the caller's cancellation, conflicts and permanent
+// TestBreakerJudge: the caller's cancellation, conflicts and permanent
 // errors are not counted at all; deadline and statement timeouts, lost
 // connections, overload and acquire timeouts are failures.
-func TestBreakerExclusions(t *testing.T) {
+func TestBreakerJudge(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	tests := []struct {
@@ -224,41 +41,154 @@ func TestBreakerExclusions(t *testing.T) {
 	}{
 		{"success", context.Background(), nil, true, false},
 		{"caller cancelled", cancelled, fmt.Errorf("x: %w", context.Canceled), false, false},
+		{"cancelled, but the caller's context is not", context.Background(), fmt.Errorf("x: %w", context.Canceled), true, true},
 		{"conflict", context.Background(), pgErr(pgerrcode.SerializationFailure), false, false},
 		{"unique violation", context.Background(), pgErr("23505"), false, false},
 		{"syntax", context.Background(), pgErr("42601"), false, false},
 		{"caller's own error", context.Background(), errors.New("not found"), false, false},
 		{"nested open breaker", context.Background(), ErrCircuitOpen, false, false},
 		{"deadline", context.Background(), context.DeadlineExceeded, true, true},
-		{"statement timeout", context.Background(), pgErr(pgerrcode.QueryCanceled), true, true},
+		{"statement timeout", context.Background(), errTimeout, true, true},
 		{"lost connection", context.Background(), errLost, true, true},
 		{"ambiguous commit", context.Background(), &commitUnknownError{err: errLost}, true, true},
 		{"overload", context.Background(), pgErr(pgerrcode.TooManyConnections), true, true},
+		{"unavailable", context.Background(), refusedErr(), true, true},
 		{"acquire timeout", context.Background(), &acquireTimeoutError{timeout: time.Second}, true, true},
 		{"queue full", context.Background(), ErrQueueFull, true, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b, clk, _ := fakeBreaker(t, BreakerConfig{ConsecutiveFailures: -1, FailureRatio: -1, SlowCallRatio: -1})
-			_ = call(b, clk, tt.ctx, time.Millisecond, tt.err)
-			s := b.stats()
-			if (s.CallCount == 1) != tt.wantCounted || (s.FailureCount == 1) != tt.wantFailed {
-				t.Errorf("calls %d failures %d; want counted %v failed %v", s.CallCount, s.FailureCount, tt.wantCounted, tt.wantFailed)
+			counted, failed := judgeBreakerCall(tt.ctx, tt.err)
+			if counted != tt.wantCounted || failed != tt.wantFailed {
+				t.Errorf("counted %v failed %v; want %v %v", counted, failed, tt.wantCounted, tt.wantFailed)
 			}
 		})
 	}
 }
 
-func TestBreakerHalfOpenExcludedProbeFreesItsSlot(t *testing.T) {
-	b, clk, _ := fakeBreaker(t, BreakerConfig{ConsecutiveFailures: 1})
-	_ = call(b, clk, context.Background(), time.Millisecond, errLost)
-	clk.now = clk.now.Add(defaultBreakerOpenFor)
-	_ = call(b, clk, context.Background(), time.Millisecond, pgErr("23505")) // tells nothing
-	if b.State() != BreakerHalfOpen {
-		t.Fatalf("state %v, want still half-open", b.State())
+// TestBreakerSettings: BreakerConfig's defaults, and each negative field
+// switching its rule off, as the state machine receives them.
+func TestBreakerSettings(t *testing.T) {
+	defaults := circuit.Settings{
+		ConsecutiveFailures: 5, FailureRatio: 0.5, SlowCallRatio: 0.5, SlowCallThreshold: time.Second,
+		MinCalls: 10, Window: 10 * time.Second, OpenFor: 5 * time.Second, HalfOpenProbes: 1,
 	}
-	if err := call(b, clk, context.Background(), time.Millisecond, nil); err != nil || b.State() != BreakerClosed {
-		t.Errorf("err %v, state %v: the next probe must be admitted and close it", err, b.State())
+	with := func(f func(s *circuit.Settings)) circuit.Settings {
+		s := defaults
+		f(&s)
+		return s
+	}
+	tests := []struct {
+		name string
+		cfg  BreakerConfig
+		want circuit.Settings
+	}{
+		{"zero: the defaults", BreakerConfig{}, defaults},
+		{"set", BreakerConfig{ConsecutiveFailures: 3, FailureRatio: 0.25, SlowCallRatio: 0.75, SlowCallThreshold: time.Minute, MinCalls: 20, Window: time.Minute, OpenFor: time.Hour, HalfOpenProbes: 4},
+			circuit.Settings{ConsecutiveFailures: 3, FailureRatio: 0.25, SlowCallRatio: 0.75, SlowCallThreshold: time.Minute, MinCalls: 20, Window: time.Minute, OpenFor: time.Hour, HalfOpenProbes: 4}},
+		{"negative: off", BreakerConfig{ConsecutiveFailures: -1, FailureRatio: -1, SlowCallRatio: -1, SlowCallThreshold: -1, MinCalls: -1, OpenFor: -1, HalfOpenProbes: -1},
+			circuit.Settings{Window: 10 * time.Second}},
+		{"no window: the ratio rules are off", BreakerConfig{Window: -1},
+			with(func(s *circuit.Settings) { s.FailureRatio, s.SlowCallRatio, s.Window = 0, 0, time.Second })},
+		{"a narrow window is widened to a second", BreakerConfig{Window: time.Millisecond},
+			with(func(s *circuit.Settings) { s.Window = time.Second })},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := breakerSettings(tt.cfg)
+			if got.Judge == nil || got.ErrOpen != ErrCircuitOpen || got.OnChange != nil {
+				t.Errorf("Judge set %v, ErrOpen %v, OnChange set %v: want judgeBreakerCall, ErrCircuitOpen and no callback", got.Judge != nil, got.ErrOpen, got.OnChange != nil)
+			}
+			got.Judge, got.ErrOpen = nil, nil
+			if !reflect.DeepEqual(got, tt.want) { // the funcs are nil: equal
+				t.Errorf("settings %+v\nwant     %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestBreakerStatesMatch: breakerState converts by value, which holds
+// while the two enums list the states in the same order.
+func TestBreakerStatesMatch(t *testing.T) {
+	for s, want := range map[circuit.State]BreakerState{circuit.Closed: BreakerClosed, circuit.HalfOpen: BreakerHalfOpen, circuit.Open: BreakerOpen} {
+		if got := breakerState(s); got != want {
+			t.Errorf("breakerState(%d) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// TestBreakerWiring: the pool's breaker refuses with ErrCircuitOpen itself,
+// and names its state changes and its stats.
+func TestBreakerWiring(t *testing.T) {
+	rec := &stateRecorder{}
+	clk := &fakeClock{now: time.Unix(1000, 0)}
+	b := newBreaker(BreakerConfig{Name: "replica", ConsecutiveFailures: 2, Tracer: rec}, clk)
+	ctx := context.Background()
+	for _, err := range []error{errLost, errTimeout} {
+		if got := b.do(ctx, func(context.Context) error { clk.now = clk.now.Add(time.Millisecond); return err }); got != err {
+			t.Fatalf("do = %v, want the call's own error %v", got, err)
+		}
+	}
+	ran := false
+	if err := b.do(ctx, func(context.Context) error { ran = true; return nil }); err != ErrCircuitOpen || ran {
+		t.Errorf("open: err %v, ran %v; want ErrCircuitOpen itself, without running", err, ran)
+	}
+	if s := b.State(); s != BreakerOpen {
+		t.Errorf("State = %v, want open", s)
+	}
+	want := TraceBreakerStateChangeData{Name: "replica", From: BreakerClosed, To: BreakerOpen, Reason: "2 consecutive failures", Calls: 2, Failures: 2}
+	if len(rec.changes) != 1 || rec.changes[0] != want {
+		t.Errorf("changes %+v, want [%+v]", rec.changes, want)
+	}
+	wantStats := BreakerStats{Name: "replica", State: BreakerOpen, CallCount: 2, FailureCount: 2, RejectedCount: 1, OpenedCount: 1}
+	if s := b.stats(); s != wantStats {
+		t.Errorf("stats %+v, want %+v", s, wantStats)
+	}
+}
+
+// TestBreakerThroughPool: a pool with a Breaker counts its calls' outcomes,
+// refuses calls once it opened, and reports the change to its
+// BreakerConfig.Tracer and to a Config.Tracer that is a BreakerTracer.
+func TestBreakerThroughPool(t *testing.T) {
+	own := &stateRecorder{}
+	pools := &struct {
+		recordingTracer
+		stateRecorder
+	}{}
+	cfg := mustParse(t, unreachableDSN)
+	cfg.Breaker = &BreakerConfig{Name: "analytics", ConsecutiveFailures: 1, OpenFor: time.Hour, Tracer: own}
+	cfg.Tracer = pools
+	p, err := NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	if s := p.BreakerState(); s != BreakerClosed {
+		t.Fatalf("new pool: breaker %v", s)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	t.Cleanup(cancel)
+	fn := func(context.Context, pgx.Tx) error { t.Error("fn ran"); return nil }
+	if err := Transaction(ctx, p, ReadCommitted, fn); err == nil || errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("the unreachable server's call: err %v, want its failure", err)
+	}
+	if err := Transaction(context.Background(), p, ReadCommitted, fn); !errors.Is(err, ErrCircuitOpen) {
+		t.Errorf("once open: err %v, want ErrCircuitOpen", err)
+	}
+	if s := p.BreakerState(); s != BreakerOpen {
+		t.Errorf("BreakerState = %v, want open", s)
+	}
+	for name, changes := range map[string][]TraceBreakerStateChangeData{"BreakerConfig.Tracer": own.changes, "Config.Tracer": pools.changes} {
+		if len(changes) != 1 || changes[0].Name != "analytics" || changes[0].To != BreakerOpen {
+			t.Errorf("%s: changes %+v, want the one to open, named", name, changes)
+		}
+	}
+	bs := p.Stats().Breaker
+	if bs == nil || bs.Name != "analytics" || bs.State != BreakerOpen || bs.FailureCount != 1 || bs.RejectedCount != 1 || bs.OpenedCount != 1 {
+		t.Errorf("Stats().Breaker = %+v", bs)
+	}
+	if s := newTestPool(t).Stats().Breaker; s != nil {
+		t.Errorf("a pool without a breaker: Stats().Breaker = %+v, want nil", s)
 	}
 }
 
@@ -272,59 +202,6 @@ func TestBreakerConfigValidation(t *testing.T) {
 	cfg.Breaker = &BreakerConfig{FailureRatio: 3}
 	if _, err := NewWithConfig(context.Background(), cfg); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("pool with a bad breaker: err = %v", err)
-	}
-}
-
-// TestBreakerNegativeSwitchesOff checks the package's rule on the breaker:
-// each negative field switches its rule off.
-func TestBreakerNegativeSwitchesOff(t *testing.T) {
-	ctx := context.Background()
-	t.Run("SlowCallThreshold", func(t *testing.T) {
-		b, clk, _ := fakeBreaker(t, BreakerConfig{SlowCallThreshold: -1, ConsecutiveFailures: -1, FailureRatio: -1, MinCalls: 1})
-		for range 20 {
-			_ = call(b, clk, ctx, time.Hour, nil)
-		}
-		if b.State() != BreakerClosed {
-			t.Errorf("state %v: no call may count as slow", b.State())
-		}
-	})
-	t.Run("Window", func(t *testing.T) {
-		b, clk, _ := fakeBreaker(t, BreakerConfig{Window: -1, ConsecutiveFailures: -1, MinCalls: 1})
-		for range 20 {
-			_ = call(b, clk, ctx, time.Millisecond, errLost)
-		}
-		if b.State() != BreakerClosed {
-			t.Errorf("state %v: without a window the ratio rules are off", b.State())
-		}
-	})
-	t.Run("OpenFor and HalfOpenProbes", func(t *testing.T) {
-		b, clk, _ := fakeBreaker(t, BreakerConfig{ConsecutiveFailures: 1, OpenFor: -1, HalfOpenProbes: -1})
-		_ = call(b, clk, ctx, time.Millisecond, errLost)
-		if s := b.State(); s != BreakerClosed {
-			t.Errorf("state %v: with no open period and no probes the breaker closes at once", s)
-		}
-		if b.stats().OpenedCount != 1 {
-			t.Errorf("OpenedCount %d, want 1", b.stats().OpenedCount)
-		}
-	})
-	t.Run("MinCalls", func(t *testing.T) {
-		b, clk, _ := fakeBreaker(t, BreakerConfig{MinCalls: -1, ConsecutiveFailures: -1, FailureRatio: 0.5})
-		_ = call(b, clk, ctx, time.Millisecond, errLost)
-		if b.State() != BreakerOpen {
-			t.Errorf("state %v: with no minimum one failure of one call opens it", b.State())
-		}
-	})
-}
-
-func BenchmarkBreakerOpenRejects(b *testing.B) {
-	br := newBreaker(BreakerConfig{ConsecutiveFailures: 1, OpenFor: time.Hour}, realClock{})
-	_ = br.do(context.Background(), func(context.Context) error { return errLost })
-	fn := func(context.Context) error { return nil }
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := br.do(context.Background(), fn); !errors.Is(err, ErrCircuitOpen) {
-			b.Fatal(err)
-		}
 	}
 }
 

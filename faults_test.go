@@ -159,31 +159,3 @@ func TestContextErrorOnlyWhenItEndedTheCall(t *testing.T) {
 		})
 	}
 }
-
-// TestBreakerPanickingProbe: a half-open probe that panics counts as the
-// probe's failure and frees its slot; the panic still propagates. Before,
-// the slot stayed taken and the breaker refused every call forever.
-func TestBreakerPanickingProbe(t *testing.T) {
-	b, clk, _ := fakeBreaker(t, BreakerConfig{ConsecutiveFailures: 1, FailureRatio: -1, SlowCallRatio: -1})
-	ctx := context.Background()
-	_ = call(b, clk, ctx, time.Millisecond, errLost)
-	clk.now = clk.now.Add(defaultBreakerOpenFor)
-	func() {
-		defer func() {
-			if r := recover(); r != "boom" {
-				t.Errorf("recovered %v, want the probe's own panic", r)
-			}
-		}()
-		_ = b.do(ctx, func(context.Context) error { panic("boom") })
-	}()
-	if s := b.State(); s != BreakerOpen {
-		t.Errorf("state after a panicking probe = %v, want open (the probe failed)", s)
-	}
-	clk.now = clk.now.Add(10 * defaultBreakerOpenFor)
-	if err := call(b, clk, ctx, time.Millisecond, nil); err != nil {
-		t.Fatalf("a healthy call after 10x OpenFor: %v; the breaker is wedged", err)
-	}
-	if s := b.State(); s != BreakerClosed {
-		t.Errorf("state = %v, want closed after a healthy probe", s)
-	}
-}

@@ -65,10 +65,3 @@ func b2i(b bool) int {
 	}
 	return 0
 }
-
-func b2i64(v bool) int64 {
-	if v {
-		return 1
-	}
-	return 0
-}
