@@ -86,12 +86,10 @@ func (a *txAttempt) held(ctx context.Context) (Class, error) {
 		return Classify(err), err
 	}
 	q := a.pool.queue
-	slot := q.inflight.add(held)
+	slot := q.inflight.Add(held)
 	defer func() {
 		conn.Release()
-		q.inflight.remove(slot)
-		q.held.Add(1)
-		q.holdTime.Add(int64(a.pool.clock.Now().Sub(held)))
+		q.inflight.Remove(slot, a.pool.clock.Now().Sub(held))
 	}()
 	// The work on the connection is a function of its own so that each of
 	// the two defers is in a function with few returns, which the compiler

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx/internal/acquire"
 )
 
 // installHooks installs on pc, the main pool's config, every hook pgtx
@@ -20,17 +21,17 @@ import (
 //   - PrepareConn refuses a connection doomed by a cancel that was not
 //     confirmed, then runs the caller's PrepareConn, or BeforeAcquire (which
 //     pgxpool ignores once PrepareConn is set);
-//   - the connection tracer counts the pool's waiters, and BeforeConnect
-//     gives each connection the caller's own tracer back;
+//   - the connection tracer ([acquire.Tracer]) counts the pool's waiters,
+//     and BeforeConnect gives each connection the caller's own tracer back;
 //   - ShouldPing, BeforeConnect and PrepareConn mark the acquire's context
-//     shared, as hooks may keep it ([markShared]).
+//     shared, as hooks may keep it ([acquire.MarkShared]).
 func installHooks(pc *pgxpool.Config, c *canceller, q *queue) {
 	user := pc.ConnConfig.Tracer
-	pc.ConnConfig.Tracer = newPoolTracer(q, user)
+	pc.ConnConfig.Tracer = acquire.NewTracer(&q.Queue, user)
 	userBeforeConnect := pc.BeforeConnect
 	pc.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
 		// The connect keeps what it derives from the acquire's context.
-		markShared(ctx)
+		acquire.MarkShared(ctx)
 		cc.Tracer = user
 		if userBeforeConnect != nil {
 			return userBeforeConnect(ctx, cc)
@@ -40,7 +41,7 @@ func installHooks(pc *pgxpool.Config, c *canceller, q *queue) {
 
 	if userPing := pc.ShouldPing; userPing != nil {
 		pc.ShouldPing = func(ctx context.Context, params pgxpool.ShouldPingParams) bool {
-			markShared(ctx)
+			acquire.MarkShared(ctx)
 			return userPing(ctx, params)
 		}
 	}
@@ -55,7 +56,7 @@ func installHooks(pc *pgxpool.Config, c *canceller, q *queue) {
 			return false, nil
 		}
 		if userPrepare != nil {
-			markShared(ctx)
+			acquire.MarkShared(ctx)
 			return userPrepare(ctx, conn)
 		}
 		return true, nil

@@ -257,8 +257,6 @@ type Pool struct {
 	contention *contention // nil: none
 	resolved   resolve.Counters
 	resolver   *resolve.Resolver
-	// acquireCtxs are the reusable contexts of bounded acquires.
-	acquireCtxs acquireCtxPool
 }
 
 // NewWithConfig creates a [Pool] from cfg. An invalid cfg is an error
@@ -277,7 +275,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	setSessionParam(pc.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", cfg.IdleInTransactionTimeout, defaultIdleInTransactionTimeout)
 	askUTF8(pc.ConnConfig.RuntimeParams)
 
-	q := &queue{maxWaiters: int64(max(cfg.MaxWaiters, 0))}
+	q := newQueue(cfg)
 	var br *breaker
 	if cfg.Breaker != nil {
 		bc := *cfg.Breaker

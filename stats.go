@@ -194,18 +194,18 @@ func (p *Pool) Stats() Stats {
 		return Stats{}
 	}
 	q := p.queue
+	c := q.Counts()
 	s := Stats{
 		Pool:                p.pool.Stat(),
-		Waiting:             q.waiters.Load(),
+		Waiting:             c.Waiting,
 		AcquireWait:         q.acquireWait.snapshot(),
-		AcquireTimeoutCount: q.acquireTimeouts.Load(),
-		QueueFullCount:      q.queueFull.Load(),
+		AcquireTimeoutCount: c.Timeouts,
+		QueueFullCount:      c.Full,
 		TransactionCount:    q.calls.Load(),
-		HeldCount:           q.held.Load(),
-		HeldDuration:        time.Duration(q.holdTime.Load()),
 		Resolved:            resolveStats(&p.resolved),
 	}
-	s.InFlight, s.OldestInFlight = q.inflight.snapshot(time.Now())
+	s.HeldCount, s.HeldDuration = q.inflight.Held()
+	s.InFlight, s.OldestInFlight = q.inflight.Snapshot(time.Now())
 	if p.contention != nil {
 		s.Contention = p.contention.stats()
 	}

@@ -1,4 +1,4 @@
-package pgtx
+package acquire
 
 import (
 	"context"
@@ -7,6 +7,9 @@ import (
 	"testing/synctest"
 	"time"
 )
+
+// ctxKey is the key of a caller's value that acquire contexts must carry.
+type ctxKey struct{}
 
 // isClosed reports whether ch is closed, without waiting.
 func isClosed(ch <-chan struct{}) bool {
@@ -151,7 +154,7 @@ func TestAcquireCtxSharedIsNotReused(t *testing.T) {
 		parent := context.WithValue(context.Background(), ctxKey{}, "v")
 		c := ap.get(parent, time.Second)
 		derived := context.WithValue(c, ctxKey{}, "derived") // as a hook would see it
-		markShared(derived)
+		MarkShared(derived)
 		ap.put(c)
 		next := ap.get(context.Background(), time.Second)
 		defer ap.put(next)
@@ -161,6 +164,6 @@ func TestAcquireCtxSharedIsNotReused(t *testing.T) {
 		if got := c.Value(ctxKey{}); got != "v" {
 			t.Errorf("the shared context's Value = %v, want the caller's value still", got)
 		}
-		markShared(context.Background()) // not an acquire context: nothing to mark, no panic
+		MarkShared(context.Background()) // not an acquire context: nothing to mark, no panic
 	})
 }

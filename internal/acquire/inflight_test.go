@@ -1,0 +1,56 @@
+package acquire
+
+import (
+	"testing"
+	"time"
+)
+
+// TestInFlight follows attempts taking and releasing connections: the set
+// counts those holding one and the age of the oldest, reuses freed slots,
+// and adds up the releases and their hold times.
+func TestInFlight(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	type step struct {
+		name string
+		// add is when an attempt named name takes a connection; zero:
+		// name's releases it, after held.
+		add  time.Time
+		held time.Duration
+
+		now        time.Time // when the snapshot is taken
+		wantN      int
+		wantOldest time.Duration
+	}
+	steps := []step{
+		{name: "a", add: at(0), now: at(0), wantN: 1, wantOldest: 0},
+		{name: "b", add: at(1), now: at(2), wantN: 2, wantOldest: 2 * time.Second},
+		{name: "c", add: at(3), now: at(5), wantN: 3, wantOldest: 5 * time.Second},
+		{name: "a", held: 5 * time.Second, now: at(5), wantN: 2, wantOldest: 4 * time.Second},
+		{name: "d", add: at(6), now: at(6), wantN: 3, wantOldest: 5 * time.Second},
+		{name: "b", held: 6 * time.Second, now: at(7), wantN: 2, wantOldest: 4 * time.Second},
+		{name: "c", held: 4 * time.Second, now: at(7), wantN: 1, wantOldest: time.Second},
+		{name: "d", held: 2 * time.Second, now: at(8), wantN: 0, wantOldest: 0},
+	}
+	var s InFlight
+	slots := map[string]int{}
+	for _, st := range steps {
+		if !st.add.IsZero() {
+			slots[st.name] = s.Add(st.add)
+		} else {
+			s.Remove(slots[st.name], st.held)
+		}
+		if n, oldest := s.Snapshot(st.now); n != st.wantN || oldest != st.wantOldest {
+			t.Errorf("after %s: Snapshot = %d, %v; want %d, %v", st.name, n, oldest, st.wantN, st.wantOldest)
+		}
+	}
+	if slots["d"] != slots["a"] {
+		t.Errorf("d took slot %d, want a's freed slot %d", slots["d"], slots["a"])
+	}
+	if len(s.starts) != 3 {
+		t.Errorf("%d slots for at most 3 at once", len(s.starts))
+	}
+	if n, total := s.Held(); n != 4 || total != 17*time.Second {
+		t.Errorf("Held() = %d, %v; want 4, 17s", n, total)
+	}
+}
