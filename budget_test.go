@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"github.com/jackc/pgerrcode"
+	"github.com/pgtx-go/pgtx/internal/retry"
 	"math"
 	"sync"
 	"testing"
@@ -15,15 +16,15 @@ func TestRetryBudgetFloor(t *testing.T) {
 	b := newRetryBudget(RetryConfig{}, t0)
 	// A new pool may retry one second's worth of the floor (10) at once...
 	for i := range 10 {
-		if !b.withdraw(t0) {
+		if !b.Withdraw(t0) {
 			t.Fatalf("retry %d refused", i+1)
 		}
 	}
-	if b.withdraw(t0) {
+	if b.Withdraw(t0) {
 		t.Fatal("the 11th retry at once was allowed")
 	}
 	// ...then 10 per second.
-	if !b.withdraw(t0.Add(100*time.Millisecond)) || b.withdraw(t0.Add(100*time.Millisecond)) {
+	if !b.Withdraw(t0.Add(100*time.Millisecond)) || b.Withdraw(t0.Add(100*time.Millisecond)) {
 		t.Error("after 100ms exactly one more retry must be allowed")
 	}
 }
@@ -31,14 +32,14 @@ func TestRetryBudgetFloor(t *testing.T) {
 func TestRetryBudgetRatio(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	b := newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, t0) // no floor
-	if b.withdraw(t0) {
+	if b.Withdraw(t0) {
 		t.Fatal("no successes, no floor: a retry was allowed")
 	}
 	for range 50 {
-		b.success(t0)
+		b.Success(t0)
 	}
 	allowed := 0
-	for b.withdraw(t0.Add(time.Second)) {
+	for b.Withdraw(t0.Add(time.Second)) {
 		allowed++
 	}
 	if allowed != 10 {
@@ -46,12 +47,12 @@ func TestRetryBudgetRatio(t *testing.T) {
 	}
 	// The successes leave the window after 10s.
 	for range 50 {
-		b.success(t0.Add(2 * time.Second))
+		b.Success(t0.Add(2 * time.Second))
 	}
-	if !b.withdraw(t0.Add(11 * time.Second)) {
+	if !b.Withdraw(t0.Add(11 * time.Second)) {
 		t.Error("successes 9s ago must still count")
 	}
-	if b.withdraw(t0.Add(13 * time.Second)) {
+	if b.Withdraw(t0.Add(13 * time.Second)) {
 		t.Error("successes 11s ago must not count")
 	}
 }
@@ -73,11 +74,11 @@ func TestRetryBudgetValidate(t *testing.T) {
 func TestBudgetInLoop(t *testing.T) {
 	overload, conflict := pgErr(pgerrcode.TooManyConnections), pgErr(pgerrcode.SerializationFailure)
 	t0 := time.Unix(1000, 0)
-	newBudgetLoop := func(b *retryBudget) *retryLoop {
+	newBudgetLoop := func(b *retry.Budget) *retryLoop {
 		p := RetryConfig{Jitter: constJitter(0), MaxAdaptiveRetries: 5}.withDefaults()
 		return &retryLoop{policy: &p, clock: &fakeClock{now: t0}, maxRetries: p.MaxRetries, budget: b}
 	}
-	empty := func() *retryBudget {
+	empty := func() *retry.Budget {
 		b := newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, t0)
 		return b
 	}
@@ -97,7 +98,7 @@ func TestBudgetInLoop(t *testing.T) {
 	calls = 0
 	b := newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, t0)
 	for range 10 {
-		b.success(t0)
+		b.Success(t0)
 	}
 	err = newBudgetLoop(b).run(context.Background(), scripted(&calls, repeat(overload, 5)...))
 	if !errors.Is(err, ErrRetryBudgetExhausted) || calls != 3 {
@@ -162,7 +163,7 @@ func TestEventPairing(t *testing.T) {
 	paths := []struct {
 		name   string
 		policy RetryConfig
-		budget *retryBudget
+		budget *retry.Budget
 		clock  *fakeClock
 		ctx    func() (context.Context, context.CancelFunc)
 		errs   []error

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/pgtx-go/pgtx/internal/retry"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -399,7 +400,7 @@ func TestRetryLoopWithTheGate(t *testing.T) {
 		if err := l.run(context.Background(), scripted(&calls, conflict, overload)); err != nil {
 			t.Fatal(err)
 		}
-		if want := []time.Duration{0, backoff(0.5, defaultBaseBackoff, defaultMaxBackoff, 2)}; !slices.Equal(clk.sleeps, want) {
+		if want := []time.Duration{0, retry.Backoff(0.5, defaultBaseBackoff, defaultMaxBackoff, 2)}; !slices.Equal(clk.sleeps, want) {
 			t.Errorf("pauses %v, want %v", clk.sleeps, want)
 		}
 		if s := g.stats(); s.AttemptCount != 3 || s.ConflictCount != 1 || s.CommitCount != 1 || s.Running != 0 {
@@ -465,7 +466,7 @@ func TestRetryLoopWithTheGate(t *testing.T) {
 			})
 			defer func() { g.done(context.Background(), <-other, classNone, time.Millisecond) }()
 			var re *RetryError
-			if calls != 1 || !errors.As(err, &re) || re.reason != stopDeadline || !errors.Is(err, context.DeadlineExceeded) {
+			if calls != 1 || !errors.As(err, &re) || re.reason != retry.Deadline || !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("%d calls, %v; want one, and a RetryError for the deadline", calls, err)
 			}
 		})

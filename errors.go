@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strconv"
 	"time"
+
+	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
 // ErrCommitUnknown is matched (errors.Is) by the error [Transaction] returns
@@ -176,7 +178,7 @@ type RetryError struct {
 	// Err is the last attempt's error.
 	Err error
 
-	reason stopReason
+	reason retry.Stop
 	limit  string // the cap that was reached: "MaxRetries", "MaxAdaptiveRetries" or "UnavailableTimeout"
 	cap    int
 	// unreachable says the call ended on a server it could not connect to,
@@ -193,20 +195,20 @@ type RetryError struct {
 func (e *RetryError) Error() string {
 	verb, why := "gave up", ""
 	switch e.reason {
-	case stopNotRetryable:
+	case retry.NotRetryable:
 		verb, why = "failed", "not retryable: "+Classify(e.Err).String()
-	case stopCapReached:
+	case retry.CapReached:
 		why = e.limit + " " + strconv.Itoa(e.cap)
 		if e.cap == 0 {
 			why = e.limit + " off" // switched off with a negative value
 		}
-	case stopDeadline:
+	case retry.Deadline:
 		why = "the next retry would end past the context's deadline"
-	case stopBudget:
+	case retry.BudgetSpent:
 		why = "retry budget exhausted"
-	case stopContext:
+	case retry.ContextEnded:
 		why = "the context ended"
-	case stopUnreachable:
+	case retry.Unreachable:
 		why = "UnavailableTimeout " + e.bound.String()
 	}
 	lead := "pgtx: "
@@ -239,5 +241,5 @@ func (e *RetryError) Unwrap() error { return e.Err }
 // Is reports whether the budget refused the retry (target
 // [ErrRetryBudgetExhausted]).
 func (e *RetryError) Is(target error) bool {
-	return target == ErrRetryBudgetExhausted && e.reason == stopBudget
+	return target == ErrRetryBudgetExhausted && e.reason == retry.BudgetSpent
 }

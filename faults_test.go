@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
 // fatal08P01 is an error as PgBouncer sends it: FATAL, SQLSTATE 08P01, its
@@ -83,7 +84,7 @@ func TestUnavailableBacksOffAsOverload(t *testing.T) {
 // budget stopped it, and ends with what went wrong.
 func TestBudgetRefusalSaysWhy(t *testing.T) {
 	cause := errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
-	err := error(&RetryError{Attempts: 1, Err: cause, reason: stopBudget})
+	err := error(&RetryError{Attempts: 1, Err: cause, reason: retry.BudgetSpent})
 	if want := "pgtx: gave up after 1 attempt (retry budget exhausted): " + cause.Error(); err.Error() != want {
 		t.Errorf("message %q, want %q", err, want)
 	}

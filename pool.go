@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx/internal/resolve"
+	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
 // The defaults of Config, stated on each field.
@@ -251,7 +252,7 @@ type Pool struct {
 	settings   settings
 	clock      clock
 	cancel     *canceller
-	budget     *retryBudget
+	budget     *retry.Budget
 	queue      *queue
 	breaker    *breaker    // nil: none
 	contention *contention // nil: none

@@ -6,6 +6,9 @@ import (
 	"math/rand/v2"
 	"syscall"
 	"time"
+
+	"github.com/pgtx-go/pgtx/internal/classify"
+	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
 // The defaults of RetryConfig, stated on each field.
@@ -129,161 +132,24 @@ func (p RetryConfig) withDefaults() RetryConfig {
 	return p
 }
 
-// backoff returns jitter * min(maxBackoff, base * 2^attempt), the Client Backpressure specification's
-// formula, for attempt >= 1. jitter is clamped to [0, 1].
-func backoff(jitter float64, base, maxBackoff time.Duration, attempt int) time.Duration {
-	if jitter <= 0 || base <= 0 || maxBackoff <= 0 {
-		return 0
+// decider returns the settings of p that decide a retry.
+func (p *RetryConfig) decider() retry.Policy {
+	return retry.Policy{
+		MaxAdaptiveRetries: p.MaxAdaptiveRetries, UnavailableTimeout: p.UnavailableTimeout, Jitter: p.Jitter,
+		BaseBackoff: p.BaseBackoff, MaxBackoff: p.MaxBackoff,
+		ConflictBaseBackoff: p.ConflictBaseBackoff, ConflictMaxBackoff: p.ConflictMaxBackoff,
 	}
-	if jitter > 1 {
-		jitter = 1
-	}
-	d := maxBackoff
-	if attempt < 62 {
-		// base * 2^attempt, saturating at maxBackoff without overflow.
-		if exp := base << uint(attempt); exp>>uint(attempt) == base && exp > 0 && exp < maxBackoff {
-			d = exp
-		}
-	}
-	return time.Duration(jitter * float64(d))
 }
-
-// retryState is the per-call state of the retry loop.
-type retryState struct {
-	// retries counts the retries of the call so far (the Client Backpressure
-	// specification's attempt), but those after an unavailable server.
-	retries int
-	// overloadSeen sticks once any attempt failed with an overload error.
-	overloadSeen bool
-	// conflicts counts the conflicts in a row that ended the last attempts.
-	conflicts int
-	// unavailable counts the retries after an unavailable server, and
-	// unavailableSince is when the call's first such error came (zero:
-	// none yet).
-	unavailable      int
-	unavailableSince time.Time
-}
-
-// decision is what the loop does after a failed attempt.
-type decision struct {
-	retry   bool
-	backoff time.Duration
-	// reason says why the call ends when retry is false.
-	reason stopReason
-}
-
-type stopReason int
-
-const (
-	stopNotRetryable stopReason = iota // the class is never retried
-	stopCapReached                     // MaxRetries or MaxAdaptiveRetries reached, or the class is off
-	stopDeadline                       // the backoff would end past the deadline
-	stopBudget                         // the retry budget is spent
-	stopContext                        // the caller's context ended
-	stopUnreachable                    // UnavailableTimeout passed with the server unreachable
-)
 
 // stopWords are the values of [RetryError].Reason; a cap reached says
 // which setting it is instead.
 var stopWords = [...]string{
-	stopNotRetryable: "not retryable",
-	stopCapReached:   "MaxRetries",
-	stopDeadline:     "deadline",
-	stopBudget:       "budget",
-	stopContext:      "context",
-	stopUnreachable:  "UnavailableTimeout",
-}
-
-// next decides whether a call that failed with an error of class c runs
-// again, and after how long. maxRetries is the conflict/lost-connection cap
-// for this call (the policy's or the per-call override, already resolved).
-// It follows the Client Backpressure specification's pseudocode: the retry
-// counter counts every retry; an overload makes MaxAdaptiveRetries the cap of
-// the call from then on; a backoff that would end past the deadline ends the
-// call at once. An unavailable server is pgtx's own class, outside that
-// counter and those caps: nextUnavailable decides its retries.
-func (p *RetryConfig) next(st *retryState, c Class, maxRetries int, now time.Time, deadline time.Time, hasDeadline bool) decision {
-	if !c.Retryable() {
-		return decision{reason: stopNotRetryable}
-	}
-	if c == ClassUnavailable {
-		return p.nextUnavailable(st, now, deadline, hasDeadline)
-	}
-	// A class the caller switched off is never retried, whatever the cap
-	// an earlier overload made the call's.
-	if (c == ClassOverload && p.MaxAdaptiveRetries == 0) || (c != ClassOverload && maxRetries == 0) {
-		return decision{reason: stopCapReached}
-	}
-	st.retries++
-	if c == ClassOverload {
-		st.overloadSeen = true
-	}
-	allowed := maxRetries
-	if st.overloadSeen {
-		allowed = p.MaxAdaptiveRetries
-	}
-	if st.retries > allowed {
-		return decision{reason: stopCapReached}
-	}
-	base, maxB := p.ConflictBaseBackoff, p.ConflictMaxBackoff
-	if c.adaptive() {
-		base, maxB = p.BaseBackoff, p.MaxBackoff
-	}
-	d := backoff(clampJitter(p.Jitter()), base, maxB, st.retries)
-	if hasDeadline && now.Add(d).After(deadline) {
-		return decision{reason: stopDeadline}
-	}
-	return decision{retry: true, backoff: d}
-}
-
-// nextUnavailable decides the retry after an unavailable server: retried
-// until the end, the earlier of the deadline and UnavailableTimeout after the
-// call's first unavailable error, with the overload backoff cut to half the
-// time left; when that half is under BaseBackoff, the pause lasts until the
-// end (past a deadline by BaseBackoff, so that the context, not the pause,
-// ends the call).
-func (p *RetryConfig) nextUnavailable(st *retryState, now time.Time, deadline time.Time, hasDeadline bool) decision {
-	if p.UnavailableTimeout <= 0 {
-		return decision{reason: stopCapReached}
-	}
-	if st.unavailableSince.IsZero() {
-		st.unavailableSince = now
-	}
-	end := st.unavailableSince.Add(p.UnavailableTimeout)
-	atDeadline := hasDeadline && !deadline.After(end)
-	if atDeadline {
-		end = deadline
-	}
-	left := end.Sub(now)
-	if left <= 0 {
-		if atDeadline {
-			// The deadline passed by the clock before the context said so.
-			return decision{reason: stopContext}
-		}
-		return decision{reason: stopUnreachable}
-	}
-	st.unavailable++
-	d := backoff(clampJitter(p.Jitter()), p.BaseBackoff, p.MaxBackoff, st.unavailable)
-	if d > left/2 {
-		d = left / 2
-		if d < p.BaseBackoff {
-			d = left
-			if atDeadline {
-				d += p.BaseBackoff
-			}
-		}
-	}
-	return decision{retry: true, backoff: d}
-}
-
-func clampJitter(j float64) float64 {
-	switch {
-	case j != j || j < 0: // NaN or negative
-		return 0
-	case j >= 1:
-		return 1
-	}
-	return j
+	retry.NotRetryable: "not retryable",
+	retry.CapReached:   "MaxRetries",
+	retry.Deadline:     "deadline",
+	retry.BudgetSpent:  "budget",
+	retry.ContextEnded: "context",
+	retry.Unreachable:  "UnavailableTimeout",
 }
 
 // clock is the time seam of the retry loop: the real clock in production, a
@@ -319,7 +185,7 @@ type retryLoop struct {
 	policy     *RetryConfig
 	clock      clock
 	maxRetries int
-	budget     *retryBudget      // nil: no budget
+	budget     *retry.Budget     // nil: no budget
 	tracer     TransactionTracer // nil: no events
 	label      string
 	isolation  Isolation
@@ -328,10 +194,6 @@ type retryLoop struct {
 
 // attemptFunc runs one whole attempt and returns its error and class.
 type attemptFunc func(ctx context.Context) (Class, error)
-
-// budgeted reports whether retries of class c draw on the retry budget: all
-// but conflict retries.
-func budgeted(c Class) bool { return c.adaptive() || c == ClassConnectionLost }
 
 // endedByContext reports whether the caller's context, having ended, is
 // what ended a call whose attempt failed with class c: the loop would have
@@ -343,7 +205,7 @@ func endedByContext(c Class) bool { return c.Retryable() || c == ClassTimeout }
 // as a *RetryError when the call was retried or a retry was refused. When
 // ctx ended the call, the error matches ctx.Err() as well.
 func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
-	var st retryState
+	var st retry.State
 	deadline, hasDeadline := ctx.Deadline()
 	callCtx, callStart := ctx, time.Time{}
 	if l.tracer != nil || l.gate != nil {
@@ -364,7 +226,7 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 		var t admission
 		var admitErr error
 		if l.gate != nil {
-			t, admitErr = l.gate.admit(ctx, callStart.UnixNano(), st.conflicts >= contentionStarving)
+			t, admitErr = l.gate.admit(ctx, callStart.UnixNano(), st.Conflicts >= contentionStarving)
 		}
 		if admitErr != nil {
 			class, err = ClassTimeout, admitErr
@@ -381,64 +243,65 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			class, err = attempt(actx)
 		}
 		if class == ClassConflict {
-			st.conflicts++
+			st.Conflicts++
 		} else {
-			st.conflicts = 0
+			st.Conflicts = 0
 		}
-		var d decision
+		var d retry.Decision
 		switch {
 		case admitErr != nil && ctx.Err() == nil:
 			// The wait at the gate ended (the acquire timeout, or a deadline
 			// no admitted attempt could meet): no retry, as after a backoff
 			// that would end past the deadline.
-			d.reason = stopNotRetryable
+			d.Stop = retry.NotRetryable
 			if n > 1 && errors.Is(admitErr, errAdmissionDeadline) {
-				d.reason = stopDeadline
+				d.Stop = retry.Deadline
 			}
 		case err == nil:
 			if l.budget != nil {
-				l.budget.success(l.clock.Now())
+				l.budget.Success(l.clock.Now())
 			}
 		case ctx.Err() != nil:
-			d.reason = stopContext
+			d.Stop = retry.ContextEnded
 			if endedByContext(class) {
 				err = withContextErr(ctx, err)
 			}
 		default:
-			d = l.policy.next(&st, class, l.maxRetries, l.clock.Now(), deadline, hasDeadline)
-			if d.reason == stopContext {
+			policy := l.policy.decider()
+			d = policy.Next(&st, classify.Class(class), l.maxRetries, l.clock.Now(), deadline, hasDeadline)
+			if d.Stop == retry.ContextEnded {
 				// The deadline passed by the clock, not yet by ctx.
 				err = pastDeadline(err)
 			}
-			if d.retry && l.budget != nil && budgeted(class) && !l.budget.withdraw(l.clock.Now()) {
-				d = decision{reason: stopBudget}
+			if d.Retry && l.budget != nil && retry.Budgeted(classify.Class(class)) && !l.budget.Withdraw(l.clock.Now()) {
+				d = retry.Decision{Stop: retry.BudgetSpent}
 			}
-			if class == ClassConflict && l.gate != nil && l.gate.limiting.Load() && (d.retry || d.reason == stopDeadline) {
+			if class == ClassConflict && l.gate != nil && l.gate.limiting.Load() && (d.Retry || d.Stop == retry.Deadline) {
 				// The gate orders the retry: it runs when a slot frees,
 				// that is when a running attempt of the label ends, and
 				// the gate refuses it if it could not finish in time. So
 				// no pause, and no refusal for a pause that is not taken.
-				d = decision{retry: true}
+				d = retry.Decision{Retry: true}
 			}
 		}
-		if !d.retry && err != nil {
-			err = l.gaveUp(err, class, n, d.reason, &st)
+		if !d.Retry && err != nil {
+			err = l.gaveUp(err, class, n, d.Stop, &st)
 		}
 		if l.tracer != nil {
 			l.tracer.TraceAttemptEnd(actx, TraceAttemptEndData{
 				Label: l.label, Isolation: l.isolation, Attempt: n,
 				Err: err, Class: class, Duration: l.clock.Now().Sub(start),
-				Retry: d.retry, Backoff: d.backoff, AdmissionWait: t.wait, Limit: t.limit,
+				Retry: d.Retry, Backoff: d.Backoff, AdmissionWait: t.wait, Limit: t.limit,
 			})
 		}
-		if !d.retry {
+		if !d.Retry {
 			break
 		}
 		// A pause that ended as ctx did ends the call too: an attempt
 		// on a dead context would only replace the error with ctx's.
-		if l.clock.Sleep(ctx, d.backoff) != nil || ctx.Err() != nil {
+		if l.clock.Sleep(ctx, d.Backoff) != nil || ctx.Err() != nil {
 			interrupted = true
-			err = l.gaveUp(withContextErr(ctx, err), class, n, stopContext, &st)
+			err = l.gaveUp(withContextErr(ctx, err), class, n, retry.ContextEnded, &st)
 			break
 		}
 	}
@@ -461,29 +324,29 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 // and why no more. A call that ended on an unreachable server always gets
 // a *RetryError, so that its message says so first, whichever way it
 // ended. class is the last attempt's.
-func (l *retryLoop) gaveUp(err error, class Class, n int, why stopReason, st *retryState) error {
+func (l *retryLoop) gaveUp(err error, class Class, n int, why retry.Stop, st *retry.State) error {
 	unreachable := endsUnreachable(class, err)
-	if n == 1 && (why == stopNotRetryable || why == stopContext) && !unreachable {
+	if n == 1 && (why == retry.NotRetryable || why == retry.ContextEnded) && !unreachable {
 		return err
 	}
 	e := &RetryError{Attempts: n, Err: err, reason: why, unreachable: unreachable}
 	switch {
-	case why == stopCapReached && class == ClassUnavailable:
+	case why == retry.CapReached && class == ClassUnavailable:
 		e.limit = "UnavailableTimeout" // switched off: nothing else caps it
-	case why == stopCapReached && (st.overloadSeen || (class == ClassOverload && l.policy.MaxAdaptiveRetries == 0)):
+	case why == retry.CapReached && (st.OverloadSeen || (class == ClassOverload && l.policy.MaxAdaptiveRetries == 0)):
 		e.limit, e.cap = "MaxAdaptiveRetries", l.policy.MaxAdaptiveRetries
-	case why == stopCapReached:
+	case why == retry.CapReached:
 		e.limit, e.cap = "MaxRetries", l.maxRetries
 	}
-	if why == stopUnreachable {
+	if why == retry.Unreachable {
 		e.bound = l.policy.UnavailableTimeout
 	}
 	e.Reason = stopWords[why]
 	if e.limit != "" {
 		e.Reason = e.limit
 	}
-	if class == ClassUnavailable && !st.unavailableSince.IsZero() {
-		e.unreachableFor = l.clock.Now().Sub(st.unavailableSince)
+	if class == ClassUnavailable && !st.UnavailableSince.IsZero() {
+		e.unreachableFor = l.clock.Now().Sub(st.UnavailableSince)
 	}
 	return e
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
 // fakeClock is the clock seam of unit tests: Sleep advances Now at once and
@@ -204,25 +205,6 @@ func TestSpecTimingDifference(t *testing.T) {
 	}
 }
 
-func TestBackoffCap(t *testing.T) {
-	tests := []struct {
-		attempt int
-		want    time.Duration
-	}{
-		{1, 200 * time.Millisecond},
-		{6, 6400 * time.Millisecond},
-		{7, 10 * time.Second},
-		{40, 10 * time.Second},
-		{100, 10 * time.Second},
-		{1 << 30, 10 * time.Second},
-	}
-	for _, tt := range tests {
-		if got := backoff(1, defaultBaseBackoff, defaultMaxBackoff, tt.attempt); got != tt.want {
-			t.Errorf("backoff(attempt %d) = %v, want %v", tt.attempt, got, tt.want)
-		}
-	}
-}
-
 func TestConflictBackoffIsShort(t *testing.T) {
 	clk := &fakeClock{now: time.Unix(1000, 0)}
 	calls := 0
@@ -331,8 +313,8 @@ func TestRetryConfigValidate(t *testing.T) {
 	if err := (RetryConfig{BaseBackoff: -1}).validate(); err != nil {
 		t.Errorf("negative BaseBackoff means no pause and is valid: %v", err)
 	}
-	if p := (RetryConfig{BaseBackoff: -1, ConflictMaxBackoff: -1}).withDefaults(); backoff(1, p.BaseBackoff, p.MaxBackoff, 3) != 0 ||
-		backoff(1, p.ConflictBaseBackoff, p.ConflictMaxBackoff, 3) != 0 {
+	if p := (RetryConfig{BaseBackoff: -1, ConflictMaxBackoff: -1}).withDefaults(); retry.Backoff(1, p.BaseBackoff, p.MaxBackoff, 3) != 0 ||
+		retry.Backoff(1, p.ConflictBaseBackoff, p.ConflictMaxBackoff, 3) != 0 {
 		t.Errorf("a negative backoff must mean no pause: %+v", p)
 	}
 	if err := (RetryConfig{MaxRetries: -1, MaxAdaptiveRetries: -5}).validate(); err != nil {

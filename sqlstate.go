@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx/internal/classify"
+	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
 // Class is what pgtx does with an error: retry the whole transaction, back off,
@@ -86,15 +87,7 @@ func (c Class) String() string {
 
 // Retryable reports whether pgtx runs a transaction again after an error of
 // class c.
-func (c Class) Retryable() bool {
-	return c == ClassConflict || c == ClassOverload || c == ClassUnavailable || c == ClassConnectionLost
-}
-
-// adaptive reports the classes paced by the Client Backpressure
-// specification's backoff (BaseBackoff, MaxBackoff). Only an overload sets
-// the MaxAdaptiveRetries cap that sticks; an unavailable server is retried
-// until the deadline or UnavailableTimeout.
-func (c Class) adaptive() bool { return c == ClassOverload || c == ClassUnavailable }
+func (c Class) Retryable() bool { return retry.Retryable(classify.Class(c)) }
 
 // Classify returns the class of err as [Transaction] sees it outside of COMMIT.
 // It looks through wrapped and joined errors. The precedence is: [NonRetryable]

@@ -264,7 +264,7 @@ func TestUnavailableBudget(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			b := newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, t0)
 			for range tt.successes {
-				b.success(t0)
+				b.Success(t0)
 			}
 			clk := &fakeClock{now: t0}
 			l := newLoop(RetryConfig{Jitter: constJitter(1)}, clk)
