@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -77,6 +78,8 @@ func TestDeadlockRetried(t *testing.T) {
 	var attempts counter
 	var sawDeadlock sync.Once
 	deadlocked := false
+	var mu sync.Mutex
+	var ends []string // how each attempt's second update ended
 	var locked sync.WaitGroup
 	locked.Add(2)
 	run := func(first, second int) error {
@@ -95,6 +98,9 @@ func TestDeadlockRetried(t *testing.T) {
 			if sqlState(err) == pgerrcode.DeadlockDetected {
 				sawDeadlock.Do(func() { deadlocked = true })
 			}
+			mu.Lock()
+			ends = append(ends, fmt.Sprintf("%d->%d: %v", first, second, err))
+			mu.Unlock()
 			return err
 		})
 	}
@@ -114,7 +120,7 @@ func TestDeadlockRetried(t *testing.T) {
 		t.Errorf("sum = %d, want 4: both transactions apply exactly once", got)
 	}
 	if got := attempts.get(); got != 3 {
-		t.Errorf("attempts = %d, want 3", got)
+		t.Errorf("attempts = %d, want 3; the second updates ended %q", got, ends)
 	}
 }
 
