@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"syscall"
 	"time"
+
+	"github.com/pgtx-go/pgtx/internal/contention"
 )
 
 // The defaults of RetryConfig, stated on each field.
@@ -323,7 +325,7 @@ type retryLoop struct {
 	tracer     TransactionTracer // nil: no events
 	label      string
 	isolation  Isolation
-	gate       *gate // nil: no contention manager
+	gate       *contention.Gate // nil: no contention manager
 }
 
 // attemptFunc runs one whole attempt and returns its error and class.
@@ -361,22 +363,22 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			start = l.clock.Now()
 			actx = l.tracer.TraceAttemptStart(callCtx, TraceAttemptStartData{Label: l.label, Isolation: l.isolation, Attempt: n})
 		}
-		var t admission
+		var t contention.Admission
 		var admitErr error
 		if l.gate != nil {
-			t, admitErr = l.gate.admit(ctx, callStart.UnixNano(), st.conflicts >= contentionStarving)
+			t, admitErr = l.gate.Admit(ctx, callStart.UnixNano(), st.conflicts)
 		}
 		if admitErr != nil {
 			class, err = ClassTimeout, admitErr
-		} else if t.held {
+		} else if t.Held {
 			// Only an attempt the gate limited is timed for it: an open
 			// gate needs no clock.
 			began := l.clock.Now()
 			class, err = attempt(actx)
-			l.gate.done(actx, t, class, l.clock.Now().Sub(began))
+			l.gate.Done(actx, t, contentionOutcome(class), l.clock.Now().Sub(began))
 		} else if l.gate != nil {
 			class, err = attempt(actx)
-			l.gate.done(actx, t, class, 0)
+			l.gate.Done(actx, t, contentionOutcome(class), 0)
 		} else {
 			class, err = attempt(actx)
 		}
@@ -392,7 +394,7 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			// no admitted attempt could meet): no retry, as after a backoff
 			// that would end past the deadline.
 			d.reason = stopNotRetryable
-			if n > 1 && errors.Is(admitErr, errAdmissionDeadline) {
+			if n > 1 && errors.Is(admitErr, contention.ErrAdmissionDeadline) {
 				d.reason = stopDeadline
 			}
 		case err == nil:
@@ -413,7 +415,7 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			if d.retry && l.budget != nil && budgeted(class) && !l.budget.withdraw(l.clock.Now()) {
 				d = decision{reason: stopBudget}
 			}
-			if class == ClassConflict && l.gate != nil && l.gate.limiting.Load() && (d.retry || d.reason == stopDeadline) {
+			if class == ClassConflict && l.gate != nil && l.gate.Limiting() && (d.retry || d.reason == stopDeadline) {
 				// The gate orders the retry: it runs when a slot frees,
 				// that is when a running attempt of the label ends, and
 				// the gate refuses it if it could not finish in time. So
@@ -428,7 +430,7 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			l.tracer.TraceAttemptEnd(actx, TraceAttemptEndData{
 				Label: l.label, Isolation: l.isolation, Attempt: n,
 				Err: err, Class: class, Duration: l.clock.Now().Sub(start),
-				Retry: d.retry, Backoff: d.backoff, AdmissionWait: t.wait, Limit: t.limit,
+				Retry: d.retry, Backoff: d.backoff, AdmissionWait: t.Wait, Limit: t.Limit,
 			})
 		}
 		if !d.retry {
