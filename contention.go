@@ -2,46 +2,13 @@ package pgtx
 
 import (
 	"context"
-	"sort"
-	"sync"
 	"time"
+
+	"github.com/pgtx-go/pgtx/internal/contention"
 )
 
-// The defaults and constants of the contention manager.
-const (
-	defaultContentionThreshold = 0.1
-	// contentionWindow is the number of attempts in one measurement.
-	contentionWindow = 50
-	// contentionWindowAttempts is how many mean attempt times a
-	// measurement lasts at least: long enough for the slow attempts (a
-	// deadlock found after deadlock_timeout, a lock wait) to end within
-	// it, instead of only the quick ones.
-	contentionWindowAttempts = 10
-	// contentionOpenWindow is the number of attempts over which an open
-	// gate compares its conflict ratio with the threshold: long enough that
-	// a chance burst of conflicts on rows that are not hot (2% of 1,000
-	// accounts' transfers conflict) does not engage it.
-	contentionOpenWindow = 4 * contentionWindow
-	// contentionProbeEvery is how many measurements are taken at the best
-	// limit between two probes of a neighbouring one.
-	contentionProbeEvery = 4
-	// maxContentionProbeEvery is where that interval stops growing while
-	// probes both ways lose.
-	maxContentionProbeEvery = 16
-	// contentionSmoothing weighs a new measurement of a limit against the
-	// ones before it.
-	contentionSmoothing = 0.5
-	// contentionCalmMargin is how much less a probe up may seem to commit,
-	// within the noise of one measurement, and still win when its attempts
-	// hardly conflicted.
-	contentionCalmMargin = 0.9
-	// contentionStarving is the number of conflicts in a row after which a
-	// call's retry runs alone while the gate limits.
-	contentionStarving = 3
-	// maxContentionLabels bounds the labels managed apart; calls with any
-	// further label share the gate of the empty label.
-	maxContentionLabels = 256
-)
+// defaultContentionThreshold is the default [ContentionConfig].Threshold.
+const defaultContentionThreshold = 0.1
 
 // ContentionConfig configures a pool's contention manager
 // ([Config].Contention). The zero value is the default: on, with Threshold
@@ -127,71 +94,64 @@ type TraceContentionData struct {
 	ConflictRatio float64
 }
 
-// contention is a pool's contention manager: one gate per label.
-type contention struct {
-	clock          clock
-	threshold      float64
-	maxLimit       int
-	acquireTimeout time.Duration // 0: none
-	tracer         ContentionTracer
-
-	def    gate
-	mu     sync.Mutex // guards adding to labels
-	labels sync.Map   // string -> *gate
-	count  int        // labels stored, under mu
-}
-
-// newContention returns the manager of a pool, or nil when it is off.
-func newContention(cfg ContentionConfig, c clock, maxConns int, acquireTimeout time.Duration, tracer TransactionTracer) *contention {
+// newContention returns the contention manager of a pool, or nil when it
+// is off.
+func newContention(cfg ContentionConfig, c clock, maxConns int, acquireTimeout time.Duration, tracer TransactionTracer) *contention.Manager {
 	if cfg.Threshold < 0 {
 		return nil
 	}
-	m := &contention{clock: c, threshold: defaultOrNone(cfg.Threshold, defaultContentionThreshold),
-		maxLimit: max(maxConns, 1), acquireTimeout: acquireTimeout}
-	m.tracer, _ = tracer.(ContentionTracer)
-	m.def.m = m
-	return m
+	return contention.New(contentionSettings(cfg, c, maxConns, acquireTimeout, tracer))
 }
 
-// gate returns the gate of label.
-func (m *contention) gate(label string) *gate {
-	if label == "" {
-		return &m.def
+// contentionSettings resolves cfg to the manager's settings: the default
+// threshold, the pool's size as the highest limit, the acquire timeout's
+// error, the histogram of the waits, and the tracer's events when it is a
+// [ContentionTracer].
+func contentionSettings(cfg ContentionConfig, c clock, maxConns int, acquireTimeout time.Duration, tracer TransactionTracer) contention.Settings {
+	s := contention.Settings{Clock: c, Threshold: defaultOrNone(cfg.Threshold, defaultContentionThreshold),
+		MaxLimit: max(maxConns, 1), AcquireTimeout: acquireTimeout,
+		NewRecorder: func() contention.Recorder { return new(waitHistogram) }}
+	if acquireTimeout > 0 {
+		s.AcquireTimeoutErr = &acquireTimeoutError{timeout: acquireTimeout}
 	}
-	if g, ok := m.labels.Load(label); ok {
-		return g.(*gate)
+	if ct, ok := tracer.(ContentionTracer); ok {
+		s.OnLimit = func(ctx context.Context, label string, limiting bool, limit, previous int, ratio float64) {
+			ct.TraceContention(ctx, TraceContentionData{Label: label, Limiting: limiting,
+				Limit: limit, Previous: previous, ConflictRatio: ratio})
+		}
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if g, ok := m.labels.Load(label); ok {
-		return g.(*gate)
-	}
-	if m.count >= maxContentionLabels {
-		return &m.def
-	}
-	g := &gate{m: m, label: label}
-	m.labels.Store(label, g)
-	m.count++
-	return g
+	return s
 }
 
-// stats returns the state of every label, the empty label first.
-func (m *contention) stats() []ContentionStats {
-	out := []ContentionStats{m.def.stats()}
-	m.labels.Range(func(_, v any) bool {
-		out = append(out, v.(*gate).stats())
-		return true
-	})
-	sort.Slice(out[1:], func(i, j int) bool { return out[1+i].Label < out[1+j].Label })
+// waitHistogram is a gate's histogram of the waits, the Wait of its
+// [ContentionStats].
+type waitHistogram struct{ histogram }
+
+// Observe records a wait of d.
+func (h *waitHistogram) Observe(d time.Duration) { h.observe(d) }
+
+// contentionOutcome is how the contention manager counts an attempt of
+// class c.
+func contentionOutcome(c Class) contention.Outcome {
+	switch c {
+	case classNone:
+		return contention.Committed
+	case ClassConflict:
+		return contention.Conflict
+	}
+	return contention.Failed
+}
+
+// contentionStats returns the state of every label of m, the empty label
+// first.
+func contentionStats(m *contention.Manager) []ContentionStats {
+	in := m.Stats()
+	out := make([]ContentionStats, len(in))
+	for i, s := range in {
+		out[i] = ContentionStats{Label: s.Label, Limiting: s.Limiting, Limit: s.Limit,
+			Running: s.Running, Waiting: s.Waiting,
+			AttemptCount: s.Attempts, ConflictCount: s.Conflicts, CommitCount: s.Commits,
+			Wait: s.Wait.(*waitHistogram).snapshot()}
+	}
 	return out
-}
-
-// close opens every gate and lets every waiter in: their attempts then
-// fail on the closed pool.
-func (m *contention) close() {
-	m.def.open()
-	m.labels.Range(func(_, v any) bool {
-		v.(*gate).open()
-		return true
-	})
 }

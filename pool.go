@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx/internal/contention"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 	"github.com/pgtx-go/pgtx/internal/retry"
 )
@@ -254,8 +255,8 @@ type Pool struct {
 	cancel     *canceller
 	budget     *retry.Budget
 	queue      *queue
-	breaker    *breaker    // nil: none
-	contention *contention // nil: none
+	breaker    *breaker            // nil: none
+	contention *contention.Manager // nil: none
 	resolved   resolve.Counters
 	resolver   *resolve.Resolver
 }
@@ -337,7 +338,7 @@ func (p *Pool) Close() {
 		return // a Pool not made by New or NewWithConfig: nothing to close
 	}
 	if p.contention != nil {
-		p.contention.close()
+		p.contention.Close()
 	}
 	p.pool.Close()
 	if p.cancel != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pgtx-go/pgtx/internal/classify"
+	"github.com/pgtx-go/pgtx/internal/contention"
 	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
@@ -189,7 +190,7 @@ type retryLoop struct {
 	tracer     TransactionTracer // nil: no events
 	label      string
 	isolation  Isolation
-	gate       *gate // nil: no contention manager
+	gate       *contention.Gate // nil: no contention manager
 }
 
 // attemptFunc runs one whole attempt and returns its error and class.
@@ -223,22 +224,22 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			start = l.clock.Now()
 			actx = l.tracer.TraceAttemptStart(callCtx, TraceAttemptStartData{Label: l.label, Isolation: l.isolation, Attempt: n})
 		}
-		var t admission
+		var t contention.Admission
 		var admitErr error
 		if l.gate != nil {
-			t, admitErr = l.gate.admit(ctx, callStart.UnixNano(), st.Conflicts >= contentionStarving)
+			t, admitErr = l.gate.Admit(ctx, callStart.UnixNano(), st.Conflicts)
 		}
 		if admitErr != nil {
 			class, err = ClassTimeout, admitErr
-		} else if t.held {
+		} else if t.Held {
 			// Only an attempt the gate limited is timed for it: an open
 			// gate needs no clock.
 			began := l.clock.Now()
 			class, err = attempt(actx)
-			l.gate.done(actx, t, class, l.clock.Now().Sub(began))
+			l.gate.Done(actx, t, contentionOutcome(class), l.clock.Now().Sub(began))
 		} else if l.gate != nil {
 			class, err = attempt(actx)
-			l.gate.done(actx, t, class, 0)
+			l.gate.Done(actx, t, contentionOutcome(class), 0)
 		} else {
 			class, err = attempt(actx)
 		}
@@ -254,7 +255,7 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			// no admitted attempt could meet): no retry, as after a backoff
 			// that would end past the deadline.
 			d.Stop = retry.NotRetryable
-			if n > 1 && errors.Is(admitErr, errAdmissionDeadline) {
+			if n > 1 && errors.Is(admitErr, contention.ErrAdmissionDeadline) {
 				d.Stop = retry.Deadline
 			}
 		case err == nil:
@@ -276,7 +277,7 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			if d.Retry && l.budget != nil && retry.Budgeted(classify.Class(class)) && !l.budget.Withdraw(l.clock.Now()) {
 				d = retry.Decision{Stop: retry.BudgetSpent}
 			}
-			if class == ClassConflict && l.gate != nil && l.gate.limiting.Load() && (d.Retry || d.Stop == retry.Deadline) {
+			if class == ClassConflict && l.gate != nil && l.gate.Limiting() && (d.Retry || d.Stop == retry.Deadline) {
 				// The gate orders the retry: it runs when a slot frees,
 				// that is when a running attempt of the label ends, and
 				// the gate refuses it if it could not finish in time. So
@@ -291,7 +292,7 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 			l.tracer.TraceAttemptEnd(actx, TraceAttemptEndData{
 				Label: l.label, Isolation: l.isolation, Attempt: n,
 				Err: err, Class: class, Duration: l.clock.Now().Sub(start),
-				Retry: d.Retry, Backoff: d.Backoff, AdmissionWait: t.wait, Limit: t.limit,
+				Retry: d.Retry, Backoff: d.Backoff, AdmissionWait: t.Wait, Limit: t.Limit,
 			})
 		}
 		if !d.Retry {

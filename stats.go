@@ -207,7 +207,7 @@ func (p *Pool) Stats() Stats {
 	s.HeldCount, s.HeldDuration = q.inflight.Held()
 	s.InFlight, s.OldestInFlight = q.inflight.Snapshot(time.Now())
 	if p.contention != nil {
-		s.Contention = p.contention.stats()
+		s.Contention = contentionStats(p.contention)
 	}
 	if p.breaker != nil {
 		bs := p.breaker.stats()

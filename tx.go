@@ -181,7 +181,7 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts
 		isolation:  iso,
 	}
 	if pool.contention != nil {
-		loop.gate = pool.contention.gate(opts.Label)
+		loop.gate = pool.contention.Gate(opts.Label)
 	}
 	if opts.MaxRetries != 0 {
 		loop.maxRetries = defaultOrNone(opts.MaxRetries, 0)
