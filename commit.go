@@ -211,17 +211,7 @@ func notCommitted(err error) bool {
 
 // endsSession reports a server error that ended the session (FATAL or PANIC,
 // or a connection-lost code): at COMMIT its outcome is unknown.
-func endsSession(e *pgconn.PgError) bool {
-	switch e.SeverityUnlocalized {
-	case "FATAL", "PANIC":
-		return true
-	case "":
-		if e.Severity == "FATAL" || e.Severity == "PANIC" {
-			return true
-		}
-	}
-	return classifyPgError(e) == ClassConnectionLost
-}
+func endsSession(e *pgconn.PgError) bool { return classify.EndsSession(e) }
 
 // rollback ends t's transaction when it is open, on a context the
 // caller's cancellation cannot interrupt, bounded by RollbackTimeout. A

@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/cancel"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 )
 
@@ -18,7 +18,7 @@ import (
 // with [stateOf].
 type connState struct {
 	// cancel is the connection's context watcher handler.
-	cancel cancelHandler
+	cancel cancel.Handler
 	// res is what resolution needs of the connection's server, captured
 	// when the connection was made ([resolve.Conn.Prepare]).
 	res resolve.Conn
@@ -42,36 +42,20 @@ func stateOf(pgConn *pgconn.PgConn) *connState {
 
 // setUp is the AfterConnect step of every main-pool connection, which
 // fills in its state: in CancelModePool it captures the backend's identity
-// and finds out whether the connection reaches its backend directly; in a
-// resolving pool it captures the server's identity ([resolve.Conn.Prepare]);
-// it notes the connection's QueryTracer and exec mode; then the connection
-// is ready to be cancelled. The identity query runs in the simple protocol, which is
-// safe behind a transaction-pooling PgBouncer whatever the application's
-// exec mode.
+// and finds out whether the connection reaches its backend directly
+// ([cancel.Handler.Capture]); in a resolving pool it captures the server's
+// identity ([resolve.Conn.Prepare]); it notes the connection's QueryTracer
+// and exec mode; then the connection is ready to be cancelled.
 func (c *canceller) setUp(ctx context.Context, conn *pgx.Conn) error {
 	st := stateOf(conn.PgConn())
 	if st == nil {
 		return nil
 	}
-	h := &st.cancel
 	cc := conn.Config()
 	st.tracer = cc.Tracer
 	st.stmts.setMode(cc.DefaultQueryExecMode)
-	if c.mode == CancelModePool {
-		var pid uint32
-		var start time.Time
-		err := conn.QueryRow(ctx, identitySQL, pgx.QueryExecModeSimpleProtocol).Scan(&pid, &start)
-		var pgErr *pgconn.PgError
-		switch {
-		case err == nil:
-			h.backendStart.Store(start.UnixMicro())
-			h.direct.Store(pid == conn.PgConn().PID())
-		case errors.Is(err, pgx.ErrNoRows) || (errors.As(err, &pgErr) && !endsSession(pgErr) && !conn.IsClosed()):
-			// A server without pg_stat_activity as PostgreSQL has it: the
-			// protocol cancel is the way to reach this backend.
-		default:
-			return fmt.Errorf("pgtx: capture backend identity: %w", err)
-		}
+	if err := st.cancel.Capture(ctx, conn); err != nil {
+		return err
 	}
 	if c.resolve {
 		if err := st.res.Prepare(ctx, conn); err != nil {
@@ -93,6 +77,6 @@ func (c *canceller) setUp(ctx context.Context, conn *pgx.Conn) error {
 			}
 		}
 	}
-	h.ready.Store(true)
+	st.cancel.SetReady()
 	return nil
 }

@@ -52,7 +52,7 @@ func installHooks(pc *pgxpool.Config, c *canceller, q *queue) {
 		userPrepare = func(ctx context.Context, conn *pgx.Conn) (bool, error) { return before(ctx, conn), nil }
 	}
 	pc.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {
-		if st := stateOf(conn.PgConn()); st != nil && st.cancel.doomed.Load() {
+		if st := stateOf(conn.PgConn()); st != nil && st.cancel.Doomed() {
 			return false, nil
 		}
 		if userPrepare != nil {
@@ -74,7 +74,8 @@ func installHooks(pc *pgxpool.Config, c *canceller, q *queue) {
 	}
 
 	pc.ConnConfig.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
-		st := &connState{cancel: cancelHandler{c: c, pgConn: pgConn, netConn: pgConn.Conn()}}
+		st := &connState{}
+		st.cancel.Init(c.c, pgConn, pgConn.Conn())
 		if data := pgConn.CustomData(); data != nil {
 			data[connStateKey] = st
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx/internal/classify"
 	"github.com/pgtx-go/pgtx/internal/retry"
 )
@@ -115,6 +114,3 @@ func Classify(err error) Class {
 	}
 	return Class(classify.Err(err))
 }
-
-// classifyPgError returns the class of one server error.
-func classifyPgError(e *pgconn.PgError) Class { return Class(classify.PgError(e)) }

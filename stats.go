@@ -174,20 +174,6 @@ func (h *histogram) snapshot() Histogram {
 	return s
 }
 
-// cancelCounters is the live form of CancelStats.
-type cancelCounters struct {
-	sent, signalled, notFound, poolErrors, protocol, closed atomic.Int64
-	latency                                                 histogram
-}
-
-func (c *cancelCounters) snapshot() CancelStats {
-	return CancelStats{
-		SentCount: c.sent.Load(), SignalledCount: c.signalled.Load(), NotFoundCount: c.notFound.Load(),
-		PoolErrorCount: c.poolErrors.Load(), ProtocolCount: c.protocol.Load(), ClosedCount: c.closed.Load(),
-		Latency: c.latency.snapshot(),
-	}
-}
-
 // Stats returns a snapshot of the pool's statistics.
 func (p *Pool) Stats() Stats {
 	if p == nil || p.pool == nil || p.queue == nil { // a Pool not made by New or NewWithConfig
@@ -214,7 +200,7 @@ func (p *Pool) Stats() Stats {
 		s.Breaker = &bs
 	}
 	if p.cancel != nil {
-		s.Cancels = p.cancel.stats.snapshot()
+		s.Cancels = p.cancel.stats()
 		if p.cancel.pool != nil {
 			s.CancelPool = p.cancel.pool.Stat()
 		}

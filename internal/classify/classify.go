@@ -117,6 +117,21 @@ func PgError(e *pgconn.PgError) Class {
 	return Permanent
 }
 
+// EndsSession reports a server error that ended the session (FATAL or
+// PANIC, or a connection-lost code): at COMMIT its outcome is unknown, and
+// after it the connection can run nothing more.
+func EndsSession(e *pgconn.PgError) bool {
+	switch e.SeverityUnlocalized {
+	case "FATAL", "PANIC":
+		return true
+	case "":
+		if e.Severity == "FATAL" || e.Severity == "PANIC" {
+			return true
+		}
+	}
+	return PgError(e) == ConnectionLost
+}
+
 // isNetworkError reports network-level failures: the connection is gone or
 // could not be made, and no server error says why.
 func isNetworkError(err error) bool {

@@ -113,3 +113,24 @@ func TestEndedIdle(t *testing.T) {
 		}
 	}
 }
+
+func TestEndsSession(t *testing.T) {
+	tests := []struct {
+		name string
+		err  *pgconn.PgError
+		want bool
+	}{
+		{"FATAL", &pgconn.PgError{SeverityUnlocalized: "FATAL", Code: "XX000"}, true},
+		{"PANIC", &pgconn.PgError{SeverityUnlocalized: "PANIC", Code: "XX000"}, true},
+		{"FATAL, localized severity only", &pgconn.PgError{Severity: "FATAL", Code: "28000"}, true},
+		{"localized FATAL, unlocalized ERROR", &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "ERROR", Code: "42501"}, false},
+		{"ERROR, connection lost code", &pgconn.PgError{SeverityUnlocalized: "ERROR", Code: "57P01"}, true},
+		{"ERROR, query canceled", &pgconn.PgError{SeverityUnlocalized: "ERROR", Code: "57014"}, false},
+		{"ERROR, insufficient privilege", &pgconn.PgError{SeverityUnlocalized: "ERROR", Code: "42501"}, false},
+	}
+	for _, tt := range tests {
+		if got := EndsSession(tt.err); got != tt.want {
+			t.Errorf("%s: EndsSession = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -1,0 +1,223 @@
+package cancel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx/internal/cancelquery"
+	"github.com/pgtx-go/pgtx/internal/classify"
+)
+
+// poolSize is the cancel pool's size.
+const poolSize = 2
+
+// poolUnhealthyFor is how long the cancel pool is skipped after it could not
+// be reached or used, so a storm of cancels does not pay a failing attempt
+// each.
+const poolUnhealthyFor = time.Second
+
+// acquireShare bounds the wait for a cancel-pool connection to this
+// fraction of the grace: a cancel pool busy with other cancels is not worth
+// the whole grace when the protocol cancel can go at once.
+const acquireShare = 4
+
+// Pool is the cancel pool as a [Canceller] uses it.
+type Pool interface {
+	// Acquire returns one of the pool's connections, waiting for one until
+	// ctx ends.
+	Acquire(ctx context.Context) (PoolConn, error)
+}
+
+// PoolConn is a connection of the cancel pool.
+type PoolConn interface {
+	// Cancel runs [cancelquery.Cancel] for the backend pid that started at
+	// backendStart (unix microseconds) and returns its row, or
+	// pgx.ErrNoRows when no backend has that pid.
+	Cancel(ctx context.Context, pid uint32, backendStart int64) (visible, signalled bool, err error)
+	// Release gives the connection back to its pool.
+	Release()
+}
+
+// PgxPool returns p as a [Pool].
+func PgxPool(p *pgxpool.Pool) Pool { return pgxPool{p} }
+
+type pgxPool struct{ p *pgxpool.Pool }
+
+func (p pgxPool) Acquire(ctx context.Context) (PoolConn, error) {
+	conn, err := p.p.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return pgxConn{conn}, nil
+}
+
+type pgxConn struct{ *pgxpool.Conn }
+
+func (c pgxConn) Cancel(ctx context.Context, pid uint32, backendStart int64) (visible, signalled bool, err error) {
+	err = c.QueryRow(ctx, cancelquery.Cancel, pgx.QueryExecModeExec, int64(pid), time.UnixMicro(backendStart)).Scan(&visible, &signalled)
+	return visible, signalled, err
+}
+
+// PoolSettings configures the cancel pool ([PoolConfig]). Its owner has
+// applied every default already.
+type PoolSettings struct {
+	// ConnConfig is the main pool's connection config as the caller made
+	// it, before pgtx installed its handler: the cancel pool reaches the
+	// same server, as the same role, over the same TLS.
+	ConnConfig *pgx.ConnConfig
+	// BeforeConnect is the caller's hook of the main pool.
+	BeforeConnect func(context.Context, *pgx.ConnConfig) error
+	// ConnString, when set, is the cancel pool's own connection string (a
+	// role of its own): ConnConfig and BeforeConnect are then not used.
+	ConnString string
+	// ConnectTimeout bounds a connect; 0: no bound.
+	ConnectTimeout time.Duration
+	// StatementTimeoutMillis is the statement_timeout of the cancel pool's
+	// sessions; 0: none sent.
+	StatementTimeoutMillis int64
+	// SessionParams, when set, completes the startup parameters of the
+	// cancel pool's sessions as the main pool's are (the client encoding).
+	SessionParams func(params map[string]string)
+	// Main is the main pool's config, whose connection lifetimes and health
+	// checks the cancel pool shares.
+	Main *pgxpool.Config
+}
+
+// PoolConfig derives the cancel pool's config: the main pool's server, role
+// and TLS, its own size and connect timeout, pgx's default context handling
+// and none of the main pool's hooks but BeforeConnect (unless ConnString
+// names its own role). One connection is kept warm, so the first cancel
+// does not pay a connect.
+func PoolConfig(s PoolSettings) (*pgxpool.Config, error) {
+	cp, err := pgxpool.ParseConfig("")
+	if err != nil {
+		return nil, err
+	}
+	cc := s.ConnConfig.Copy()
+	if s.ConnString != "" {
+		parsed, err := pgx.ParseConfig(s.ConnString)
+		if err != nil {
+			return nil, fmt.Errorf("pgtx: CancelConnString: %w", err)
+		}
+		cc = parsed
+	}
+	cc.ConnectTimeout = s.ConnectTimeout
+	cc.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: pgConn.Conn()}
+	}
+	cc.Tracer = nil
+	if cc.RuntimeParams == nil {
+		cc.RuntimeParams = map[string]string{}
+	}
+	if s.StatementTimeoutMillis > 0 {
+		cc.RuntimeParams["statement_timeout"] = fmt.Sprint(s.StatementTimeoutMillis)
+	}
+	delete(cc.RuntimeParams, "idle_in_transaction_session_timeout")
+	if s.SessionParams != nil {
+		s.SessionParams(cc.RuntimeParams)
+	}
+	if app := cc.RuntimeParams["application_name"]; app != "" {
+		cc.RuntimeParams["application_name"] = app + " (pgtx cancel)"
+	}
+	cp.ConnConfig = cc
+	if s.ConnString == "" {
+		// The caller's credentials may come from its hook (an IAM token, a
+		// password fetched per connection): the cancel pool logs in as the
+		// main pool does.
+		cp.BeforeConnect = s.BeforeConnect
+	}
+	cp.MaxConns = poolSize
+	cp.MinConns = 1 // kept warm: the first cancel does not pay a connect
+	cp.MaxConnIdleTime = s.Main.MaxConnIdleTime
+	cp.MaxConnLifetime = s.Main.MaxConnLifetime
+	cp.HealthCheckPeriod = s.Main.HealthCheckPeriod
+	return cp, nil
+}
+
+// poolResult is what a cancel over the cancel pool came to.
+type poolResult int
+
+const (
+	// poolNotSent: nothing was sent (busy, unreachable, skipped), or the
+	// server refused the query: nothing can arrive late; fall back.
+	poolNotSent poolResult = iota
+	// poolHidden: the backend exists but its identity is not visible to the
+	// cancel role; nothing was signalled; fall back.
+	poolHidden
+	// poolSignalled: the backend was signalled.
+	poolSignalled
+	// poolNotFound: no backend with that identity exists; nothing was
+	// signalled.
+	poolNotFound
+	// poolUnknown: the query was sent and its answer did not come back: the
+	// signal may still happen.
+	poolUnknown
+)
+
+// viaPool runs the cancel query over the cancel pool for the backend pid
+// that started at backendStart (unix microseconds).
+func (c *Canceller) viaPool(ctx context.Context, pid uint32, backendStart int64) poolResult {
+	if c.clock.Now().UnixNano() < c.unhealthyUntil.Load() {
+		return poolNotSent
+	}
+	share := c.s.Grace / acquireShare
+	if share <= 0 {
+		share = c.s.DefaultGrace / acquireShare // the grace off: still not worth waiting long
+	}
+	actx, cancel := context.WithTimeout(ctx, share)
+	conn, err := c.s.Pool.Acquire(actx)
+	cancel()
+	if err != nil {
+		c.poolErrors.Add(1)
+		if actx.Err() == nil {
+			// Not a full pool: the cancel pool cannot connect.
+			c.markUnhealthy()
+		}
+		return poolNotSent
+	}
+	defer conn.Release()
+	visible, signalled, err := conn.Cancel(ctx, pid, backendStart)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		c.notFound.Add(1)
+		return poolNotFound
+	case err == nil && !visible:
+		return poolHidden
+	case err == nil && signalled:
+		c.signalled.Add(1)
+		return poolSignalled
+	case err == nil:
+		// A visible backend with another start time: the pid was recycled,
+		// and that stranger's statement was not touched.
+		c.notFound.Add(1)
+		return poolNotFound
+	case errors.As(err, &pgErr) && pgErr.Code != pgerrcode.QueryCanceled && !classify.EndsSession(pgErr):
+		// The server refused the query (not allowed to cancel, say):
+		// nothing was signalled, and the next cancel would fare the same.
+		c.poolErrors.Add(1)
+		c.markUnhealthy()
+		return poolNotSent
+	case pgconn.SafeToRetry(err):
+		c.poolErrors.Add(1)
+		return poolNotSent
+	}
+	c.poolErrors.Add(1)
+	if ctx.Err() == nil {
+		// Not a slow answer: the cancel pool's connection broke.
+		c.markUnhealthy()
+	}
+	return poolUnknown
+}
+
+// markUnhealthy skips the cancel pool for poolUnhealthyFor.
+func (c *Canceller) markUnhealthy() {
+	c.unhealthyUntil.Store(c.clock.Now().Add(poolUnhealthyFor).UnixNano())
+}

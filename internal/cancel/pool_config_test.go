@@ -1,0 +1,104 @@
+package cancel
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/tracelog"
+)
+
+// mainConfig returns a main pool's config as a caller makes it, with
+// pgtx's own hooks and its caller's tracer in its ConnConfig.
+func mainConfig(t *testing.T) *pgxpool.Config {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig("postgres://app@db.internal:5432/shop?application_name=checkout&statement_timeout=30000&idle_in_transaction_session_timeout=5000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.MaxConnIdleTime, pc.MaxConnLifetime, pc.HealthCheckPeriod = 3*time.Minute, 40*time.Minute, 20*time.Second
+	pc.ConnConfig.Tracer = &tracelog.TraceLog{}
+	return pc
+}
+
+// TestPoolConfig: the cancel pool reaches the main pool's server as its
+// role (or CancelConnString's), with its own size, connect timeout and
+// statement_timeout, no idle-in-transaction timeout, pgx's context
+// handling and no tracer, and the main pool's lifetimes; the caller's
+// config is left as it was.
+func TestPoolConfig(t *testing.T) {
+	hook := func(context.Context, *pgx.ConnConfig) error { return nil }
+	tests := []struct {
+		name          string
+		connString    string
+		millis        int64
+		wantHost      string
+		wantUser      string
+		wantTimeout   string
+		wantApp       string
+		wantHookKept  bool
+		wantErrPrefix string
+	}{
+		{"the main pool's role", "", 2000, "db.internal", "app", "2000", "checkout (pgtx cancel)", true, ""},
+		{"no statement_timeout of its own", "", 0, "db.internal", "app", "30000", "checkout (pgtx cancel)", true, ""},
+		{"a role of its own", "postgres://canceller@db.internal:6432/shop", 2000, "db.internal", "canceller", "2000", "", false, ""},
+		{"an invalid CancelConnString", "postgres://%zz", 2000, "", "", "", "", false, "pgtx: CancelConnString: "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			main := mainConfig(t)
+			before := len(main.ConnConfig.RuntimeParams)
+			var edited bool
+			cp, err := PoolConfig(PoolSettings{
+				ConnConfig:             main.ConnConfig,
+				BeforeConnect:          hook,
+				ConnString:             tt.connString,
+				ConnectTimeout:         750 * time.Millisecond,
+				StatementTimeoutMillis: tt.millis,
+				SessionParams:          func(p map[string]string) { edited, p["client_encoding"] = true, "UTF8" },
+				Main:                   main,
+			})
+			if tt.wantErrPrefix != "" {
+				if err == nil || !strings.HasPrefix(err.Error(), tt.wantErrPrefix) {
+					t.Fatalf("PoolConfig = %v, want an error starting %q", err, tt.wantErrPrefix)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			cc := cp.ConnConfig
+			params := cc.RuntimeParams
+			if cc.Host != tt.wantHost || cc.User != tt.wantUser {
+				t.Errorf("connects to %s as %s, want %s as %s", cc.Host, cc.User, tt.wantHost, tt.wantUser)
+			}
+			if params["statement_timeout"] != tt.wantTimeout || params["application_name"] != tt.wantApp {
+				t.Errorf("statement_timeout %q, application_name %q; want %q, %q", params["statement_timeout"], params["application_name"], tt.wantTimeout, tt.wantApp)
+			}
+			if _, ok := params["idle_in_transaction_session_timeout"]; ok {
+				t.Error("the cancel pool's sessions got an idle_in_transaction_session_timeout")
+			}
+			if !edited || params["client_encoding"] != "UTF8" {
+				t.Error("SessionParams did not complete the sessions' parameters")
+			}
+			if cc.ConnectTimeout != 750*time.Millisecond || cc.Tracer != nil || cc.BuildContextWatcherHandler == nil {
+				t.Errorf("connect timeout %v, tracer %v, context watcher set %v", cc.ConnectTimeout, cc.Tracer, cc.BuildContextWatcherHandler != nil)
+			}
+			if (cp.BeforeConnect != nil) != tt.wantHookKept {
+				t.Errorf("BeforeConnect kept %v, want %v", cp.BeforeConnect != nil, tt.wantHookKept)
+			}
+			if cp.MaxConns != poolSize || cp.MinConns != 1 {
+				t.Errorf("size %d (min %d), want %d (min 1)", cp.MaxConns, cp.MinConns, poolSize)
+			}
+			if cp.MaxConnIdleTime != main.MaxConnIdleTime || cp.MaxConnLifetime != main.MaxConnLifetime || cp.HealthCheckPeriod != main.HealthCheckPeriod {
+				t.Errorf("lifetimes %v, %v, %v; want the main pool's", cp.MaxConnIdleTime, cp.MaxConnLifetime, cp.HealthCheckPeriod)
+			}
+			if len(main.ConnConfig.RuntimeParams) != before || main.ConnConfig.RuntimeParams["application_name"] != "checkout" || main.ConnConfig.Tracer == nil {
+				t.Error("the main pool's ConnConfig was changed")
+			}
+		})
+	}
+}
