@@ -89,13 +89,12 @@ func TestHandler(t *testing.T) {
 			counts: Counts{Sent: 1, Protocol: 1}, queries: 1, requests: 1,
 		},
 		{
-			// The acquire's context is cancelled before viaPool reads its Err,
-			// so a failed acquire never marks the cancel pool unhealthy: a
-			// cancel pool that cannot connect is tried by every cancel.
-			name: "the cancel pool cannot connect: protocol cancel", mode: ModePool, grace: grace, offset: live,
+			// Not a pool busy past the share of the grace: the next cancels
+			// skip it for a while instead of each paying a failed connect.
+			name: "the cancel pool cannot connect: unhealthy, protocol cancel", mode: ModePool, grace: grace, offset: live,
 			pool: poolAnswer{acquireErr: errors.New("dial tcp: connection refused")},
 			want: Result{Outcome: Protocol, FellBack: true, Latency: protocolTakes}, socket: kept,
-			counts: Counts{Sent: 1, PoolErrors: 1, Protocol: 1}, requests: 1,
+			counts: Counts{Sent: 1, PoolErrors: 1, Protocol: 1}, requests: 1, unhealthy: true,
 		},
 		{
 			name: "the cancel pool is busy past its share of the default grace: not unhealthy", mode: ModePool, grace: 0, offset: live,

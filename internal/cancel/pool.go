@@ -173,10 +173,12 @@ func (c *Canceller) viaPool(ctx context.Context, pid uint32, backendStart int64)
 	}
 	actx, cancel := context.WithTimeout(ctx, share)
 	conn, err := c.s.Pool.Acquire(actx)
+	// Read before cancel, which would end actx whatever ended the acquire.
+	waitedOut := actx.Err() != nil
 	cancel()
 	if err != nil {
 		c.poolErrors.Add(1)
-		if actx.Err() == nil {
+		if !waitedOut {
 			// Not a full pool: the cancel pool cannot connect.
 			c.markUnhealthy()
 		}
