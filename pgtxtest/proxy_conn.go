@@ -83,6 +83,84 @@ type portal struct {
 	digest [sha256.Size]byte // its SQL and bound parameters, when fingerprinting
 }
 
+// acceptLoop accepts client connections until the listener is closed.
+func (p *Proxy) acceptLoop() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			if p.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// A transient failure such as running out of file descriptors:
+			// back off briefly instead of spinning.
+			t := time.NewTimer(10 * time.Millisecond)
+			select {
+			case <-p.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		if p.refuse.Load() {
+			p.refused.Add(1)
+			_ = c.Close()
+			continue
+		}
+		pc := &proxyConn{
+			p:           p,
+			client:      c,
+			done:        make(chan struct{}),
+			finished:    make(chan struct{}),
+			clientEnded: make(chan struct{}),
+			stmts:       make(map[string]string),
+			portals:     make(map[string]portal),
+		}
+		pc.txStatus.Store('I')
+		pc.sr = &stampReader{r: c}
+		pc.br = bufio.NewReaderSize(pc.sr, 32<<10)
+		if !p.register(pc) {
+			_ = c.Close()
+			return
+		}
+		p.wg.Add(1)
+		go pc.run()
+	}
+}
+
+// register adds pc to the live connections unless the proxy is closed.
+func (p *Proxy) register(pc *proxyConn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[pc] = struct{}{}
+	p.accepted.Add(1)
+	p.active.Add(1)
+	return true
+}
+
+// unregister removes pc from the live connections.
+func (p *Proxy) unregister(pc *proxyConn) {
+	p.mu.Lock()
+	delete(p.conns, pc)
+	p.mu.Unlock()
+	p.active.Add(-1)
+}
+
+// snapshot returns the current connections.
+func (p *Proxy) snapshot() []*proxyConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	conns := make([]*proxyConn, 0, len(p.conns))
+	for pc := range p.conns {
+		conns = append(conns, pc)
+	}
+	return conns
+}
+
 // run serves the connection and cleans up after it.
 func (pc *proxyConn) run() {
 	defer pc.p.wg.Done()
@@ -182,33 +260,4 @@ func (pc *proxyConn) dial() error {
 	pc.p.wg.Add(1)
 	go pc.relay(server)
 	return nil
-}
-
-// delay waits until the latency configured for the connection's type has
-// passed since arrival, flushing earlier messages first so they are not held
-// back.
-func (pc *proxyConn) delay(arrival time.Time) error {
-	d := pc.p.latencyFor(pc.connType)
-	if d <= 0 {
-		return nil
-	}
-	wait := time.Until(arrival.Add(d))
-	if wait <= 0 {
-		return nil
-	}
-	if pc.bw != nil {
-		if err := pc.bw.Flush(); err != nil {
-			return fmt.Errorf("%w: %v", errServerGone, err)
-		}
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-pc.done:
-		return errCut
-	case <-pc.p.ctx.Done():
-		return errCut
-	}
 }
