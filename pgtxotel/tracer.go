@@ -18,50 +18,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// ScopeName is the instrumentation scope of the [Tracer]'s tracer and meter,
-// and of the instruments of [RegisterPoolMetrics] and [PoolTracer].
-const ScopeName = "github.com/pgtx-go/pgtx/pgtxotel"
-
-// Span, event and attribute names of the pgtx namespace. The conventional
-// ones (db.system.name, db.response.status_code, error.type,
-// db.client.connection.*) come from semconv.
-const (
-	spanName           = "pgtx.transaction"
-	attemptSpanName    = "pgtx.attempt"
-	eventCancel        = "pgtx.cancel"
-	eventBreaker       = "pgtx.breaker.state_change"
-	eventContention    = "pgtx.contention.change"
-	keyLabel           = attribute.Key("pgtx.label")
-	keyIsolation       = attribute.Key("pgtx.isolation")
-	keyAttemptNumber   = attribute.Key("pgtx.attempt.number")
-	keyAttemptCount    = attribute.Key("pgtx.attempt.count")
-	keyClass           = attribute.Key("pgtx.class")
-	keyOutcome         = attribute.Key("pgtx.outcome")
-	keyRetry           = attribute.Key("pgtx.retry")
-	keyBackoff         = attribute.Key("pgtx.retry.backoff")
-	keyAdmissionWait   = attribute.Key("pgtx.contention.wait")
-	keyAdmissionLimit  = attribute.Key("pgtx.contention.limit")
-	keyCommitUnknown   = attribute.Key("pgtx.commit_unknown")
-	keyBudgetExhausted = attribute.Key("pgtx.retry_budget_exhausted")
-	keyCancelOutcome   = attribute.Key("pgtx.cancel.outcome")
-	keyCancelMode      = attribute.Key("pgtx.cancel.mode")
-	keyCancelFellBack  = attribute.Key("pgtx.cancel.fell_back")
-	keyCancelLatency   = attribute.Key("pgtx.cancel.latency")
-	keyCancelPID       = attribute.Key("pgtx.cancel.pid")
-	keyBreakerName     = attribute.Key("pgtx.breaker.name")
-	keyBreakerFrom     = attribute.Key("pgtx.breaker.from")
-	keyBreakerTo       = attribute.Key("pgtx.breaker.to")
-	keyBreakerReason   = attribute.Key("pgtx.breaker.reason")
-	keyBreakerCalls    = attribute.Key("pgtx.breaker.calls")
-	keyBreakerFailures = attribute.Key("pgtx.breaker.failures")
-	keyBreakerSlow     = attribute.Key("pgtx.breaker.slow")
-	keyLimiting        = attribute.Key("pgtx.contention.limiting")
-	keyPreviousLimit   = attribute.Key("pgtx.contention.previous_limit")
-	keyConflictRatio   = attribute.Key("pgtx.contention.conflict_ratio")
-	outcomeCommitted   = "committed"
-	outcomeFailed      = "failed"
-)
-
 // maxLabels bounds the distinct labels that get their own metric series;
 // further labels share otherLabel.
 const (
@@ -150,53 +106,6 @@ var (
 	_ pgtx.BreakerTracer     = (*Tracer)(nil)
 	_ pgtx.ContentionTracer  = (*Tracer)(nil)
 )
-
-// config is what the Options set.
-type config struct {
-	tp    trace.TracerProvider
-	mp    metric.MeterProvider
-	attrs []attribute.KeyValue
-}
-
-// Option configures a [Tracer] made by [NewTracer], the instruments of
-// [RegisterPoolMetrics], or a [PoolTracer].
-type Option func(*config)
-
-// WithTracerProvider sets the provider of the [Tracer]'s spans. The default
-// is [otel.GetTracerProvider] at the time [NewTracer] is called.
-func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *config) { c.tp = tp }
-}
-
-// WithMeterProvider sets the provider of the metrics. The default is
-// [otel.GetMeterProvider] at the time [NewTracer], [RegisterPoolMetrics] or
-// [NewPoolTracer] is called.
-func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) { c.mp = mp }
-}
-
-// WithAttributes adds attrs to every span and every measurement, for
-// instance semconv's db.namespace or server.address to tell databases
-// apart. Calls accumulate.
-func WithAttributes(attrs ...attribute.KeyValue) Option {
-	return func(c *config) { c.attrs = append(c.attrs, attrs...) }
-}
-
-func newConfig(opts []Option) config {
-	var c config
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&c)
-		}
-	}
-	if c.tp == nil {
-		c.tp = otel.GetTracerProvider()
-	}
-	if c.mp == nil {
-		c.mp = otel.GetMeterProvider()
-	}
-	return c
-}
 
 // NewTracer returns a [Tracer] configured by opts (nil options are
 // skipped). A metric instrument that cannot be created is reported to
@@ -390,102 +299,6 @@ func (t *Tracer) TraceTransactionEnd(ctx context.Context, data pgtx.TraceTransac
 	span.RecordError(data.Err)
 	span.SetStatus(codes.Error, data.Err.Error())
 	span.End()
-}
-
-// TraceCancel counts the cancellation and, if the span in ctx (the cancelled
-// statement's: an otelpgx query span, the attempt's, or the caller's) is
-// still recording, adds a "pgtx.cancel" event to it. It may be called after
-// the statement returned, from another goroutine.
-func (t *Tracer) TraceCancel(ctx context.Context, data pgtx.TraceCancelData) {
-	oi, mi, fb := outcomeIndex(data), modeIndex(data.Mode), 0
-	if data.FellBack {
-		fb = 1
-	}
-	t.cancels.Add(ctx, 1, t.cancelAdd[oi][mi][fb]...)
-	t.cancelLatency.Record(ctx, data.Latency.Seconds(), t.cancelRec[oi][mi][fb]...)
-
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
-	}
-	span.AddEvent(eventCancel, trace.WithAttributes(
-		keyCancelOutcome.String(cancelOutcomeName(oi)),
-		keyCancelMode.String(cancelModeName(mi)),
-		keyCancelFellBack.Bool(data.FellBack),
-		keyCancelLatency.Float64(data.Latency.Seconds()),
-		keyCancelPID.Int64(int64(data.PID)),
-	))
-}
-
-// TraceBreakerStateChange counts a circuit breaker's change of state and,
-// if the span in ctx is recording, adds a "pgtx.breaker.state_change" event
-// to it. ctx is the context of the call during which the state changed (the
-// caller's, outside the call's own span), or context.Background when the
-// change was noticed outside a call, by [pgtx.Pool.Stats] or
-// [pgtx.Pool.BreakerState].
-func (t *Tracer) TraceBreakerStateChange(ctx context.Context, data pgtx.TraceBreakerStateChangeData) {
-	from, to := breakerStateName(data.From), breakerStateName(data.To)
-	kvs := make([]attribute.KeyValue, 0, len(t.attrs)+3)
-	kvs = append(kvs, t.attrs...)
-	if data.Name != "" {
-		kvs = append(kvs, keyBreakerName.String(data.Name))
-	}
-	kvs = append(kvs, keyBreakerFrom.String(from), keyBreakerTo.String(to))
-	t.breakerChanges.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(kvs...)))
-
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
-	}
-	attrs := make([]attribute.KeyValue, 0, 7)
-	if data.Name != "" {
-		attrs = append(attrs, keyBreakerName.String(data.Name))
-	}
-	attrs = append(attrs,
-		keyBreakerFrom.String(from),
-		keyBreakerTo.String(to),
-		keyBreakerReason.String(data.Reason),
-		keyBreakerCalls.Int64(data.Calls),
-		keyBreakerFailures.Int64(data.Failures),
-		keyBreakerSlow.Int64(data.Slow),
-	)
-	span.AddEvent(eventBreaker, trace.WithAttributes(attrs...))
-}
-
-// TraceContention records a change of a label's limit by the contention
-// manager: it counts the change, sets the pgtx.contention.limit gauge of the
-// label to the new limit (0 when the manager stops limiting it) and, if the
-// span in ctx (the attempt whose end led to the change) is recording, adds
-// a "pgtx.contention.change" event to it.
-func (t *Tracer) TraceContention(ctx context.Context, data pgtx.TraceContentionData) {
-	ls := t.sets(data.Label)
-	limiting := 0
-	if data.Limiting {
-		limiting = 1
-	}
-	t.contentionMoves.Add(ctx, 1, ls.contentionAdd[limiting]...)
-	t.contentionLimit.Record(ctx, int64(data.Limit), ls.contentionRec...)
-
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
-	}
-	span.AddEvent(eventContention, trace.WithAttributes(
-		keyLabel.String(data.Label),
-		keyLimiting.Bool(data.Limiting),
-		keyAdmissionLimit.Int(data.Limit),
-		keyPreviousLimit.Int(data.Previous),
-		keyConflictRatio.Float64(data.ConflictRatio),
-	))
-}
-
-// breakerStateName is the value of pgtx.breaker.from and pgtx.breaker.to:
-// the state's name, "unknown" for a state this package does not know.
-func breakerStateName(s pgtx.BreakerState) string {
-	if s < pgtx.BreakerClosed || s > pgtx.BreakerOpen {
-		return "unknown"
-	}
-	return s.String()
 }
 
 // errorType is the value of error.type for a failure of class class: the

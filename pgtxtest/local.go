@@ -5,15 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"regexp"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -288,65 +284,6 @@ func (c *localCluster) destroy(context.Context) error {
 	return errors.Join(c.stopProcess(syscall.SIGINT), os.RemoveAll(c.root))
 }
 
-var settingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]*$`)
-
-func validateSettings(settings map[string]string) error {
-	for name, value := range settings {
-		if !settingName.MatchString(name) {
-			return fmt.Errorf("pgtxtest: invalid server setting name %q", name)
-		}
-		if strings.ContainsRune(value, 0) {
-			return fmt.Errorf("pgtxtest: server setting %s: value contains a NUL byte", name)
-		}
-	}
-	return nil
-}
-
-// settingArgs turns settings into -c arguments, in a stable order.
-func settingArgs(settings map[string]string) []string {
-	names := make([]string, 0, len(settings))
-	for name := range settings {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	args := make([]string, 0, 2*len(names))
-	for _, name := range names {
-		args = append(args, "-c", name+"="+settings[name])
-	}
-	return args
-}
-
-// serverEnv is the environment of initdb and postgres: ours without libpq's PG*
-// variables, in the C locale.
-func serverEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "PG") || strings.HasPrefix(kv, "LC_") || strings.HasPrefix(kv, "LANG=") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(env, "LC_ALL=C")
-}
-
-// serverCredential returns the credential to run the server with: the postgres
-// system user when running as root (Postgres refuses to run as root), else nil.
-func serverCredential() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("pgtxtest: running as root, the server needs the \"postgres\" system user: %w", err)
-	}
-	uid, errU := strconv.ParseUint(u.Uid, 10, 32)
-	gid, errG := strconv.ParseUint(u.Gid, 10, 32)
-	if errU != nil || errG != nil {
-		return nil, fmt.Errorf("pgtxtest: user postgres has a non-numeric uid %q or gid %q", u.Uid, u.Gid)
-	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -358,27 +295,6 @@ func freePort() (int, error) {
 		return 0, fmt.Errorf("pgtxtest: find a free port: unexpected address %v", l.Addr())
 	}
 	return addr.Port, nil
-}
-
-// tail returns up to the last n bytes of a file written after offset start, for
-// error messages.
-func tail(path string, start, n int64) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Sprintf("(no log: %v)", err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil {
-		start = max(start, st.Size()-n, 0)
-	}
-	if _, err := f.Seek(start, io.SeekStart); err != nil {
-		return fmt.Sprintf("(log unreadable: %v)", err)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, n))
-	if err != nil {
-		return fmt.Sprintf("(log unreadable: %v)", err)
-	}
-	return string(b)
 }
 
 // clusterBaseDir is where cluster directories go: PGTX_TEST_CLUSTER_DIR if set, else

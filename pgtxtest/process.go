@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -76,6 +78,37 @@ func (p *serverProcess) waitReady(ctx context.Context, name string, probe func(c
 	}
 }
 
+// serverEnv is the environment of initdb and postgres: ours without libpq's PG*
+// variables, in the C locale.
+func serverEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "PG") || strings.HasPrefix(kv, "LC_") || strings.HasPrefix(kv, "LANG=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "LC_ALL=C")
+}
+
+// serverCredential returns the credential to run the server with: the postgres
+// system user when running as root (Postgres refuses to run as root), else nil.
+func serverCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("pgtxtest: running as root, the server needs the \"postgres\" system user: %w", err)
+	}
+	uid, errU := strconv.ParseUint(u.Uid, 10, 32)
+	gid, errG := strconv.ParseUint(u.Gid, 10, 32)
+	if errU != nil || errG != nil {
+		return nil, fmt.Errorf("pgtxtest: user postgres has a non-numeric uid %q or gid %q", u.Uid, u.Gid)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
 // deadBinariesDirs returns the directories in base named prefix<pid>-… whose
 // test binary (pid) has exited without removing them: what the harness made
 // for a server, a bouncer or a formation, left by a binary that was killed.
@@ -100,4 +133,25 @@ func deadBinariesDirs(base, prefix string) []string {
 		}
 	}
 	return dirs
+}
+
+// tail returns up to the last n bytes of a file written after offset start, for
+// error messages.
+func tail(path string, start, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil {
+		start = max(start, st.Size()-n, 0)
+	}
+	if _, err := f.Seek(start, io.SeekStart); err != nil {
+		return fmt.Sprintf("(log unreadable: %v)", err)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, n))
+	if err != nil {
+		return fmt.Sprintf("(log unreadable: %v)", err)
+	}
+	return string(b)
 }

@@ -2,7 +2,6 @@ package pgtxtest
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -13,8 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgproto3"
 )
 
 // stampReader records when its last read returned data, which is when the
@@ -84,6 +81,84 @@ type proxyConn struct {
 type portal struct {
 	sql    string            // the SQL of its statement
 	digest [sha256.Size]byte // its SQL and bound parameters, when fingerprinting
+}
+
+// acceptLoop accepts client connections until the listener is closed.
+func (p *Proxy) acceptLoop() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			if p.ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// A transient failure such as running out of file descriptors:
+			// back off briefly instead of spinning.
+			t := time.NewTimer(10 * time.Millisecond)
+			select {
+			case <-p.ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			continue
+		}
+		if p.refuse.Load() {
+			p.refused.Add(1)
+			_ = c.Close()
+			continue
+		}
+		pc := &proxyConn{
+			p:           p,
+			client:      c,
+			done:        make(chan struct{}),
+			finished:    make(chan struct{}),
+			clientEnded: make(chan struct{}),
+			stmts:       make(map[string]string),
+			portals:     make(map[string]portal),
+		}
+		pc.txStatus.Store('I')
+		pc.sr = &stampReader{r: c}
+		pc.br = bufio.NewReaderSize(pc.sr, 32<<10)
+		if !p.register(pc) {
+			_ = c.Close()
+			return
+		}
+		p.wg.Add(1)
+		go pc.run()
+	}
+}
+
+// register adds pc to the live connections unless the proxy is closed.
+func (p *Proxy) register(pc *proxyConn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[pc] = struct{}{}
+	p.accepted.Add(1)
+	p.active.Add(1)
+	return true
+}
+
+// unregister removes pc from the live connections.
+func (p *Proxy) unregister(pc *proxyConn) {
+	p.mu.Lock()
+	delete(p.conns, pc)
+	p.mu.Unlock()
+	p.active.Add(-1)
+}
+
+// snapshot returns the current connections.
+func (p *Proxy) snapshot() []*proxyConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	conns := make([]*proxyConn, 0, len(p.conns))
+	for pc := range p.conns {
+		conns = append(conns, pc)
+	}
+	return conns
 }
 
 // run serves the connection and cleans up after it.
@@ -163,109 +238,6 @@ func (pc *proxyConn) serve() error {
 	return pc.pump()
 }
 
-// negotiate answers encryption requests with 'N' and returns the first
-// StartupMessage or CancelRequest packet, validated.
-func (pc *proxyConn) negotiate() ([]byte, error) {
-	for i := 0; ; i++ {
-		pkt, err := pc.readStartup()
-		if err != nil {
-			return nil, err
-		}
-		code := binary.BigEndian.Uint32(pkt[4:8])
-		switch {
-		case code == sslRequestCode || code == gssEncRequestCode:
-			if len(pkt) != 8 || i >= maxNegotiations {
-				return nil, fmt.Errorf("%w: bad encryption request", errMalformed)
-			}
-			if pc.stalled.Load() {
-				return nil, errStalled // the proxy's own answer must not get through either
-			}
-			if _, err := pc.client.Write([]byte{'N'}); err != nil {
-				return nil, fmt.Errorf("%w: %v", errClientGone, err)
-			}
-		case code == cancelRequestCode:
-			var m pgproto3.CancelRequest
-			if err := m.Decode(pkt[4:]); err != nil {
-				return nil, fmt.Errorf("%w: %v", errMalformed, err)
-			}
-			return pkt, nil
-		case code>>16 == 3:
-			if code == pgproto3.ProtocolVersion30 || code == pgproto3.ProtocolVersion32 {
-				var m pgproto3.StartupMessage
-				if err := m.Decode(pkt[4:]); err != nil {
-					return nil, fmt.Errorf("%w: %v", errMalformed, err)
-				}
-			} else if pkt[len(pkt)-1] != 0 {
-				// Other 3.x minor versions are left to the server to
-				// negotiate; check only the terminator.
-				return nil, fmt.Errorf("%w: unterminated startup message", errMalformed)
-			}
-			return pkt, nil
-		default:
-			return nil, fmt.Errorf("%w: unknown startup code %d", errMalformed, code)
-		}
-	}
-}
-
-// holdCancel delays a CancelRequest for the backend identified by key (its
-// process ID and secret key) while the proxy is still finishing a
-// connection to that backend which it has cut, or while that connection is
-// stalled. Drivers such as pgx send a CancelRequest by themselves when their
-// connection breaks or times out; holding it lets the server finish the
-// statement the proxy forwarded before a cut, instead of racing the
-// driver's cancel, and keeps a stalled backend as undisturbed as a real
-// partition would. The wait is bounded by the cut connection's drain
-// (drainTimeout), or for a stalled one by ReleaseStalled and Close.
-func (pc *proxyConn) holdCancel(key string) error {
-	finished := pc.p.heldBackend(key)
-	if finished == nil {
-		return nil
-	}
-	select {
-	case <-finished:
-		return nil
-	case <-pc.done:
-		return errCut
-	case <-pc.p.ctx.Done():
-		return errCut
-	}
-}
-
-// heldBackend returns the finished channel of a connection that the proxy
-// cut or stalled and whose backend has the given key, or nil if there is
-// none.
-func (p *Proxy) heldBackend(key string) <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for pc := range p.conns {
-		pc.mu.Lock()
-		match := (pc.wasCut || pc.stalled.Load()) && pc.backendKey == key
-		pc.mu.Unlock()
-		if match {
-			return pc.finished
-		}
-	}
-	return nil
-}
-
-// readStartup reads one length-prefixed startup-phase packet.
-func (pc *proxyConn) readStartup() ([]byte, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(pc.br, hdr[:]); err != nil {
-		return nil, fmt.Errorf("%w: %v", errClientGone, err)
-	}
-	n := binary.BigEndian.Uint32(hdr[:])
-	if n < 8 || n > maxStartupLen {
-		return nil, fmt.Errorf("%w: startup packet length %d", errMalformed, n)
-	}
-	pkt := make([]byte, n)
-	copy(pkt, hdr[:])
-	if _, err := io.ReadFull(pc.br, pkt[4:]); err != nil {
-		return nil, fmt.Errorf("%w: %v", errClientGone, err)
-	}
-	return pkt, nil
-}
-
 // dial connects to the upstream server and starts the relay.
 func (pc *proxyConn) dial() error {
 	d := net.Dialer{Timeout: dialTimeout}
@@ -288,411 +260,4 @@ func (pc *proxyConn) dial() error {
 	pc.p.wg.Add(1)
 	go pc.relay(server)
 	return nil
-}
-
-// copyRaw copies client bytes to the server unparsed (after a
-// CancelRequest, when the client should send nothing more).
-func (pc *proxyConn) copyRaw() error {
-	buf := make([]byte, 4096)
-	for {
-		n, err := pc.br.Read(buf)
-		if n > 0 {
-			if err := pc.write(buf[:n]); err != nil {
-				return err
-			}
-			if err := pc.bw.Flush(); err != nil {
-				return fmt.Errorf("%w: %v", errServerGone, err)
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("%w: %v", errClientGone, err)
-		}
-	}
-}
-
-// pump forwards regular (post-startup) client messages, applying faults.
-func (pc *proxyConn) pump() error {
-	for {
-		peek, err := pc.br.Peek(5)
-		if err != nil {
-			return fmt.Errorf("%w: %v", errClientGone, err)
-		}
-		if pc.stalled.Load() {
-			return errStalled // the message is left for awaitRelease to discard
-		}
-		arrival := pc.sr.last
-		var hdr [5]byte
-		copy(hdr[:], peek)
-		_, _ = pc.br.Discard(5)
-		typ := hdr[0]
-		n := int32(binary.BigEndian.Uint32(hdr[1:]))
-		if n < 4 || n > maxMessageLen {
-			return fmt.Errorf("%w: message %q length %d", errMalformed, typ, n)
-		}
-		if err := pc.delay(arrival); err != nil {
-			return err
-		}
-		bodyLen := int(n) - 4
-		switch typ {
-		case 'Q', 'P', 'B', 'E', 'C':
-			body, err := pc.readBody(bodyLen)
-			if err != nil {
-				return err
-			}
-			if err := pc.inspect(typ, hdr[:], body); err != nil {
-				return err
-			}
-		default:
-			if err := pc.write(hdr[:]); err != nil {
-				return err
-			}
-			if err := pc.stream(bodyLen); err != nil {
-				return err
-			}
-			if (typ == 'S' || typ == 'H') && pc.cutAfterSync {
-				return pc.cutNow(cutAfter)
-			}
-			if typ == 'S' && pc.rollbackAtSync {
-				pc.rollbackAtSync = false
-				if err := pc.write(rollbackQuery); err != nil {
-					return err
-				}
-			}
-		}
-		if pc.br.Buffered() == 0 {
-			if err := pc.bw.Flush(); err != nil {
-				return fmt.Errorf("%w: %v", errServerGone, err)
-			}
-		}
-	}
-}
-
-// inspect decodes a statement-related message, applies the fault rules and
-// forwards it (unless cut before forwarding, stalled, or replaced by a failed
-// COMMIT).
-func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
-	p := pc.p
-	after := false
-	switch typ {
-	case 'Q':
-		var m pgproto3.Query
-		if err := m.Decode(body); err != nil {
-			return fmt.Errorf("%w: %v", errMalformed, err)
-		}
-		p.statements.Add(1)
-		// A simple Query destroys the unnamed statement and portal.
-		delete(pc.stmts, "")
-		delete(pc.portals, "")
-		if err := pc.slow(m.String); err != nil {
-			return err
-		}
-		if pc.fire(cutBefore, m.String) {
-			return pc.cutNow(cutBefore)
-		}
-		if pc.fire(stallCommit, m.String) {
-			return pc.stallNow()
-		}
-		if pc.fire(cutAfter, m.String) {
-			after = true
-			pc.muted.Store(true) // before the server can possibly answer
-		}
-		kind := statementKind(m.String)
-		if !after && pc.failCommit(kind, false) {
-			return nil
-		}
-		pc.track(kind, 'Q', []byte(m.String))
-	case 'P':
-		var m pgproto3.Parse
-		if err := m.Decode(body); err != nil {
-			return fmt.Errorf("%w: %v", errMalformed, err)
-		}
-		p.statements.Add(1)
-		if pc.fire(cutBefore, m.Query) {
-			return pc.cutNow(cutBefore)
-		}
-		if pc.fire(stallCommit, m.Query) {
-			return pc.stallNow()
-		}
-		pc.stmts[m.Name] = m.Query
-	case 'B':
-		// Only the portal and statement names are needed; decoding the
-		// whole Bind would copy every parameter value.
-		name, rest, ok := cstring(body)
-		stmt, params, ok2 := cstring(rest)
-		if !ok || !ok2 {
-			return fmt.Errorf("%w: bad Bind", errMalformed)
-		}
-		if sql, ok := pc.stmts[stmt]; ok {
-			pt := portal{sql: sql}
-			if p.everyOn.Load() {
-				h := sha256.New()
-				h.Write([]byte(sql))
-				h.Write([]byte{0})
-				h.Write(params)
-				h.Sum(pt.digest[:0])
-			}
-			pc.portals[name] = pt
-		} else {
-			delete(pc.portals, name)
-		}
-	case 'E':
-		var m pgproto3.Execute
-		if err := m.Decode(body); err != nil {
-			return fmt.Errorf("%w: %v", errMalformed, err)
-		}
-		if pt, ok := pc.portals[m.Portal]; ok {
-			if err := pc.slow(pt.sql); err != nil {
-				return err
-			}
-			if pc.fire(cutBefore, pt.sql) {
-				return pc.cutNow(cutBefore)
-			}
-			if pc.fire(stallCommit, pt.sql) {
-				return pc.stallNow()
-			}
-			if !pc.cutAfterSync && pc.fire(cutAfter, pt.sql) {
-				pc.cutAfterSync = true
-				pc.muted.Store(true) // before the server can possibly answer
-			}
-			kind := statementKind(pt.sql)
-			if !pc.cutAfterSync && pc.failCommit(kind, true) {
-				return nil
-			}
-			pc.track(kind, 'E', pt.digest[:])
-		}
-	case 'C':
-		var m pgproto3.Close
-		if err := m.Decode(body); err != nil {
-			return fmt.Errorf("%w: %v", errMalformed, err)
-		}
-		switch m.ObjectType {
-		case 'S':
-			delete(pc.stmts, m.Name)
-		case 'P':
-			delete(pc.portals, m.Name)
-		}
-	}
-	if err := pc.write(hdr); err != nil {
-		return err
-	}
-	if err := pc.write(body); err != nil {
-		return err
-	}
-	if after {
-		return pc.cutNow(cutAfter)
-	}
-	return nil
-}
-
-// track updates the fingerprint of the current transaction with a statement
-// of the given kind, executed as typ ('Q' with its SQL, 'E' with its portal's
-// digest): BEGIN starts a new one, the end of a transaction clears it.
-func (pc *proxyConn) track(kind int, typ byte, b []byte) {
-	if !pc.p.everyOn.Load() {
-		pc.fp = nil
-		return
-	}
-	switch kind {
-	case stmtBegin, stmtCommit, stmtEnd:
-		if pc.fp != nil {
-			pc.fp.Reset()
-		}
-		return
-	}
-	if pc.fp == nil {
-		pc.fp = sha256.New()
-	}
-	var n [9]byte
-	n[0] = typ
-	binary.BigEndian.PutUint64(n[1:], uint64(len(b)))
-	pc.fp.Write(n[:])
-	pc.fp.Write(b)
-}
-
-// rollbackQuery ends the transaction of a failed COMMIT.
-var rollbackQuery = func() []byte {
-	b, _ := (&pgproto3.Query{String: "ROLLBACK"}).Encode(nil)
-	return b
-}()
-
-// failCommit fails the COMMIT being inspected, a statement of the given kind,
-// if a FailCommits or FailEveryCommitOnce rule says so, and reports whether it
-// did: it has then sent the server what makes it raise the error in place of
-// the COMMIT (which is not forwarded) and told the relay to rewrite the
-// answers. extended is set for an Execute.
-func (pc *proxyConn) failCommit(kind int, extended bool) bool {
-	p := pc.p
-	if kind != stmtCommit || !p.failArmed.Load() || pc.stalled.Load() || pc.txStatus.Load() != 'T' {
-		return false
-	}
-	var fp *[sha256.Size]byte
-	if p.everyOn.Load() {
-		var sum [sha256.Size]byte
-		if pc.fp != nil {
-			pc.fp.Sum(sum[:0])
-			pc.fp.Reset()
-		} else {
-			sum = sha256.Sum256(nil)
-		}
-		fp = &sum
-	}
-	code, ok := p.commitFailure(fp)
-	if !ok {
-		return false
-	}
-	pc.inj.push() // before the server can possibly answer
-	msg, _ := (&pgproto3.Query{String: failSQL(code)}).Encode(nil)
-	if extended {
-		pc.rollbackAtSync = true
-	} else {
-		msg = append(msg, rollbackQuery...)
-	}
-	p.injected.Add(1)
-	_ = pc.write(msg) // if the server is gone, the pump's flush finds out
-	return true
-}
-
-// slow holds the statement being inspected, whose SQL is sql, for as long as
-// the SlowStatements rules say, after flushing what was forwarded before it.
-func (pc *proxyConn) slow(sql string) error {
-	d := pc.p.slowFor(sql)
-	if d <= 0 || pc.stalled.Load() {
-		return nil
-	}
-	pc.p.slowed.Add(1)
-	if err := pc.bw.Flush(); err != nil {
-		return fmt.Errorf("%w: %v", errServerGone, err)
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-pc.done:
-		return errCut
-	case <-pc.p.ctx.Done():
-		return errCut
-	}
-}
-
-// fire is Proxy.fire for a statement of this connection; a stalled
-// connection fires no rule, so that it does not use up firings meant for
-// others.
-func (pc *proxyConn) fire(kind ruleKind, sql string) bool {
-	return !pc.stalled.Load() && pc.p.fire(kind, sql)
-}
-
-// stallNow flushes what was forwarded so far and stalls the connection
-// instead of forwarding the current message. It returns errStalled, or
-// errCut if the connection was being cut or closed meanwhile.
-func (pc *proxyConn) stallNow() error {
-	_ = pc.bw.Flush() // if this fails the server is gone; the stall still holds the client
-	if pc.stall() || pc.stalled.Load() {
-		return errStalled
-	}
-	return errCut
-}
-
-// stallGate passes the pump's writes on to the server until the connection
-// is stalled and refuses them from then on, so that nothing still buffered
-// or arriving when a stall begins reaches the server.
-type stallGate struct {
-	pc *proxyConn
-	w  io.Writer
-}
-
-// Write implements io.Writer.
-func (g stallGate) Write(b []byte) (int, error) {
-	if g.pc.stalled.Load() {
-		return 0, errStalled
-	}
-	return g.w.Write(b)
-}
-
-// cutNow flushes what was forwarded so far, cuts the connection and counts
-// the cut under kind. It always returns errCut.
-func (pc *proxyConn) cutNow(kind ruleKind) error {
-	_ = pc.bw.Flush() // if this fails the server is gone anyway
-	counter := &pc.p.cutsAfter
-	if kind == cutBefore {
-		counter = &pc.p.cutsBefore
-	}
-	pc.cut(counter)
-	return errCut
-}
-
-// readBody reads a message body of n bytes. Small bodies are read into one
-// buffer; larger ones grow with the bytes actually received.
-func (pc *proxyConn) readBody(n int) ([]byte, error) {
-	if n <= inspectInline {
-		b := make([]byte, n)
-		if _, err := io.ReadFull(pc.br, b); err != nil {
-			return nil, fmt.Errorf("%w: %v", errClientGone, err)
-		}
-		return b, nil
-	}
-	var buf bytes.Buffer
-	buf.Grow(inspectInline)
-	if _, err := io.CopyN(&buf, pc.br, int64(n)); err != nil {
-		return nil, fmt.Errorf("%w: %v", errClientGone, err)
-	}
-	return buf.Bytes(), nil
-}
-
-// stream copies the next n bytes from the client to the server as they
-// arrive, without holding the whole message.
-func (pc *proxyConn) stream(n int) error {
-	for n > 0 {
-		k := min(n, pc.br.Buffered())
-		if k == 0 {
-			if _, err := pc.br.Peek(1); err != nil {
-				return fmt.Errorf("%w: %v", errClientGone, err)
-			}
-			continue
-		}
-		chunk, _ := pc.br.Peek(k)
-		if err := pc.write(chunk); err != nil {
-			return err
-		}
-		_, _ = pc.br.Discard(k)
-		n -= k
-	}
-	return nil
-}
-
-// write buffers b for the server.
-func (pc *proxyConn) write(b []byte) error {
-	if _, err := pc.bw.Write(b); err != nil {
-		return fmt.Errorf("%w: %v", errServerGone, err)
-	}
-	return nil
-}
-
-// delay waits until the latency configured for the connection's type has
-// passed since arrival, flushing earlier messages first so they are not held
-// back.
-func (pc *proxyConn) delay(arrival time.Time) error {
-	d := pc.p.latencyFor(pc.connType)
-	if d <= 0 {
-		return nil
-	}
-	wait := time.Until(arrival.Add(d))
-	if wait <= 0 {
-		return nil
-	}
-	if pc.bw != nil {
-		if err := pc.bw.Flush(); err != nil {
-			return fmt.Errorf("%w: %v", errServerGone, err)
-		}
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-pc.done:
-		return errCut
-	case <-pc.p.ctx.Done():
-		return errCut
-	}
 }

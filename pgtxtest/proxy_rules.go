@@ -38,6 +38,92 @@ func (p *Proxy) addRule(kind ruleKind, match func(string) bool, n int) {
 	p.mu.Unlock()
 }
 
+// CutAfterForward arms a rule that forwards a statement matched by match to
+// the server and then cuts both sides of that connection before any server
+// reply to it reaches the client: the server receives the whole statement
+// (and normally executes it — a COMMIT is applied), but the client only
+// sees its connection close. A nil match matches every statement.
+//
+// The rule fires on the next n matching statements across all connections
+// and then disarms; n <= 0 keeps it armed until Reset or Close.
+//
+// For a simple Query the cut follows the Query message. For the extended
+// protocol the rule is checked at each Execute, against the SQL of the
+// prepared statement behind the executed portal (as sent in its Parse
+// message, so statements prepared earlier or cached by the driver match
+// too); a Parse alone (e.g. preparing without executing) never fires it. On
+// a match the proxy stops relaying server output at once and cuts right
+// after forwarding the next Sync or Flush, the message that makes the
+// server finish the work and send its results (an implicit transaction
+// commits at Sync).
+//
+// After the cut the proxy half-closes the server socket (the server reads
+// everything that was forwarded, then end of stream) and discards the
+// server's output for up to a few seconds before closing it, so the server
+// finishes the forwarded message rather than being reset mid-stream. pgx
+// (pgconn) reacts to a broken connection by sending a CancelRequest for its
+// backend on a new connection; the proxy holds such a cancel until the cut
+// backend's socket is finished (normally when the backend exits after
+// processing the forwarded statement), then forwards it. Without that hold
+// the driver's reflexive cancel could interrupt the statement the proxy
+// has just forwarded. Together these make the outcome deterministic: a
+// forwarded COMMIT is applied.
+func (p *Proxy) CutAfterForward(match func(sql string) bool, n int) {
+	p.addRule(cutAfter, match, n)
+}
+
+// CutBeforeForward arms a rule that cuts both sides of the connection
+// instead of forwarding a statement matched by match, so the server never
+// sees it. A nil match matches every statement. Messages received before
+// the matching one are forwarded first.
+//
+// The rule fires on the next n matching statements across all connections
+// and then disarms; n <= 0 keeps it armed until Reset or Close.
+//
+// In the extended protocol the rule is checked at each Parse (the Parse is
+// dropped) and at each Execute of a portal whose statement's SQL matches
+// (the Execute is dropped), so re-executing a statement prepared earlier is
+// cut as well. When a CutBeforeForward and a CutAfterForward rule both match
+// a statement, the CutBeforeForward rule fires and the other stays armed.
+func (p *Proxy) CutBeforeForward(match func(sql string) bool, n int) {
+	p.addRule(cutBefore, match, n)
+}
+
+// CutOnCommit is shorthand for CutAfterForward(IsCommit, n): the next n
+// COMMITs reach the server, but their clients see the connection die
+// instead of the server's answer.
+func (p *Proxy) CutOnCommit(n int) {
+	p.CutAfterForward(IsCommit, n)
+}
+
+// CutOnCommitReply arms a rule that lets a COMMIT reach the server and run,
+// relays everything the server sends before its answer, then drops the
+// answer (CommandComplete "COMMIT") and cuts the connection: the transaction
+// has committed and the client learns nothing of it. This is the ambiguous
+// COMMIT whose resolution must say "committed". The rule fires on the next n
+// such answers across all connections; n <= 0 keeps it armed.
+func (p *Proxy) CutOnCommitReply(n int) {
+	p.addRule(cutOnReply, nil, n)
+}
+
+// StallOnCommit arms a rule that simulates a network partition at a COMMIT:
+// the next n COMMITs (as IsCommit tells) across all connections are not
+// forwarded, and each connection that sent one is stalled from then on (see
+// StallAll): the client gets no answer and the server's backend stays
+// alive, idle in its transaction and holding its locks, until ReleaseStalled
+// or Close. n <= 0 keeps the rule armed until Reset or Close.
+//
+// Statements are matched as CutBeforeForward matches them: a simple Query,
+// and in the extended protocol each Parse (which is not forwarded) and each
+// Execute of a portal whose statement is a COMMIT (not forwarded either,
+// though the Bind before it has reached the server). Messages received
+// before the matching one are forwarded first. A CutBeforeForward rule that
+// matches the same statement fires instead; a CutAfterForward rule that
+// matches it stays armed.
+func (p *Proxy) StallOnCommit(n int) {
+	p.addRule(stallCommit, IsCommit, n)
+}
+
 // fire reports whether an armed rule of the given kind matches sql, and if
 // so consumes one of its firings. Matchers run without p.mu held, so they
 // may call Proxy methods; when several connections race for the last firing

@@ -85,6 +85,42 @@ func choose(ctx context.Context, p probe) plan {
 	return plan{notes: append(notes, err.Error())}
 }
 
+// serverKindEnv forces the kind of the shared server: env, docker or local. With it
+// there is no fallback to another kind: when the one asked for cannot be had, every
+// test that needs the server fails (CI=true or not), and so does a Docker server
+// whose container does not start. CI uses PGTX_TEST_SERVER=docker to run the suite
+// in a container although local binaries are installed.
+const serverKindEnv = "PGTX_TEST_SERVER"
+
+// chooseForced is choose when PGTX_TEST_SERVER is set to want.
+func chooseForced(ctx context.Context, p probe, want string) plan {
+	asked := serverKindEnv + "=" + want
+	switch want {
+	case KindEnv:
+		for _, name := range envVars {
+			if dsn := strings.TrimSpace(p.getenv(name)); dsn != "" {
+				return plan{kind: KindEnv, envVar: name, dsn: dsn, forced: want}
+			}
+		}
+		return plan{forced: want, notes: []string{asked + ", and " + strings.Join(envVars, " and ") + " are not set"}}
+	case KindDocker:
+		pingCtx, cancel := context.WithTimeout(ctx, p.pingTimeout)
+		err := p.dockerPing(pingCtx)
+		cancel()
+		if err == nil {
+			return plan{kind: KindDocker, forced: want, notes: []string{asked}}
+		}
+		return plan{forced: want, notes: []string{asked + ", and no Docker daemon answered (" + err.Error() + ")"}}
+	case KindLocal:
+		bindir, err := p.findBindir()
+		if err == nil {
+			return plan{kind: KindLocal, bindir: bindir, forced: want, notes: []string{asked}}
+		}
+		return plan{forced: want, notes: []string{asked + ", and " + err.Error()}}
+	}
+	return plan{forced: want, notes: []string{asked + " is none of " + KindEnv + ", " + KindDocker + ", " + KindLocal}}
+}
+
 // isCI reports whether the tests run in CI, where a missing server is a failure.
 func isCI(getenv func(string) string) bool {
 	ci, _ := strconv.ParseBool(getenv("CI"))
