@@ -1,6 +1,10 @@
 package pgtx
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/pgtx-go/pgtx/internal/errs"
+)
 
 // What fn may not do with its transaction, and the errors that say so.
 
@@ -19,12 +23,12 @@ func (t *attemptTx) refuse(method string) error {
 // misuse is the error of a call whose fn called Commit or Rollback; fnErr,
 // fn's own error, stays reachable.
 func (t *attemptTx) misuse(fnErr error) error {
-	e := &invalidArgError{msg: fmt.Sprintf("fn called tx.%s: Transaction ends the transaction itself "+
+	e := &invalidArgError{Msg: fmt.Sprintf("fn called tx.%s: Transaction ends the transaction itself "+
 		"(COMMIT when fn returns nil, ROLLBACK when it returns an error); return instead. Nothing was committed", t.ended)}
 	if fnErr == nil {
 		return e
 	}
-	return &misuseError{invalidArgError: e, fnErr: fnErr}
+	return &errs.MisuseError{InvalidArgError: e, FnErr: fnErr}
 }
 
 // endedBySQL reports that the transaction is over although Transaction
@@ -42,7 +46,7 @@ func (t *attemptTx) endedBySQL() bool {
 // to fn), so it says what each one did; fnErr, fn's own error when it
 // returned one, stays reachable.
 func (t *attemptTx) endedError(fnErr error) error {
-	e := &invalidArgError{msg: "fn ended the transaction itself with a statement, which the server ran as sent: " +
+	e := &invalidArgError{Msg: "fn ended the transaction itself with a statement, which the server ran as sent: " +
 		"a COMMIT or END committed fn's statements before it (rolled them back if the transaction had failed), " +
 		"a ROLLBACK or ABORT discarded them, and statements after it committed one by one. " +
 		"Transaction committed and rolled back nothing after it, and does not run fn again; " +
@@ -50,7 +54,7 @@ func (t *attemptTx) endedError(fnErr error) error {
 	if fnErr == nil {
 		return e
 	}
-	return &misuseError{invalidArgError: e, fnErr: fnErr}
+	return &errs.MisuseError{InvalidArgError: e, FnErr: fnErr}
 }
 
 // check finds what fn left behind that COMMIT cannot follow: a COMMIT or
@@ -63,7 +67,7 @@ func (t *attemptTx) check() error {
 	case t.ended != "":
 		return t.misuse(nil)
 	case t.pgConn.IsBusy():
-		return &invalidArgError{msg: "fn returned with rows still open: close every pgx.Rows (rows.Close, or read them to the end) " +
+		return &invalidArgError{Msg: "fn returned with rows still open: close every pgx.Rows (rows.Close, or read them to the end) " +
 			"before fn returns. Nothing was committed"}
 	}
 	return nil
@@ -82,17 +86,4 @@ func (t *attemptTx) checkFailed(fnErr error) error {
 		return t.misuse(fnErr)
 	}
 	return nil
-}
-
-// misuseError is a misuse error that also carries the error fn returned.
-// It is never retried, whatever fn's error is: Classify finds it
-// permanent, as the call's own retry decision did.
-type misuseError struct {
-	*invalidArgError
-	fnErr error
-}
-
-func (e *misuseError) Unwrap() error { return e.fnErr }
-func (e *misuseError) Is(target error) bool {
-	return target == ErrInvalidArgument || target == errNonRetryableMarker
 }

@@ -84,19 +84,19 @@ func (a *txAttempt) commit(ctx context.Context, t *attemptTx, kind beginKind) (C
 		// it, nothing can.
 		if xid, ok := a.pool.backendXid(ctx, t); ok {
 			t.id.Xid = xid
-			return a.pool.resolve(ctx, t.id, cu.err)
+			return a.pool.resolve(ctx, t.id, cu.Err)
 		}
 		a.pool.resolved.CountUnknown(resolve.Unanswered)
-		cu.why = "the connection was lost before the transaction's id arrived, and its backend no longer ran it"
+		cu.Why = "the connection was lost before the transaction's id arrived, and its backend no longer ran it"
 		return c, cu
 	case t.idNull:
 		// The transaction had no id when COMMIT was sent: it wrote
 		// nothing, and sent no notification (whose id is read assigned).
 		// Its COMMIT changed nothing; running it again is harmless.
 		a.pool.resolved.NotApplied.Add(1)
-		return ClassConnectionLost, cu.err
+		return ClassConnectionLost, cu.Err
 	}
-	return a.pool.resolve(ctx, t.id, cu.err)
+	return a.pool.resolve(ctx, t.id, cu.Err)
 }
 
 // backendXid finds the id of t's transaction from its backend, on a
@@ -149,7 +149,7 @@ func commitOutcome(tag pgconn.CommandTag, err error) (Class, error) {
 	case notCommitted(err):
 		return Classify(err), err
 	}
-	return ClassAmbiguous, &commitUnknownError{err: err}
+	return ClassAmbiguous, &commitUnknownError{Err: err}
 }
 
 // commitReadingID sends [select id, Flush, COMMIT, Sync] and reads the id

@@ -217,19 +217,19 @@ func (c *Config) Copy() *Config {
 func (c *Config) validate() error {
 	switch {
 	case c == nil:
-		return &invalidArgError{msg: "nil Config"}
+		return &invalidArgError{Msg: "nil Config"}
 	case c.Config == nil:
-		return &invalidArgError{msg: "Config.Config is nil: create the Config with ParseConfig, or set Config to a *pgxpool.Config from pgxpool.ParseConfig"}
+		return &invalidArgError{Msg: "Config.Config is nil: create the Config with ParseConfig, or set Config to a *pgxpool.Config from pgxpool.ParseConfig"}
 	case c.ConnConfig == nil:
-		return &invalidArgError{msg: "Config.ConnConfig is nil"}
+		return &invalidArgError{Msg: "Config.ConnConfig is nil"}
 	case c.MaxConns < 1:
-		return &invalidArgError{msg: fmt.Sprintf("MaxConns must be at least 1, got %d", c.MaxConns)}
+		return &invalidArgError{Msg: fmt.Sprintf("MaxConns must be at least 1, got %d", c.MaxConns)}
 	case c.MinConns < 0 || c.MinConns > c.MaxConns:
-		return &invalidArgError{msg: fmt.Sprintf("MinConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinConns)}
+		return &invalidArgError{Msg: fmt.Sprintf("MinConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinConns)}
 	case c.MinIdleConns < 0 || c.MinIdleConns > c.MaxConns:
-		return &invalidArgError{msg: fmt.Sprintf("MinIdleConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinIdleConns)}
+		return &invalidArgError{Msg: fmt.Sprintf("MinIdleConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinIdleConns)}
 	case c.CancelMode < CancelModePool || c.CancelMode > CancelModeClose:
-		return &invalidArgError{msg: "unknown " + c.CancelMode.String()}
+		return &invalidArgError{Msg: "unknown " + c.CancelMode.String()}
 	case c.Breaker != nil && c.Breaker.validate() != nil:
 		return c.Breaker.validate()
 	case c.Contention.validate() != nil:
@@ -325,7 +325,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 func newPgxpool(ctx context.Context, pc *pgxpool.Config) (pool *pgxpool.Pool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			pool, err = nil, &invalidArgError{msg: fmt.Sprintf("pgxpool rejected the config: %v", r)}
+			pool, err = nil, &invalidArgError{Msg: fmt.Sprintf("pgxpool rejected the config: %v", r)}
 		}
 	}()
 	return pgxpool.NewWithConfig(ctx, pc)

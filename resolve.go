@@ -88,9 +88,9 @@ func (p *Pool) resolve(ctx context.Context, id resolve.ID, lost error) (Class, e
 	case r.Status == resolve.Aborted:
 		return ClassConnectionLost, lost
 	case r.Unanswered:
-		return ClassAmbiguous, &commitUnknownError{err: errors.Join(lost, r.Err), why: r.Why}
+		return ClassAmbiguous, &commitUnknownError{Err: errors.Join(lost, r.Err), Why: r.Why}
 	}
-	return ClassAmbiguous, &commitUnknownError{err: lost, why: r.Why}
+	return ClassAmbiguous, &commitUnknownError{Err: lost, Why: r.Why}
 }
 
 // notResolvable is the outcome of a lost COMMIT that cannot be asked about
@@ -105,13 +105,13 @@ func (p *Pool) notResolvable(pgConn *pgconn.PgConn, began beginKind, unknown err
 	case beganInRecovery:
 		if resolve.StillInRecovery(pgConn) {
 			p.resolved.NotApplied.Add(1)
-			return ClassConnectionLost, cu.err
+			return ClassConnectionLost, cu.Err
 		}
-		cu.why = "the transaction began on a standby that was promoted while it ran"
+		cu.Why = "the transaction began on a standby that was promoted while it ran"
 	case beganOnPromoted:
-		cu.why = "the connection was made to a standby since promoted: the server's run was not captured"
+		cu.Why = "the connection was made to a standby since promoted: the server's run was not captured"
 	default:
-		cu.why = "the server cannot be asked: resolution needs pg_xact_status (PostgreSQL 13 or later)"
+		cu.Why = "the server cannot be asked: resolution needs pg_xact_status (PostgreSQL 13 or later)"
 	}
 	p.resolved.CountUnknown(resolve.Unsupported)
 	return ClassAmbiguous, cu
