@@ -9,6 +9,7 @@ import (
 	"github.com/pgtx-go/pgtx/internal/contention"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 	"github.com/pgtx-go/pgtx/internal/retry"
+	"github.com/pgtx-go/pgtx/internal/txn"
 )
 
 // The defaults of Config, stated on each field.
@@ -259,6 +260,7 @@ type Pool struct {
 	contention *contention.Manager // nil: none
 	resolved   resolve.Counters
 	resolver   *resolve.Resolver
+	txn        txn.Settings // what its transactions need of it (txnSettings)
 }
 
 // NewWithConfig creates a [Pool] from cfg. An invalid cfg is an error
@@ -297,7 +299,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		canceller.close()
 		return nil, err
 	}
-	return &Pool{
+	p := &Pool{
 		pool:     pool,
 		cfg:      own,
 		cancel:   canceller,
@@ -317,7 +319,9 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		queue:      q,
 		breaker:    br,
 		contention: newContention(cfg.Contention, realClock{}, int(cfg.MaxConns), defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout), cfg.Tracer),
-	}, nil
+	}
+	p.txn = p.txnSettings()
+	return p, nil
 }
 
 // newPgxpool calls pgxpool.NewWithConfig, turning a panic on a config it
