@@ -58,6 +58,9 @@ type Tx struct {
 	closed atomic.Bool // the attempt has ended
 }
 
+// Tx is fn's pgx.Tx.
+var _ pgx.Tx = (*Tx)(nil)
+
 // Start readies t for an attempt on conn, in a pool with settings s:
 // beginSQL is the call's BEGIN statement and timeout its
 // Options.StatementTimeout. ctx is the attempt's. t is reused from a
