@@ -8,11 +8,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/pgtx-go/pgtx/internal/resolve"
+	"github.com/pgtx-go/pgtx/internal/txn"
 )
 
 // txAttempt is one call: its attempts acquire a connection, run fn on a
-// fresh [attemptTx], commit, and release.
+// fresh [txn.Tx], commit, and release.
 type txAttempt struct {
 	pool             *Pool
 	iso              Isolation
@@ -23,42 +23,41 @@ type txAttempt struct {
 	attempts         int
 	first            attemptCtx  // the first attempt's context, without an allocation
 	cur              *attemptCtx // the current attempt's
-	firstTx          attemptTx   // the first attempt's handle, without an allocation
+	firstTx          txn.Tx      // the first attempt's handle, without an allocation
 }
 
-// beginKind is what an attempt's transaction can be resolved with.
-type beginKind int
-
-const (
-	beganPlain      beginKind = iota // the pool does not resolve
-	beganCaptured                    // its id is read: resolvable
-	beganUncaptured                  // a resolving pool, a server that cannot be asked
-	beganInRecovery                  // a resolving pool, on a hot standby: it writes nothing
-	beganOnPromoted                  // a resolving pool, a connection made to a standby since promoted
-)
-
-// kindOn returns how a transaction on pgConn is resolved, and what its
-// first write captures.
-func (a *txAttempt) kindOn(pgConn *pgconn.PgConn) (beginKind, capture) {
-	if !a.pool.settings.resolveCommits {
-		return beganPlain, captureNone
+// beginSQLs holds every BEGIN statement, indexed by isolation, read-only and
+// deferrable, so that a transaction does not build its own.
+var beginSQLs = func() (s [Serializable + 1][2][2]string) {
+	for iso := ReadCommitted; iso <= Serializable; iso++ {
+		for ro := range 2 {
+			for def := range 2 {
+				q := "begin isolation level " + iso.String()
+				if ro == 1 {
+					q += " read only"
+				}
+				if def == 1 {
+					q += " deferrable"
+				}
+				s[iso][ro][def] = q
+			}
+		}
 	}
-	st := stateOf(pgConn)
-	switch {
-	case st == nil || !st.res.Capable:
-		return beganUncaptured, captureNone
-	case st.res.InRecovery(pgConn):
-		// No id can be given in recovery, and none is needed: a
-		// transaction begun there can change nothing.
-		return beganInRecovery, captureNone
-	case st.res.Standby:
-		// Made on a standby since promoted: the run it captured is not
-		// the one its transactions now run in.
-		return beganOnPromoted, captureNone
-	case !st.res.Direct:
-		return beganCaptured, captureIDRun
+	return s
+}()
+
+// txnSettings resolves what p's transactions need of it, once per pool.
+func (p *Pool) txnSettings() txn.Settings {
+	return txn.Settings{
+		CommitTimeout:   p.settings.commitTimeout,
+		RollbackTimeout: p.settings.rollbackTimeout,
+		SessionTimeout:  p.settings.statementTimeout,
+		Resolving:       p.settings.resolveCommits,
+		ResolveTimeout:  p.settings.resolveTimeout,
+		Resolver:        p.resolver,
+		Clock:           p.clock,
+		Counters:        &p.resolved,
 	}
-	return beganCaptured, captureID
 }
 
 // run performs one attempt. It returns only after the connection has been
@@ -108,23 +107,16 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 	c := conn.Conn()
 	t := &a.firstTx
 	if a.attempts > 1 {
-		t = new(attemptTx)
+		t = new(txn.Tx)
 	}
-	kind, capture := a.kindOn(c.PgConn())
-	*t = attemptTx{a: a, conn: c, pgConn: c.PgConn(), ctx: ctx, capture: capture}
-	if st := stateOf(c.PgConn()); capture != captureNone {
-		// The server's run as the connection saw it when it was made: a
-		// direct connection's lives as long as its backend (behind a
-		// pooler the id read captures it again).
-		t.id = resolve.ID{System: st.res.System, Run: st.res.Run, Flushed: st.res.Flushed}
-	}
+	t.Start(ctx, c, &a.pool.txn, beginSQLs[a.iso][b2i(a.opts.ReadOnly)][b2i(a.opts.Deferrable)], a.opts.StatementTimeout)
 	done := false
 	defer func() {
-		t.closed.Store(true)
+		t.End()
 		if !done {
 			// Runs on an error and on a panic in fn (which then goes on up
 			// the stack unchanged).
-			a.rollback(ctx, t)
+			txn.Rollback(ctx, t)
 		}
 	}()
 
@@ -133,23 +125,23 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 	ac.setInFn(true)
 	err := a.fn(ac, t)
 	ac.setInFn(false)
-	if t.beginErr != nil {
+	if berr := t.BeginErr(); berr != nil {
 		// BEGIN failed: that is the attempt's failure, whatever fn made of
 		// it.
-		return Classify(t.beginErr), t.beginErr
+		return Classify(berr), berr
 	}
 	if err != nil {
-		if misuse := t.checkFailed(err); misuse != nil {
+		if misuse := t.CheckFailed(err); misuse != nil {
 			return ClassPermanent, misuse
 		}
 		return classifyFnError(err, conn), err
 	}
-	if c.PgConn().IsClosed() && t.begun {
+	if c.PgConn().IsClosed() && t.Begun() {
 		// fn swallowed the error of a connection that died under it: the
 		// transaction died with its session, and COMMIT is never sent.
 		return ClassConnectionLost, errLostBeforeCommit
 	}
-	if err := t.check(); err != nil {
+	if err := t.Check(); err != nil {
 		return ClassPermanent, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -159,7 +151,8 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 		return ClassTimeout, err
 	}
 	done = true
-	return a.commit(ctx, t, kind)
+	class, err := txn.Commit(ctx, t)
+	return Class(class), err
 }
 
 // errLostBeforeCommit is the error of an attempt whose connection was closed

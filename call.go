@@ -95,19 +95,19 @@ func (c *attemptCtx) afterCommit(ctx context.Context) {
 // not registered.
 func AfterCommit(ctx context.Context, fn func(ctx context.Context)) error {
 	if fn == nil {
-		return &invalidArgError{msg: "AfterCommit: nil fn"}
+		return &invalidArgError{Msg: "AfterCommit: nil fn"}
 	}
 	if ctx == nil {
-		return &invalidArgError{msg: "AfterCommit: nil context"}
+		return &invalidArgError{Msg: "AfterCommit: nil context"}
 	}
 	c := attemptOf(ctx)
 	if c == nil {
-		return &invalidArgError{msg: "AfterCommit: ctx is not the context fn of a Transaction received"}
+		return &invalidArgError{Msg: "AfterCommit: ctx is not the context fn of a Transaction received"}
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.inFn {
-		return &invalidArgError{msg: "AfterCommit: called after fn returned; register work while fn runs"}
+		return &invalidArgError{Msg: "AfterCommit: called after fn returned; register work while fn runs"}
 	}
 	c.hooks = append(c.hooks, fn)
 	return nil

@@ -74,10 +74,6 @@ const (
 	defaultCancelConnectTimeout = time.Second
 )
 
-// destroyWriteTimeout bounds the Terminate message written to a connection
-// destroyed at once.
-const destroyWriteTimeout = cancel.DestroyWriteTimeout
-
 // canceller is the pool-wide state of cancellation: internal/cancel's
 // Canceller with the cancel pool it owns, the latency histogram of
 // [CancelStats], and the pool's [CancelTracer].

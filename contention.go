@@ -48,7 +48,7 @@ type ContentionConfig struct {
 // validate reports a ContentionConfig that cannot be applied.
 func (c ContentionConfig) validate() error {
 	if c.Threshold != c.Threshold || c.Threshold > 1 {
-		return &invalidArgError{msg: "ContentionConfig: Threshold must be a number no greater than 1"}
+		return &invalidArgError{Msg: "ContentionConfig: Threshold must be a number no greater than 1"}
 	}
 	return nil
 }

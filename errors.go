@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/pgtx-go/pgtx/internal/errs"
 	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
@@ -14,7 +15,7 @@ import (
 // tell what became of it: the transaction may or may not have committed, so
 // it is never run again. It means exactly that, never misuse and never a
 // definitive failure. The error also wraps the original network error.
-var ErrCommitUnknown = errors.New("pgtx: commit outcome unknown: connection lost while COMMIT was in flight")
+var ErrCommitUnknown = errs.ErrCommitUnknown
 
 // ErrAcquireTimeout is matched (errors.Is) by the error [Transaction] returns
 // when the pool could not hand out a connection within [Config].AcquireTimeout
@@ -29,11 +30,11 @@ var ErrAcquireTimeout = errors.New("pgtx: timed out waiting for a pool connectio
 // its own). Such a call is not retried, and Transaction commits nothing:
 // only a COMMIT statement fn ran itself has committed what came before it
 // (see [Transaction]).
-var ErrInvalidArgument = errors.New("pgtx: invalid argument")
+var ErrInvalidArgument = errs.ErrInvalidArgument
 
 // errNonRetryableMarker is what a NonRetryable error matches so Classify can
 // find it anywhere in an error tree.
-var errNonRetryableMarker = errors.New("pgtx: non-retryable")
+var errNonRetryableMarker = errs.ErrNonRetryable
 
 // NonRetryable wraps err so that [Transaction] does not run the transaction
 // again, whatever err wraps (a serialization failure included). The result
@@ -54,24 +55,9 @@ func (e *nonRetryableError) Is(target error) bool {
 	return target == errNonRetryableMarker
 }
 
-// commitUnknownError is the ambiguous-COMMIT error: it matches
-// ErrCommitUnknown and unwraps to the error COMMIT returned. why says, when
-// a resolution was tried, why it could not tell.
-type commitUnknownError struct {
-	err error
-	why string
-}
-
-func (e *commitUnknownError) Error() string {
-	if e.why != "" {
-		return ErrCommitUnknown.Error() + " (" + e.why + "): " + e.err.Error()
-	}
-	return ErrCommitUnknown.Error() + ": " + e.err.Error()
-}
-func (e *commitUnknownError) Unwrap() error { return e.err }
-func (e *commitUnknownError) Is(target error) bool {
-	return target == ErrCommitUnknown
-}
+// commitUnknownError is the ambiguous-COMMIT error ([errs.CommitUnknownError]):
+// it matches ErrCommitUnknown and unwraps to the error COMMIT returned.
+type commitUnknownError = errs.CommitUnknownError
 
 // acquireTimeoutError is returned when the acquire timeout, not the caller,
 // ended the pool wait. It matches ErrAcquireTimeout only: it deliberately does
@@ -87,32 +73,17 @@ func (e *acquireTimeoutError) Is(target error) bool {
 }
 
 // contextError joins the caller's context error to the error that ended the
-// call, so errors.Is(err, ctx.Err()) holds while the database error (57014,
-// say) stays reachable with errors.As.
-type contextError struct {
-	ctxErr error
-	err    error
-}
-
-func (e *contextError) Error() string   { return e.ctxErr.Error() + ": " + e.err.Error() }
-func (e *contextError) Unwrap() []error { return []error{e.ctxErr, e.err} }
+// call ([errs.ContextError]).
+type contextError = errs.ContextError
 
 // withContextErr returns err such that errors.Is(result, ctx.Err()) holds when
 // ctx has ended; it returns err unchanged when it already matches or ctx is
 // live.
-func withContextErr(ctx context.Context, err error) error {
-	ctxErr := ctx.Err()
-	if ctxErr == nil || err == nil || errors.Is(err, ctxErr) {
-		return err
-	}
-	return &contextError{ctxErr: ctxErr, err: err}
-}
+func withContextErr(ctx context.Context, err error) error { return errs.WithContext(ctx, err) }
 
-// invalidArgError is a bad-input error that matches ErrInvalidArgument.
-type invalidArgError struct{ msg string }
-
-func (e *invalidArgError) Error() string        { return "pgtx: " + e.msg }
-func (e *invalidArgError) Is(target error) bool { return target == ErrInvalidArgument }
+// invalidArgError is a bad-input error that matches ErrInvalidArgument
+// ([errs.InvalidArgError]).
+type invalidArgError = errs.InvalidArgError
 
 // nestedError is the error of a call made with a context that is already
 // inside a Transaction of the same pool: the inner transaction would take

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/jackc/pgerrcode"
-	"io"
 	"testing"
 	"time"
 
@@ -40,17 +39,6 @@ func TestNonRetryableKeepsIdentity(t *testing.T) {
 	}
 }
 
-func TestCommitUnknownWrapsOriginal(t *testing.T) {
-	orig := fmt.Errorf("read: %w", io.ErrUnexpectedEOF)
-	err := error(&commitUnknownError{err: orig})
-	if !errors.Is(err, ErrCommitUnknown) || !errors.Is(err, io.ErrUnexpectedEOF) || !errors.Is(err, orig) {
-		t.Errorf("commit-unknown error lost an identity: %v", err)
-	}
-	if errors.Is(ErrCommitUnknown, io.ErrUnexpectedEOF) {
-		t.Errorf("the sentinel itself must not match the cause")
-	}
-}
-
 func TestAcquireTimeoutIsNotTheCallersDeadline(t *testing.T) {
 	err := error(&acquireTimeoutError{timeout: 2 * time.Second})
 	if !errors.Is(err, ErrAcquireTimeout) {
@@ -58,25 +46,6 @@ func TestAcquireTimeoutIsNotTheCallersDeadline(t *testing.T) {
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("an acquire timeout must not claim the caller's deadline passed")
-	}
-}
-
-func TestWithContextErr(t *testing.T) {
-	db := &pgconn.PgError{Code: pgerrcode.QueryCanceled}
-	live := context.Background()
-	if withContextErr(live, db) != error(db) {
-		t.Errorf("a live context must leave the error alone")
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	err := withContextErr(ctx, db)
-	var pgE *pgconn.PgError
-	if !errors.Is(err, context.Canceled) || !errors.As(err, &pgE) || pgE.Code != pgerrcode.QueryCanceled {
-		t.Errorf("want both context.Canceled and the 57014: %v", err)
-	}
-	already := fmt.Errorf("x: %w", context.Canceled)
-	if withContextErr(ctx, already) != already {
-		t.Errorf("an error that already matches must be returned unchanged")
 	}
 }
 

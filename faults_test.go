@@ -133,7 +133,7 @@ func TestContextErrorOnlyWhenItEndedTheCall(t *testing.T) {
 		wantCtx   bool
 		wantClass Class
 	}{
-		{"ambiguous commit", &commitUnknownError{err: pgconn.ErrConnClosed}, false, ClassAmbiguous},
+		{"ambiguous commit", &commitUnknownError{Err: pgconn.ErrConnClosed}, false, ClassAmbiguous},
 		{"unique violation", pgErr("23505"), false, ClassPermanent},
 		{"caller error", errCaller, false, ClassPermanent},
 		{"conflict the loop would retry", pgErr(pgerrcode.SerializationFailure), true, ClassTimeout},

@@ -8,12 +8,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx/internal/acquire"
+	"github.com/pgtx-go/pgtx/internal/connstate"
 )
 
 // installHooks installs on pc, the main pool's config, every hook pgtx
 // needs, each wrapping the caller's own so that it keeps working:
 //
-//   - BuildContextWatcherHandler makes each connection's [connState], whose
+//   - BuildContextWatcherHandler makes each connection's [connstate.State], whose
 //     cancel handler stops a statement on the server when its context ends
 //     (one set on the Config is replaced);
 //   - AfterConnect fills the state in (the backend's identity, the
@@ -52,7 +53,7 @@ func installHooks(pc *pgxpool.Config, c *canceller, q *queue) {
 		userPrepare = func(ctx context.Context, conn *pgx.Conn) (bool, error) { return before(ctx, conn), nil }
 	}
 	pc.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {
-		if st := stateOf(conn.PgConn()); st != nil && st.cancel.Doomed() {
+		if st := connstate.Of(conn.PgConn()); st != nil && st.Cancel.Doomed() {
 			return false, nil
 		}
 		if userPrepare != nil {
@@ -74,11 +75,8 @@ func installHooks(pc *pgxpool.Config, c *canceller, q *queue) {
 	}
 
 	pc.ConnConfig.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
-		st := &connState{}
-		st.cancel.Init(c.c, pgConn, pgConn.Conn())
-		if data := pgConn.CustomData(); data != nil {
-			data[connStateKey] = st
-		}
-		return &st.cancel
+		st := connstate.Attach(pgConn)
+		st.Cancel.Init(c.c, pgConn, pgConn.Conn())
+		return &st.Cancel
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/pgtx-go/pgtx/internal/contention"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 	"github.com/pgtx-go/pgtx/internal/retry"
+	"github.com/pgtx-go/pgtx/internal/txn"
 )
 
 // The defaults of Config, stated on each field.
@@ -217,19 +218,19 @@ func (c *Config) Copy() *Config {
 func (c *Config) validate() error {
 	switch {
 	case c == nil:
-		return &invalidArgError{msg: "nil Config"}
+		return &invalidArgError{Msg: "nil Config"}
 	case c.Config == nil:
-		return &invalidArgError{msg: "Config.Config is nil: create the Config with ParseConfig, or set Config to a *pgxpool.Config from pgxpool.ParseConfig"}
+		return &invalidArgError{Msg: "Config.Config is nil: create the Config with ParseConfig, or set Config to a *pgxpool.Config from pgxpool.ParseConfig"}
 	case c.ConnConfig == nil:
-		return &invalidArgError{msg: "Config.ConnConfig is nil"}
+		return &invalidArgError{Msg: "Config.ConnConfig is nil"}
 	case c.MaxConns < 1:
-		return &invalidArgError{msg: fmt.Sprintf("MaxConns must be at least 1, got %d", c.MaxConns)}
+		return &invalidArgError{Msg: fmt.Sprintf("MaxConns must be at least 1, got %d", c.MaxConns)}
 	case c.MinConns < 0 || c.MinConns > c.MaxConns:
-		return &invalidArgError{msg: fmt.Sprintf("MinConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinConns)}
+		return &invalidArgError{Msg: fmt.Sprintf("MinConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinConns)}
 	case c.MinIdleConns < 0 || c.MinIdleConns > c.MaxConns:
-		return &invalidArgError{msg: fmt.Sprintf("MinIdleConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinIdleConns)}
+		return &invalidArgError{Msg: fmt.Sprintf("MinIdleConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinIdleConns)}
 	case c.CancelMode < CancelModePool || c.CancelMode > CancelModeClose:
-		return &invalidArgError{msg: "unknown " + c.CancelMode.String()}
+		return &invalidArgError{Msg: "unknown " + c.CancelMode.String()}
 	case c.Breaker != nil && c.Breaker.validate() != nil:
 		return c.Breaker.validate()
 	case c.Contention.validate() != nil:
@@ -259,6 +260,7 @@ type Pool struct {
 	contention *contention.Manager // nil: none
 	resolved   resolve.Counters
 	resolver   *resolve.Resolver
+	txn        txn.Settings // what its transactions need of it (txnSettings)
 }
 
 // NewWithConfig creates a [Pool] from cfg. An invalid cfg is an error
@@ -297,7 +299,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		canceller.close()
 		return nil, err
 	}
-	return &Pool{
+	p := &Pool{
 		pool:     pool,
 		cfg:      own,
 		cancel:   canceller,
@@ -317,7 +319,9 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		queue:      q,
 		breaker:    br,
 		contention: newContention(cfg.Contention, realClock{}, int(cfg.MaxConns), defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout), cfg.Tracer),
-	}, nil
+	}
+	p.txn = p.txnSettings()
+	return p, nil
 }
 
 // newPgxpool calls pgxpool.NewWithConfig, turning a panic on a config it
@@ -325,7 +329,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 func newPgxpool(ctx context.Context, pc *pgxpool.Config) (pool *pgxpool.Pool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			pool, err = nil, &invalidArgError{msg: fmt.Sprintf("pgxpool rejected the config: %v", r)}
+			pool, err = nil, &invalidArgError{Msg: fmt.Sprintf("pgxpool rejected the config: %v", r)}
 		}
 	}()
 	return pgxpool.NewWithConfig(ctx, pc)

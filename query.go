@@ -108,7 +108,7 @@ func (b *ctxBatchResults) Tx() pgx.Tx        { return b.br.Tx() }
 
 // errPoolNotOpened is the error of every method of a Pool that New or
 // NewWithConfig did not make (a zero Pool).
-var errPoolNotOpened = &invalidArgError{msg: "the Pool was not created by New or NewWithConfig"}
+var errPoolNotOpened = &invalidArgError{Msg: "the Pool was not created by New or NewWithConfig"}
 
 // errRows is the pgx.Rows (and pgx.Row) of a query that could not start.
 type errRows struct{ err error }

@@ -1,11 +1,8 @@
 package pgtx
 
 import (
-	"context"
-	"errors"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 )
 
@@ -71,48 +68,4 @@ func resolveStats(c *resolve.Counters) ResolveStats {
 		ForgottenCount: c.Forgotten.Load(), UnansweredCount: c.Unanswered.Load(),
 		TerminatedCount: c.Terminated.Load(),
 	}
-}
-
-// resolve asks the server, on a connection the main pool's exhaustion
-// cannot block, what became of transaction id whose COMMIT lost its answer
-// (lost is that error), within ResolveTimeout, on a context the caller's
-// cancellation cannot interrupt (see [resolve.Resolve]): committed →
-// success; aborted → run it again; nothing can tell → ErrCommitUnknown.
-func (p *Pool) resolve(ctx context.Context, id resolve.ID, lost error) (Class, error) {
-	rctx, cancel := context.WithTimeout(uncancellable(ctx), p.settings.resolveTimeout)
-	defer cancel()
-	r := resolve.Resolve(rctx, p.resolver, p.clock, &p.resolved, id, p.settings.resolveTimeout)
-	switch {
-	case r.Status == resolve.Committed:
-		return classNone, nil
-	case r.Status == resolve.Aborted:
-		return ClassConnectionLost, lost
-	case r.Unanswered:
-		return ClassAmbiguous, &commitUnknownError{err: errors.Join(lost, r.Err), why: r.Why}
-	}
-	return ClassAmbiguous, &commitUnknownError{err: lost, why: r.Why}
-}
-
-// notResolvable is the outcome of a lost COMMIT that cannot be asked about
-// (unknown is its ErrCommitUnknown): that error, or, for a transaction that
-// began on a hot standby (where it could change nothing), a rerun.
-func (p *Pool) notResolvable(pgConn *pgconn.PgConn, began beginKind, unknown error) (Class, error) {
-	var cu *commitUnknownError
-	if !errors.As(unknown, &cu) {
-		return ClassAmbiguous, unknown
-	}
-	switch began {
-	case beganInRecovery:
-		if resolve.StillInRecovery(pgConn) {
-			p.resolved.NotApplied.Add(1)
-			return ClassConnectionLost, cu.err
-		}
-		cu.why = "the transaction began on a standby that was promoted while it ran"
-	case beganOnPromoted:
-		cu.why = "the connection was made to a standby since promoted: the server's run was not captured"
-	default:
-		cu.why = "the server cannot be asked: resolution needs pg_xact_status (PostgreSQL 13 or later)"
-	}
-	p.resolved.CountUnknown(resolve.Unsupported)
-	return ClassAmbiguous, cu
 }

@@ -113,7 +113,7 @@ type RetryConfig struct {
 // validate reports a policy that cannot be applied.
 func (p RetryConfig) validate() error {
 	if p.BudgetRatio != p.BudgetRatio || p.BudgetMinPerSecond != p.BudgetMinPerSecond {
-		return &invalidArgError{msg: "Retry: BudgetRatio and BudgetMinPerSecond must be numbers"}
+		return &invalidArgError{Msg: "Retry: BudgetRatio and BudgetMinPerSecond must be numbers"}
 	}
 	return nil
 }
@@ -367,5 +367,5 @@ func pastDeadline(err error) error {
 	if errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	return &contextError{ctxErr: context.DeadlineExceeded, err: err}
+	return &contextError{CtxErr: context.DeadlineExceeded, Err: err}
 }

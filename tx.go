@@ -237,15 +237,15 @@ func TransactionValue[T any](ctx context.Context, pool *Pool, iso Isolation, opt
 func validateCall(ctx context.Context, pool *Pool, iso Isolation, fn func(context.Context, pgx.Tx) error) error {
 	switch {
 	case ctx == nil:
-		return &invalidArgError{msg: "nil context"}
+		return &invalidArgError{Msg: "nil context"}
 	case pool == nil:
-		return &invalidArgError{msg: "nil pool"}
+		return &invalidArgError{Msg: "nil pool"}
 	case pool.pool == nil || pool.queue == nil:
 		return errPoolNotOpened
 	case fn == nil:
-		return &invalidArgError{msg: "nil fn"}
+		return &invalidArgError{Msg: "nil fn"}
 	case !iso.valid():
-		return &invalidArgError{msg: fmt.Sprintf("unknown isolation level %d: use ReadCommitted, RepeatableRead or Serializable", int(iso))}
+		return &invalidArgError{Msg: fmt.Sprintf("unknown isolation level %d: use ReadCommitted, RepeatableRead or Serializable", int(iso))}
 	}
 	if attemptOf(ctx).inside(pool) {
 		return nestedError{}

@@ -3,15 +3,11 @@ package pgtx
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"net"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // testListener accepts TCP connections on 127.0.0.1 and hands each to
@@ -90,71 +86,23 @@ func TestTransactionBadInputSendsNothing(t *testing.T) {
 	}
 }
 
+// TestBeginSQL: the BEGIN statement of each isolation level and flags
+// (its statement_timeout is tested in internal/txn).
 func TestBeginSQL(t *testing.T) {
 	tests := []struct {
-		iso    Isolation
-		opts   Options
-		want   string
-		wantMs int64 // the statement_timeout set; -1: none
+		iso  Isolation
+		opts Options
+		want string
 	}{
-		{ReadCommitted, Options{}, "begin isolation level READ COMMITTED", -1},
-		{RepeatableRead, Options{ReadOnly: true}, "begin isolation level REPEATABLE READ read only", -1},
-		{Serializable, Options{ReadOnly: true, Deferrable: true}, "begin isolation level SERIALIZABLE read only deferrable", -1},
-		{Serializable, Options{StatementTimeout: 1500 * time.Millisecond}, "begin isolation level SERIALIZABLE", 1500},
-		{Serializable, Options{StatementTimeout: 10 * time.Microsecond}, "begin isolation level SERIALIZABLE", 1},
-		{ReadCommitted, Options{StatementTimeout: -1}, "begin isolation level READ COMMITTED", 0},
+		{ReadCommitted, Options{}, "begin isolation level READ COMMITTED"},
+		{RepeatableRead, Options{ReadOnly: true}, "begin isolation level REPEATABLE READ read only"},
+		{Serializable, Options{ReadOnly: true, Deferrable: true}, "begin isolation level SERIALIZABLE read only deferrable"},
+		{Serializable, Options{Deferrable: true}, "begin isolation level SERIALIZABLE deferrable"},
 	}
 	for _, tt := range tests {
-		a := &txAttempt{pool: &Pool{settings: settings{statementTimeout: 5 * time.Second}}, iso: tt.iso, opts: tt.opts}
 		if got := beginSQLs[tt.iso][b2i(tt.opts.ReadOnly)][b2i(tt.opts.Deferrable)]; got != tt.want {
 			t.Errorf("BEGIN of %v %+v = %q, want %q", tt.iso, tt.opts, got, tt.want)
 		}
-		ms, ok := a.statementTimeout(context.Background())
-		if !ok {
-			ms = -1
-		}
-		if ms != tt.wantMs {
-			t.Errorf("statement_timeout of %v %+v = %d, want %d", tt.iso, tt.opts, ms, tt.wantMs)
-		}
-	}
-}
-
-// TestBeginSQLCarriesTheDeadline: with a deadline on ctx, the transaction's
-// statement_timeout is the time left plus the margin, unless the timeout in
-// force (the session's, or the call's) is shorter.
-func TestBeginSQLCarriesTheDeadline(t *testing.T) {
-	tests := []struct {
-		name    string
-		session time.Duration // the session's statement_timeout; 0: none
-		call    time.Duration // Options.StatementTimeout
-		left    time.Duration // time left before the deadline
-		wantMin int64         // the statement_timeout sent, in ms, between wantMin and wantMax; -1: none sent
-		wantMax int64
-	}{
-		{"deadline shorter than the session's", 5 * time.Second, 0, time.Second, 1000, 1100},
-		{"deadline longer than the session's", 5 * time.Second, 0, time.Minute, -1, -1},
-		{"no session timeout", 0, 0, time.Minute, 59000, 60100},
-		{"call's timeout shorter than the deadline", 5 * time.Second, 200 * time.Millisecond, time.Second, 200, 200},
-		{"deadline shorter than the call's", 5 * time.Second, 3 * time.Second, time.Second, 1000, 1100},
-		{"call lifted the limit", 5 * time.Second, -1, 2 * time.Second, 2000, 2100},
-		{"deadline all but passed", 5 * time.Second, 0, -time.Second, 1, 1},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(tt.left))
-			defer cancel()
-			a := &txAttempt{pool: &Pool{settings: settings{statementTimeout: tt.session}}, iso: Serializable, opts: Options{StatementTimeout: tt.call}}
-			ms, ok := a.statementTimeout(ctx)
-			if tt.wantMin < 0 {
-				if ok {
-					t.Errorf("statement_timeout %d ms, want none", ms)
-				}
-				return
-			}
-			if !ok || ms < tt.wantMin || ms > tt.wantMax {
-				t.Errorf("statement_timeout %d ms (set %v), want one in [%d, %d] ms", ms, ok, tt.wantMin, tt.wantMax)
-			}
-		})
 	}
 }
 
@@ -163,70 +111,6 @@ func TestIsolationString(t *testing.T) {
 		if got := iso.String(); got != want {
 			t.Errorf("%d.String() = %q, want %q", int(iso), got, want)
 		}
-	}
-}
-
-// TestStatementTimeoutDoesNotAllocate: working out the timeout of a
-// transaction costs nothing.
-func TestStatementTimeoutDoesNotAllocate(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	a := &txAttempt{pool: &Pool{settings: settings{statementTimeout: 5 * time.Second}}, iso: Serializable}
-	if n := testing.AllocsPerRun(100, func() { _, _ = a.statementTimeout(ctx) }); n != 0 {
-		t.Errorf("statementTimeout allocates %v times", n)
-	}
-}
-
-// errRollbackTag stands for COMMIT answered with the tag ROLLBACK.
-var errRollbackTag = errors.New("ROLLBACK")
-
-// TestCommitClassification: what each answer to COMMIT means (the outcome
-// table of DESIGN.md).
-func TestCommitClassification(t *testing.T) {
-	fatal := func(code, msg string) error {
-		return &pgconn.PgError{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: code, Message: msg}
-	}
-	errorSev := func(code string) error {
-		return &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: code}
-	}
-	tests := []struct {
-		name          string
-		err           error
-		want          Class
-		wantAmbiguous bool
-	}{
-		{"committed", nil, classNone, false},
-		{"commit answered ROLLBACK", errRollbackTag, ClassPermanent, false},
-		{"40001 at commit is a conflict", errorSev("40001"), ClassConflict, false},
-		{"23505 at commit (deferred constraint)", errorSev("23505"), ClassPermanent, false},
-		{"57014 at commit (deferred trigger cancelled)", errorSev("57014"), ClassTimeout, false},
-		{"08007 at commit: transaction_resolution_unknown", errorSev("08007"), ClassAmbiguous, true},
-		{"40003 at commit: statement_completion_unknown", errorSev("40003"), ClassAmbiguous, true},
-		{"conn closed", pgconn.ErrConnClosed, ClassAmbiguous, true},
-		{"EOF", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), ClassAmbiguous, true},
-		{"our commit timeout", fmt.Errorf("timeout: %w", context.DeadlineExceeded), ClassAmbiguous, true},
-		{"FATAL 57P01 during sync-rep wait", fatal("57P01", "terminating connection due to administrator command"), ClassAmbiguous, true},
-		{"ERROR 08006", errorSev("08006"), ClassAmbiguous, true},
-		{"pooler killed the server connection", fatal("08P01", "query timeout"), ClassAmbiguous, true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			tag := pgconn.NewCommandTag("COMMIT")
-			in := tt.err
-			if in == errRollbackTag {
-				tag, in = pgconn.NewCommandTag("ROLLBACK"), nil
-			}
-			class, err := commitOutcome(tag, in)
-			if class != tt.want {
-				t.Errorf("class = %v, want %v", class, tt.want)
-			}
-			if got := errors.Is(err, ErrCommitUnknown); got != tt.wantAmbiguous {
-				t.Errorf("errors.Is(err, ErrCommitUnknown) = %v, want %v (err %v)", got, tt.wantAmbiguous, err)
-			}
-			if in != nil && !errors.Is(err, in) {
-				t.Errorf("err = %v lost the original %v", err, tt.err)
-			}
-		})
 	}
 }
 

@@ -1,51 +1,95 @@
-package pgtx
+package txn
 
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/connstate"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 )
 
-// attemptTx is the pgx.Tx that fn receives: one per attempt. BEGIN is not
+// Tx is the pgx.Tx that fn receives: one per attempt. BEGIN is not
 // sent until fn sends its first statement, and then in the same write
 // (first_write.go); a fn that sends nothing sends nothing. Commit and
-// Rollback are refused: Transaction ends the transaction itself. Once the
-// attempt has ended, every method refuses with [pgx.ErrTxClosed]: the
-// connection is back in the pool, and a statement sent on it would run in
-// another caller's session.
-type attemptTx struct {
-	a       *txAttempt
-	conn    *pgx.Conn
-	pgConn  *pgconn.PgConn
-	ctx     context.Context // the attempt's: BEGIN sent for Conn and LargeObjects runs on it
-	capture capture         // what the first write reads for a resolution
+// Rollback are refused: the root's Transaction ends the transaction itself
+// ([Commit], [Rollback]). Once the attempt has ended ([Tx.End]), every
+// method refuses with [pgx.ErrTxClosed]: the connection is back in the
+// pool, and a statement sent on it would run in another caller's session.
+type Tx struct {
+	s      *Settings
+	conn   *pgx.Conn
+	pgConn *pgconn.PgConn
+	st     *connstate.State // the connection's; nil for one not of a pgtx pool
+	ctx    context.Context  // the attempt's: BEGIN sent for Conn and LargeObjects runs on it
 
-	// begun: BEGIN was sent; beginErr is its error, the attempt's failure
-	// whatever fn does with it. ptx is pgx's transaction, for savepoints
-	// and large objects (pgxTx).
-	begun    bool
+	// beginSQL is the BEGIN statement of the call's isolation level and
+	// flags; timeout is the call's statement_timeout (> 0), none (< 0) or
+	// the session's (0).
+	beginSQL string
+	timeout  time.Duration
+
+	// beginErr is BEGIN's error, the attempt's failure whatever fn does
+	// with it. ptx is pgx's transaction, for savepoints and large objects
+	// (pgxTx).
 	beginErr error
 	ptx      pgx.Tx
 
 	// The transaction's id, when the first write read it (idRead; 0 with
-	// idNull when it had none then), and whether anything sent since may
-	// have given it one (stale), or sent a notification, which takes its
-	// id only at COMMIT (notify).
-	id     resolve.ID
+	// idNull when it had none then).
+	id resolve.ID
+
+	ended string // "Commit" or "Rollback" once fn called it
+
+	// The small fields together, packed in one word: the first attempt's
+	// handle is part of every call's allocation.
+	kind    Kind    // what the transaction can be resolved with
+	capture capture // what the first write reads for a resolution
+	begun   bool    // BEGIN was sent
+	// idRead, idNull: above; stale: anything sent since the id was read
+	// may have given it one; notify: a notification may have been sent,
+	// which takes its id only at COMMIT.
 	idRead bool
 	idNull bool
 	stale  bool
 	notify bool
-
-	ended  string      // "Commit" or "Rollback" once fn called it
 	closed atomic.Bool // the attempt has ended
 }
 
+// Tx is fn's pgx.Tx.
+var _ pgx.Tx = (*Tx)(nil)
+
+// Start readies t for an attempt on conn, in a pool with settings s:
+// beginSQL is the call's BEGIN statement and timeout its
+// Options.StatementTimeout. ctx is the attempt's. t is reused from a
+// previous attempt as new: nothing of that one is kept.
+func (t *Tx) Start(ctx context.Context, conn *pgx.Conn, s *Settings, beginSQL string, timeout time.Duration) {
+	pgConn := conn.PgConn()
+	st := connstate.Of(pgConn)
+	kind, capture := kindOn(s.Resolving, pgConn, st)
+	*t = Tx{s: s, conn: conn, pgConn: pgConn, st: st, ctx: ctx, kind: kind, capture: capture, beginSQL: beginSQL, timeout: timeout}
+	if capture != captureNone {
+		// The server's run as the connection saw it when it was made: a
+		// direct connection's lives as long as its backend (behind a
+		// pooler the id read captures it again).
+		t.id = resolve.ID{System: st.Res.System, Run: st.Res.Run, Flushed: st.Res.Flushed}
+	}
+}
+
+// End ends the attempt: every method of t refuses from now on.
+func (t *Tx) End() { t.closed.Store(true) }
+
+// Begun reports that BEGIN was sent.
+func (t *Tx) Begun() bool { return t.begun }
+
+// BeginErr returns BEGIN's error: the attempt's failure, whatever fn made
+// of it.
+func (t *Tx) BeginErr() error { return t.beginErr }
+
 // Begin starts a pseudo nested transaction (a savepoint), after BEGIN.
-func (t *attemptTx) Begin(ctx context.Context) (pgx.Tx, error) {
+func (t *Tx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err := t.use(ctx); err != nil {
 		return nil, err
 	}
@@ -57,14 +101,14 @@ func (t *attemptTx) Begin(ctx context.Context) (pgx.Tx, error) {
 }
 
 // Commit refuses to commit: Transaction commits when fn returns nil.
-func (t *attemptTx) Commit(context.Context) error { return t.refuse("Commit") }
+func (t *Tx) Commit(context.Context) error { return t.refuse("Commit") }
 
 // Rollback refuses to roll back: Transaction rolls back when fn returns an
 // error.
-func (t *attemptTx) Rollback(context.Context) error { return t.refuse("Rollback") }
+func (t *Tx) Rollback(context.Context) error { return t.refuse("Rollback") }
 
 // CopyFrom runs COPY FROM after BEGIN (a copy cannot share its write).
-func (t *attemptTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+func (t *Tx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
 	if err := t.use(ctx); err != nil {
 		return 0, err
 	}
@@ -72,7 +116,7 @@ func (t *attemptTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns 
 }
 
 // SendBatch sends b; the first statement of the attempt carries BEGIN.
-func (t *attemptTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if t.closed.Load() {
 		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
 	}
@@ -89,7 +133,7 @@ func (t *attemptTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 }
 
 // LargeObjects returns the large objects of the transaction, after BEGIN.
-func (t *attemptTx) LargeObjects() pgx.LargeObjects {
+func (t *Tx) LargeObjects() pgx.LargeObjects {
 	if t.closed.Load() {
 		return closedTx().LargeObjects()
 	}
@@ -101,7 +145,7 @@ func (t *attemptTx) LargeObjects() pgx.LargeObjects {
 }
 
 // Prepare prepares a statement, after BEGIN.
-func (t *attemptTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+func (t *Tx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
 	t.scan(sql)
 	if err := t.use(ctx); err != nil {
 		return nil, err
@@ -110,7 +154,7 @@ func (t *attemptTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stat
 }
 
 // Exec runs a statement; the first of the attempt carries BEGIN.
-func (t *attemptTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if t.closed.Load() {
 		return pgconn.CommandTag{}, pgx.ErrTxClosed
 	}
@@ -131,7 +175,7 @@ func (t *attemptTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 }
 
 // Query runs a query; the first statement of the attempt carries BEGIN.
-func (t *attemptTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if t.closed.Load() {
 		return errRows{pgx.ErrTxClosed}, pgx.ErrTxClosed
 	}
@@ -150,7 +194,7 @@ func (t *attemptTx) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 
 // QueryRow runs a query for one row; the first statement of the attempt
 // carries BEGIN.
-func (t *attemptTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if t.closed.Load() {
 		return errRows{pgx.ErrTxClosed}
 	}
@@ -170,7 +214,7 @@ func (t *attemptTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.R
 // Conn returns the connection, inside the transaction (BEGIN is sent
 // first), or nil once the attempt has ended. What runs on it is not seen by
 // pgtx: the transaction's id is read again at COMMIT, assigning one.
-func (t *attemptTx) Conn() *pgx.Conn {
+func (t *Tx) Conn() *pgx.Conn {
 	if t.closed.Load() {
 		return nil
 	}
@@ -183,7 +227,7 @@ func (t *attemptTx) Conn() *pgx.Conn {
 
 // use refuses a closed attempt's method and sends BEGIN first when it has
 // not been sent.
-func (t *attemptTx) use(ctx context.Context) error {
+func (t *Tx) use(ctx context.Context) error {
 	if t.closed.Load() {
 		return pgx.ErrTxClosed
 	}
@@ -197,7 +241,7 @@ func (t *attemptTx) use(ctx context.Context) error {
 // pgxTx returns pgx's transaction, for what only pgx's can do (savepoints,
 // large objects). After a first statement sent in the simple protocol
 // there is none yet: one is made with a statement that does nothing.
-func (t *attemptTx) pgxTx(ctx context.Context) pgx.Tx {
+func (t *Tx) pgxTx(ctx context.Context) pgx.Tx {
 	if t.ptx == nil {
 		b := &pgx.Batch{}
 		b.BeginTx(pgx.TxOptions{BeginQuery: "select"})
@@ -220,13 +264,13 @@ func closedTx() pgx.Tx {
 // them: every statement so far did, and the transaction has none yet. The
 // read costs no round trip (it goes in the statement's write), and makes
 // the id known before COMMIT is sent from the statement that gives it one.
-func (t *attemptTx) tracking() bool {
+func (t *Tx) tracking() bool {
 	return t.capture != captureNone && t.idRead && t.idNull && !t.stale && !t.notify
 }
 
 // after records a statement sent after the first write: it may give the
 // transaction an id the first write did not see.
-func (t *attemptTx) after() {
+func (t *Tx) after() {
 	if !t.idRead || t.idNull {
 		t.stale = true
 	}
@@ -236,7 +280,7 @@ func (t *attemptTx) after() {
 // such a transaction takes its id only at COMMIT, so COMMIT's write reads
 // it with one assigned. The test is on the text, so a notification sent by
 // a function whose name does not say so is not seen.
-func (t *attemptTx) scan(sql string) {
+func (t *Tx) scan(sql string) {
 	if !t.notify && containsFold(sql, "notify") {
 		t.notify = true
 	}
@@ -276,101 +320,3 @@ func hasQueryOption(args []any) bool {
 	}
 	return false
 }
-
-// savepoint is a pseudo nested transaction of an attempt: pgx's, refusing
-// every method once the attempt has ended.
-type savepoint struct {
-	pgx.Tx
-	t *attemptTx
-}
-
-func (s *savepoint) open(sql string) error {
-	if s.t.closed.Load() {
-		return pgx.ErrTxClosed
-	}
-	s.t.scan(sql)
-	s.t.after()
-	return nil
-}
-
-// Begin starts a savepoint inside this one.
-func (s *savepoint) Begin(ctx context.Context) (pgx.Tx, error) {
-	if err := s.open(""); err != nil {
-		return nil, err
-	}
-	sp, err := s.Tx.Begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &savepoint{Tx: sp, t: s.t}, nil
-}
-
-// Commit releases the savepoint.
-func (s *savepoint) Commit(ctx context.Context) error {
-	if err := s.open(""); err != nil {
-		return err
-	}
-	return s.Tx.Commit(ctx)
-}
-
-// Rollback rolls back to the savepoint.
-func (s *savepoint) Rollback(ctx context.Context) error {
-	if err := s.open(""); err != nil {
-		return err
-	}
-	return s.Tx.Rollback(ctx)
-}
-
-// CopyFrom runs COPY FROM in the savepoint.
-func (s *savepoint) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	if err := s.open(""); err != nil {
-		return 0, err
-	}
-	return s.Tx.CopyFrom(ctx, table, columns, src)
-}
-
-// SendBatch sends b in the savepoint.
-func (s *savepoint) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if err := s.open(""); err != nil {
-		return pgx.FailedBatchResults(b, err)
-	}
-	for _, qq := range b.QueuedQueries {
-		s.t.scan(qq.SQL)
-	}
-	return s.Tx.SendBatch(ctx, b)
-}
-
-// Prepare prepares a statement.
-func (s *savepoint) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if err := s.open(sql); err != nil {
-		return nil, err
-	}
-	return s.Tx.Prepare(ctx, name, sql)
-}
-
-// Exec runs a statement in the savepoint.
-func (s *savepoint) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := s.open(sql); err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	return s.Tx.Exec(ctx, sql, args...)
-}
-
-// Query runs a query in the savepoint.
-func (s *savepoint) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := s.open(sql); err != nil {
-		return errRows{err}, err
-	}
-	return s.Tx.Query(ctx, sql, args...)
-}
-
-// QueryRow runs a query for one row in the savepoint.
-func (s *savepoint) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := s.open(sql); err != nil {
-		return errRows{err}
-	}
-	return s.Tx.QueryRow(ctx, sql, args...)
-}
-
-// Conn returns the connection, or nil once the attempt has ended.
-func (s *savepoint) Conn() *pgx.Conn { return s.t.Conn() }

@@ -1,4 +1,4 @@
-package pgtx
+package txn
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx/internal/classify"
+	"github.com/pgtx-go/pgtx/internal/errs"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 )
 
@@ -22,36 +23,37 @@ import (
 // at COMMIT, so a transaction that may have sent one reads its id with one
 // assigned.
 
-// commit ends t's transaction with COMMIT, on a context the caller's
+// Commit ends t's transaction with COMMIT, on a context the caller's
 // cancellation cannot interrupt (an interrupted COMMIT has an unknown
 // outcome), bounded by CommitTimeout (a deadline on the socket: when it
 // passes, the read fails and pgx closes the connection), and resolves an
-// answer that was lost.
-func (a *txAttempt) commit(ctx context.Context, t *attemptTx, kind beginKind) (Class, error) {
+// answer that was lost. (t's own Commit method is fn's, which refuses.)
+func Commit(ctx context.Context, t *Tx) (classify.Class, error) {
 	if !t.begun {
-		return classNone, nil // fn sent nothing: there is nothing to commit
+		return classify.None, nil // fn sent nothing: there is nothing to commit
 	}
 	pgConn := t.pgConn
-	if pgConn.TxStatus() == 'E' {
+	status := pgConn.TxStatus()
+	send := t.plan(status, t.kind == InRecovery && status != 'E' && resolve.StillInRecovery(pgConn))
+	if send == sendRollback {
 		// A statement failed inside fn, which swallowed the error: COMMIT
 		// would only answer ROLLBACK.
-		a.rollback(ctx, t)
-		return ClassPermanent, pgx.ErrTxCommitRollback
+		Rollback(ctx, t)
+		return classify.Permanent, pgx.ErrTxCommitRollback
 	}
-	readID := kind == beganCaptured && t.idAtCommit()
 	// A transaction that provably wrote nothing changes nothing at
 	// COMMIT: its COMMIT keeps the caller's deadline, as any statement
 	// does, instead of running on past it (a slow server, a partition).
-	changesNothing := (kind == beganCaptured && t.writeFree()) || (kind == beganInRecovery && resolve.StillInRecovery(pgConn))
+	changesNothing := send == sendCommitKeepingDeadline
 	cctx := uncancellable(ctx)
 	if changesNothing {
 		cctx = ctx
 	}
 	nc := pgConn.Conn()
-	_ = nc.SetDeadline(deadlineAfter(a.pool.settings.commitTimeout))
+	_ = nc.SetDeadline(deadlineAfter(t.s.CommitTimeout))
 	var tag pgconn.CommandTag
 	var err error
-	if readID {
+	if send == sendCommitReadingID {
 		tag, err = t.commitReadingID(cctx)
 	} else {
 		tag, err = execTag(cctx, pgConn, "commit")
@@ -60,79 +62,48 @@ func (a *txAttempt) commit(ctx context.Context, t *attemptTx, kind beginKind) (C
 	if changesNothing && err != nil && ctx.Err() != nil {
 		// Cut by the caller's context: committed or not, nothing
 		// changed.
-		a.rollback(ctx, t)
-		return ClassTimeout, withContextErr(ctx, err)
+		Rollback(ctx, t)
+		return classify.Timeout, errs.WithContext(ctx, err)
 	}
 	c, err := commitOutcome(tag, err)
-	if c != ClassAmbiguous {
-		if c != classNone {
-			a.rollback(ctx, t) // a failed id read leaves the transaction open
+	if c != classify.Ambiguous {
+		if c != classify.None {
+			Rollback(ctx, t) // a failed id read leaves the transaction open
 		}
 		return c, err
 	}
-	switch {
-	case kind == beganPlain:
+	cu := err.(*errs.CommitUnknownError)
+	switch t.lost() {
+	case lostUnknown:
 		return c, err
-	case kind != beganCaptured:
-		return a.pool.notResolvable(pgConn, kind, err)
-	}
-	cu := err.(*commitUnknownError)
-	switch {
-	case !t.idRead:
+	case lostNotResolvable:
+		return notResolvable(t.s, pgConn, t.kind, cu)
+	case lostAskBackend:
 		// COMMIT's write left, its id did not arrive. A backend that
 		// still runs the transaction tells its id; once COMMIT has ended
 		// it, nothing can.
-		if xid, ok := a.pool.backendXid(ctx, t); ok {
+		if xid, ok := t.backendXid(ctx); ok {
 			t.id.Xid = xid
-			return a.pool.resolve(ctx, t.id, cu.err)
+			return resolveID(ctx, t.s, t.id, cu.Err)
 		}
-		a.pool.resolved.CountUnknown(resolve.Unanswered)
-		cu.why = "the connection was lost before the transaction's id arrived, and its backend no longer ran it"
+		t.s.Counters.CountUnknown(resolve.Unanswered)
+		cu.Why = "the connection was lost before the transaction's id arrived, and its backend no longer ran it"
 		return c, cu
-	case t.idNull:
+	case lostNotApplied:
 		// The transaction had no id when COMMIT was sent: it wrote
 		// nothing, and sent no notification (whose id is read assigned).
 		// Its COMMIT changed nothing; running it again is harmless.
-		a.pool.resolved.NotApplied.Add(1)
-		return ClassConnectionLost, cu.err
+		t.s.Counters.NotApplied.Add(1)
+		return classify.ConnectionLost, cu.Err
 	}
-	return a.pool.resolve(ctx, t.id, cu.err)
-}
-
-// backendXid finds the id of t's transaction from its backend, on a
-// connection that reaches its backend directly, within half the
-// ResolveTimeout.
-func (p *Pool) backendXid(ctx context.Context, t *attemptTx) (uint64, bool) {
-	st := stateOf(t.pgConn)
-	if t.capture != captureID || st == nil || st.res.BackendStart == 0 {
-		return 0, false
-	}
-	bctx, cancel := context.WithTimeout(uncancellable(ctx), p.settings.resolveTimeout/2)
-	defer cancel()
-	return p.resolver.BackendXid(bctx, t.pgConn.PID(), st.res.BackendStart, func(ctx context.Context) error {
-		return p.clock.Sleep(ctx, resolve.Poll)
-	})
-}
-
-// writeFree reports that the transaction provably has no id at COMMIT:
-// every statement read it after itself, it was NULL, and no notification
-// was sent.
-func (t *attemptTx) writeFree() bool {
-	return t.idRead && t.idNull && !t.stale && !t.notify
-}
-
-// idAtCommit reports that COMMIT's write must read the id: the first write
-// did not read it, or read none and statements since may have given it one,
-// or the transaction may have sent a notification.
-func (t *attemptTx) idAtCommit() bool {
-	return t.notify || !t.idRead || (t.idNull && t.stale)
+	return resolveID(ctx, t.s, t.id, cu.Err)
 }
 
 // commitOutcome classifies COMMIT's answer (tag) or error: COMMIT → none;
 // ROLLBACK (the transaction had failed inside fn, an error fn swallowed) →
 // permanent; a server error that leaves the session alive → its class (the
 // transaction did not commit; 40001 at COMMIT is a conflict); anything else
-// → ambiguous, a *commitUnknownError.
+// → ambiguous, a *errs.CommitUnknownError.
 //
 // pgconn.SafeToRetry is not trusted here: pgx can report a COMMIT that
 // reached a dead connection as pgconn.ErrConnClosed. Any failure without a
@@ -140,24 +111,24 @@ func (t *attemptTx) idAtCommit() bool {
 // FATAL during COMMIT (57P01 while waiting for synchronous replication, a
 // pooler killing the server connection) may come after the commit record
 // was written.
-func commitOutcome(tag pgconn.CommandTag, err error) (Class, error) {
+func commitOutcome(tag pgconn.CommandTag, err error) (classify.Class, error) {
 	switch {
 	case err == nil && tag.String() == "COMMIT":
-		return classNone, nil
+		return classify.None, nil
 	case err == nil:
-		return ClassPermanent, pgx.ErrTxCommitRollback
+		return classify.Permanent, pgx.ErrTxCommitRollback
 	case notCommitted(err):
-		return Classify(err), err
+		return classify.Err(err), err
 	}
-	return ClassAmbiguous, &commitUnknownError{err: err}
+	return classify.Ambiguous, &errs.CommitUnknownError{Err: err}
 }
 
 // commitReadingID sends [select id, Flush, COMMIT, Sync] and reads the id
 // into t as it arrives, before COMMIT's answer.
-func (t *attemptTx) commitReadingID(ctx context.Context) (pgconn.CommandTag, error) {
+func (t *Tx) commitReadingID(ctx context.Context) (pgconn.CommandTag, error) {
 	t.idRead = false
 	p := t.pgConn.StartPipeline(ctx)
-	if st := stateOf(t.pgConn); st != nil && st.stmts.xidPrepared && t.capture == captureID {
+	if t.st != nil && t.st.Stmts.XidPrepared && t.capture == captureID {
 		// Prepared once per connection (PREPARE pgtx_xid): no parse and
 		// plan per transaction.
 		p.SendQueryPrepared(executeXidNames[b2i(t.notify)], nil, nil, nil)
@@ -206,22 +177,19 @@ func isPgError(err error) bool {
 // which then never ran.
 func notCommitted(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (!endsSession(pgErr) || classify.EndedIdle(pgErr))
+	return errors.As(err, &pgErr) && (!classify.EndsSession(pgErr) || classify.EndedIdle(pgErr))
 }
 
-// endsSession reports a server error that ended the session (FATAL or PANIC,
-// or a connection-lost code): at COMMIT its outcome is unknown.
-func endsSession(e *pgconn.PgError) bool { return classify.EndsSession(e) }
-
-// rollback ends t's transaction when it is open, on a context the
+// Rollback ends t's transaction when it is open, on a context the
 // caller's cancellation cannot interrupt, bounded by RollbackTimeout. A
 // connection left in a transaction (the ROLLBACK failed, rows were still
-// open) is discarded by Release.
-func (a *txAttempt) rollback(ctx context.Context, t *attemptTx) {
+// open) is discarded by Release. (t's own Rollback method is fn's, which
+// refuses.)
+func Rollback(ctx context.Context, t *Tx) {
 	if !t.begun {
 		return
 	}
-	rollbackConn(ctx, t.pgConn, a.pool.settings.rollbackTimeout)
+	rollbackConn(ctx, t.pgConn, t.s.RollbackTimeout)
 }
 
 // rollbackConn rolls back the transaction open on pgConn, if any.
@@ -242,14 +210,4 @@ func execTag(ctx context.Context, pgConn *pgconn.PgConn, sql string) (tag pgconn
 		tag, _ = mrr.ResultReader().Close()
 	}
 	return tag, mrr.Close()
-}
-
-// uncancellable returns ctx without its cancellation (values kept, for
-// tracers). A context that cannot be cancelled is returned as is, so pgx does
-// not watch it either.
-func uncancellable(ctx context.Context) context.Context {
-	if ctx.Done() == nil {
-		return ctx
-	}
-	return context.WithoutCancel(ctx)
 }

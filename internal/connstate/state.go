@@ -1,0 +1,47 @@
+package connstate
+
+import (
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/cancel"
+	"github.com/pgtx-go/pgtx/internal/resolve"
+)
+
+// State is everything pgtx keeps per connection of the main pool: how its
+// statements are cancelled and what resolving its lost COMMITs needs. It
+// is made with the connection ([Attach], from BuildContextWatcherHandler),
+// filled in by AfterConnect before the connection is first handed out,
+// and found again with [Of].
+type State struct {
+	// Cancel is the connection's context watcher handler.
+	Cancel cancel.Handler
+	// Res is what resolution needs of the connection's server, captured
+	// when the connection was made ([resolve.Conn.Prepare]).
+	Res resolve.Conn
+	// Tracer is the connection's pgx QueryTracer (nil: none), which sees
+	// fn's first statement as pgx would show it: pgtx sends that one
+	// itself, with BEGIN.
+	Tracer pgx.QueryTracer
+	// Stmts are the statements of its first writes.
+	Stmts Stmts
+}
+
+// key is where a connection's state is kept in PgConn.CustomData.
+const key = "pgtx"
+
+// Attach makes pgConn's state and keeps it in the connection's CustomData
+// (when the connection has one), where [Of] finds it.
+func Attach(pgConn *pgconn.PgConn) *State {
+	st := &State{}
+	if data := pgConn.CustomData(); data != nil {
+		data[key] = st
+	}
+	return st
+}
+
+// Of returns the state pgtx keeps for pgConn, or nil for a connection
+// that is not one of a pgtx pool's.
+func Of(pgConn *pgconn.PgConn) *State {
+	st, _ := pgConn.CustomData()[key].(*State)
+	return st
+}

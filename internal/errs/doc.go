@@ -1,0 +1,4 @@
+// Package errs defines pgtx's sentinel errors and the error types that
+// match them, so that the internal packages that make those errors and the
+// root package that exports the sentinels share one value of each.
+package errs

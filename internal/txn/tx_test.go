@@ -1,0 +1,135 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func TestContainsFold(t *testing.T) {
+	tests := []struct {
+		s    string
+		want bool
+	}{
+		{"notify ch, 'x'", true},
+		{"NOTIFY ch", true},
+		{"select pg_notify('ch', 'x')", true},
+		{"select Pg_Notify('ch', 'x')", true},
+		{"select 1", false},
+		{"", false},
+		{"notif", false},
+		{"insert into notifications values (1)", false}, // "notifi..." is not "notify"
+	}
+	for _, tt := range tests {
+		if got := containsFold(tt.s, "notify"); got != tt.want {
+			t.Errorf("containsFold(%q, notify) = %v, want %v", tt.s, got, tt.want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = containsFold("select pg_notify('a', 'b')", "notify") }); n != 0 {
+		t.Errorf("containsFold allocates %v times", n)
+	}
+}
+
+func TestHasQueryOption(t *testing.T) {
+	tests := []struct {
+		name string
+		args []any
+		want bool
+	}{
+		{"none", nil, false},
+		{"an argument", []any{1}, false},
+		{"an exec mode", []any{pgx.QueryExecModeSimpleProtocol, 1}, true},
+		{"result formats", []any{pgx.QueryResultFormats{1}}, true},
+		{"result formats by oid", []any{pgx.QueryResultFormatsByOID{}}, true},
+		{"named args (a rewriter, which a batch takes)", []any{pgx.NamedArgs{"a": 1}}, false},
+	}
+	for _, tt := range tests {
+		if got := hasQueryOption(tt.args); got != tt.want {
+			t.Errorf("%s: hasQueryOption = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestTracking: the statements after the first write read the id after
+// them while every one did and the transaction has none yet.
+func TestTracking(t *testing.T) {
+	tests := []struct {
+		name                          string
+		capture                       capture
+		idRead, idNull, stale, notify bool
+		want                          bool
+	}{
+		{"no id so far, every statement read it", captureID, true, true, false, false, true},
+		{"behind a pooler", captureIDRun, true, true, false, false, true},
+		{"the pool does not read ids", captureNone, true, true, false, false, false},
+		{"the id is known", captureID, true, false, false, false, false},
+		{"the first write did not read it", captureID, false, false, false, false, false},
+		{"a statement did not read it", captureID, true, true, true, false, false},
+		{"a notification", captureID, true, true, false, true, false},
+	}
+	for _, tt := range tests {
+		tx := &Tx{capture: tt.capture, idRead: tt.idRead, idNull: tt.idNull, stale: tt.stale, notify: tt.notify}
+		if got := tx.tracking(); got != tt.want {
+			t.Errorf("%s: tracking = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestAfterAndScan: what a statement sent after the first write, and a
+// statement's text, tell of the transaction's id.
+func TestAfterAndScan(t *testing.T) {
+	tests := []struct {
+		name            string
+		idRead, idNull  bool
+		sql             string
+		stale, notified bool
+	}{
+		{"id known: nothing changes", true, false, "select 1", false, false},
+		{"no id yet: it may have one now", true, true, "update t set a = 1", true, false},
+		{"id never read", false, false, "select 1", true, false},
+		{"a notification", true, false, "select pg_notify('c', 'x')", false, true},
+	}
+	for _, tt := range tests {
+		tx := &Tx{idRead: tt.idRead, idNull: tt.idNull}
+		tx.scan(tt.sql)
+		tx.after()
+		if tx.stale != tt.stale || tx.notify != tt.notified {
+			t.Errorf("%s: stale %v notify %v, want %v %v", tt.name, tx.stale, tx.notify, tt.stale, tt.notified)
+		}
+	}
+}
+
+// TestClosedTxRefuses: every method of an ended attempt's handle fails
+// with pgx.ErrTxClosed (large objects included, instead of panicking),
+// and sends nothing: the handle has no connection here.
+func TestClosedTxRefuses(t *testing.T) {
+	tx := &Tx{}
+	tx.End()
+	ctx := context.Background()
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"Exec", func() error { _, err := tx.Exec(ctx, "select 1"); return err }},
+		{"Query", func() error { _, err := tx.Query(ctx, "select 1"); return err }},
+		{"QueryRow", func() error { return tx.QueryRow(ctx, "select 1").Scan() }},
+		{"SendBatch", func() error { return tx.SendBatch(ctx, &pgx.Batch{}).Close() }},
+		{"Begin", func() error { _, err := tx.Begin(ctx); return err }},
+		{"Prepare", func() error { _, err := tx.Prepare(ctx, "s", "select 1"); return err }},
+		{"CopyFrom", func() error {
+			_, err := tx.CopyFrom(ctx, pgx.Identifier{"t"}, []string{"a"}, pgx.CopyFromRows(nil))
+			return err
+		}},
+		{"LargeObjects", func() error { lo := tx.LargeObjects(); _, err := lo.Create(ctx, 0); return err }},
+	}
+	for _, c := range calls {
+		if err := c.call(); !errors.Is(err, pgx.ErrTxClosed) {
+			t.Errorf("%s = %v, want pgx.ErrTxClosed", c.name, err)
+		}
+	}
+	if c := tx.Conn(); c != nil {
+		t.Errorf("Conn() = %v, want nil", c)
+	}
+}
