@@ -5,7 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/pgtx-go/pgtx/internal/errs"
 )
 
 // The query methods of Pool are those of pgxpool.Pool with one difference:
@@ -27,7 +27,7 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 // ctx.Err() when the context ended the statement.
 func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if p == nil || p.pool == nil {
-		return errRows{err: errPoolNotOpened}, errPoolNotOpened
+		return errs.NewRows(errPoolNotOpened), errPoolNotOpened
 	}
 	rows, err := p.pool.Query(ctx, sql, args...)
 	if ctx.Done() == nil {
@@ -40,7 +40,7 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 // context ended the statement.
 func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if p == nil || p.pool == nil {
-		return errRows{err: errPoolNotOpened}
+		return errs.NewRows(errPoolNotOpened)
 	}
 	row := p.pool.QueryRow(ctx, sql, args...)
 	if ctx.Done() == nil {
@@ -109,17 +109,3 @@ func (b *ctxBatchResults) Tx() pgx.Tx        { return b.br.Tx() }
 // errPoolNotOpened is the error of every method of a Pool that New or
 // NewWithConfig did not make (a zero Pool).
 var errPoolNotOpened = &invalidArgError{Msg: "the Pool was not created by New or NewWithConfig"}
-
-// errRows is the pgx.Rows (and pgx.Row) of a query that could not start.
-type errRows struct{ err error }
-
-func (r errRows) Close()                                       {}
-func (r errRows) Err() error                                   { return r.err }
-func (r errRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
-func (r errRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
-func (r errRows) Next() bool                                   { return false }
-func (r errRows) Scan(...any) error                            { return r.err }
-func (r errRows) Values() ([]any, error)                       { return nil, r.err }
-func (r errRows) RawValues() [][]byte                          { return nil }
-func (r errRows) Conn() *pgx.Conn                              { return nil }
-func (r errRows) TypeMap() *pgtype.Map                         { return nil }

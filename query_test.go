@@ -62,18 +62,9 @@ func TestQueryMethodsKeepTheContextsError(t *testing.T) {
 	}
 }
 
-// TestErrRows: the rows of a pool that was not opened refuse everything
-// with their error, and hold nothing.
-func TestErrRows(t *testing.T) {
-	r := errRows{err: errPoolNotOpened}
-	if r.Next() || r.Err() != errPoolNotOpened || r.Scan() != errPoolNotOpened || r.Conn() != nil || r.TypeMap() != nil ||
-		r.FieldDescriptions() != nil || r.RawValues() != nil || r.CommandTag().String() != "" {
-		t.Error("errRows holds something")
-	}
-	if _, err := r.Values(); err != errPoolNotOpened {
-		t.Errorf("Values: %v", err)
-	}
-	r.Close()
+// TestPoolNotOpenedRows: the rows of a pool that was not opened answer
+// with its error.
+func TestPoolNotOpenedRows(t *testing.T) {
 	var p Pool
 	if rows, err := p.Query(context.Background(), "select 1"); !errors.Is(err, ErrInvalidArgument) || rows.Err() == nil {
 		t.Errorf("Query on a Pool not opened: %v", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx/internal/classify"
 	"github.com/pgtx-go/pgtx/internal/connstate"
+	"github.com/pgtx-go/pgtx/internal/errs"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 )
 
@@ -172,7 +173,7 @@ func (t *Tx) leanQuery(ctx context.Context, c *connstate.Stmts, sql string, args
 	mrr, err := t.firstLean(ctx, c, sql, args)
 	if err != nil {
 		end(pgconn.CommandTag{}, err)
-		return errRows{err}, err
+		return errs.NewRows(err), err
 	}
 	r := &firstRows{Rows: pgx.RowsFromResultReader(t.conn.TypeMap(), mrr.ResultReader()), conn: t.conn, end: end}
 	r.close = func() error { return t.finishLean(c, mrr, sql, r.Rows.Err()) }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/pgtx-go/pgtx/internal/cancel"
 	"github.com/pgtx-go/pgtx/internal/connstate"
+	"github.com/pgtx-go/pgtx/internal/errs"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 )
 
@@ -178,7 +179,7 @@ func (t *Tx) firstQuery(ctx context.Context, sql string, args []any) (pgx.Rows, 
 	br, err := t.send(ctx, b, skip)
 	if err != nil {
 		end(pgconn.CommandTag{}, err)
-		return errRows{err}, err
+		return errs.NewRows(err), err
 	}
 	rows, err := br.Query()
 	r := &firstRows{Rows: rows, conn: t.conn, close: br.Close, end: end}
@@ -193,7 +194,7 @@ func (t *Tx) firstQuery(ctx context.Context, sql string, args []any) (pgx.Rows, 
 func (t *Tx) firstQueryRow(ctx context.Context, sql string, args []any) pgx.Row {
 	rows, err := t.firstQuery(ctx, sql, args)
 	if err != nil {
-		return errRows{err}
+		return errs.NewRows(err)
 	}
 	return firstRow{rows.(*firstRows)}
 }

@@ -5,7 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/pgtx-go/pgtx/internal/errs"
 )
 
 // savepoint is a pseudo nested transaction of an attempt: pgx's, refusing
@@ -90,7 +90,7 @@ func (s *savepoint) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 // Query runs a query in the savepoint.
 func (s *savepoint) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if err := s.open(sql); err != nil {
-		return errRows{err}, err
+		return errs.NewRows(err), err
 	}
 	return s.Tx.Query(ctx, sql, args...)
 }
@@ -98,24 +98,10 @@ func (s *savepoint) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 // QueryRow runs a query for one row in the savepoint.
 func (s *savepoint) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if err := s.open(sql); err != nil {
-		return errRows{err}
+		return errs.NewRows(err)
 	}
 	return s.Tx.QueryRow(ctx, sql, args...)
 }
 
 // Conn returns the connection, or nil once the attempt has ended.
 func (s *savepoint) Conn() *pgx.Conn { return s.t.Conn() }
-
-// errRows is the pgx.Rows (and pgx.Row) of a query that could not start.
-type errRows struct{ err error }
-
-func (r errRows) Close()                                       {}
-func (r errRows) Err() error                                   { return r.err }
-func (r errRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
-func (r errRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
-func (r errRows) Next() bool                                   { return false }
-func (r errRows) Scan(...any) error                            { return r.err }
-func (r errRows) Values() ([]any, error)                       { return nil, r.err }
-func (r errRows) RawValues() [][]byte                          { return nil }
-func (r errRows) Conn() *pgx.Conn                              { return nil }
-func (r errRows) TypeMap() *pgtype.Map                         { return nil }

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx/internal/connstate"
+	"github.com/pgtx-go/pgtx/internal/errs"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 )
 
@@ -177,7 +178,7 @@ func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandT
 // Query runs a query; the first statement of the attempt carries BEGIN.
 func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if t.closed.Load() {
-		return errRows{pgx.ErrTxClosed}, pgx.ErrTxClosed
+		return errs.NewRows(pgx.ErrTxClosed), pgx.ErrTxClosed
 	}
 	t.scan(sql)
 	if !t.begun || t.tracking() {
@@ -185,7 +186,7 @@ func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, erro
 			return t.firstQuery(ctx, sql, args)
 		}
 		if err := t.beginNow(ctx); err != nil {
-			return errRows{err}, err
+			return errs.NewRows(err), err
 		}
 	}
 	t.after()
@@ -196,7 +197,7 @@ func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, erro
 // carries BEGIN.
 func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if t.closed.Load() {
-		return errRows{pgx.ErrTxClosed}
+		return errs.NewRows(pgx.ErrTxClosed)
 	}
 	t.scan(sql)
 	if !t.begun || t.tracking() {
@@ -204,7 +205,7 @@ func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 			return t.firstQueryRow(ctx, sql, args)
 		}
 		if err := t.beginNow(ctx); err != nil {
-			return errRows{err}
+			return errs.NewRows(err)
 		}
 	}
 	t.after()
