@@ -3,57 +3,37 @@ package pgtx
 import (
 	"context"
 	"errors"
-	"github.com/jackc/pgerrcode"
-	"github.com/pgtx-go/pgtx/internal/retry"
 	"math"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
-func TestRetryBudgetFloor(t *testing.T) {
+// TestRetryBudgetDefaults: the pool's budget is internal/retry's with
+// RetryConfig's defaults applied (ratio 0.2, 10 retries a second, a 10s
+// window), each switched off by a negative value; the budget's arithmetic is
+// tested in internal/retry.
+func TestRetryBudgetDefaults(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	b := newRetryBudget(RetryConfig{}, t0)
-	// A new pool may retry one second's worth of the floor (10) at once...
-	for i := range 10 {
-		if !b.Withdraw(t0) {
-			t.Fatalf("retry %d refused", i+1)
+	tests := []struct {
+		name string
+		cfg  RetryConfig
+		want *retry.Budget
+	}{
+		{"zero: the defaults", RetryConfig{}, retry.NewBudget(0.2, 10, 10*time.Second, t0)},
+		{"set", RetryConfig{BudgetRatio: 0.5, BudgetMinPerSecond: 3, BudgetWindow: time.Minute}, retry.NewBudget(0.5, 3, time.Minute, t0)},
+		{"no floor", RetryConfig{BudgetMinPerSecond: -1}, retry.NewBudget(0.2, 0, 10*time.Second, t0)},
+		{"no window", RetryConfig{BudgetWindow: -1}, retry.NewBudget(0.2, 10, -1, t0)},
+		{"off", RetryConfig{BudgetRatio: -1}, nil},
+	}
+	for _, tt := range tests {
+		if got := newRetryBudget(tt.cfg, t0); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
 		}
-	}
-	if b.Withdraw(t0) {
-		t.Fatal("the 11th retry at once was allowed")
-	}
-	// ...then 10 per second.
-	if !b.Withdraw(t0.Add(100*time.Millisecond)) || b.Withdraw(t0.Add(100*time.Millisecond)) {
-		t.Error("after 100ms exactly one more retry must be allowed")
-	}
-}
-
-func TestRetryBudgetRatio(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	b := newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, t0) // no floor
-	if b.Withdraw(t0) {
-		t.Fatal("no successes, no floor: a retry was allowed")
-	}
-	for range 50 {
-		b.Success(t0)
-	}
-	allowed := 0
-	for b.Withdraw(t0.Add(time.Second)) {
-		allowed++
-	}
-	if allowed != 10 {
-		t.Errorf("50 successes allow %d retries, want 10 (20%%)", allowed)
-	}
-	// The successes leave the window after 10s.
-	for range 50 {
-		b.Success(t0.Add(2 * time.Second))
-	}
-	if !b.Withdraw(t0.Add(11 * time.Second)) {
-		t.Error("successes 9s ago must still count")
-	}
-	if b.Withdraw(t0.Add(13 * time.Second)) {
-		t.Error("successes 11s ago must not count")
 	}
 }
 
@@ -62,9 +42,6 @@ func TestRetryBudgetValidate(t *testing.T) {
 		if err := b.validate(); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%+v: err = %v", b, err)
 		}
-	}
-	if newRetryBudget(RetryConfig{BudgetRatio: -1}, time.Now()) != nil {
-		t.Error("a disabled budget must be nil")
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -202,19 +201,7 @@ func (pc *proxyConn) slow(sql string) error {
 		return nil
 	}
 	pc.p.slowed.Add(1)
-	if err := pc.bw.Flush(); err != nil {
-		return fmt.Errorf("%w: %v", errServerGone, err)
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-pc.done:
-		return errCut
-	case <-pc.p.ctx.Done():
-		return errCut
-	}
+	return pc.hold(d)
 }
 
 // fire is Proxy.fire for a statement of this connection; a stalled

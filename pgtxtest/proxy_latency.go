@@ -80,12 +80,19 @@ func (pc *proxyConn) delay(arrival time.Time) error {
 	if wait <= 0 {
 		return nil
 	}
+	return pc.hold(wait)
+}
+
+// hold flushes what was forwarded so far (once the server is dialled), so
+// it is not held back too, then waits d, or until the connection is cut or
+// the proxy closed.
+func (pc *proxyConn) hold(d time.Duration) error {
 	if pc.bw != nil {
 		if err := pc.bw.Flush(); err != nil {
 			return fmt.Errorf("%w: %v", errServerGone, err)
 		}
 	}
-	t := time.NewTimer(wait)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
