@@ -69,19 +69,20 @@ func TestBouncerWorkload(t *testing.T) {
 				// the cancel pool's connection: as docs/poolers.md says, both
 				// must fit in default_pool_size, or a client waits in
 				// PgBouncer for a server until the acquire that opened it
-				// times out. One more is spare: PgBouncer opens one server
-				// connection at a time per pool (launch_new_connection, in
-				// its src/objects.c), and with the pool exactly full a third
-				// client that logged in with the first two waited past the
-				// 2s AcquireTimeout for its server twice in the Docker pass
-				// (the server in a container, slower to log in to), with 2
-				// of its 3 server connections open.
+				// times out. One more is spare.
 				maxConns, serverConns = 2, 4
 			}
 			direct, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{Mode: mode, DefaultPoolSize: serverConns})
 			admin := directConn(t, direct)
 			mustExec(t, ctx, admin, "create table acct (id int primary key, balance bigint not null)")
 			mustExec(t, ctx, admin, "insert into acct select g, 1000 from generate_series(1, 10) g")
+			// Transfers in both directions deadlock now and then (0 to 3
+			// times in a run), and the server finds each only after
+			// deadlock_timeout, 1s by default, with both of the session
+			// pool's connections held: a call queued behind two of them
+			// waited past the 2s AcquireTimeout. The retry of 40P01 is
+			// what is tested here, not the server's detection delay.
+			mustExec(t, ctx, admin, "do $$ begin execute format('alter database %I set deadlock_timeout = ''50ms''', current_database()); end $$")
 			pool := newPool(t, through, func(c *pgtx.Config) { bouncerSettings(c); c.MaxConns = maxConns })
 			var wg sync.WaitGroup
 			errs := make(chan error, 8*40)
