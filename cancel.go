@@ -15,23 +15,16 @@ type CancelMode int
 const (
 	// CancelModePool (the default) sends pg_cancel_backend(pid) over a small
 	// dedicated cancel pool and waits for its answer before the connection
-	// runs anything else or goes back to the pool. The statement stops on
-	// the server at once (its locks are released now), the call gets 57014
-	// back, and the connection is kept: no reconnect per timeout. The
-	// backend is matched by pid and backend_start, so a recycled pid is
-	// never signalled.
+	// runs anything else or goes back to the pool: the statement stops on
+	// the server at once, and the connection is kept. The backend is matched
+	// by pid and backend_start, so a recycled pid is never signalled.
 	//
 	// The cancel pool's role must be allowed to cancel the main role's
-	// backends (the same role, a member of it, or a member of
-	// pg_signal_backend, which cannot cancel a superuser's) and to see their
-	// backend_start in pg_stat_activity (the same role, a member of it, or
-	// a member of pg_read_all_stats). When it cannot see the identity, or
-	// cannot connect, may not cancel, or is busy, that cancel goes as the
-	// protocol cancel request ([CancelModeProtocol]). So does every cancel of
-	// a connection that does not reach its backend directly: pgtx compares,
-	// when the connection is made, the pid the server reports for the
-	// session with the one the connection was given, and behind a pooler
-	// such as PgBouncer they differ.
+	// backends and to see their backend_start (the same role, a member of
+	// it, or a member of pg_signal_backend and pg_read_all_stats). When it
+	// cannot, or cannot connect, or is busy, and for every connection that
+	// does not reach its backend directly (behind PgBouncer, detected when
+	// the connection is made), the cancel goes as [CancelModeProtocol].
 	CancelModePool CancelMode = iota
 
 	// CancelModeProtocol sends the wire protocol's CancelRequest (on a new

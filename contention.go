@@ -14,29 +14,15 @@ const defaultContentionThreshold = 0.1
 // ([Config].Contention). The zero value is the default: on, with Threshold
 // 0.1.
 //
-// The manager keeps, for every [Options].Label (the empty label is one),
-// the share of attempts that fail with a conflict (40001, 40P01). While it
-// stays at or below Threshold, an attempt pays four atomic additions (a
-// count of those running, and of attempts and commits) and nothing
-// else. Above it, the label's attempts pass through a gate that lets a
-// limited number run at once: the others wait in the client, holding no
-// connection, and are let in oldest call first as running attempts end, so
-// a retry after a conflict runs as soon as the transaction it lost to has
-// finished instead of after a blind pause; a call that lost three times in
-// a row runs alone, so that it commits. The limit is the one that
-// commits most: over each measurement (at least 50 attempts and ten mean
-// attempt times, so that a deadlock found only after deadlock_timeout
-// counts) the gate takes the label's commits per second while its
-// attempts ran, and now and then tries half as many or half as many again,
-// keeping whichever commits more. It starts limiting only after the
-// threshold was passed over 200 attempts, and opens again when its limit
-// is no longer reached, or is the pool's size, and conflicts have fallen.
-//
-// The overload rules of [RetryConfig] (backoff, caps, the budget) are
-// unchanged. A wait at the gate counts against the call's deadline: it ends
-// when an attempt admitted at that point could no longer finish in time (by
-// the label's mean attempt time), and against [Config].AcquireTimeout, as a
-// wait for a connection would.
+// The manager keeps, for every [Options].Label, the share of attempts that
+// fail with a conflict (40001, 40P01). While it stays at or below
+// Threshold, an attempt pays four atomic additions. Above it, the label's
+// attempts pass through a gate that lets as many run at once as commit
+// most: the others wait in the client, holding no connection, oldest call
+// first, and a retry after a conflict runs as soon as the transaction it
+// lost to has finished instead of after a blind pause. A wait at the gate
+// counts against the call's deadline and [Config].AcquireTimeout. The
+// guide docs/hot-rows.md says how the limit is found and measured.
 type ContentionConfig struct {
 	// Threshold is the share of a label's attempts failing with a conflict
 	// above which the gate limits them. Default 0.1; above 1 or not a

@@ -24,58 +24,43 @@ const (
 // Config configures a [Pool]. Every pgtx field follows the package's rule: 0
 // means the default stated on the field, a negative value switches the
 // setting off, and an optional feature is off while nil. The embedded
-// [pgxpool.Config] works as in pgxpool (MaxConns, ConnConfig, hooks...).
-//
-// [ParseConfig] makes a Config from a connection string. A *pgxpool.Config
-// built elsewhere (with a BeforeConnect hook for IAM tokens, a custom TLS
-// configuration or a tracer, say) is adopted as it is:
-//
-//	cfg := &pgtx.Config{Config: poolConfig} // poolConfig from pgxpool.ParseConfig
-//
-// pgxpool requires that its Config come from [pgxpool.ParseConfig];
-// [NewWithConfig] reports one that did not as an error.
+// [pgxpool.Config] works as in pgxpool; it must come from
+// [pgxpool.ParseConfig] (a *pgxpool.Config built elsewhere is adopted as
+// &pgtx.Config{Config: poolConfig}), and [NewWithConfig] reports one that
+// did not as an error.
 type Config struct {
 	*pgxpool.Config
 
 	// AcquireTimeout bounds the wait for a pool connection in
-	// [Transaction]. When it fires while the caller's context is still
-	// live, the call returns an error matching [ErrAcquireTimeout] and does
-	// not retry; when the caller's context ends first, its error wins. A
-	// caller whose deadline comes first pays nothing for the bound. Default
-	// 2s; negative: no bound of its own, only the caller's context.
+	// [Transaction]: the call then returns an error matching
+	// [ErrAcquireTimeout] and does not retry, unless the caller's context
+	// ended first. Default 2s; negative: only the caller's context bounds it.
 	AcquireTimeout time.Duration
 
 	// StatementTimeout is the server's statement_timeout, sent as a session
-	// parameter when each connection starts, so every statement (plain pool
-	// queries too) has a server-side limit at no per-transaction cost. A
-	// statement_timeout given in the connection string (as a parameter, or
-	// as "-c statement_timeout=..." in its options) wins over the default
-	// but not over an explicit value here. Default 5s; negative: no
-	// parameter is sent at all (on the cancel pool either) and the server's
-	// setting applies, as a pooler that refuses startup parameters
-	// (PgBouncer) needs. Rounded up to milliseconds.
+	// parameter when each connection starts, so every statement has a
+	// server-side limit at no per-transaction cost. One given in the
+	// connection string (or its "-c" options) wins over the default, not
+	// over an explicit value here. Default 5s; negative: no parameter is
+	// sent at all, as a pooler that refuses startup parameters (PgBouncer)
+	// needs. Rounded up to milliseconds.
 	StatementTimeout time.Duration
 
 	// IdleInTransactionTimeout is the server's
-	// idle_in_transaction_session_timeout, a session parameter: the server
-	// ends a session left idle inside a transaction (by a caller that died
-	// between statements) after this long. One given in the connection
-	// string wins over the default, as for StatementTimeout. Default 10s;
-	// negative: not sent, the server's setting applies.
+	// idle_in_transaction_session_timeout, sent as StatementTimeout is: the
+	// server ends a session left idle inside a transaction after this long.
+	// Default 10s; negative: not sent.
 	IdleInTransactionTimeout time.Duration
 
-	// CommitTimeout bounds COMMIT. COMMIT runs on a context the caller's
+	// CommitTimeout bounds COMMIT, which runs on a context the caller's
 	// cancellation cannot interrupt (an interrupted COMMIT has an unknown
-	// outcome); this is its own limit. The COMMIT of a transaction that
-	// provably wrote nothing (it has no id, or it ran on a hot standby)
-	// keeps the caller's deadline instead: it changes nothing either way. When it fires, the outcome is
-	// unknown and resolved as any lost COMMIT. Default 5s; negative: no
-	// bound of its own.
+	// outcome). A transaction that provably wrote nothing keeps the
+	// caller's deadline instead. When it fires, the outcome is resolved as
+	// any lost COMMIT. Default 5s; negative: no bound of its own.
 	CommitTimeout time.Duration
 
 	// RollbackTimeout bounds ROLLBACK, which also runs on a context the
-	// caller's cancellation cannot interrupt, so a dead request context
-	// does not cost the pool its connection. If it fires, the connection
+	// caller's cancellation cannot interrupt; if it fires, the connection
 	// is closed. Default 2s; negative: no bound of its own.
 	RollbackTimeout time.Duration
 
@@ -84,27 +69,20 @@ type Config struct {
 	Retry RetryConfig
 
 	// CancelMode is how a running statement is stopped when its context
-	// ends; the zero value is [CancelModePool]. See [CancelMode] for the
-	// trade-offs. pgtx installs its own ConnConfig.BuildContextWatcherHandler
-	// on every connection; one set on the Config is replaced.
+	// ends; the zero value is [CancelModePool]. pgtx installs its own
+	// ConnConfig.BuildContextWatcherHandler, replacing one set here.
 	CancelMode CancelMode
 
-	// CancelGrace bounds a cancellation: if the statement has not returned
-	// this long after its context ended (the cancel was lost, the server is
-	// unreachable, a pooler queues the statement and drops its cancel),
-	// the connection's socket deadline passes, the call returns and the
-	// connection is discarded; so is one whose cancel was not confirmed
-	// finished by then. Default 2s; negative: no bound of its own (the
-	// call waits for the server's answer however long it takes).
+	// CancelGrace bounds a cancellation: if the statement has not returned,
+	// or its cancel was not confirmed finished, this long after its context
+	// ended, the call returns and the connection is discarded. Default 2s;
+	// negative: no bound of its own.
 	CancelGrace time.Duration
 
 	// CancelConnString, when set, is the connection string of the cancel
-	// pool; by default it reaches the main pool's server as the same role,
-	// running the Config's BeforeConnect as the main pool does (so
-	// credentials fetched per connection work there too).
-	// Set it to use a role of its own (a member of pg_signal_backend and
-	// pg_read_all_stats: see [CancelModePool]). It must reach the same
-	// server: backends are matched by pid and backend_start.
+	// pool, for a role of its own (see [CancelModePool]); it must reach the
+	// same server. By default the cancel pool reaches the main pool's server
+	// as the same role, running the Config's BeforeConnect too.
 	CancelConnString string
 
 	// CancelConnectTimeout bounds a connect of the cancel pool, over which
@@ -113,47 +91,24 @@ type Config struct {
 	CancelConnectTimeout time.Duration
 
 	// MaxWaiters bounds the callers of [Transaction] waiting for a
-	// connection: when that many are already in the pool's acquire, the
-	// call fails at once with [ErrQueueFull] instead of joining the queue
-	// (a bulkhead's bounded queue). The bound is hard: a place is reserved
-	// before the wait begins. It counts Transaction's callers only; the
-	// query methods wait unbounded ([Stats].Waiting counts both). Default
-	// and negative: no bound.
+	// connection: when that many already wait, the call fails at once with
+	// [ErrQueueFull] (a bulkhead's bounded queue). The query methods are not
+	// counted. Default and negative: no bound.
 	MaxWaiters int
 
 	// ResolveTimeout bounds the resolution of an ambiguous COMMIT: when the
 	// connection is lost (or the session ends) while COMMIT is in flight,
-	// pgtx asks the server what became of the transaction instead of
-	// returning [ErrCommitUnknown]. Committed means success; aborted means
-	// the whole transaction runs again; a transaction still in progress
-	// (its backend has not noticed its client is gone) has its backend
-	// ended, after which the answer is definitive. Default 5s; negative:
+	// pgtx asks the server, over the cancel pool or a connection made for
+	// it, what became of the transaction instead of returning
+	// [ErrCommitUnknown]. Committed means success; aborted means the whole
+	// transaction runs again; one still in progress has its backend ended
+	// first. The transaction's id is read, at no extra round trip, with the
+	// statements that write; a transaction without one wrote nothing and
+	// runs again. An answer from another system or timeline, a server
+	// without pg_xact_status, or an id that never arrived leaves
+	// [ErrCommitUnknown]; docs/ambiguous-commits.md has every case, and
+	// [Stats].Resolved counts each outcome. Default 5s; negative:
 	// resolution is off, and every lost COMMIT is [ErrCommitUnknown].
-	//
-	// The transaction's id is read without giving it one
-	// (pg_current_xact_id_if_assigned()) in the write of fn's first
-	// statement, and of each statement after it until the transaction has
-	// one, so it is known before COMMIT is sent, at no round trip. A
-	// transaction that writes nothing takes no id and writes no WAL: when
-	// its COMMIT's answer is lost it runs again, which is harmless. What
-	// pgtx does not see (statements on tx.Conn(), in a savepoint, a COPY,
-	// large objects) and a notification (its statements mention NOTIFY or
-	// pg_notify: it takes its id only at COMMIT) make COMMIT's write read
-	// the id, with one given, and a protocol Flush that makes it arrive
-	// before COMMIT runs. When that id never arrived, the backend, while it
-	// still runs the transaction, tells it; after that nothing can, and the
-	// call returns [ErrCommitUnknown].
-	//
-	// The question goes over the cancel pool ([CancelModePool]), whose
-	// connections the main pool's exhaustion cannot hold, or else over a
-	// connection made for it; a question whose server is a different
-	// system or timeline (after a failover, where the id may have been
-	// given to another transaction) is not answered: [ErrCommitUnknown]. A
-	// server without pg_xact_status (PostgreSQL before 13, CockroachDB,
-	// YugabyteDB) is detected when each connection is made; there every
-	// lost COMMIT is [ErrCommitUnknown] and nothing else changes. On a hot
-	// standby, where a transaction can change nothing, no id is read and
-	// a lost COMMIT runs again. [Stats].Resolved counts each outcome.
 	ResolveTimeout time.Duration
 
 	// Breaker, when set, puts a circuit breaker in front of the pool's
@@ -194,7 +149,6 @@ func New(ctx context.Context, connString string) (*Pool, error) {
 	return NewWithConfig(ctx, cfg)
 }
 
-// validate reports a Config NewWithConfig cannot use.
 // Copy returns a deep copy of c: the embedded [pgxpool.Config] copied as
 // its own Copy copies it, and every pgtx field, the Breaker's config
 // included. (pgxpool.Config's Copy, which Config would otherwise promote,
@@ -215,6 +169,7 @@ func (c *Config) Copy() *Config {
 	return &cp
 }
 
+// validate reports a Config NewWithConfig cannot use.
 func (c *Config) validate() error {
 	switch {
 	case c == nil:
@@ -369,11 +324,9 @@ func (p *Pool) Config() *Config {
 	return p.cfg.Copy()
 }
 
-// Pgxpool returns the underlying [pgxpool.Pool]. It bypasses every guarantee
-// of pgtx: a transaction begun on it is not retried, its acquire is not
-// bounded, its COMMIT is not classified or resolved, and a statement it
-// runs is cancelled as the connection's [CancelMode] says but its errors do
-// not match the context's. It is there for what pgtx does not wrap (LISTEN on an acquired connection, say); do not use it for
+// Pgxpool returns the underlying [pgxpool.Pool], for what pgtx does not
+// wrap (LISTEN on an acquired connection, say). It bypasses every guarantee
+// of pgtx but the cancellation of [CancelMode]: do not use it for
 // transactions.
 func (p *Pool) Pgxpool() *pgxpool.Pool {
 	if p == nil {

@@ -33,32 +33,18 @@ type RetryConfig struct {
 
 	// MaxAdaptiveRetries caps the retries after an overload error (53300,
 	// 57P03, a pooler's admission error). Once one has been seen, it caps
-	// every later retry of the call whatever its cause (the retries after
-	// an unavailable server excepted: see UnavailableTimeout): the call's
-	// total retry limit becomes MaxAdaptiveRetries. Default 2; negative:
-	// no overload retries.
+	// every later retry of the call whatever its cause, but those after an
+	// unavailable server. Default 2; negative: no overload retries.
 	MaxAdaptiveRetries int
 
 	// UnavailableTimeout is how long a call keeps retrying a server it
-	// cannot connect to ([ClassUnavailable]: a connection refused, or
-	// reset or closed while connecting, no read-write host while a standby
-	// is promoted), counted from the call's first such error. A failover
-	// or a restart takes seconds, so such a server is retried until it
-	// answers, until the context's deadline or until this bound, whichever
-	// comes first; these retries count against neither MaxRetries nor
-	// MaxAdaptiveRetries, and do not make MaxAdaptiveRetries the cap of the
-	// call's other retries. The pause before the n-th of them is the
-	// overload backoff, jitter * min(MaxBackoff, BaseBackoff * 2^n), n
-	// counted from 1 over the call's unavailable retries, but at most half
-	// the time left before that end, so that the next attempt starts in
-	// time: no call stops early because a full pause would not fit. When
-	// half the time left is under BaseBackoff, the call waits for the end
-	// instead: a deadline ends it with an error matching
-	// context.DeadlineExceeded (the last attempt's error stays reachable),
-	// and at this bound one last attempt is made. The retry budget applies
-	// to these retries too. Default 15s; negative: an unavailable server is
-	// not retried (MaxRetries and MaxAdaptiveRetries do not switch these
-	// retries off).
+	// cannot connect to ([ClassUnavailable]), counted from the call's first
+	// such error: a failover or a restart takes seconds. These retries count
+	// against neither MaxRetries nor MaxAdaptiveRetries; they are paced by
+	// the overload backoff, cut to half the time left before the deadline
+	// or this bound so that the next attempt starts in time, and the retry
+	// budget applies (docs/overload.md). Default 15s; negative: an
+	// unavailable server is not retried.
 	UnavailableTimeout time.Duration
 
 	// Jitter returns a value in [0, 1) that scales every backoff (full
@@ -66,41 +52,31 @@ type RetryConfig struct {
 	// It must be safe for concurrent use.
 	Jitter func() float64
 
-	// BaseBackoff and MaxBackoff shape the overload backoff:
-	// jitter * min(MaxBackoff, BaseBackoff * 2^attempt), attempt counted
-	// from 1 over all retries of the call, as the Client Backpressure
-	// specification of MongoDB's drivers has it (the retries after an
-	// unavailable server are counted apart: see UnavailableTimeout).
-	// Defaults 100ms and 10s; negative: no pause.
+	// BaseBackoff and MaxBackoff shape the overload backoff, the Client
+	// Backpressure specification's jitter * min(MaxBackoff,
+	// BaseBackoff * 2^attempt), attempt counted from 1 over the call's
+	// retries. Defaults 100ms and 10s; negative: no pause.
 	BaseBackoff time.Duration
 	MaxBackoff  time.Duration
 
 	// ConflictBaseBackoff and ConflictMaxBackoff shape the short pause
-	// after a conflict or a lost connection, with the same formula.
-	// Conflicts clear in milliseconds; the jitter keeps two colliding
-	// transactions from colliding again, and the cap lets ten retries
-	// outlast a hot row (bench/RESULTS.md: with a 100ms cap, calls gave up
-	// at 32 workers). Defaults 5ms and 500ms; negative: no pause.
+	// after a conflict or a lost connection, with the same formula: the
+	// jitter keeps two colliding transactions from colliding again.
+	// Defaults 5ms and 500ms; negative: no pause.
 	ConflictBaseBackoff time.Duration
 	ConflictMaxBackoff  time.Duration
 
 	// BudgetRatio, BudgetMinPerSecond and BudgetWindow are the pool's
-	// retry budget. It bounds the overload, unavailable-server
-	// ([ClassUnavailable]) and lost-connection retries of the whole Pool,
-	// so that per-call retries cannot add up to a retry storm when a
-	// database sheds load or is down: over the last BudgetWindow, such
-	// retries may not exceed BudgetRatio times the calls that succeeded,
-	// plus a floor of BudgetMinPerSecond retries per second (a token
-	// bucket holding at most one second's worth, full at the start), so a
-	// quiet or just-started client can still retry. It is the shape of
-	// Finagle's RetryBudget, counted over successes. Conflict retries
-	// (40001, 40P01) are not budgeted: a conflict means someone else
-	// committed, the database is making progress. A refused retry ends the
-	// call with an error matching [ErrRetryBudgetExhausted].
+	// retry budget, so that per-call retries cannot add up to a retry storm
+	// when a database sheds load or is down: over the last BudgetWindow,
+	// overload, unavailable-server and lost-connection retries may not
+	// exceed BudgetRatio times the calls that succeeded, plus a floor of
+	// BudgetMinPerSecond retries per second. Conflict retries are not
+	// budgeted: a conflict means someone else committed. A refused retry
+	// ends the call with an error matching [ErrRetryBudgetExhausted].
 	//
 	// BudgetRatio is the share of recent successful calls that may be
-	// retried. Default 0.2; negative: the budget is off, only the per-call
-	// caps apply.
+	// retried. Default 0.2; negative: the budget is off.
 	BudgetRatio float64
 	// BudgetMinPerSecond is the floor: retries allowed per second whatever
 	// the successes. Default 10; negative: no floor.

@@ -31,16 +31,10 @@ const (
 	// [RetryConfig].MaxAdaptiveRetries times.
 	ClassOverload
 	// ClassUnavailable is a connection that could not be made to a server
-	// that may come back: refused, or reset or closed while connecting (a
-	// server restarting, a pooler not admitting or unable to reach it), or
-	// no read-write host among those named while a standby is promoted. A
-	// failover or a restart takes seconds, so it is retried until the
-	// context's deadline, or [RetryConfig].UnavailableTimeout after the
-	// call's first such error when that comes first, paced by the Client
-	// Backpressure specification's backoff and the retry budget; neither
-	// MaxRetries nor MaxAdaptiveRetries caps these retries, and they do not
-	// make MaxAdaptiveRetries the cap of the call's other retries, as an
-	// overload does.
+	// that may come back: refused, or reset or closed while connecting, or
+	// no read-write host while a standby is promoted. It is retried until
+	// the context's deadline or [RetryConfig].UnavailableTimeout, outside
+	// MaxRetries and MaxAdaptiveRetries.
 	ClassUnavailable
 	// ClassConnectionLost is a connection that died before COMMIT was sent
 	// (08xxx, 57P01, 57P02, reset, EOF, pgconn.ErrConnClosed). Nothing

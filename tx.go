@@ -90,67 +90,36 @@ type Options struct {
 // Transaction runs fn in a transaction on a connection from pool and commits
 // it. It is [TransactionWithOptions] with the zero [Options].
 //
-// On a serialization failure (40001) or deadlock (40P01) the whole
-// transaction runs again — a new BEGIN, fn again, a new COMMIT — after a
-// short jittered pause. On an overload error it backs off exponentially with
-// full jitter; a server it cannot connect to (refused while it restarts, no
-// read-write host while a standby is promoted) is retried the same way until
-// ctx's deadline or [RetryConfig].UnavailableTimeout, whichever comes
-// first. If the connection is lost before COMMIT it runs again on a fresh
-// connection. If the connection is lost while COMMIT is in flight,
-// pgtx asks the server whether it committed ([Config].ResolveTimeout); when
-// nothing can tell, the error matches [ErrCommitUnknown] and fn is not run
-// again. Timeouts (57014, context errors, [ErrAcquireTimeout]) and all other
+// After a serialization failure (40001) or a deadlock (40P01) the whole
+// transaction runs again (a new BEGIN, fn again, a new COMMIT) after a short
+// jittered pause; so it does on a fresh connection when the connection was
+// lost before COMMIT. Overload is retried with exponential backoff and full
+// jitter, and a server that cannot be reached (while it restarts or fails
+// over) until ctx's deadline or [RetryConfig].UnavailableTimeout. When the
+// connection is lost while COMMIT is in flight, pgtx asks the server whether
+// it committed ([Config].ResolveTimeout); when nothing can tell, the error
+// matches [ErrCommitUnknown] and fn is not run again. Timeouts and all other
 // errors end the call. fn must therefore be safe to run more than once:
-// work outside the transaction (an HTTP call, a message) belongs in
-// [AfterCommit]. [Attempt] tells fn which attempt it is.
+// work outside the transaction belongs in [AfterCommit]; [Attempt] tells fn
+// which attempt it is.
 //
-// BEGIN is sent with fn's first statement, in the same write (a copy, a
-// savepoint, Prepare, LargeObjects and Conn send it first, alone); a fn
-// that sends nothing sends nothing, and the call succeeds. A BEGIN that
-// fails fails the attempt, whatever fn does with the error.
+// BEGIN is sent with fn's first statement, in the same write; a fn that
+// sends nothing sends nothing. fn's [pgx.Tx] is of this attempt only: once
+// the attempt has ended, every method refuses with [pgx.ErrTxClosed]. Its
+// Commit and Rollback are refused, since Transaction ends the transaction
+// itself: fn calling them, returning with rows still open, or calling
+// Transaction again on the same pool with the ctx it received, is an error
+// matching [ErrInvalidArgument], and nothing is committed. A COMMIT or
+// ROLLBACK that fn runs as SQL is run by the server as sent; Transaction
+// then returns an error matching ErrInvalidArgument without running fn
+// again (the guide docs/retries.md says what each such statement does).
 //
-// fn receives ctx and a [pgx.Tx] of this attempt only: once the attempt
-// has ended, every method refuses with [pgx.ErrTxClosed] (Conn returns
-// nil), so a tx that fn kept cannot run statements on a connection that
-// is back in the pool. Its Commit and Rollback are refused:
-// Transaction ends the transaction itself. fn calling them, or returning
-// with rows still open, is an error matching [ErrInvalidArgument] that says
-// so, and the transaction is rolled back: nothing is committed; so is
-// calling Transaction again, on the same pool, with the ctx fn received
-// (the error says "nested Transaction" and matches ErrInvalidArgument).
-//
-// A statement that ends the transaction is another matter: the server runs
-// it as sent. A COMMIT or END commits fn's statements before it (rolls
-// them back if the transaction had failed), a ROLLBACK or ABORT discards
-// them, and the statements fn runs after it commit one by one. Transaction
-// sees, when fn returns nil or an error, that the transaction has ended,
-// and returns an error matching [ErrInvalidArgument] that says so and
-// keeps fn's error: it commits and rolls back nothing more, and does not
-// run fn again, which would commit that work twice. What such a COMMIT
-// committed therefore stays committed, although the call returns an
-// error. A BEGIN inside the transaction is a no-op the server warns about.
-// COMMIT AND CHAIN and ROLLBACK AND CHAIN, or a COMMIT followed by a
-// BEGIN, are not seen: they end fn's transaction as COMMIT and ROLLBACK
-// do and open another, which Transaction takes for fn's. It commits that
-// one when fn returns nil; on an error it rolls it back and may run fn
-// again (committing again what the first COMMIT committed); and when
-// COMMIT's answer is lost, the resolution asks about the first
-// transaction, whose "committed" then makes the call return nil although
-// the work after the chain may not have committed. Leave ending the
-// transaction to Transaction.
-//
-// When ctx ends the call (the
-// statement was cancelled, or a retry was due), errors.Is(err, ctx.Err())
-// holds; an unknown COMMIT outcome or fn's own error that merely raced the
-// cancellation keeps its class. If ctx has ended by the time fn returns
-// nil, the transaction is rolled back, not committed. When ctx has a
-// deadline, the server gets it too: the transaction's statement_timeout is
-// the time left (never above the configured one), so the server stops the
-// work even if this process dies. A panic in fn rolls back, releases the
-// connection and propagates unchanged.
-//
-// After more than one attempt, or when a retry was refused, the error is a
+// When ctx ends the call, errors.Is(err, ctx.Err()) holds, and the running
+// statement is cancelled on the server ([CancelMode]); a ctx that has ended
+// by the time fn returns nil rolls the transaction back. A deadline is sent
+// to the server too, as the transaction's statement_timeout. A panic in fn
+// rolls back, releases the connection and propagates unchanged. After more
+// than one attempt, or when a retry was refused, the error is a
 // [*RetryError] that says how many attempts were made and why no more; so
 // is the error of every call that ended on a server it could not connect
 // to, whose message begins "pgtx: the server is unreachable".
