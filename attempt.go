@@ -24,6 +24,7 @@ type txAttempt struct {
 	first            attemptCtx  // the first attempt's context, without an allocation
 	cur              *attemptCtx // the current attempt's
 	firstTx          txn.Tx      // the first attempt's handle, without an allocation
+	loop             retryLoop   // the call's retry loop, here to be its tracer without an allocation
 }
 
 // beginSQLs holds every BEGIN statement, indexed by isolation, read-only and

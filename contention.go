@@ -116,18 +116,6 @@ type waitHistogram struct{ histogram }
 // Observe records a wait of d.
 func (h *waitHistogram) Observe(d time.Duration) { h.observe(d) }
 
-// contentionOutcome is how the contention manager counts an attempt of
-// class c.
-func contentionOutcome(c Class) contention.Outcome {
-	switch c {
-	case classNone:
-		return contention.Committed
-	case ClassConflict:
-		return contention.Conflict
-	}
-	return contention.Failed
-}
-
 // contentionStats returns the state of every label of m, the empty label
 // first.
 func contentionStats(m *contention.Manager) []ContentionStats {

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/pgtx-go/pgtx/internal/contention"
-	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
 // recordingContention records the manager's events.
@@ -49,106 +46,6 @@ func limitingGate(t *testing.T, c clock, tracer TransactionTracer, label string,
 	}
 	g.Done(ctx, a, contention.Committed, mean)
 	return m, g
-}
-
-// limitedLoop is a retry loop on the real clock through a gate that
-// limits to one attempt at once, whose attempts take 50ms on average.
-func limitedLoop(t *testing.T) (*contention.Gate, *retryLoop) {
-	t.Helper()
-	_, g := limitingGate(t, realClock{}, nil, "", 50*time.Millisecond)
-	l := newLoop(RetryConfig{}, realClock{})
-	l.gate = g
-	return g, l
-}
-
-// TestRetryLoopWithTheGate: while the gate limits, a conflict retry does
-// not sleep (the gate orders it); an overload retry still backs off; and a
-// retry the gate cannot admit before the deadline ends the call as a
-// backoff past the deadline would.
-func TestRetryLoopWithTheGate(t *testing.T) {
-	conflict, overload := pgErr("40001"), pgErr("53300")
-	t.Run("no pause after a conflict", func(t *testing.T) {
-		clk := &fakeClock{now: time.Unix(1000, 0)}
-		m, g := limitingGate(t, clk, nil, "", 0)
-		before := m.Stats()[0]
-		l := newLoop(RetryConfig{Jitter: func() float64 { return 0.5 }}, clk)
-		l.gate = g
-		calls := 0
-		if err := l.run(context.Background(), scripted(&calls, conflict, overload)); err != nil {
-			t.Fatal(err)
-		}
-		if want := []time.Duration{0, retry.Backoff(0.5, defaultBaseBackoff, defaultMaxBackoff, 2)}; !slices.Equal(clk.sleeps, want) {
-			t.Errorf("pauses %v, want %v", clk.sleeps, want)
-		}
-		s := m.Stats()[0]
-		if s.Attempts-before.Attempts != 3 || s.Conflicts-before.Conflicts != 1 || s.Commits-before.Commits != 1 || s.Running != 0 {
-			t.Errorf("stats %+v, before the call %+v", s, before)
-		}
-	})
-	t.Run("no refusal for a pause not taken", func(t *testing.T) {
-		// 5ms left, and the pause before the first retry would be 10ms:
-		// alone, the loop stops (the backoff rule); through the gate it
-		// retries at once.
-		deadline := time.Now().Add(time.Hour)
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		defer cancel()
-		for _, limiting := range []bool{false, true} {
-			clk := &fakeClock{now: deadline.Add(-5 * time.Millisecond)}
-			g := newContention(ContentionConfig{}, clk, 4, 0, nil).Gate("")
-			if limiting {
-				_, g = limitingGate(t, clk, nil, "", 0)
-			}
-			l := newLoop(RetryConfig{Jitter: func() float64 { return 1 }}, clk)
-			l.gate = g
-			calls := 0
-			err := l.run(ctx, scripted(&calls, conflict))
-			if want := map[bool]int{false: 1, true: 2}[limiting]; calls != want {
-				t.Errorf("limiting %v: %d attempts (%v), want %d", limiting, calls, err, want)
-			}
-		}
-	})
-	t.Run("the deadline ends the wait", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			g, l := limitedLoop(t)
-			hold, _ := g.Admit(context.Background(), 0, 0)
-			defer g.Done(context.Background(), hold, contention.Committed, time.Millisecond)
-			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Millisecond)
-			defer cancel()
-			calls := 0
-			err := l.run(ctx, scripted(&calls))
-			if calls != 0 || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, contention.ErrAdmissionDeadline) {
-				t.Fatalf("first attempt: %d calls, %v; want none and the deadline error", calls, err)
-			}
-			var re *RetryError
-			if errors.As(err, &re) {
-				t.Errorf("a call refused before its first attempt got %v, want the error itself", err)
-			}
-		})
-	})
-	t.Run("the deadline ends a retry's wait", func(t *testing.T) {
-		synctest.Test(t, func(t *testing.T) {
-			g, l := limitedLoop(t)
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-			defer cancel()
-			other := make(chan contention.Admission, 1)
-			calls := 0
-			err := l.run(ctx, func(context.Context) (Class, error) {
-				calls++
-				// Another call takes the only slot as this attempt ends.
-				go func() {
-					a, _ := g.Admit(context.Background(), -1, 0)
-					other <- a
-				}()
-				synctest.Wait()
-				return ClassConflict, conflict
-			})
-			defer func() { g.Done(context.Background(), <-other, contention.Committed, time.Millisecond) }()
-			var re *RetryError
-			if calls != 1 || !errors.As(err, &re) || re.reason != retry.Deadline || !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("%d calls, %v; want one, and a RetryError for the deadline", calls, err)
-			}
-		})
-	})
 }
 
 // TestContentionSettings: the pool resolves its ContentionConfig, its size,
@@ -222,27 +119,4 @@ func TestContentionTracerAndStats(t *testing.T) {
 		t.Errorf("waits %+v, want the two admissions under the limit", w)
 	}
 	g.Done(ctx, hold, contention.Committed, time.Millisecond)
-}
-
-// TestContentionOutcome: a commit, a conflict and any other failure each
-// count as such at the gate.
-func TestContentionOutcome(t *testing.T) {
-	tests := []struct {
-		class Class
-		want  contention.Outcome
-	}{
-		{classNone, contention.Committed},
-		{ClassConflict, contention.Conflict},
-		{ClassOverload, contention.Failed},
-		{ClassUnavailable, contention.Failed},
-		{ClassConnectionLost, contention.Failed},
-		{ClassAmbiguous, contention.Failed},
-		{ClassTimeout, contention.Failed},
-		{ClassPermanent, contention.Failed},
-	}
-	for _, tt := range tests {
-		if got := contentionOutcome(tt.class); got != tt.want {
-			t.Errorf("contentionOutcome(%v) = %v, want %v", tt.class, got, tt.want)
-		}
-	}
 }

@@ -72,10 +72,6 @@ func (e *acquireTimeoutError) Is(target error) bool {
 	return target == ErrAcquireTimeout
 }
 
-// contextError joins the caller's context error to the error that ended the
-// call ([errs.ContextError]).
-type contextError = errs.ContextError
-
 // withContextErr returns err such that errors.Is(result, ctx.Err()) holds when
 // ctx has ended; it returns err unchanged when it already matches or ctx is
 // live.

@@ -3,7 +3,6 @@ package pgtx
 import (
 	"context"
 	"errors"
-	"fmt"
 	"github.com/jackc/pgerrcode"
 	"net"
 	"os"
@@ -62,24 +61,6 @@ func TestPoolerAndUnavailableClasses(t *testing.T) {
 	}
 }
 
-// TestUnavailableBacksOffAsOverload: a refused connection is retried with
-// the Client Backpressure specification's backoff, past MaxAdaptiveRetries
-// (a restart takes seconds), and is reported under its own class.
-func TestUnavailableBacksOffAsOverload(t *testing.T) {
-	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
-	clk := &fakeClock{now: time.Unix(1000, 0)}
-	l := newLoop(RetryConfig{Jitter: constJitter(1)}, clk)
-	calls := 0
-	err := l.run(context.Background(), scripted(&calls, repeat(refused, 5)...))
-	if calls != 6 || err != nil {
-		t.Fatalf("calls %d, err %v; want success after 6 calls", calls, err)
-	}
-	want := []time.Duration{200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond}
-	if fmt.Sprint(clk.sleeps) != fmt.Sprint(want) {
-		t.Errorf("sleeps %v, want the Client Backpressure specification's %v", clk.sleeps, want)
-	}
-}
-
 // TestBudgetRefusalSaysWhy: the message of a refused retry says that the
 // budget stopped it, and ends with what went wrong.
 func TestBudgetRefusalSaysWhy(t *testing.T) {
@@ -90,35 +71,6 @@ func TestBudgetRefusalSaysWhy(t *testing.T) {
 	}
 	if !errors.Is(err, ErrRetryBudgetExhausted) || !errors.Is(err, cause) {
 		t.Errorf("err %v must match ErrRetryBudgetExhausted and keep the cause", err)
-	}
-}
-
-// TestDisabledClassStaysOffAfterOverload: the Client Backpressure specification's cap replaces the
-// count limit once an overload was seen, but a class the caller switched
-// off is never retried.
-func TestDisabledClassStaysOffAfterOverload(t *testing.T) {
-	overload, conflict := pgErr(pgerrcode.TooManyConnections), pgErr(pgerrcode.SerializationFailure)
-	tests := []struct {
-		name         string
-		maxRetries   int // the loop's resolved conflict cap: 0 is off
-		policy       RetryConfig
-		errs         []error
-		wantAttempts int
-	}{
-		{"conflicts off: a 40001 after an overload ends the call", 0, RetryConfig{}, []error{overload, conflict, conflict}, 2},
-		{"overload off: an overload after a conflict ends the call", 10, RetryConfig{MaxAdaptiveRetries: -1}, []error{conflict, overload, overload}, 2},
-		{"both on: the adaptive cap applies to all", 10, RetryConfig{}, []error{overload, conflict, conflict, conflict}, 3},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			l := newLoop(tt.policy, &fakeClock{now: time.Unix(1000, 0)})
-			l.maxRetries = tt.maxRetries
-			calls := 0
-			_ = l.run(context.Background(), scripted(&calls, tt.errs...))
-			if calls != tt.wantAttempts {
-				t.Errorf("attempts = %d, want %d", calls, tt.wantAttempts)
-			}
-		})
 	}
 }
 

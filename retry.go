@@ -2,9 +2,7 @@ package pgtx
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
-	"syscall"
 	"time"
 
 	"github.com/pgtx-go/pgtx/internal/classify"
@@ -118,46 +116,17 @@ func (p *RetryConfig) decider() retry.Policy {
 	}
 }
 
-// stopWords are the values of [RetryError].Reason; a cap reached says
-// which setting it is instead.
-var stopWords = [...]string{
-	retry.NotRetryable: "not retryable",
-	retry.CapReached:   "MaxRetries",
-	retry.Deadline:     "deadline",
-	retry.BudgetSpent:  "budget",
-	retry.ContextEnded: "context",
-	retry.Unreachable:  "UnavailableTimeout",
-}
+// clock is the time seam of the pool ([retry.Clock]): the real clock in
+// production, a fake in unit tests.
+type clock = retry.Clock
 
-// clock is the time seam of the retry loop: the real clock in production, a
-// fake in unit tests.
-type clock interface {
-	Now() time.Time
-	// Sleep waits d or until ctx ends, and returns ctx.Err() in that case.
-	Sleep(ctx context.Context, d time.Duration) error
-}
+// realClock is the clock of production.
+type realClock = retry.RealClock
 
-type realClock struct{}
-
-func (realClock) Now() time.Time { return time.Now() }
-
-func (realClock) Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// retryLoop runs attempts of one call until one succeeds or the policy ends
-// the call. Each attempt has released its connection (and rolled back) before
-// it returns, so the loop never sleeps holding a connection.
+// retryLoop is the root's side of a call's [retry.Loop]: the call's
+// settings, and its trace as the [TransactionTracer]'s events. A call keeps
+// it in its txAttempt, which is on the heap already, so that handing it to
+// the loop as its tracer costs no allocation.
 type retryLoop struct {
 	policy     *RetryConfig
 	clock      clock
@@ -172,176 +141,50 @@ type retryLoop struct {
 // attemptFunc runs one whole attempt and returns its error and class.
 type attemptFunc func(ctx context.Context) (Class, error)
 
-// endedByContext reports whether the caller's context, having ended, is
-// what ended a call whose attempt failed with class c: the loop would have
-// retried, or the attempt itself timed out. An ambiguous COMMIT or a
-// permanent error that merely raced the cancellation keeps its own class.
-func endedByContext(c Class) bool { return c.Retryable() || c == ClassTimeout }
-
 // run returns nil after a successful attempt, or the last attempt's error,
 // as a *RetryError when the call was retried or a retry was refused. When
 // ctx ended the call, the error matches ctx.Err() as well.
 func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
-	var st retry.State
-	deadline, hasDeadline := ctx.Deadline()
-	callCtx, callStart := ctx, time.Time{}
-	if l.tracer != nil || l.gate != nil {
-		callStart = l.clock.Now()
-	}
+	loop := retry.Loop{Policy: l.policy.decider(), MaxRetries: l.maxRetries, Clock: l.clock,
+		Budget: l.budget, Gate: l.gate, GaveUp: gaveUp}
 	if l.tracer != nil {
-		callCtx = l.tracer.TraceTransactionStart(ctx, TraceTransactionStartData{Label: l.label, Isolation: l.isolation})
+		loop.Tracer = l
 	}
-	n, err, class := 0, error(nil), classNone
-	interrupted := false // the context ended during a backoff
-	for {
-		n++
-		actx, start := callCtx, time.Time{}
-		if l.tracer != nil {
-			start = l.clock.Now()
-			actx = l.tracer.TraceAttemptStart(callCtx, TraceAttemptStartData{Label: l.label, Isolation: l.isolation, Attempt: n})
-		}
-		var t contention.Admission
-		var admitErr error
-		if l.gate != nil {
-			t, admitErr = l.gate.Admit(ctx, callStart.UnixNano(), st.Conflicts)
-		}
-		if admitErr != nil {
-			class, err = ClassTimeout, admitErr
-		} else if t.Held {
-			// Only an attempt the gate limited is timed for it: an open
-			// gate needs no clock.
-			began := l.clock.Now()
-			class, err = attempt(actx)
-			l.gate.Done(actx, t, contentionOutcome(class), l.clock.Now().Sub(began))
-		} else if l.gate != nil {
-			class, err = attempt(actx)
-			l.gate.Done(actx, t, contentionOutcome(class), 0)
-		} else {
-			class, err = attempt(actx)
-		}
-		if class == ClassConflict {
-			st.Conflicts++
-		} else {
-			st.Conflicts = 0
-		}
-		var d retry.Decision
-		switch {
-		case admitErr != nil && ctx.Err() == nil:
-			// The wait at the gate ended (the acquire timeout, or a deadline
-			// no admitted attempt could meet): no retry, as after a backoff
-			// that would end past the deadline.
-			d.Stop = retry.NotRetryable
-			if n > 1 && errors.Is(admitErr, contention.ErrAdmissionDeadline) {
-				d.Stop = retry.Deadline
-			}
-		case err == nil:
-			if l.budget != nil {
-				l.budget.Success(l.clock.Now())
-			}
-		case ctx.Err() != nil:
-			d.Stop = retry.ContextEnded
-			if endedByContext(class) {
-				err = withContextErr(ctx, err)
-			}
-		default:
-			policy := l.policy.decider()
-			d = policy.Next(&st, classify.Class(class), l.maxRetries, l.clock.Now(), deadline, hasDeadline)
-			if d.Stop == retry.ContextEnded {
-				// The deadline passed by the clock, not yet by ctx.
-				err = pastDeadline(err)
-			}
-			if d.Retry && l.budget != nil && retry.Budgeted(classify.Class(class)) && !l.budget.Withdraw(l.clock.Now()) {
-				d = retry.Decision{Stop: retry.BudgetSpent}
-			}
-			if class == ClassConflict && l.gate != nil && l.gate.Limiting() && (d.Retry || d.Stop == retry.Deadline) {
-				// The gate orders the retry: it runs when a slot frees,
-				// that is when a running attempt of the label ends, and
-				// the gate refuses it if it could not finish in time. So
-				// no pause, and no refusal for a pause that is not taken.
-				d = retry.Decision{Retry: true}
-			}
-		}
-		if !d.Retry && err != nil {
-			err = l.gaveUp(err, class, n, d.Stop, &st)
-		}
-		if l.tracer != nil {
-			l.tracer.TraceAttemptEnd(actx, TraceAttemptEndData{
-				Label: l.label, Isolation: l.isolation, Attempt: n,
-				Err: err, Class: class, Duration: l.clock.Now().Sub(start),
-				Retry: d.Retry, Backoff: d.Backoff, AdmissionWait: t.Wait, Limit: t.Limit,
-			})
-		}
-		if !d.Retry {
-			break
-		}
-		// A pause that ended as ctx did ends the call too: an attempt
-		// on a dead context would only replace the error with ctx's.
-		if l.clock.Sleep(ctx, d.Backoff) != nil || ctx.Err() != nil {
-			interrupted = true
-			err = l.gaveUp(withContextErr(ctx, err), class, n, retry.ContextEnded, &st)
-			break
-		}
-	}
-	if l.tracer != nil {
-		endClass := Classify(err)
-		if interrupted {
-			endClass = ClassTimeout
-		}
-		l.tracer.TraceTransactionEnd(callCtx, TraceTransactionEndData{
-			Label: l.label, Isolation: l.isolation, Attempts: n,
-			Err: err, Class: endClass, Duration: l.clock.Now().Sub(callStart),
-		})
-	}
-	return err
+	return loop.Run(ctx, func(ctx context.Context) (classify.Class, error) {
+		c, err := attempt(ctx)
+		return classify.Class(c), err
+	})
 }
 
-// gaveUp returns the error a call that made n attempts ends with: err as it
-// is after a single attempt that nothing would have retried, or that its
-// context ended, else a *RetryError that says how many attempts there were
-// and why no more. A call that ended on an unreachable server always gets
-// a *RetryError, so that its message says so first, whichever way it
-// ended. class is the last attempt's.
-func (l *retryLoop) gaveUp(err error, class Class, n int, why retry.Stop, st *retry.State) error {
-	unreachable := endsUnreachable(class, err)
-	if n == 1 && (why == retry.NotRetryable || why == retry.ContextEnded) && !unreachable {
-		return err
-	}
-	e := &RetryError{Attempts: n, Err: err, reason: why, unreachable: unreachable}
-	switch {
-	case why == retry.CapReached && class == ClassUnavailable:
-		e.limit = "UnavailableTimeout" // switched off: nothing else caps it
-	case why == retry.CapReached && (st.OverloadSeen || (class == ClassOverload && l.policy.MaxAdaptiveRetries == 0)):
-		e.limit, e.cap = "MaxAdaptiveRetries", l.policy.MaxAdaptiveRetries
-	case why == retry.CapReached:
-		e.limit, e.cap = "MaxRetries", l.maxRetries
-	}
-	if why == retry.Unreachable {
-		e.bound = l.policy.UnavailableTimeout
-	}
-	e.Reason = stopWords[why]
-	if e.limit != "" {
-		e.Reason = e.limit
-	}
-	if class == ClassUnavailable && !st.UnavailableSince.IsZero() {
-		e.unreachableFor = l.clock.Now().Sub(st.UnavailableSince)
-	}
-	return e
+// gaveUp is the *RetryError of a call that stopped with err after attempts.
+func gaveUp(err error, attempts int, why retry.Why) error {
+	return &RetryError{Attempts: attempts, Reason: why.Reason, Err: err, reason: why.Stop, limit: why.Limit, cap: why.Cap,
+		unreachable: why.Unreachable, unreachableFor: why.UnreachableFor, bound: why.Bound}
 }
 
-// endsUnreachable reports a last attempt that could not connect to the
-// server: unavailable, or an overload from a connect to several hosts of
-// which one refused the connection (the others answering 57P03 while they
-// shut down or start, say). The caller's first question then is why the
-// server cannot be reached, not which cap was reached.
-func endsUnreachable(class Class, err error) bool {
-	return class == ClassUnavailable || (class == ClassOverload && errors.Is(err, syscall.ECONNREFUSED))
+// CallStart, AttemptStart, AttemptEnd and CallEnd pass the loop's events to
+// the tracer, with the call's label and isolation level.
+func (l *retryLoop) CallStart(ctx context.Context) context.Context {
+	return l.tracer.TraceTransactionStart(ctx, TraceTransactionStartData{Label: l.label, Isolation: l.isolation})
 }
 
-// pastDeadline returns err matching context.DeadlineExceeded, for a call
-// whose deadline the clock saw pass before the context reported it.
-func pastDeadline(err error) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return err
+func (l *retryLoop) AttemptStart(ctx context.Context, n int) context.Context {
+	return l.tracer.TraceAttemptStart(ctx, TraceAttemptStartData{Label: l.label, Isolation: l.isolation, Attempt: n})
+}
+
+func (l *retryLoop) AttemptEnd(ctx context.Context, e retry.AttemptEnd) {
+	l.tracer.TraceAttemptEnd(ctx, TraceAttemptEndData{Label: l.label, Isolation: l.isolation, Attempt: e.Attempt,
+		Err: e.Err, Class: Class(e.Class), Duration: e.Duration, Retry: e.Retry, Backoff: e.Backoff,
+		AdmissionWait: e.Wait, Limit: e.Limit})
+}
+
+// CallEnd reports a call the context ended during a backoff as a timeout:
+// its error is the last attempt's, of whatever class.
+func (l *retryLoop) CallEnd(ctx context.Context, e retry.CallEnd) {
+	class := Classify(e.Err)
+	if e.Interrupted {
+		class = ClassTimeout
 	}
-	return &contextError{CtxErr: context.DeadlineExceeded, Err: err}
+	l.tracer.TraceTransactionEnd(ctx, TraceTransactionEndData{Label: l.label, Isolation: l.isolation,
+		Attempts: e.Attempts, Err: e.Err, Class: class, Duration: e.Duration})
 }

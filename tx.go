@@ -140,7 +140,7 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts
 	a := &txAttempt{pool: pool, iso: iso, opts: opts, fn: fn,
 		uniqueAsConflict: opts.RetryUniqueViolations && iso == Serializable}
 	a.parent = attemptOf(ctx)
-	loop := retryLoop{
+	a.loop = retryLoop{
 		policy:     &pool.settings.retry,
 		clock:      pool.clock,
 		maxRetries: pool.settings.retry.MaxRetries,
@@ -150,17 +150,17 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts
 		isolation:  iso,
 	}
 	if pool.contention != nil {
-		loop.gate = pool.contention.Gate(opts.Label)
+		a.loop.gate = pool.contention.Gate(opts.Label)
 	}
 	if opts.MaxRetries != 0 {
-		loop.maxRetries = defaultOrNone(opts.MaxRetries, 0)
+		a.loop.maxRetries = defaultOrNone(opts.MaxRetries, 0)
 	}
-	loop.policy = opts.retryPolicy(loop.policy)
+	a.loop.policy = opts.retryPolicy(a.loop.policy)
 	var err error
 	if pool.breaker == nil {
-		err = loop.run(ctx, a.run)
+		err = a.loop.run(ctx, a.run)
 	} else {
-		err = pool.breaker.do(ctx, func(ctx context.Context) error { return loop.run(ctx, a.run) })
+		err = pool.breaker.do(ctx, func(ctx context.Context) error { return a.loop.run(ctx, a.run) })
 	}
 	if err == nil {
 		a.cur.afterCommit(ctx)

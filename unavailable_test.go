@@ -225,28 +225,6 @@ func TestUnavailableOutsideTheCaps(t *testing.T) {
 	}
 }
 
-// TestUnavailablePausesCountedApart: the overload and conflict pauses after
-// a restart start again from attempt 1 (the refusals are counted apart), and
-// the refusals' pauses from 1 after conflicts.
-func TestUnavailablePausesCountedApart(t *testing.T) {
-	conflict, overload, refused := pgErr(pgerrcode.SerializationFailure), pgErr(pgerrcode.CannotConnectNow), refusedErr()
-	clk := &fakeClock{now: time.Unix(1000, 0)}
-	calls := 0
-	err := newLoop(RetryConfig{Jitter: constJitter(1), MaxAdaptiveRetries: 5}, clk).
-		run(context.Background(), scripted(&calls, conflict, conflict, refused, refused, refused, overload, conflict))
-	if err != nil || calls != 8 {
-		t.Fatalf("err = %v after %d attempts, want success after 8", err, calls)
-	}
-	want := []time.Duration{
-		ms(10), ms(20), // conflicts: 5ms * 2^1, 2^2
-		ms(200), ms(400), ms(800), // refusals: 100ms * 2^1, 2^2, 2^3
-		ms(800), // overload: retry 3 of the call's counted retries, 100ms * 2^3
-		ms(80)}  // conflict: retry 4, 5ms * 2^4
-	if fmt.Sprint(clk.sleeps) != fmt.Sprint(want) {
-		t.Errorf("sleeps %v, want %v", clk.sleeps, want)
-	}
-}
-
 // TestUnavailableBudget: the pool's retry budget bounds unavailable retries:
 // when it is spent the call ends at once, before its deadline, with an
 // error matching ErrRetryBudgetExhausted that keeps the refusal.
