@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx/internal/cancel"
+	"github.com/pgtx-go/pgtx/internal/params"
 )
 
 // CancelMode is how a statement is stopped when its context ends.
@@ -125,11 +126,11 @@ func cancelPoolConfig(cfg *Config, mainCfg *pgxpool.Config) (*pgxpool.Config, er
 		BeforeConnect:  cfg.BeforeConnect,
 		ConnString:     cfg.CancelConnString,
 		ConnectTimeout: defaultOrNone(cfg.CancelConnectTimeout, defaultCancelConnectTimeout),
-		SessionParams:  askUTF8,
+		SessionParams:  params.AskUTF8,
 		Main:           mainCfg,
 	}
 	if grace := defaultOrNone(cfg.CancelGrace, defaultCancelGrace); cfg.StatementTimeout >= 0 && grace > 0 {
-		s.StatementTimeoutMillis = durationMillis(grace)
+		s.StatementTimeoutMillis = params.Millis(grace)
 	}
 	return cancel.PoolConfig(s)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx/internal/contention"
+	"github.com/pgtx-go/pgtx/internal/params"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 	"github.com/pgtx-go/pgtx/internal/retry"
 	"github.com/pgtx-go/pgtx/internal/txn"
@@ -275,9 +276,9 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}
-	setSessionParam(pc.ConnConfig.RuntimeParams, "statement_timeout", cfg.StatementTimeout, defaultStatementTimeout)
-	setSessionParam(pc.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", cfg.IdleInTransactionTimeout, defaultIdleInTransactionTimeout)
-	askUTF8(pc.ConnConfig.RuntimeParams)
+	params.Set(pc.ConnConfig.RuntimeParams, "statement_timeout", cfg.StatementTimeout, defaultStatementTimeout)
+	params.Set(pc.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", cfg.IdleInTransactionTimeout, defaultIdleInTransactionTimeout)
+	params.AskUTF8(pc.ConnConfig.RuntimeParams)
 
 	q := newQueue(cfg)
 	var br *breaker
@@ -312,7 +313,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 			tracer:           cfg.Tracer,
 			resolveCommits:   resolving,
 			resolveTimeout:   durDefault(cfg.ResolveTimeout, defaultResolveTimeout),
-			statementTimeout: sessionMillis(pc.ConnConfig.RuntimeParams["statement_timeout"]),
+			statementTimeout: params.Duration(pc.ConnConfig.RuntimeParams["statement_timeout"]),
 		},
 		clock:      realClock{},
 		budget:     newRetryBudget(cfg.Retry, time.Now()),
