@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx/internal/cancel"
+	"github.com/pgtx-go/pgtx/internal/histogram"
 	"github.com/pgtx-go/pgtx/internal/params"
 )
 
@@ -83,7 +84,7 @@ type canceller struct {
 	mode    CancelMode
 	resolve bool          // resolution is on: prepare connections for it
 	pool    *pgxpool.Pool // CancelModePool only
-	latency histogram
+	latency histogram.Live
 	tracer  CancelTracer // nil: no events
 }
 
@@ -151,7 +152,7 @@ func (c *canceller) close() {
 // finished records a finished cancellation's latency and reports it to the
 // tracer.
 func (c *canceller) finished(ctx context.Context, r cancel.Result) {
-	c.latency.observe(r.Latency)
+	c.latency.Observe(r.Latency)
 	if c.tracer != nil {
 		c.tracer.TraceCancel(ctx, TraceCancelData{PID: r.PID, Mode: c.mode, Closed: r.Outcome == cancel.Closed, NotFound: r.Outcome == cancel.NotFound,
 			FellBack: r.FellBack, Latency: r.Latency})
@@ -164,6 +165,6 @@ func (c *canceller) stats() CancelStats {
 	return CancelStats{
 		SentCount: n.Sent, SignalledCount: n.Signalled, NotFoundCount: n.NotFound,
 		PoolErrorCount: n.PoolErrors, ProtocolCount: n.Protocol, ClosedCount: n.Closed,
-		Latency: c.latency.snapshot(),
+		Latency: Histogram(c.latency.Snapshot()),
 	}
 }

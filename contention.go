@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/pgtx-go/pgtx/internal/contention"
+	"github.com/pgtx-go/pgtx/internal/histogram"
 )
 
 // defaultContentionThreshold is the default [ContentionConfig].Threshold.
@@ -110,7 +111,7 @@ func newContention(cfg ContentionConfig, c clock, maxConns int, acquireTimeout t
 func contentionSettings(cfg ContentionConfig, c clock, maxConns int, acquireTimeout time.Duration, tracer TransactionTracer) contention.Settings {
 	s := contention.Settings{Clock: c, Threshold: defaultOrNone(cfg.Threshold, defaultContentionThreshold),
 		MaxLimit: max(maxConns, 1), AcquireTimeout: acquireTimeout,
-		NewRecorder: func() contention.Recorder { return new(waitHistogram) }}
+		NewRecorder: func() contention.Recorder { return new(histogram.Live) }}
 	if acquireTimeout > 0 {
 		s.AcquireTimeoutErr = &acquireTimeoutError{timeout: acquireTimeout}
 	}
@@ -122,13 +123,6 @@ func contentionSettings(cfg ContentionConfig, c clock, maxConns int, acquireTime
 	}
 	return s
 }
-
-// waitHistogram is a gate's histogram of the waits, the Wait of its
-// [ContentionStats].
-type waitHistogram struct{ histogram }
-
-// Observe records a wait of d.
-func (h *waitHistogram) Observe(d time.Duration) { h.observe(d) }
 
 // contentionOutcome is how the contention manager counts an attempt of
 // class c.
@@ -151,7 +145,7 @@ func contentionStats(m *contention.Manager) []ContentionStats {
 		out[i] = ContentionStats{Label: s.Label, Limiting: s.Limiting, Limit: s.Limit,
 			Running: s.Running, Waiting: s.Waiting,
 			AttemptCount: s.Attempts, ConflictCount: s.Conflicts, CommitCount: s.Commits,
-			Wait: s.Wait.(*waitHistogram).snapshot()}
+			Wait: Histogram(s.Wait.(*histogram.Live).Snapshot())}
 	}
 	return out
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/pgtx-go/pgtx/internal/contention"
+	"github.com/pgtx-go/pgtx/internal/histogram"
 	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
@@ -218,7 +219,7 @@ func TestContentionTracerAndStats(t *testing.T) {
 		AttemptCount: 201, ConflictCount: 200, CommitCount: 1}); fmt.Sprint(x) != fmt.Sprint(want) {
 		t.Errorf("stats of x %+v, want %+v", x, want)
 	}
-	if w := s[1].Wait; w.Count != 2 || len(w.Bounds) != len(histogramBounds) || len(w.Buckets) != len(histogramBounds)+1 {
+	if w := s[1].Wait; w.Count != 2 || len(w.Bounds) != len(histogram.Bounds) || len(w.Buckets) != len(histogram.Bounds)+1 {
 		t.Errorf("waits %+v, want the two admissions under the limit", w)
 	}
 	g.Done(ctx, hold, contention.Committed, time.Millisecond)

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/pgtx-go/pgtx/internal/acquire"
+	"github.com/pgtx-go/pgtx/internal/histogram"
 )
 
 // ErrQueueFull is matched (errors.Is) by the error [Transaction] returns at
@@ -20,7 +21,7 @@ type queue struct {
 	// installHooks gives the pgxpool.
 	acquire.Queue
 	inflight    acquire.InFlight // attempts holding a connection
-	acquireWait histogram        // Transaction's acquires
+	acquireWait histogram.Live   // Transaction's acquires
 	calls       atomic.Int64     // Transaction calls started
 }
 
