@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx/internal/cancel"
 	"github.com/pgtx-go/pgtx/internal/contention"
+	"github.com/pgtx-go/pgtx/internal/hooks"
 	"github.com/pgtx-go/pgtx/internal/params"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 	"github.com/pgtx-go/pgtx/internal/retry"
@@ -254,7 +256,7 @@ type Pool struct {
 	cfg        *Config // a copy of the Config it was made from
 	settings   settings
 	clock      clock
-	cancel     *canceller
+	cancel     *cancel.Canceller
 	budget     *retry.Budget
 	queue      *queue
 	breaker    *breaker            // nil: none
@@ -290,21 +292,21 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		br = newBreaker(bc, realClock{})
 	}
 	resolving := cfg.ResolveTimeout >= 0 // "resolution on", derived here only
-	canceller, err := newCanceller(ctx, cfg, pc, resolving)
+	canceller, err := newCanceller(ctx, cfg, pc)
 	if err != nil {
 		return nil, err
 	}
-	installHooks(pc, canceller, q)
+	hooks.Install(pc, canceller, &q.Queue, resolving)
 	pool, err := newPgxpool(ctx, pc)
 	if err != nil {
-		canceller.close()
+		canceller.Close()
 		return nil, err
 	}
 	p := &Pool{
 		pool:     pool,
 		cfg:      own,
 		cancel:   canceller,
-		resolver: resolve.NewResolver(durDefault(cfg.ResolveTimeout, defaultResolveTimeout), canceller.pool, cfg.ConnConfig, cfg.BeforeConnect),
+		resolver: resolve.NewResolver(durDefault(cfg.ResolveTimeout, defaultResolveTimeout), canceller.Pool(), cfg.ConnConfig, cfg.BeforeConnect),
 		settings: settings{
 			acquireTimeout:   defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout),
 			commitTimeout:    defaultOrNone(cfg.CommitTimeout, defaultCommitTimeout),
@@ -347,7 +349,7 @@ func (p *Pool) Close() {
 	}
 	p.pool.Close()
 	if p.cancel != nil {
-		p.cancel.close()
+		p.cancel.Close()
 	}
 }
 

@@ -182,8 +182,8 @@ func TestNegativeSwitchesOff(t *testing.T) {
 	t.Cleanup(p.Close)
 	s := p.settings
 	if s.acquireTimeout != 0 || s.commitTimeout != 0 || s.rollbackTimeout != 0 || s.resolveCommits || p.queue.Bounds().MaxWaiters != 0 ||
-		p.cancel.c.Grace() != 0 || p.budget != nil || s.statementTimeout != 0 || p.contention != nil || p.Stats().Contention != nil {
-		t.Errorf("settings %+v, maxWaiters %d, grace %v, budget %v: every one must be off", s, p.queue.Bounds().MaxWaiters, p.cancel.c.Grace(), p.budget)
+		p.cancel.Grace() != 0 || p.budget != nil || s.statementTimeout != 0 || p.contention != nil || p.Stats().Contention != nil {
+		t.Errorf("settings %+v, maxWaiters %d, grace %v, budget %v: every one must be off", s, p.queue.Bounds().MaxWaiters, p.cancel.Grace(), p.budget)
 	}
 	r := s.retry
 	if r.MaxRetries != 0 || r.MaxAdaptiveRetries != 0 || r.UnavailableTimeout != 0 || r.BaseBackoff != 0 || r.ConflictMaxBackoff != 0 {

@@ -18,7 +18,7 @@ var ErrQueueFull = errors.New("pgtx: too many callers waiting for a pool connect
 type queue struct {
 	// Queue bounds Transaction's acquires and counts the waiters on every
 	// path (Transaction and the pool's query methods), through the tracer
-	// installHooks gives the pgxpool.
+	// hooks.Install gives the pgxpool.
 	acquire.Queue
 	inflight    acquire.InFlight // attempts holding a connection
 	acquireWait histogram.Live   // Transaction's acquires

@@ -159,9 +159,9 @@ func (p *Pool) Stats() Stats {
 		s.Breaker = &bs
 	}
 	if p.cancel != nil {
-		s.Cancels = p.cancel.stats()
-		if p.cancel.pool != nil {
-			s.CancelPool = p.cancel.pool.Stat()
+		s.Cancels = cancelStats(p.cancel)
+		if cp := p.cancel.Pool(); cp != nil {
+			s.CancelPool = cp.Stat()
 		}
 	}
 	return s
