@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/pgtx-go/pgtx/internal/contention"
-	"github.com/pgtx-go/pgtx/internal/histogram"
 )
 
 // defaultContentionThreshold is the default [ContentionConfig].Threshold.
@@ -106,12 +105,10 @@ func newContention(cfg ContentionConfig, c clock, maxConns int, acquireTimeout t
 
 // contentionSettings resolves cfg to the manager's settings: the default
 // threshold, the pool's size as the highest limit, the acquire timeout's
-// error, the histogram of the waits, and the tracer's events when it is a
-// [ContentionTracer].
+// error, and the tracer's events when it is a [ContentionTracer].
 func contentionSettings(cfg ContentionConfig, c clock, maxConns int, acquireTimeout time.Duration, tracer TransactionTracer) contention.Settings {
 	s := contention.Settings{Clock: c, Threshold: defaultOrNone(cfg.Threshold, defaultContentionThreshold),
-		MaxLimit: max(maxConns, 1), AcquireTimeout: acquireTimeout,
-		NewRecorder: func() contention.Recorder { return new(histogram.Live) }}
+		MaxLimit: max(maxConns, 1), AcquireTimeout: acquireTimeout}
 	if acquireTimeout > 0 {
 		s.AcquireTimeoutErr = &acquireTimeoutError{timeout: acquireTimeout}
 	}
@@ -145,7 +142,7 @@ func contentionStats(m *contention.Manager) []ContentionStats {
 		out[i] = ContentionStats{Label: s.Label, Limiting: s.Limiting, Limit: s.Limit,
 			Running: s.Running, Waiting: s.Waiting,
 			AttemptCount: s.Attempts, ConflictCount: s.Conflicts, CommitCount: s.Commits,
-			Wait: Histogram(s.Wait.(*histogram.Live).Snapshot())}
+			Wait: Histogram(s.Wait)}
 	}
 	return out
 }
