@@ -283,14 +283,6 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	params.AskUTF8(pc.ConnConfig.RuntimeParams)
 
 	q := newQueue(cfg)
-	var br *breaker
-	if cfg.Breaker != nil {
-		bc := *cfg.Breaker
-		if bt, ok := cfg.Tracer.(BreakerTracer); ok {
-			bc.Tracer = joinBreakerTracers(bc.Tracer, bt)
-		}
-		br = newBreaker(bc, realClock{})
-	}
 	resolving := cfg.ResolveTimeout >= 0 // "resolution on", derived here only
 	canceller, err := newCanceller(ctx, cfg, pc)
 	if err != nil {
@@ -320,7 +312,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		clock:      realClock{},
 		budget:     newRetryBudget(cfg.Retry, time.Now()),
 		queue:      q,
-		breaker:    br,
+		breaker:    newBreaker(cfg.Breaker, cfg.Tracer, realClock{}),
 		contention: newContention(cfg.Contention, realClock{}, int(cfg.MaxConns), defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout), cfg.Tracer),
 	}
 	p.txn = p.txnSettings()
