@@ -18,7 +18,7 @@ func (p *Pool) acquire(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
 	if err == acquire.ErrFull {
 		return nil, time.Time{}, ErrQueueFull
 	}
-	p.queue.acquireWait.observe(waited)
+	p.queue.acquireWait.Observe(waited)
 	if err == acquire.ErrTimeout {
 		err = &acquireTimeoutError{timeout: p.queue.Bounds().Timeout}
 	}

@@ -27,26 +27,6 @@ type txAttempt struct {
 	loop             retryLoop   // the call's retry loop, here to be its tracer without an allocation
 }
 
-// beginSQLs holds every BEGIN statement, indexed by isolation, read-only and
-// deferrable, so that a transaction does not build its own.
-var beginSQLs = func() (s [Serializable + 1][2][2]string) {
-	for iso := ReadCommitted; iso <= Serializable; iso++ {
-		for ro := range 2 {
-			for def := range 2 {
-				q := "begin isolation level " + iso.String()
-				if ro == 1 {
-					q += " read only"
-				}
-				if def == 1 {
-					q += " deferrable"
-				}
-				s[iso][ro][def] = q
-			}
-		}
-	}
-	return s
-}()
-
 // txnSettings resolves what p's transactions need of it, once per pool.
 func (p *Pool) txnSettings() txn.Settings {
 	return txn.Settings{
@@ -110,7 +90,7 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 	if a.attempts > 1 {
 		t = new(txn.Tx)
 	}
-	t.Start(ctx, c, &a.pool.txn, beginSQLs[a.iso][b2i(a.opts.ReadOnly)][b2i(a.opts.Deferrable)], a.opts.StatementTimeout)
+	t.Start(ctx, c, &a.pool.txn, txn.BeginSQL(int(a.iso), a.opts.ReadOnly, a.opts.Deferrable), a.opts.StatementTimeout)
 	done := false
 	defer func() {
 		t.End()

@@ -148,20 +148,31 @@ type BreakerStats struct {
 }
 
 // breaker is the circuit breaker of a Pool: the state machine of
-// internal/breaker, under the name and with the tracer of its
-// [BreakerConfig], judging calls by their [Class].
+// internal/breaker, under the name of its [BreakerConfig] and reporting to
+// its tracers, judging calls by their [Class].
 type breaker struct {
-	name   string
-	tracer BreakerTracer // nil: no one to report to
-	cb     *circuit.Breaker
+	name    string
+	tracers []BreakerTracer // none: no one to report to
+	cb      *circuit.Breaker
 }
 
-// newBreaker returns a closed breaker; cfg has been validated, and its
-// Tracer joined with the pool's.
-func newBreaker(cfg BreakerConfig, clk clock) *breaker {
-	b := &breaker{name: cfg.Name, tracer: cfg.Tracer}
-	s := breakerSettings(cfg)
-	if b.tracer != nil {
+// newBreaker returns the pool's closed breaker, or nil when cfg is nil (it
+// has been validated). It reports to cfg.Tracer and to the pool's tracer
+// when that is a [BreakerTracer]: once to a tracer that is both, and to
+// tracers of a type that cannot be compared as different ones.
+func newBreaker(cfg *BreakerConfig, tracer TransactionTracer, clk clock) *breaker {
+	if cfg == nil {
+		return nil
+	}
+	b := &breaker{name: cfg.Name}
+	pool, _ := tracer.(BreakerTracer)
+	for _, t := range [...]BreakerTracer{cfg.Tracer, pool} {
+		if t != nil && (len(b.tracers) == 0 || !same(b.tracers[0], t)) {
+			b.tracers = append(b.tracers, t)
+		}
+	}
+	s := breakerSettings(*cfg)
+	if len(b.tracers) > 0 {
 		s.OnChange = b.report
 	}
 	b.cb = circuit.New(s, clk)
@@ -228,29 +239,20 @@ func (b *breaker) stats() BreakerStats {
 	}
 }
 
-// report hands a state change to the tracer.
+// report hands a state change to the tracers.
 func (b *breaker) report(ctx context.Context, c circuit.Change) {
-	b.tracer.TraceBreakerStateChange(ctx, TraceBreakerStateChangeData{
+	d := TraceBreakerStateChangeData{
 		Name: b.name, From: breakerState(c.From), To: breakerState(c.To), Reason: c.Reason,
 		Calls: c.Calls, Failures: c.Failures, Slow: c.Slow,
-	})
+	}
+	for _, t := range b.tracers {
+		t.TraceBreakerStateChange(ctx, d)
+	}
 }
 
 // breakerState converts a state of the state machine: the two enums list
 // the states in the same order (TestBreakerStatesMatch).
 func breakerState(s circuit.State) BreakerState { return BreakerState(s) }
-
-// joinBreakerTracers returns a tracer reporting to both a and b; either may
-// be nil.
-func joinBreakerTracers(a, b BreakerTracer) BreakerTracer {
-	switch {
-	case a == nil:
-		return b
-	case b == nil || same(a, b):
-		return a
-	}
-	return breakerTracers{a, b}
-}
 
 // same reports whether two tracers are the same value; tracers of a type
 // that cannot be compared are taken as different.
@@ -261,11 +263,4 @@ func same(a, b BreakerTracer) (eq bool) {
 		}
 	}()
 	return a == b
-}
-
-type breakerTracers [2]BreakerTracer
-
-func (t breakerTracers) TraceBreakerStateChange(ctx context.Context, data TraceBreakerStateChangeData) {
-	t[0].TraceBreakerStateChange(ctx, data)
-	t[1].TraceBreakerStateChange(ctx, data)
 }

@@ -122,7 +122,7 @@ func TestBreakerStatesMatch(t *testing.T) {
 func TestBreakerWiring(t *testing.T) {
 	rec := &stateRecorder{}
 	clk := &fakeClock{now: time.Unix(1000, 0)}
-	b := newBreaker(BreakerConfig{Name: "replica", ConsecutiveFailures: 2, Tracer: rec}, clk)
+	b := newBreaker(&BreakerConfig{Name: "replica", ConsecutiveFailures: 2, Tracer: rec}, nil, clk)
 	ctx := context.Background()
 	for _, err := range []error{errLost, errTimeout} {
 		if got := b.do(ctx, func(context.Context) error { clk.now = clk.now.Add(time.Millisecond); return err }); got != err {
@@ -211,23 +211,50 @@ func (f funcBreakerTracer) TraceBreakerStateChange(ctx context.Context, d TraceB
 	f(ctx, d)
 }
 
+// poolBreakerTracer is a pool's Config.Tracer that is a BreakerTracer.
+type poolBreakerTracer struct {
+	TransactionTracer
+	BreakerTracer
+}
+
 // TestBreakerReportsToBothTracers: the breaker's own tracer and the pool's
 // Config.Tracer (when it is a BreakerTracer) both receive a change, once
-// each, also when they are the same tracer or cannot be compared.
+// each; a tracer that is both receives it once, and two that cannot be
+// compared are taken as two. A pool without a BreakerConfig has no
+// breaker.
 func TestBreakerReportsToBothTracers(t *testing.T) {
-	var a, b int
-	ta := funcBreakerTracer(func(context.Context, TraceBreakerStateChangeData) { a++ })
-	tb := &stateRecorder{}
-	j := joinBreakerTracers(ta, tb)
-	j.TraceBreakerStateChange(context.Background(), TraceBreakerStateChangeData{To: BreakerOpen})
-	b = len(tb.changes)
-	if a != 1 || b != 1 {
-		t.Errorf("a %d, b %d: want one change each", a, b)
+	var calls int
+	fn := funcBreakerTracer(func(context.Context, TraceBreakerStateChangeData) { calls++ })
+	both := &struct {
+		recordingTracer
+		stateRecorder
+	}{}
+	rec := &stateRecorder{}
+	tests := []struct {
+		name      string
+		own       BreakerTracer
+		pool      TransactionTracer
+		wantRec   int // changes rec or both received
+		wantCalls int // fn's
+	}{
+		{"its own and the pool's", fn, poolBreakerTracer{BreakerTracer: rec}, 1, 1},
+		{"its own only", rec, &recordingTracer{}, 1, 0},
+		{"the pool's only", nil, poolBreakerTracer{BreakerTracer: rec}, 1, 0},
+		{"none", nil, &recordingTracer{}, 0, 0},
+		{"one that is both", both, both, 1, 0},
+		{"two that cannot be compared", poolBreakerTracer{BreakerTracer: fn}, poolBreakerTracer{BreakerTracer: fn}, 0, 2},
 	}
-	if j := joinBreakerTracers(tb, tb); j != BreakerTracer(tb) {
-		t.Errorf("the same tracer twice must be reported to once")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			calls, rec.changes, both.changes = 0, nil, nil
+			b := newBreaker(&BreakerConfig{Tracer: tt.own}, tt.pool, &fakeClock{})
+			b.report(context.Background(), circuit.Change{To: circuit.Open})
+			if got := len(rec.changes) + len(both.changes); got != tt.wantRec || calls != tt.wantCalls {
+				t.Errorf("%d changes recorded, %d calls; want %d, %d", got, calls, tt.wantRec, tt.wantCalls)
+			}
+		})
 	}
-	if joinBreakerTracers(nil, tb) != BreakerTracer(tb) || joinBreakerTracers(tb, nil) != BreakerTracer(tb) {
-		t.Errorf("a nil tracer must be left out")
+	if b := newBreaker(nil, both, &fakeClock{}); b != nil {
+		t.Error("a breaker without a BreakerConfig")
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx/internal/cancel"
+	"github.com/pgtx-go/pgtx/internal/params"
 )
 
 // CancelMode is how a statement is stopped when its context ends.
@@ -67,95 +68,63 @@ const (
 	defaultCancelConnectTimeout = time.Second
 )
 
-// canceller is the pool-wide state of cancellation: internal/cancel's
-// Canceller with the cancel pool it owns, the latency histogram of
-// [CancelStats], and the pool's [CancelTracer].
-type canceller struct {
-	c       *cancel.Canceller
-	mode    CancelMode
-	resolve bool          // resolution is on: prepare connections for it
-	pool    *pgxpool.Pool // CancelModePool only
-	latency histogram
-	tracer  CancelTracer // nil: no events
-}
-
-// newCanceller builds the canceller for a main pool config. It opens the
-// cancel pool (lazily connecting, one connection kept warm) in
-// CancelModePool. resolve says that the pool resolves lost COMMITs, so
-// its connections capture what that needs when they are made.
-func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config, resolve bool) (*canceller, error) {
-	c := &canceller{mode: cfg.CancelMode, resolve: resolve}
-	c.tracer, _ = cfg.Tracer.(CancelTracer)
+// newCanceller opens the pool's [cancel.Canceller] for a main pool config
+// ([cancel.Open]): in CancelModePool with its cancel pool (lazily
+// connecting, one connection kept warm). The pool's [CancelTracer], if
+// any, receives every finished cancellation.
+func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config) (*cancel.Canceller, error) {
 	s := cancel.Settings{
 		Mode:         cancelMode(cfg.CancelMode),
 		Grace:        defaultOrNone(cfg.CancelGrace, defaultCancelGrace),
 		DefaultGrace: defaultCancelGrace,
-		Finished:     c.finished,
+		Finished:     cancelTracing(cfg.Tracer, cfg.CancelMode),
 	}
-	if c.mode == CancelModePool {
-		cp, err := cancelPoolConfig(cfg, mainCfg)
-		if err != nil {
-			return nil, err
-		}
-		if c.pool, err = newPgxpool(ctx, cp); err != nil {
-			return nil, fmt.Errorf("pgtx: cancel pool: %w", err)
-		}
-		s.Pool = cancel.PgxPool(c.pool)
-	}
-	c.c = cancel.New(s, realClock{})
-	return c, nil
+	return cancel.Open(ctx, s, cancelPoolSettings(cfg, mainCfg), realClock{})
 }
 
-// cancelPoolConfig derives the cancel pool's config from the main one
-// ([cancel.PoolConfig]), from the caller's ConnConfig (before pgtx
-// installed its handler) or CancelConnString. Its sessions get a
-// statement_timeout of the grace, unless Config.StatementTimeout is
-// negative (which also tells pgtx to send no startup parameter a pooler
-// would refuse).
-func cancelPoolConfig(cfg *Config, mainCfg *pgxpool.Config) (*pgxpool.Config, error) {
+// cancelPoolSettings resolves the cancel pool's settings
+// ([cancel.PoolConfig]): the caller's ConnConfig (before pgtx installed
+// its handler) or CancelConnString. Its sessions get a statement_timeout
+// of the grace, unless Config.StatementTimeout is negative (which also
+// tells pgtx to send no startup parameter a pooler would refuse).
+func cancelPoolSettings(cfg *Config, mainCfg *pgxpool.Config) cancel.PoolSettings {
 	s := cancel.PoolSettings{
 		ConnConfig:     cfg.ConnConfig,
 		BeforeConnect:  cfg.BeforeConnect,
 		ConnString:     cfg.CancelConnString,
 		ConnectTimeout: defaultOrNone(cfg.CancelConnectTimeout, defaultCancelConnectTimeout),
-		SessionParams:  askUTF8,
+		SessionParams:  params.AskUTF8,
 		Main:           mainCfg,
 	}
 	if grace := defaultOrNone(cfg.CancelGrace, defaultCancelGrace); cfg.StatementTimeout >= 0 && grace > 0 {
-		s.StatementTimeoutMillis = durationMillis(grace)
+		s.StatementTimeoutMillis = params.Millis(grace)
 	}
-	return cancel.PoolConfig(s)
+	return s
 }
 
 // cancelMode converts a mode to internal/cancel's: the two enums list the
 // modes in the same order (TestCancelModesMatch).
 func cancelMode(m CancelMode) cancel.Mode { return cancel.Mode(m) }
 
-// close waits for in-flight cancels (each bounded by the grace), then closes
-// the cancel pool.
-func (c *canceller) close() {
-	c.c.Wait()
-	if c.pool != nil {
-		c.pool.Close()
+// cancelTracing returns what reports a finished cancellation of mode m to
+// tracer, or nil when tracer is not a [CancelTracer].
+func cancelTracing(tracer TransactionTracer, m CancelMode) func(context.Context, cancel.Result) {
+	ct, ok := tracer.(CancelTracer)
+	if !ok {
+		return nil
 	}
-}
-
-// finished records a finished cancellation's latency and reports it to the
-// tracer.
-func (c *canceller) finished(ctx context.Context, r cancel.Result) {
-	c.latency.observe(r.Latency)
-	if c.tracer != nil {
-		c.tracer.TraceCancel(ctx, TraceCancelData{PID: r.PID, Mode: c.mode, Closed: r.Outcome == cancel.Closed, NotFound: r.Outcome == cancel.NotFound,
+	return func(ctx context.Context, r cancel.Result) {
+		ct.TraceCancel(ctx, TraceCancelData{PID: r.PID, Mode: m, Closed: r.Outcome == cancel.Closed, NotFound: r.Outcome == cancel.NotFound,
 			FellBack: r.FellBack, Latency: r.Latency})
 	}
 }
 
-// stats returns a snapshot of the cancellation counters.
-func (c *canceller) stats() CancelStats {
-	n := c.c.Counts()
+// cancelStats returns a snapshot of c's counters.
+func cancelStats(c *cancel.Canceller) CancelStats {
+	n := c.Counts()
 	return CancelStats{
 		SentCount: n.Sent, SignalledCount: n.Signalled, NotFoundCount: n.NotFound,
 		PoolErrorCount: n.PoolErrors, ProtocolCount: n.Protocol, ClosedCount: n.Closed,
-		Latency: c.latency.snapshot(),
+		Latency: Histogram(c.Latency()),
 	}
 }

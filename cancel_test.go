@@ -26,18 +26,12 @@ type cancelRecorder struct {
 
 func (r *cancelRecorder) TraceCancel(_ context.Context, d TraceCancelData) { r.got = append(r.got, d) }
 
-// TestCancellerReports: a finished cancellation reaches the CancelTracer as
-// TraceCancelData, in the pool's mode, and its latency the Stats.
-func TestCancellerReports(t *testing.T) {
+// TestCancelTracing: a finished cancellation reaches the CancelTracer as
+// TraceCancelData, in the pool's mode; a tracer that is not one gets
+// nothing. (internal/cancel counts the cancellation and its latency.)
+func TestCancelTracing(t *testing.T) {
 	rec := &cancelRecorder{}
-	cfg := mustParse(t, unreachableDSN)
-	cfg.CancelMode = CancelModeProtocol // no cancel pool to open
-	cfg.Tracer = rec
-	c, err := newCanceller(context.Background(), cfg, cfg.Config, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.close)
+	finished := cancelTracing(rec, CancelModeProtocol)
 	tests := []struct {
 		r    cancel.Result
 		want TraceCancelData
@@ -52,13 +46,36 @@ func TestCancellerReports(t *testing.T) {
 			TraceCancelData{PID: 9, Mode: CancelModeProtocol, Closed: true, FellBack: true, Latency: 3 * time.Millisecond}},
 	}
 	for i, tt := range tests {
-		c.finished(context.Background(), tt.r)
+		finished(context.Background(), tt.r)
 		if len(rec.got) != i+1 || rec.got[i] != tt.want {
 			t.Fatalf("%+v: traced %+v, want %+v", tt.r, rec.got, tt.want)
 		}
 	}
-	if s := c.stats(); s.Latency.Count != int64(len(tests)) || s.Latency.Max != 3*time.Millisecond {
-		t.Errorf("latency %+v, want %d observations up to 3ms", s.Latency, len(tests))
+	if cancelTracing(&recordingTracer{}, CancelModePool) != nil || cancelTracing(nil, CancelModePool) != nil {
+		t.Error("a tracer that is not a CancelTracer must get no cancellations")
+	}
+}
+
+// TestCancelStats: the canceller's counters and latencies reach Stats, and
+// CancelModePool's cancel pool too.
+func TestCancelStats(t *testing.T) {
+	for _, mode := range []CancelMode{CancelModePool, CancelModeProtocol, CancelModeClose} {
+		cfg := mustParse(t, unreachableDSN)
+		cfg.CancelMode = mode
+		p, err := NewWithConfig(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := p.Stats()
+		c := s.Cancels
+		if c.SentCount+c.SignalledCount+c.NotFoundCount+c.PoolErrorCount+c.ProtocolCount+c.ClosedCount != 0 ||
+			c.Latency.Count != 0 || len(c.Latency.Bounds) == 0 || len(c.Latency.Buckets) != len(c.Latency.Bounds)+1 {
+			t.Errorf("%v: cancels %+v, want none, in an empty histogram", mode, s.Cancels)
+		}
+		if (s.CancelPool != nil) != (mode == CancelModePool) {
+			t.Errorf("%v: cancel pool stats %v, want them in CancelModePool only", mode, s.CancelPool)
+		}
+		p.Close()
 	}
 }
 
@@ -84,7 +101,7 @@ func TestCancelPoolSettings(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := mustParse(t, unreachableDSN)
 			tt.set(cfg)
-			cp, err := cancelPoolConfig(cfg, cfg.Config)
+			cp, err := cancel.PoolConfig(cancelPoolSettings(cfg, cfg.Config))
 			if err != nil {
 				t.Fatal(err)
 			}

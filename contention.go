@@ -91,12 +91,10 @@ func newContention(cfg ContentionConfig, c clock, maxConns int, acquireTimeout t
 
 // contentionSettings resolves cfg to the manager's settings: the default
 // threshold, the pool's size as the highest limit, the acquire timeout's
-// error, the histogram of the waits, and the tracer's events when it is a
-// [ContentionTracer].
+// error, and the tracer's events when it is a [ContentionTracer].
 func contentionSettings(cfg ContentionConfig, c clock, maxConns int, acquireTimeout time.Duration, tracer TransactionTracer) contention.Settings {
 	s := contention.Settings{Clock: c, Threshold: defaultOrNone(cfg.Threshold, defaultContentionThreshold),
-		MaxLimit: max(maxConns, 1), AcquireTimeout: acquireTimeout,
-		NewRecorder: func() contention.Recorder { return new(waitHistogram) }}
+		MaxLimit: max(maxConns, 1), AcquireTimeout: acquireTimeout}
 	if acquireTimeout > 0 {
 		s.AcquireTimeoutErr = &acquireTimeoutError{timeout: acquireTimeout}
 	}
@@ -109,13 +107,6 @@ func contentionSettings(cfg ContentionConfig, c clock, maxConns int, acquireTime
 	return s
 }
 
-// waitHistogram is a gate's histogram of the waits, the Wait of its
-// [ContentionStats].
-type waitHistogram struct{ histogram }
-
-// Observe records a wait of d.
-func (h *waitHistogram) Observe(d time.Duration) { h.observe(d) }
-
 // contentionStats returns the state of every label of m, the empty label
 // first.
 func contentionStats(m *contention.Manager) []ContentionStats {
@@ -125,7 +116,7 @@ func contentionStats(m *contention.Manager) []ContentionStats {
 		out[i] = ContentionStats{Label: s.Label, Limiting: s.Limiting, Limit: s.Limit,
 			Running: s.Running, Waiting: s.Waiting,
 			AttemptCount: s.Attempts, ConflictCount: s.Conflicts, CommitCount: s.Commits,
-			Wait: s.Wait.(*waitHistogram).snapshot()}
+			Wait: Histogram(s.Wait)}
 	}
 	return out
 }

@@ -6,7 +6,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx/internal/cancel"
 	"github.com/pgtx-go/pgtx/internal/contention"
+	"github.com/pgtx-go/pgtx/internal/hooks"
+	"github.com/pgtx-go/pgtx/internal/params"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 	"github.com/pgtx-go/pgtx/internal/retry"
 	"github.com/pgtx-go/pgtx/internal/txn"
@@ -208,7 +211,7 @@ type Pool struct {
 	cfg        *Config // a copy of the Config it was made from
 	settings   settings
 	clock      clock
-	cancel     *canceller
+	cancel     *cancel.Canceller
 	budget     *retry.Budget
 	queue      *queue
 	breaker    *breaker            // nil: none
@@ -230,35 +233,27 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}
 	}
-	setSessionParam(pc.ConnConfig.RuntimeParams, "statement_timeout", cfg.StatementTimeout, defaultStatementTimeout)
-	setSessionParam(pc.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", cfg.IdleInTransactionTimeout, defaultIdleInTransactionTimeout)
-	askUTF8(pc.ConnConfig.RuntimeParams)
+	params.Set(pc.ConnConfig.RuntimeParams, "statement_timeout", cfg.StatementTimeout, defaultStatementTimeout)
+	params.Set(pc.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", cfg.IdleInTransactionTimeout, defaultIdleInTransactionTimeout)
+	params.AskUTF8(pc.ConnConfig.RuntimeParams)
 
 	q := newQueue(cfg)
-	var br *breaker
-	if cfg.Breaker != nil {
-		bc := *cfg.Breaker
-		if bt, ok := cfg.Tracer.(BreakerTracer); ok {
-			bc.Tracer = joinBreakerTracers(bc.Tracer, bt)
-		}
-		br = newBreaker(bc, realClock{})
-	}
 	resolving := cfg.ResolveTimeout >= 0 // "resolution on", derived here only
-	canceller, err := newCanceller(ctx, cfg, pc, resolving)
+	canceller, err := newCanceller(ctx, cfg, pc)
 	if err != nil {
 		return nil, err
 	}
-	installHooks(pc, canceller, q)
+	hooks.Install(pc, canceller, &q.Queue, resolving)
 	pool, err := newPgxpool(ctx, pc)
 	if err != nil {
-		canceller.close()
+		canceller.Close()
 		return nil, err
 	}
 	p := &Pool{
 		pool:     pool,
 		cfg:      own,
 		cancel:   canceller,
-		resolver: resolve.NewResolver(durDefault(cfg.ResolveTimeout, defaultResolveTimeout), canceller.pool, cfg.ConnConfig, cfg.BeforeConnect),
+		resolver: resolve.NewResolver(durDefault(cfg.ResolveTimeout, defaultResolveTimeout), canceller.Pool(), cfg.ConnConfig, cfg.BeforeConnect),
 		settings: settings{
 			acquireTimeout:   defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout),
 			commitTimeout:    defaultOrNone(cfg.CommitTimeout, defaultCommitTimeout),
@@ -267,12 +262,12 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 			tracer:           cfg.Tracer,
 			resolveCommits:   resolving,
 			resolveTimeout:   durDefault(cfg.ResolveTimeout, defaultResolveTimeout),
-			statementTimeout: sessionMillis(pc.ConnConfig.RuntimeParams["statement_timeout"]),
+			statementTimeout: params.Duration(pc.ConnConfig.RuntimeParams["statement_timeout"]),
 		},
 		clock:      realClock{},
 		budget:     newRetryBudget(cfg.Retry, time.Now()),
 		queue:      q,
-		breaker:    br,
+		breaker:    newBreaker(cfg.Breaker, cfg.Tracer, realClock{}),
 		contention: newContention(cfg.Contention, realClock{}, int(cfg.MaxConns), defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout), cfg.Tracer),
 	}
 	p.txn = p.txnSettings()
@@ -301,7 +296,7 @@ func (p *Pool) Close() {
 	}
 	p.pool.Close()
 	if p.cancel != nil {
-		p.cancel.close()
+		p.cancel.Close()
 	}
 }
 

@@ -182,8 +182,8 @@ func TestNegativeSwitchesOff(t *testing.T) {
 	t.Cleanup(p.Close)
 	s := p.settings
 	if s.acquireTimeout != 0 || s.commitTimeout != 0 || s.rollbackTimeout != 0 || s.resolveCommits || p.queue.Bounds().MaxWaiters != 0 ||
-		p.cancel.c.Grace() != 0 || p.budget != nil || s.statementTimeout != 0 || p.contention != nil || p.Stats().Contention != nil {
-		t.Errorf("settings %+v, maxWaiters %d, grace %v, budget %v: every one must be off", s, p.queue.Bounds().MaxWaiters, p.cancel.c.Grace(), p.budget)
+		p.cancel.Grace() != 0 || p.budget != nil || s.statementTimeout != 0 || p.contention != nil || p.Stats().Contention != nil {
+		t.Errorf("settings %+v, maxWaiters %d, grace %v, budget %v: every one must be off", s, p.queue.Bounds().MaxWaiters, p.cancel.Grace(), p.budget)
 	}
 	r := s.retry
 	if r.MaxRetries != 0 || r.MaxAdaptiveRetries != 0 || r.UnavailableTimeout != 0 || r.BaseBackoff != 0 || r.ConflictMaxBackoff != 0 {
@@ -196,8 +196,9 @@ func TestNegativeSwitchesOff(t *testing.T) {
 	if _, ok := params["idle_in_transaction_session_timeout"]; ok {
 		t.Error("idle_in_transaction_session_timeout sent")
 	}
-	if !deadlineAfter(s.commitTimeout).IsZero() {
-		t.Error("an off CommitTimeout must set no socket deadline")
+	if p.txn.CommitTimeout != 0 || p.txn.RollbackTimeout != 0 {
+		// internal/txn sets no socket deadline for a timeout of 0.
+		t.Errorf("transactions get CommitTimeout %v, RollbackTimeout %v; want 0: no bound", p.txn.CommitTimeout, p.txn.RollbackTimeout)
 	}
 }
 
@@ -215,31 +216,6 @@ func TestDefaultsResolved(t *testing.T) {
 	if r.MaxRetries != 10 || r.MaxAdaptiveRetries != 2 || r.UnavailableTimeout != 15*time.Second || r.BaseBackoff != 100*time.Millisecond ||
 		r.MaxBackoff != 10*time.Second || r.Jitter == nil {
 		t.Errorf("retry defaults = %+v", r)
-	}
-}
-
-// TestOptionsSet: the libpq options forms that set a server parameter.
-func TestOptionsSet(t *testing.T) {
-	tests := []struct {
-		options string
-		want    bool
-	}{
-		{"-c statement_timeout=60000", true},
-		{"-cstatement_timeout=60000", true},
-		{"--statement_timeout=60000", true},
-		{"--statement-timeout=60000", true},
-		{"-c work_mem=8MB -c statement_timeout=1s", true},
-		{"-c STATEMENT_TIMEOUT=1s", true},
-		{"-c work_mem=8MB", false},
-		{"-c application_name=statement_timeout\\ 5", false},
-		{"-c statement_timeout", false},
-		{"", false},
-		{"-c", false},
-	}
-	for _, tt := range tests {
-		if got := optionsSet(tt.options, "statement_timeout"); got != tt.want {
-			t.Errorf("optionsSet(%q) = %v, want %v", tt.options, got, tt.want)
-		}
 	}
 }
 

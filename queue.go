@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/pgtx-go/pgtx/internal/acquire"
+	"github.com/pgtx-go/pgtx/internal/histogram"
 )
 
 // ErrQueueFull is matched (errors.Is) by the error [Transaction] returns at
@@ -17,10 +18,10 @@ var ErrQueueFull = errors.New("pgtx: too many callers waiting for a pool connect
 type queue struct {
 	// Queue bounds Transaction's acquires and counts the waiters on every
 	// path (Transaction and the pool's query methods), through the tracer
-	// installHooks gives the pgxpool.
+	// hooks.Install gives the pgxpool.
 	acquire.Queue
 	inflight    acquire.InFlight // attempts holding a connection
-	acquireWait histogram        // Transaction's acquires
+	acquireWait histogram.Live   // Transaction's acquires
 	calls       atomic.Int64     // Transaction calls started
 }
 

@@ -39,29 +39,3 @@ func durDefault(v, def time.Duration) time.Duration {
 	}
 	return v
 }
-
-// deadlineAfter returns the socket deadline d from now, or the zero time
-// (no deadline) when d is not positive: the setting is off.
-func deadlineAfter(d time.Duration) time.Time {
-	if d <= 0 {
-		return time.Time{}
-	}
-	return time.Now().Add(d)
-}
-
-// durationMillis rounds d up to whole milliseconds, the unit of the server's
-// timeout parameters.
-func durationMillis(d time.Duration) int64 {
-	ms := int64(d / time.Millisecond)
-	if d%time.Millisecond != 0 {
-		ms++
-	}
-	return ms
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}

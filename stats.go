@@ -1,7 +1,6 @@
 package pgtx
 
 import (
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -89,13 +88,6 @@ type CancelStats struct {
 	Latency Histogram
 }
 
-// histogramBounds are the upper bounds of the buckets of every Histogram.
-var histogramBounds = [...]time.Duration{
-	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond,
-	25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
-	500 * time.Millisecond, time.Second, 2500 * time.Millisecond, 5 * time.Second, 10 * time.Second,
-}
-
 // Histogram is a distribution of durations in fixed buckets: the one
 // summary of latencies in [Stats].
 type Histogram struct {
@@ -141,39 +133,6 @@ func (h Histogram) Quantile(q float64) time.Duration {
 	return max(h.Max, h.Bounds[len(h.Bounds)-1])
 }
 
-// histogram is the live, lock-free form of Histogram.
-type histogram struct {
-	buckets [len(histogramBounds) + 1]atomic.Int64
-	count   atomic.Int64
-	sum     atomic.Int64
-	max     atomic.Int64
-}
-
-func (h *histogram) observe(d time.Duration) {
-	i := 0
-	for i < len(histogramBounds) && d > histogramBounds[i] {
-		i++
-	}
-	h.buckets[i].Add(1)
-	h.count.Add(1)
-	h.sum.Add(int64(d))
-	for {
-		m := h.max.Load()
-		if int64(d) <= m || h.max.CompareAndSwap(m, int64(d)) {
-			return
-		}
-	}
-}
-
-func (h *histogram) snapshot() Histogram {
-	s := Histogram{Bounds: histogramBounds[:], Buckets: make([]int64, len(h.buckets))}
-	for i := range h.buckets {
-		s.Buckets[i] = h.buckets[i].Load()
-	}
-	s.Count, s.Duration, s.Max = h.count.Load(), time.Duration(h.sum.Load()), time.Duration(h.max.Load())
-	return s
-}
-
 // Stats returns a snapshot of the pool's statistics.
 func (p *Pool) Stats() Stats {
 	if p == nil || p.pool == nil || p.queue == nil { // a Pool not made by New or NewWithConfig
@@ -184,7 +143,7 @@ func (p *Pool) Stats() Stats {
 	s := Stats{
 		Pool:                p.pool.Stat(),
 		Waiting:             c.Waiting,
-		AcquireWait:         q.acquireWait.snapshot(),
+		AcquireWait:         Histogram(q.acquireWait.Snapshot()),
 		AcquireTimeoutCount: c.Timeouts,
 		QueueFullCount:      c.Full,
 		TransactionCount:    q.calls.Load(),
@@ -200,9 +159,9 @@ func (p *Pool) Stats() Stats {
 		s.Breaker = &bs
 	}
 	if p.cancel != nil {
-		s.Cancels = p.cancel.stats()
-		if p.cancel.pool != nil {
-			s.CancelPool = p.cancel.pool.Stat()
+		s.Cancels = cancelStats(p.cancel)
+		if cp := p.cancel.Pool(); cp != nil {
+			s.CancelPool = cp.Stat()
 		}
 	}
 	return s

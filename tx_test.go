@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx/internal/txn"
 )
 
 // testListener accepts TCP connections on 127.0.0.1 and hands each to
@@ -86,22 +87,12 @@ func TestTransactionBadInputSendsNothing(t *testing.T) {
 	}
 }
 
-// TestBeginSQL: the BEGIN statement of each isolation level and flags
-// (its statement_timeout is tested in internal/txn).
-func TestBeginSQL(t *testing.T) {
-	tests := []struct {
-		iso  Isolation
-		opts Options
-		want string
-	}{
-		{ReadCommitted, Options{}, "begin isolation level READ COMMITTED"},
-		{RepeatableRead, Options{ReadOnly: true}, "begin isolation level REPEATABLE READ read only"},
-		{Serializable, Options{ReadOnly: true, Deferrable: true}, "begin isolation level SERIALIZABLE read only deferrable"},
-		{Serializable, Options{Deferrable: true}, "begin isolation level SERIALIZABLE deferrable"},
-	}
-	for _, tt := range tests {
-		if got := beginSQLs[tt.iso][b2i(tt.opts.ReadOnly)][b2i(tt.opts.Deferrable)]; got != tt.want {
-			t.Errorf("BEGIN of %v %+v = %q, want %q", tt.iso, tt.opts, got, tt.want)
+// TestIsolationsMatch: internal/txn numbers and names the levels as
+// Isolation does (its TestBeginSQL has the statements).
+func TestIsolationsMatch(t *testing.T) {
+	for iso := ReadCommitted; iso <= Serializable; iso++ {
+		if got, want := txn.BeginSQL(int(iso), false, false), "begin isolation level "+iso.String(); got != want {
+			t.Errorf("txn.BeginSQL(%d) = %q, want %q", int(iso), got, want)
 		}
 	}
 }

@@ -5,6 +5,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx/internal/histogram"
 )
 
 // Mode is how a statement is stopped when its context ends. Its values are
@@ -93,14 +96,18 @@ type Settings struct {
 }
 
 // Canceller is the pool-wide state of cancellation: the settings, the
-// cancel pool's health, the counters, and the goroutines of in-flight
-// cancels, which it owns and waits for ([Canceller.Wait]). Each connection
-// has a [Handler] of it.
+// cancel pool (which it owns when [Open] opened it) and its health, the
+// counters and the latencies, and the goroutines of in-flight cancels,
+// which it owns and waits for ([Canceller.Wait]). Each connection has a
+// [Handler] of it.
 type Canceller struct {
 	s     Settings
 	clock Clock
+	pool  *pgxpool.Pool // the cancel pool Open opened; nil: none
 
 	sent, signalled, notFound, poolErrors, protocol, closed atomic.Int64
+	// latency is the distribution of the finished cancellations'.
+	latency histogram.Live
 
 	// unhealthyUntil (unix nanoseconds) skips the cancel pool after it
 	// could not be reached or used.
@@ -117,6 +124,18 @@ func New(s Settings, clk Clock) *Canceller {
 // cancel pool may be closed once it returns.
 func (c *Canceller) Wait() { c.wg.Wait() }
 
+// Close waits for the in-flight cancels ([Canceller.Wait]), then closes
+// the cancel pool [Open] opened.
+func (c *Canceller) Close() {
+	c.Wait()
+	if c.pool != nil {
+		c.pool.Close()
+	}
+}
+
+// Pool returns the cancel pool [Open] opened, or nil.
+func (c *Canceller) Pool() *pgxpool.Pool { return c.pool }
+
 // Grace returns [Settings].Grace.
 func (c *Canceller) Grace() time.Duration { return c.s.Grace }
 
@@ -128,6 +147,10 @@ func (c *Canceller) Counts() Counts {
 	}
 }
 
+// Latency returns the distribution of the finished cancellations'
+// latencies, from the context's end to the cancel's answer.
+func (c *Canceller) Latency() histogram.Snapshot { return c.latency.Snapshot() }
+
 // finish records a finished cancellation and reports it.
 func (c *Canceller) finish(ctx context.Context, r Result, began time.Time) {
 	if r.Outcome == Closed {
@@ -136,6 +159,7 @@ func (c *Canceller) finish(ctx context.Context, r Result, began time.Time) {
 	if r.Latency == 0 {
 		r.Latency = c.clock.Now().Sub(began)
 	}
+	c.latency.Observe(r.Latency)
 	if c.s.Finished != nil {
 		c.s.Finished(ctx, r)
 	}

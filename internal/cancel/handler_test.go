@@ -190,6 +190,9 @@ func TestHandler(t *testing.T) {
 			if n := hs.c.Counts(); n != tt.counts {
 				t.Errorf("counts %+v, want %+v", n, tt.counts)
 			}
+			if l := hs.c.Latency(); l.Count != 1 || l.Duration != want.Latency || l.Max != want.Latency {
+				t.Errorf("latency %+v, want the one cancellation's %v", l, want.Latency)
+			}
 			if n := hs.conn.requests.Load(); n != tt.requests {
 				t.Errorf("%d protocol cancel requests, want %d", n, tt.requests)
 			}

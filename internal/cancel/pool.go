@@ -65,6 +65,29 @@ func (c pgxConn) Cancel(ctx context.Context, pid uint32, backendStart int64) (vi
 	return visible, signalled, err
 }
 
+// Open returns a Canceller with s, on clk. In [ModePool] it first opens
+// the cancel pool, with the config [PoolConfig] derives from ps, as
+// s.Pool; the Canceller owns it, and [Canceller.Close] closes it. In the
+// other modes ps is not used.
+func Open(ctx context.Context, s Settings, ps PoolSettings, clk Clock) (*Canceller, error) {
+	if s.Mode != ModePool {
+		return New(s, clk), nil
+	}
+	cp, err := PoolConfig(ps)
+	if err != nil {
+		return nil, err
+	}
+	// cp comes from pgxpool.ParseConfig: pgxpool does not panic on it.
+	pool, err := pgxpool.NewWithConfig(ctx, cp)
+	if err != nil {
+		return nil, fmt.Errorf("pgtx: cancel pool: %w", err)
+	}
+	s.Pool = PgxPool(pool)
+	c := New(s, clk)
+	c.pool = pool
+	return c, nil
+}
+
 // PoolSettings configures the cancel pool ([PoolConfig]). Its owner has
 // applied every default already.
 type PoolSettings struct {

@@ -102,3 +102,42 @@ func TestPoolConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestOpen: in ModePool the Canceller opens its cancel pool, cancels over
+// it and closes it; in the other modes it opens none, and the pool's
+// settings are not read; a config the cancel pool cannot use is an error.
+func TestOpen(t *testing.T) {
+	ctx := context.Background()
+	clk := &fakeClock{now: time.Now()}
+	for _, mode := range []Mode{ModeProtocol, ModeClose} {
+		c, err := Open(ctx, Settings{Mode: mode}, PoolSettings{}, clk)
+		if err != nil || c.Pool() != nil {
+			t.Fatalf("mode %d: Open = %v, cancel pool %v; want none", mode, err, c.Pool())
+		}
+		c.Close()
+	}
+
+	main, err := pgxpool.ParseConfig("postgres://nobody@127.0.0.1:1/none?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := PoolSettings{ConnConfig: main.ConnConfig, ConnectTimeout: time.Second, Main: main}
+	c, err := Open(ctx, Settings{Mode: ModePool}, ps, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := c.Pool()
+	if pool == nil || pool.Config().MaxConns != poolSize || c.s.Pool != (pgxPool{pool}) {
+		t.Fatalf("cancel pool %v, the one cancelled over %v; want one of %d connections, the same", pool, c.s.Pool, poolSize)
+	}
+	c.Close()
+	if conn, err := pool.Acquire(ctx); err == nil {
+		conn.Release()
+		t.Error("Close left the cancel pool open")
+	}
+
+	ps.ConnString = "postgres://%zz"
+	if _, err := Open(ctx, Settings{Mode: ModePool}, ps, clk); err == nil || !strings.HasPrefix(err.Error(), "pgtx: CancelConnString: ") {
+		t.Errorf("Open with an invalid CancelConnString = %v", err)
+	}
+}

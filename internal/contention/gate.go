@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pgtx-go/pgtx/internal/histogram"
 )
 
 // Gate admits the attempts of one label. While it is open (not limiting)
@@ -31,8 +33,8 @@ type Gate struct {
 	// epoch counts the changes of limit; current counts the running
 	// attempts admitted since the last one, which alone are measured.
 	epoch, current int
-	waiters        []*waiter // ascending priority
-	wait           Recorder  // nil: none
+	waiters        []*waiter      // ascending priority
+	wait           histogram.Live // the waits at the gate
 	win            measurement
 	est            map[int]float64 // commits per second, by limit
 	best           int
@@ -98,9 +100,6 @@ func (admissionDeadlineError) Timeout() bool { return true }
 
 func (g *Gate) init(m *Manager, label string) {
 	g.m, g.label = m, label
-	if m.newRecorder != nil {
-		g.wait = m.newRecorder()
-	}
 }
 
 // Limiting reports whether the gate limits the label's attempts now: a
@@ -139,7 +138,7 @@ func (g *Gate) Admit(ctx context.Context, prio int64, lost int) (Admission, erro
 		g.current++
 		g.alone = exclusive
 		t := Admission{Held: true, Limit: g.limit, epoch: g.epoch, alone: exclusive}
-		g.observe(0)
+		g.wait.Observe(0)
 		g.mu.Unlock()
 		return t, nil
 	}
@@ -186,7 +185,7 @@ func (g *Gate) Admit(ctx context.Context, prio int64, lost int) (Admission, erro
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	waited := g.m.clock.Now().Sub(now)
-	g.observe(waited)
+	g.wait.Observe(waited)
 	if !w.admitted {
 		for j, x := range g.waiters {
 			if x == w {
@@ -294,13 +293,6 @@ func (g *Gate) free(exclusive bool) bool {
 	return !g.alone && g.running < g.limit
 }
 
-// observe records a wait at the gate.
-func (g *Gate) observe(d time.Duration) {
-	if g.wait != nil {
-		g.wait.Observe(d)
-	}
-}
-
 // open stops limiting and lets every waiter in.
 func (g *Gate) open() {
 	g.mu.Lock()
@@ -318,5 +310,5 @@ func (g *Gate) stats() Stats {
 	return Stats{Label: g.label, Limiting: g.limiting.Load(), Limit: g.limit,
 		Running: int(g.inflight.Load()) - len(g.waiters), Waiting: len(g.waiters),
 		Attempts: g.attempts.Load(), Conflicts: g.conflicts, Commits: g.commits.Load(),
-		Wait: g.wait}
+		Wait: g.wait.Snapshot()}
 }

@@ -59,7 +59,7 @@ func TestGateOldestFirst(t *testing.T) {
 			t.Errorf("after every attempt ended: %+v, %d slots taken", s, g.running)
 		}
 		// One admission at once, three after a wait, one wait given up.
-		if n := g.stats().Wait.(*waits).n(); n != 5 {
+		if n := g.stats().Wait.Count; n != 5 {
 			t.Errorf("%d waits recorded, want 5", n)
 		}
 	})

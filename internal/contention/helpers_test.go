@@ -3,7 +3,6 @@ package contention
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 )
@@ -39,30 +38,12 @@ func (r *recorder) onLimit(_ context.Context, label string, limiting bool, limit
 	r.events = append(r.events, event{label, limiting, limit, previous, ratio})
 }
 
-// waits is a Recorder that counts the waits.
-type waits struct {
-	mu    sync.Mutex
-	count int
-}
-
-func (w *waits) Observe(time.Duration) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.count++
-}
-
-func (w *waits) n() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.count
-}
-
 // testSettings are the settings of a pool of maxConns connections on clk,
 // with the default threshold, no acquire timeout, and r receiving the
 // changes of limit.
 func testSettings(clk Clock, maxConns int, r *recorder) Settings {
 	s := Settings{Clock: clk, Threshold: testThreshold, MaxLimit: maxConns,
-		AcquireTimeoutErr: errTestTimeout, NewRecorder: func() Recorder { return &waits{} }}
+		AcquireTimeoutErr: errTestTimeout}
 	if r != nil {
 		s.OnLimit = r.onLimit
 	}

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/pgtx-go/pgtx/internal/histogram"
 )
 
 // The constants of the contention manager.
@@ -50,12 +52,6 @@ type Clock interface {
 	Now() time.Time
 }
 
-// Recorder receives the durations of the waits at one gate: the pool's
-// histogram, which [Stats] hands back for the pool to read.
-type Recorder interface {
-	Observe(d time.Duration)
-}
-
 // LimitFunc receives a change of a label's limit: limiting reports whether
 // the gate limits from now on, limit is the new limit (0 when it does not)
 // and previous the old one, and ratio the share of attempts that failed
@@ -77,9 +73,6 @@ type Settings struct {
 	// wait it ends fails with AcquireTimeoutErr.
 	AcquireTimeout    time.Duration
 	AcquireTimeoutErr error
-	// NewRecorder makes the [Recorder] of one gate; nil: the waits are not
-	// recorded.
-	NewRecorder func() Recorder
 	// OnLimit, when set, receives every change of a label's limit.
 	OnLimit LimitFunc
 }
@@ -93,8 +86,8 @@ type Stats struct {
 	// Waiting the number waiting at the gate.
 	Running, Waiting             int
 	Attempts, Conflicts, Commits int64
-	// Wait is the gate's Recorder, nil when there is none.
-	Wait Recorder
+	// Wait is the distribution of the waits at the gate.
+	Wait histogram.Snapshot
 }
 
 // errAcquireTimeout ends a wait the acquire timeout bounds when the
@@ -109,7 +102,6 @@ type Manager struct {
 	maxLimit       int
 	acquireTimeout time.Duration // 0: none
 	timeoutErr     error
-	newRecorder    func() Recorder
 	onLimit        LimitFunc
 
 	def    Gate
@@ -122,7 +114,7 @@ type Manager struct {
 func New(s Settings) *Manager {
 	m := &Manager{clock: s.Clock, threshold: s.Threshold, maxLimit: s.MaxLimit,
 		acquireTimeout: s.AcquireTimeout, timeoutErr: s.AcquireTimeoutErr,
-		newRecorder: s.NewRecorder, onLimit: s.OnLimit}
+		onLimit: s.OnLimit}
 	if m.timeoutErr == nil {
 		m.timeoutErr = errAcquireTimeout
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/pgtx-go/pgtx/internal/params"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 )
 
@@ -58,17 +59,7 @@ func statementTimeout(ctx context.Context, call, session time.Duration) (int64, 
 	if timeout == 0 {
 		return 0, false
 	}
-	return durationMillis(max(timeout, 0)), true
-}
-
-// durationMillis rounds d up to whole milliseconds, the unit of the
-// server's timeout parameters.
-func durationMillis(d time.Duration) int64 {
-	ms := int64(d / time.Millisecond)
-	if d%time.Millisecond != 0 {
-		ms++
-	}
-	return ms
+	return params.Millis(max(timeout, 0)), true
 }
 
 // deadlineAfter returns the socket deadline d from now, or the zero time

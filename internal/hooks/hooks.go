@@ -1,4 +1,4 @@
-package pgtx
+package hooks
 
 import (
 	"context"
@@ -8,27 +8,30 @@ import (
 	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx/internal/acquire"
+	"github.com/pgtx-go/pgtx/internal/cancel"
 	"github.com/pgtx-go/pgtx/internal/connstate"
+	"github.com/pgtx-go/pgtx/internal/txn"
 )
 
-// installHooks installs on pc, the main pool's config, every hook pgtx
-// needs, each wrapping the caller's own so that it keeps working:
+// Install installs on pc, the main pool's config, every hook pgtx needs,
+// each wrapping the caller's own so that it keeps working:
 //
-//   - BuildContextWatcherHandler makes each connection's [connstate.State], whose
-//     cancel handler stops a statement on the server when its context ends
-//     (one set on the Config is replaced);
-//   - AfterConnect fills the state in (the backend's identity, the
-//     server's for resolution) before the caller's AfterConnect;
+//   - BuildContextWatcherHandler makes each connection's [connstate.State],
+//     whose cancel handler (of c) stops a statement on the server when its
+//     context ends (one set on the Config is replaced);
+//   - AfterConnect fills the state in ([setUp]) before the caller's
+//     AfterConnect; resolving says that the pool resolves lost COMMITs, so
+//     that its connections capture what that needs;
 //   - PrepareConn refuses a connection doomed by a cancel that was not
 //     confirmed, then runs the caller's PrepareConn, or BeforeAcquire (which
 //     pgxpool ignores once PrepareConn is set);
-//   - the connection tracer ([acquire.Tracer]) counts the pool's waiters,
+//   - the connection tracer ([acquire.Tracer]) counts q's waiters,
 //     and BeforeConnect gives each connection the caller's own tracer back;
 //   - ShouldPing, BeforeConnect and PrepareConn mark the acquire's context
 //     shared, as hooks may keep it ([acquire.MarkShared]).
-func installHooks(pc *pgxpool.Config, c *canceller, q *queue) {
+func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, resolving bool) {
 	user := pc.ConnConfig.Tracer
-	pc.ConnConfig.Tracer = acquire.NewTracer(&q.Queue, user)
+	pc.ConnConfig.Tracer = acquire.NewTracer(q, user)
 	userBeforeConnect := pc.BeforeConnect
 	pc.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
 		// The connect keeps what it derives from the acquire's context.
@@ -65,7 +68,7 @@ func installHooks(pc *pgxpool.Config, c *canceller, q *queue) {
 
 	userAfterConnect := pc.AfterConnect
 	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		if err := c.setUp(ctx, conn); err != nil {
+		if err := setUp(ctx, conn, resolving); err != nil {
 			return err
 		}
 		if userAfterConnect != nil {
@@ -76,7 +79,37 @@ func installHooks(pc *pgxpool.Config, c *canceller, q *queue) {
 
 	pc.ConnConfig.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
 		st := connstate.Attach(pgConn)
-		st.Cancel.Init(c.c, pgConn, pgConn.Conn())
+		st.Cancel.Init(c, pgConn, pgConn.Conn())
 		return &st.Cancel
 	}
+}
+
+// setUp is the AfterConnect step of every main-pool connection, which
+// fills in its state: in CancelModePool it captures the backend's identity
+// and finds out whether the connection reaches its backend directly
+// ([cancel.Handler.Capture]); in a resolving pool it captures the server's
+// identity (resolve.Conn.Prepare) and prepares the transaction id's reads
+// ([txn.PrepareReads]); it notes the connection's QueryTracer
+// and exec mode; then the connection is ready to be cancelled.
+func setUp(ctx context.Context, conn *pgx.Conn, resolving bool) error {
+	st := connstate.Of(conn.PgConn())
+	if st == nil {
+		return nil
+	}
+	cc := conn.Config()
+	st.Tracer = cc.Tracer
+	st.Stmts.SetMode(cc.DefaultQueryExecMode)
+	if err := st.Cancel.Capture(ctx, conn); err != nil {
+		return err
+	}
+	if resolving {
+		if err := st.Res.Prepare(ctx, conn); err != nil {
+			return err
+		}
+		if err := txn.PrepareReads(ctx, conn, st); err != nil {
+			return err
+		}
+	}
+	st.Cancel.SetReady()
+	return nil
 }
