@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -15,9 +16,10 @@ import (
 // fresh [txn.Tx], commit, and release.
 type txAttempt struct {
 	pool             *Pool
-	iso              Isolation
-	opts             Options
+	statementTimeout time.Duration // Options.StatementTimeout
 	fn               func(context.Context, pgx.Tx) error
+	readOnly         bool        // Options.ReadOnly
+	deferrable       bool        // Options.Deferrable
 	uniqueAsConflict bool        // Options.RetryUniqueViolations under SERIALIZABLE
 	parent           *attemptCtx // the attempt whose fn made this call, on another pool
 	attempts         int
@@ -90,7 +92,7 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 	if a.attempts > 1 {
 		t = new(txn.Tx)
 	}
-	t.Start(ctx, c, &a.pool.txn, txn.BeginSQL(int(a.iso), a.opts.ReadOnly, a.opts.Deferrable), a.opts.StatementTimeout)
+	t.Start(ctx, c, &a.pool.txn, txn.BeginSQL(int(a.loop.isolation), a.readOnly, a.deferrable), a.statementTimeout)
 	done := false
 	defer func() {
 		t.End()

@@ -3,7 +3,6 @@ package pgtx
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/pgtx-go/pgtx/internal/errs"
@@ -145,61 +144,13 @@ type RetryError struct {
 	// Err is the last attempt's error.
 	Err error
 
-	reason retry.Stop
-	limit  string // the cap that was reached: "MaxRetries", "MaxAdaptiveRetries" or "UnavailableTimeout"
-	cap    int
-	// unreachable says the call ended on a server it could not connect to,
-	// which the message says before anything else; unreachableFor is how
-	// long that server had been unavailable (since the call's first such
-	// error), 0 when the call ended at that first error; bound is the
-	// UnavailableTimeout in force.
-	unreachable           bool
-	unreachableFor, bound time.Duration
+	why retry.Why // why the call stopped, for the message
 }
 
 // Error says what happened when the server was unreachable, then how many
 // attempts there were, why they stopped, and the last error.
 func (e *RetryError) Error() string {
-	verb, why := "gave up", ""
-	switch e.reason {
-	case retry.NotRetryable:
-		verb, why = "failed", "not retryable: "+Classify(e.Err).String()
-	case retry.CapReached:
-		why = e.limit + " " + strconv.Itoa(e.cap)
-		if e.cap == 0 {
-			why = e.limit + " off" // switched off with a negative value
-		}
-	case retry.Deadline:
-		why = "the next retry would end past the context's deadline"
-	case retry.BudgetSpent:
-		why = "retry budget exhausted"
-	case retry.ContextEnded:
-		why = "the context ended"
-	case retry.Unreachable:
-		why = "UnavailableTimeout " + e.bound.String()
-	}
-	lead := "pgtx: "
-	if e.unreachable {
-		lead = "pgtx: the server is unreachable: "
-	}
-	attempts := " attempts"
-	if e.Attempts == 1 {
-		attempts = " attempt"
-	}
-	in := ""
-	if e.unreachableFor > 0 {
-		in = " in " + roundDuration(e.unreachableFor)
-	}
-	return lead + verb + " after " + strconv.Itoa(e.Attempts) + attempts + in + " (" + why + "): " + e.Err.Error()
-}
-
-// roundDuration formats d to the millisecond, or to the 10 milliseconds from
-// a second up.
-func roundDuration(d time.Duration) string {
-	if d >= time.Second {
-		return d.Round(10 * time.Millisecond).String()
-	}
-	return d.Round(time.Millisecond).String()
+	return e.why.Message(e.Attempts, e.Err, func(err error) string { return Classify(err).String() })
 }
 
 // Unwrap returns the last attempt's error.
@@ -208,5 +159,5 @@ func (e *RetryError) Unwrap() error { return e.Err }
 // Is reports whether the budget refused the retry (target
 // [ErrRetryBudgetExhausted]).
 func (e *RetryError) Is(target error) bool {
-	return target == ErrRetryBudgetExhausted && e.reason == retry.BudgetSpent
+	return target == ErrRetryBudgetExhausted && e.why.Stop == retry.BudgetSpent
 }

@@ -65,7 +65,7 @@ func TestPoolerAndUnavailableClasses(t *testing.T) {
 // budget stopped it, and ends with what went wrong.
 func TestBudgetRefusalSaysWhy(t *testing.T) {
 	cause := errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
-	err := error(&RetryError{Attempts: 1, Err: cause, reason: retry.BudgetSpent})
+	err := error(&RetryError{Attempts: 1, Err: cause, why: retry.Why{Stop: retry.BudgetSpent}})
 	if want := "pgtx: gave up after 1 attempt (retry budget exhausted): " + cause.Error(); err.Error() != want {
 		t.Errorf("message %q, want %q", err, want)
 	}

@@ -74,7 +74,7 @@ func FuzzClassify(f *testing.F) {
 				t.Fatalf("an ambiguous commit must stay ambiguous and not retryable")
 			}
 		case 5:
-			be := &RetryError{Attempts: 1, Err: err, reason: retry.BudgetSpent}
+			be := &RetryError{Attempts: 1, Err: err, why: retry.Why{Stop: retry.BudgetSpent}}
 			if !errors.Is(be, ErrRetryBudgetExhausted) || sqlState(be) != code {
 				t.Fatalf("a budget-refused error must match ErrRetryBudgetExhausted and keep its code")
 			}
@@ -239,7 +239,7 @@ func FuzzRetryDecision(f *testing.F) {
 		// At the end, or later when a retry of another class took the
 		// call past it.
 		var re *RetryError
-		if clk.now.Before(end) || !errors.As(err, &re) || re.reason != retry.Unreachable {
+		if clk.now.Before(end) || !errors.As(err, &re) || re.why.Stop != retry.Unreachable {
 			t.Fatalf("gave up at %v with %v; want at UnavailableTimeout's end %v", clk.now.Sub(start), err, end.Sub(start))
 		}
 	})

@@ -158,8 +158,7 @@ func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 
 // gaveUp is the *RetryError of a call that stopped with err after attempts.
 func gaveUp(err error, attempts int, why retry.Why) error {
-	return &RetryError{Attempts: attempts, Reason: why.Reason, Err: err, reason: why.Stop, limit: why.Limit, cap: why.Cap,
-		unreachable: why.Unreachable, unreachableFor: why.UnreachableFor, bound: why.Bound}
+	return &RetryError{Attempts: attempts, Reason: why.Reason, Err: err, why: why}
 }
 
 // CallStart, AttemptStart, AttemptEnd and CallEnd pass the loop's events to

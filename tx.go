@@ -137,8 +137,8 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts
 		return err
 	}
 	pool.queue.calls.Add(1)
-	a := &txAttempt{pool: pool, iso: iso, opts: opts, fn: fn,
-		uniqueAsConflict: opts.RetryUniqueViolations && iso == Serializable}
+	a := &txAttempt{pool: pool, fn: fn, readOnly: opts.ReadOnly, deferrable: opts.Deferrable,
+		statementTimeout: opts.StatementTimeout, uniqueAsConflict: opts.RetryUniqueViolations && iso == Serializable}
 	a.parent = attemptOf(ctx)
 	a.loop = retryLoop{
 		policy:     &pool.settings.retry,

@@ -3,6 +3,7 @@ package retry
 import (
 	"context"
 	"errors"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -303,4 +304,44 @@ func outcome(c classify.Class) contention.Outcome {
 		return contention.Conflict
 	}
 	return contention.Failed
+}
+
+// Message is the text of the error of a call that stopped for w after
+// attempts, with err its last attempt's error and class err's class
+// name: what happened when the server was unreachable, then how many
+// attempts there were, why they stopped, and the last error.
+func (w Why) Message(attempts int, err error, class func(error) string) string {
+	verb, why := "gave up", ""
+	switch w.Stop {
+	case NotRetryable:
+		verb, why = "failed", "not retryable: "+class(err)
+	case CapReached:
+		why = w.Limit + " " + strconv.Itoa(w.Cap)
+		if w.Cap == 0 {
+			why = w.Limit + " off" // switched off with a negative value
+		}
+	case Deadline:
+		why = "the next retry would end past the context's deadline"
+	case BudgetSpent:
+		why = "retry budget exhausted"
+	case ContextEnded:
+		why = "the context ended"
+	case Unreachable:
+		why = "UnavailableTimeout " + w.Bound.String()
+	}
+	lead := "pgtx: "
+	if w.Unreachable {
+		lead = "pgtx: the server is unreachable: "
+	}
+	noun := " attempts"
+	if attempts == 1 {
+		noun = " attempt"
+	}
+	in := ""
+	if d := w.UnreachableFor; d >= time.Second {
+		in = " in " + d.Round(10*time.Millisecond).String()
+	} else if d > 0 {
+		in = " in " + d.Round(time.Millisecond).String()
+	}
+	return lead + verb + " after " + strconv.Itoa(attempts) + noun + in + " (" + why + "): " + err.Error()
 }
