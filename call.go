@@ -76,23 +76,17 @@ func (c *attemptCtx) afterCommit(ctx context.Context) {
 
 // AfterCommit registers fn to run once the transaction whose fn received ctx
 // has committed: exactly once, after COMMIT succeeded (or a lost COMMIT was
-// resolved as committed) and the connection went back to the pool, with the
-// call's own context, before [Transaction] returns nil. Work registered by
-// an attempt that rolled back or was retried is dropped with it, so an HTTP
-// call, a message or a cache update registered here happens once however
-// often fn ran.
-//
-// When the call fails, fn is not run; that includes [ErrCommitUnknown],
-// where the transaction may have committed: the caller, who sees that
-// error, decides (for a message, send it with an idempotency key the
-// transaction wrote). Registered functions run in the order they were
-// registered; a panic in one propagates from Transaction, the transaction
-// being committed, and the rest do not run.
+// resolved as committed) and the connection went back to the pool, in the
+// order registered, with the call's own context, before [Transaction]
+// returns nil. Work registered by an attempt that rolled back or was
+// retried is dropped with it, so an HTTP call or a message registered here
+// happens once however often fn ran. When the call fails, fn is not run,
+// [ErrCommitUnknown] included: the caller, who sees that error, decides. A
+// panic in one propagates from Transaction, the transaction committed.
 //
 // AfterCommit may be called from goroutines fn started, while fn runs.
-// Calling it with a context that is not the one fn received, or after fn
-// returned, is an error matching [ErrInvalidArgument], and fn is
-// not registered.
+// Called with another context, or after fn returned, it returns an error
+// matching [ErrInvalidArgument] and registers nothing.
 func AfterCommit(ctx context.Context, fn func(ctx context.Context)) error {
 	if fn == nil {
 		return &invalidArgError{Msg: "AfterCommit: nil fn"}

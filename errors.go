@@ -103,18 +103,10 @@ func (nestedError) Is(target error) bool {
 //
 //	pgtx: gave up after 11 attempts (MaxRetries 10): ERROR: could not serialize access ... (SQLSTATE 40001)
 //
-// A call that ended on an unreachable server ([ClassUnavailable], or an
-// overload whose last connect also found a host refusing connections) says
-// so first, however it ended, even after a single attempt; then, when the
-// server stayed unreachable across retries, for how long (from the call's
-// first such error), and what ended the call: the bound
-// ([RetryConfig].UnavailableTimeout), the context (whose error then comes
-// next), the retry budget, or a cap (UnavailableTimeout switched off,
-// MaxAdaptiveRetries for that overload):
+// A call that ended on an unreachable server says so first, however it
+// ended, even after a single attempt, and for how long it was unreachable:
 //
 //	pgtx: the server is unreachable: gave up after 13 attempts in 15s (UnavailableTimeout 15s): failed to connect to ...
-//	pgtx: the server is unreachable: gave up after 7 attempts in 9.9s (the context ended): context deadline exceeded: failed to connect to ...
-//	pgtx: the server is unreachable: gave up after 1 attempt (UnavailableTimeout off): failed to connect to ...
 //
 // It unwraps to the last attempt's error, so errors.As still finds the
 // *pgconn.PgError and errors.Is the caller's errors and the sentinels (and

@@ -33,7 +33,7 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 	if ctx.Done() == nil {
 		return rows, err
 	}
-	return &ctxRows{Rows: rows, ctx: ctx}, withContextErr(ctx, err)
+	return &errs.CtxRows{Rows: rows, Ctx: ctx}, withContextErr(ctx, err)
 }
 
 // QueryRow is pgxpool.Pool.QueryRow; Scan's error matches ctx.Err() when the
@@ -46,7 +46,7 @@ func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if ctx.Done() == nil {
 		return row
 	}
-	return ctxRow{row: row, ctx: ctx}
+	return errs.CtxRow{Row: row, Ctx: ctx}
 }
 
 // SendBatch is pgxpool.Pool.SendBatch; the errors of the returned
@@ -59,7 +59,7 @@ func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if ctx.Done() == nil {
 		return br
 	}
-	return &ctxBatchResults{br: br, ctx: ctx}
+	return &errs.CtxBatchResults{Results: br, Ctx: ctx}
 }
 
 // CopyFrom is pgxpool.Pool.CopyFrom; see the note on the query methods
@@ -71,40 +71,6 @@ func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNam
 	n, err := p.pool.CopyFrom(ctx, tableName, columnNames, rowSrc)
 	return n, withContextErr(ctx, err)
 }
-
-type ctxRows struct {
-	pgx.Rows
-	ctx context.Context
-}
-
-func (r *ctxRows) Err() error             { return withContextErr(r.ctx, r.Rows.Err()) }
-func (r *ctxRows) Scan(dest ...any) error { return withContextErr(r.ctx, r.Rows.Scan(dest...)) }
-
-type ctxRow struct {
-	row pgx.Row
-	ctx context.Context
-}
-
-func (r ctxRow) Scan(dest ...any) error { return withContextErr(r.ctx, r.row.Scan(dest...)) }
-
-type ctxBatchResults struct {
-	br  pgx.BatchResults
-	ctx context.Context
-}
-
-func (b *ctxBatchResults) Exec() (pgconn.CommandTag, error) {
-	tag, err := b.br.Exec()
-	return tag, withContextErr(b.ctx, err)
-}
-
-func (b *ctxBatchResults) Query() (pgx.Rows, error) {
-	rows, err := b.br.Query()
-	return &ctxRows{Rows: rows, ctx: b.ctx}, withContextErr(b.ctx, err)
-}
-
-func (b *ctxBatchResults) QueryRow() pgx.Row { return ctxRow{row: b.br.QueryRow(), ctx: b.ctx} }
-func (b *ctxBatchResults) Close() error      { return withContextErr(b.ctx, b.br.Close()) }
-func (b *ctxBatchResults) Tx() pgx.Tx        { return b.br.Tx() }
 
 // errPoolNotOpened is the error of every method of a Pool that New or
 // NewWithConfig did not make (a zero Pool).

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx/internal/errs"
 )
 
 // TestQueryMethodsKeepTheContextsError: the Pool's query methods, on a
@@ -51,11 +52,11 @@ func TestQueryMethodsKeepTheContextsError(t *testing.T) {
 	matches(t, "BatchResults.Close", br.Close())
 
 	// A context that cannot end: pgx's results as they are.
-	if _, ok := p.QueryRow(context.Background(), "select 1").(ctxRow); ok {
+	if _, ok := p.QueryRow(context.Background(), "select 1").(errs.CtxRow); ok {
 		t.Error("QueryRow wrapped the row of a context that cannot end")
 	}
 	if br := p.SendBatch(context.Background(), &pgx.Batch{}); br != nil {
-		if _, ok := br.(*ctxBatchResults); ok {
+		if _, ok := br.(*errs.CtxBatchResults); ok {
 			t.Error("SendBatch wrapped the results of a context that cannot end")
 		}
 		_ = br.Close()

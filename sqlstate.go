@@ -82,16 +82,13 @@ func (c Class) String() string {
 // class c.
 func (c Class) Retryable() bool { return retry.Retryable(classify.Class(c)) }
 
-// Classify returns the class of err as [Transaction] sees it outside of COMMIT.
-// It looks through wrapped and joined errors. The precedence is: [NonRetryable]
-// and [ErrCommitUnknown] first (they are explicit decisions), then context
-// errors and [ErrAcquireTimeout] (the caller's budget is spent), then a
-// connect that found a host read-only or a standby where
-// target_session_attrs asked for writes (unavailable: a failover under way,
-// whatever the other hosts answered), then the SQLSTATE of the first PgError (with the texts of the poolers that send
-// their own errors under a generic code), then network-level failures — no
-// such host or socket file (permanent), a connection that could not be made
-// (unavailable), one that broke (connection lost) — then permanent.
+// Classify returns the class of err as [Transaction] sees it outside of
+// COMMIT, looking through wrapped and joined errors. Explicit decisions
+// come first ([NonRetryable], [ErrCommitUnknown]), then a spent budget of
+// the caller (context errors, [ErrAcquireTimeout], [ErrQueueFull]), then a
+// connect that found no read-write host (unavailable), then the SQLSTATE
+// of the first PgError (or a pooler's error text), then network failures;
+// everything else is permanent. docs/retries.md has the table.
 func Classify(err error) Class {
 	if err == nil {
 		return classNone
