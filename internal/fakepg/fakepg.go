@@ -11,8 +11,12 @@ import (
 
 // Answer is what the server does with one statement.
 type Answer struct {
-	// Code, when set, answers with an error of that SQLSTATE.
-	Code string
+	// Code, when set, answers with an error of that SQLSTATE, and Message
+	// is its text. With Fatal, the error is FATAL: the server then closes
+	// the connection, as PostgreSQL does when it ends a session.
+	Code    string
+	Message string
+	Fatal   bool
 	// Close closes the connection without answering: the statement's
 	// answer is lost, whether or not it ran.
 	Close bool
@@ -157,15 +161,30 @@ func (s *Server) query(n int, b *pgproto3.Backend, q string, status *byte) bool 
 		if s.Answer != nil {
 			a = s.Answer(n, sql)
 		}
-		verb := strings.ToLower(strings.Fields(sql)[0])
+		words := strings.Fields(strings.ToLower(sql))
+		verb := words[0]
+		if verb == "rollback" && len(words) > 1 && words[1] == "to" {
+			verb = "rollback to" // a savepoint's: the transaction goes on
+		}
 		switch {
 		case a.Close:
 			return false
-		case *status == 'E' && verb != "commit" && verb != "rollback":
+		case *status == 'E' && verb != "commit" && verb != "rollback" && verb != "rollback to":
 			a.Code = "25P02"
 		}
 		if a.Code != "" {
-			b.Send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: a.Code, Message: "fakepg: scripted error " + a.Code})
+			severity, msg := "ERROR", a.Message
+			if a.Fatal {
+				severity = "FATAL"
+			}
+			if msg == "" {
+				msg = "fakepg: scripted error " + a.Code
+			}
+			b.Send(&pgproto3.ErrorResponse{Severity: severity, SeverityUnlocalized: severity, Code: a.Code, Message: msg})
+			if a.Fatal {
+				_ = b.Flush()
+				return false
+			}
 			switch {
 			case verb == "commit" || verb == "end":
 				*status = 'I' // a COMMIT that fails ends the transaction
@@ -196,6 +215,9 @@ func tag(verb string, status *byte) string {
 		return "COMMIT"
 	case "rollback", "abort":
 		*status = 'I'
+		return "ROLLBACK"
+	case "rollback to":
+		*status = 'T'
 		return "ROLLBACK"
 	case "insert":
 		return "INSERT 0 1"
