@@ -4,15 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgerrcode"
 	"io"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-
 	circuit "github.com/pgtx-go/pgtx/internal/breaker"
+	"github.com/pgtx-go/pgtx/internal/fakeclock"
 )
 
 type stateRecorder struct{ changes []TraceBreakerStateChangeData }
@@ -121,11 +121,11 @@ func TestBreakerStatesMatch(t *testing.T) {
 // and names its state changes and its stats.
 func TestBreakerWiring(t *testing.T) {
 	rec := &stateRecorder{}
-	clk := &fakeClock{now: time.Unix(1000, 0)}
+	clk := &fakeclock.Clock{T: time.Unix(1000, 0)}
 	b := newBreaker(&BreakerConfig{Name: "replica", ConsecutiveFailures: 2, Tracer: rec}, nil, clk)
 	ctx := context.Background()
 	for _, err := range []error{errLost, errTimeout} {
-		if got := b.do(ctx, func(context.Context) error { clk.now = clk.now.Add(time.Millisecond); return err }); got != err {
+		if got := b.do(ctx, func(context.Context) error { clk.T = clk.T.Add(time.Millisecond); return err }); got != err {
 			t.Fatalf("do = %v, want the call's own error %v", got, err)
 		}
 	}
@@ -247,14 +247,14 @@ func TestBreakerReportsToBothTracers(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			calls, rec.changes, both.changes = 0, nil, nil
-			b := newBreaker(&BreakerConfig{Tracer: tt.own}, tt.pool, &fakeClock{})
+			b := newBreaker(&BreakerConfig{Tracer: tt.own}, tt.pool, &fakeclock.Clock{})
 			b.report(context.Background(), circuit.Change{To: circuit.Open})
 			if got := len(rec.changes) + len(both.changes); got != tt.wantRec || calls != tt.wantCalls {
 				t.Errorf("%d changes recorded, %d calls; want %d, %d", got, calls, tt.wantRec, tt.wantCalls)
 			}
 		})
 	}
-	if b := newBreaker(nil, both, &fakeClock{}); b != nil {
+	if b := newBreaker(nil, both, &fakeclock.Clock{}); b != nil {
 		t.Error("a breaker without a BreakerConfig")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgerrcode"
+	"github.com/pgtx-go/pgtx/internal/fakeclock"
 	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
@@ -53,7 +54,7 @@ func TestBudgetInLoop(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	newBudgetLoop := func(b *retry.Budget) *retryLoop {
 		p := RetryConfig{Jitter: constJitter(0), MaxAdaptiveRetries: 5}.withDefaults()
-		return &retryLoop{policy: &p, clock: &fakeClock{now: t0}, maxRetries: p.MaxRetries, budget: b}
+		return &retryLoop{policy: &p, clock: &fakeclock.Clock{T: t0}, maxRetries: p.MaxRetries, budget: b}
 	}
 	empty := func() *retry.Budget {
 		b := newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, t0)
@@ -141,7 +142,7 @@ func TestEventPairing(t *testing.T) {
 		name   string
 		policy RetryConfig
 		budget *retry.Budget
-		clock  *fakeClock
+		clock  *fakeclock.Clock
 		ctx    func() (context.Context, context.CancelFunc)
 		errs   []error
 	}{
@@ -154,7 +155,7 @@ func TestEventPairing(t *testing.T) {
 		{name: "permanent", errs: []error{pgErr("23505")}},
 		{name: "ambiguous commit", errs: []error{&commitUnknownError{Err: errors.New("eof")}}},
 		{name: "budget refusal", budget: newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, t0), errs: []error{overload}},
-		{name: "deadline bail-out", policy: RetryConfig{Jitter: constJitter(1)}, clock: &fakeClock{now: time.Now().Add(time.Hour - 50*time.Millisecond)}, ctx: deadlineSoon, errs: repeat(overload, 5)},
+		{name: "deadline bail-out", policy: RetryConfig{Jitter: constJitter(1)}, clock: &fakeclock.Clock{T: time.Now().Add(time.Hour - 50*time.Millisecond)}, ctx: deadlineSoon, errs: repeat(overload, 5)},
 		{name: "context cancelled during the call", ctx: func() (context.Context, context.CancelFunc) {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
@@ -168,7 +169,7 @@ func TestEventPairing(t *testing.T) {
 			pol := p.policy.withDefaults()
 			clk := p.clock
 			if clk == nil {
-				clk = &fakeClock{now: t0}
+				clk = &fakeclock.Clock{T: t0}
 			}
 			l := &retryLoop{policy: &pol, clock: clk, maxRetries: pol.MaxRetries, budget: p.budget, tracer: tr}
 			ctx, cancel := context.Background(), context.CancelFunc(func() {})

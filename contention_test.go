@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgtx-go/pgtx/internal/contention"
+	"github.com/pgtx-go/pgtx/internal/fakeclock"
 	"github.com/pgtx-go/pgtx/internal/histogram"
 )
 
@@ -72,7 +73,7 @@ func TestContentionSettings(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := &fakeClock{}
+			clk := &fakeclock.Clock{}
 			s := contentionSettings(ContentionConfig{Threshold: tt.threshold}, clk, tt.maxConns, tt.acquireTimeout, tt.tracer)
 			if s.Clock != clock(clk) || s.Threshold != tt.want.Threshold || s.MaxLimit != tt.want.MaxLimit || s.AcquireTimeout != tt.want.AcquireTimeout {
 				t.Errorf("settings %+v, want %+v", s, tt.want)
@@ -86,7 +87,7 @@ func TestContentionSettings(t *testing.T) {
 			}
 		})
 	}
-	if m := newContention(ContentionConfig{Threshold: -1}, &fakeClock{}, 8, 0, nil); m != nil {
+	if m := newContention(ContentionConfig{Threshold: -1}, &fakeclock.Clock{}, 8, 0, nil); m != nil {
 		t.Error("a negative threshold must switch the manager off")
 	}
 }
@@ -96,7 +97,7 @@ func TestContentionSettings(t *testing.T) {
 // ContentionStats, the empty label first.
 func TestContentionTracerAndStats(t *testing.T) {
 	tr := &recordingContention{}
-	m, g := limitingGate(t, &fakeClock{now: time.Unix(1000, 0)}, tr, "x", time.Millisecond)
+	m, g := limitingGate(t, &fakeclock.Clock{T: time.Unix(1000, 0)}, tr, "x", time.Millisecond)
 	want := TraceContentionData{Label: "x", Limiting: true, Limit: 1, ConflictRatio: 1}
 	if len(tr.events) != 1 || tr.events[0] != want {
 		t.Errorf("events %+v, want %+v", tr.events, want)

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgerrcode"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgerrcode"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )

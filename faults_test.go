@@ -3,14 +3,15 @@ package pgtx
 import (
 	"context"
 	"errors"
-	"github.com/jackc/pgerrcode"
 	"net"
 	"os"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/fakeclock"
 	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
@@ -95,7 +96,7 @@ func TestContextErrorOnlyWhenItEndedTheCall(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			l := newLoop(RetryConfig{}, &fakeClock{now: time.Unix(1000, 0)})
+			l := newLoop(RetryConfig{}, &fakeclock.Clock{T: time.Unix(1000, 0)})
 			err := l.run(ctx, func(context.Context) (Class, error) {
 				cancel() // the caller gives up while the attempt ends
 				return Classify(tt.err), tt.err

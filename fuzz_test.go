@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jackc/pgerrcode"
 	"io"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/fakeclock"
 	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
@@ -148,11 +149,11 @@ func FuzzRetryDecision(f *testing.F) {
 		policy := RetryConfig{MaxRetries: int(maxRetries), MaxAdaptiveRetries: int(maxAdaptive), Jitter: constJitter(jitter),
 			UnavailableTimeout: time.Duration(unavailableMs) * time.Millisecond}.withDefaults()
 		start := time.Unix(1000, 0)
-		clk := &fakeClock{now: start}
+		clk := &fakeclock.Clock{T: start}
 		var ctx context.Context = context.Background()
 		deadline := start.Add(time.Duration(deadlineMs) * time.Millisecond)
 		if deadlineMs > 0 {
-			ctx = fakeDeadline(clk, deadline.Sub(start))
+			ctx = fakeclock.Deadline(clk, deadline.Sub(start))
 		}
 		l := &retryLoop{policy: &policy, clock: clk, maxRetries: policy.MaxRetries}
 		var (
@@ -173,11 +174,11 @@ func FuzzRetryDecision(f *testing.F) {
 					if policy.UnavailableTimeout == 0 {
 						t.Fatalf("retry %d after an unavailable server with UnavailableTimeout off", i)
 					}
-					if clk.now.After(unavailableSince.Add(policy.UnavailableTimeout)) {
+					if clk.T.After(unavailableSince.Add(policy.UnavailableTimeout)) {
 						t.Fatalf("retry %d at %v, past UnavailableTimeout %v after the first unavailable error (%v)",
-							i, clk.now.Sub(start), policy.UnavailableTimeout, unavailableSince.Sub(start))
+							i, clk.T.Sub(start), policy.UnavailableTimeout, unavailableSince.Sub(start))
 					}
-					if deadlineMs > 0 && !clk.now.Before(deadline) {
+					if deadlineMs > 0 && !clk.T.Before(deadline) {
 						t.Fatalf("retry %d started at the deadline", i)
 					}
 				case prev == ClassOverload && policy.MaxAdaptiveRetries == 0, prev != ClassOverload && l.maxRetries == 0:
@@ -198,19 +199,19 @@ func FuzzRetryDecision(f *testing.F) {
 				overloadSeen = true
 			case ClassUnavailable:
 				if unavailableSince.IsZero() {
-					unavailableSince = clk.now
+					unavailableSince = clk.T
 				}
 			}
 			outcomes = append(outcomes, e)
 			return Classify(e), e
 		})
 		// A pause the deadline ended is followed by no attempt.
-		endedInPause := deadlineMs > 0 && clk.now.Equal(deadline) && errors.Is(err, context.DeadlineExceeded)
-		if len(clk.sleeps) != len(outcomes)-1 && !(endedInPause && len(clk.sleeps) == len(outcomes)) {
-			t.Fatalf("%d attempts but %d pauses", len(outcomes), len(clk.sleeps))
+		endedInPause := deadlineMs > 0 && clk.T.Equal(deadline) && errors.Is(err, context.DeadlineExceeded)
+		if len(clk.Sleeps) != len(outcomes)-1 && !(endedInPause && len(clk.Sleeps) == len(outcomes)) {
+			t.Fatalf("%d attempts but %d pauses", len(outcomes), len(clk.Sleeps))
 		}
-		if deadlineMs > 0 && clk.now.After(deadline) {
-			t.Fatalf("slept past the deadline: %v > %v", clk.now.Sub(start), deadline.Sub(start))
+		if deadlineMs > 0 && clk.T.After(deadline) {
+			t.Fatalf("slept past the deadline: %v > %v", clk.T.Sub(start), deadline.Sub(start))
 		}
 		last := outcomes[len(outcomes)-1]
 		if (err == nil) != (last == nil) || (err != nil && !errors.Is(err, last)) {
@@ -230,17 +231,17 @@ func FuzzRetryDecision(f *testing.F) {
 		// The call gave up on an unavailable server: only at its end.
 		end := unavailableSince.Add(policy.UnavailableTimeout)
 		if deadlineMs > 0 && !deadline.After(end) {
-			if !clk.now.Equal(deadline) || !errors.Is(err, context.DeadlineExceeded) {
+			if !clk.T.Equal(deadline) || !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("gave up at %v with %v; want at the deadline %v, matching context.DeadlineExceeded",
-					clk.now.Sub(start), err, deadline.Sub(start))
+					clk.T.Sub(start), err, deadline.Sub(start))
 			}
 			return
 		}
 		// At the end, or later when a retry of another class took the
 		// call past it.
 		var re *RetryError
-		if clk.now.Before(end) || !errors.As(err, &re) || re.why.Stop != retry.Unreachable {
-			t.Fatalf("gave up at %v with %v; want at UnavailableTimeout's end %v", clk.now.Sub(start), err, end.Sub(start))
+		if clk.T.Before(end) || !errors.As(err, &re) || re.why.Stop != retry.Unreachable {
+			t.Fatalf("gave up at %v with %v; want at UnavailableTimeout's end %v", clk.T.Sub(start), err, end.Sub(start))
 		}
 	})
 }

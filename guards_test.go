@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/fakeclock"
 )
 
 var errCallerOwn = errors.New("insufficient funds")
@@ -44,7 +45,7 @@ func TestRetryErrorSaysWhatHappened(t *testing.T) {
 			p := tt.policy
 			p.Jitter = constJitter(1)
 			now := time.Now()
-			l := newLoop(p, &fakeClock{now: now})
+			l := newLoop(p, &fakeclock.Clock{T: now})
 			if tt.budget {
 				l.budget = newRetryBudget(*l.policy, now)
 			}
@@ -95,7 +96,7 @@ func TestRetryErrorSaysWhatHappened(t *testing.T) {
 func TestRetryErrorKeepsContextIdentity(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	calls := 0
-	l := newLoop(RetryConfig{Jitter: constJitter(1)}, &fakeClock{now: time.Unix(1000, 0)})
+	l := newLoop(RetryConfig{Jitter: constJitter(1)}, &fakeclock.Clock{T: time.Unix(1000, 0)})
 	err := l.run(ctx, func(ctx context.Context) (Class, error) {
 		calls++
 		if calls == 2 {

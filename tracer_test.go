@@ -2,9 +2,11 @@ package pgtx
 
 import (
 	"context"
-	"github.com/jackc/pgerrcode"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/pgtx-go/pgtx/internal/fakeclock"
 )
 
 type ctxKey struct{}
@@ -38,7 +40,7 @@ func (r *recordingTracer) TraceAttemptEnd(ctx context.Context, d TraceAttemptEnd
 func TestTracerOneEndPerStart(t *testing.T) {
 	tr := &recordingTracer{}
 	p := RetryConfig{Jitter: constJitter(1)}.withDefaults()
-	clk := &fakeClock{now: time.Unix(1000, 0)}
+	clk := &fakeclock.Clock{T: time.Unix(1000, 0)}
 	l := &retryLoop{policy: &p, clock: clk, maxRetries: p.MaxRetries, tracer: tr, label: "transfer", isolation: Serializable}
 	errs := []error{pgErr(pgerrcode.SerializationFailure), pgErr(pgerrcode.TooManyConnections), pgErr(pgerrcode.DeadlockDetected)}
 	calls := 0
@@ -78,7 +80,7 @@ func TestTracerOneEndPerStart(t *testing.T) {
 func TestTracerSuccess(t *testing.T) {
 	tr := &recordingTracer{}
 	p := RetryConfig{}.withDefaults()
-	l := &retryLoop{policy: &p, clock: &fakeClock{}, maxRetries: p.MaxRetries, tracer: tr}
+	l := &retryLoop{policy: &p, clock: &fakeclock.Clock{}, maxRetries: p.MaxRetries, tracer: tr}
 	calls := 0
 	if err := l.run(context.Background(), scripted(&calls)); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgerrcode"
+	"github.com/pgtx-go/pgtx/internal/fakeclock"
 )
 
 // refusedErr is a connection refused while the server restarts or a standby
@@ -60,19 +61,19 @@ func TestUnavailableRetriedUntilDeadline(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := &fakeClock{now: time.Unix(1000, 0)}
-			start := clk.now
-			ctx := fakeDeadline(clk, tt.deadline)
+			clk := &fakeclock.Clock{T: time.Unix(1000, 0)}
+			start := clk.T
+			ctx := fakeclock.Deadline(clk, tt.deadline)
 			calls := 0
 			refused := refusedErr()
 			err := newLoop(tt.policy, clk).run(ctx, scripted(&calls, repeat(refused, 1000)...))
-			if fmt.Sprint(clk.sleeps) != fmt.Sprint(tt.wantSleeps) {
-				t.Errorf("sleeps %v\nwant   %v", clk.sleeps, tt.wantSleeps)
+			if fmt.Sprint(clk.Sleeps) != fmt.Sprint(tt.wantSleeps) {
+				t.Errorf("sleeps %v\nwant   %v", clk.Sleeps, tt.wantSleeps)
 			}
 			if calls != len(tt.wantSleeps) {
 				t.Errorf("attempts %d, want %d: one per pause but the last, which the deadline ends", calls, len(tt.wantSleeps))
 			}
-			if got := clk.now.Sub(start); got != tt.deadline {
+			if got := clk.T.Sub(start); got != tt.deadline {
 				t.Errorf("the call ended after %v, want at its deadline %v", got, tt.deadline)
 			}
 			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, refused) || !errors.Is(err, syscall.ECONNREFUSED) {
@@ -131,20 +132,20 @@ func TestUnavailableBound(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := &fakeClock{now: time.Unix(1000, 0)}
-			start := clk.now
+			clk := &fakeclock.Clock{T: time.Unix(1000, 0)}
+			start := clk.T
 			var ctx context.Context = context.Background()
 			if tt.deadline > 0 {
-				ctx = fakeDeadline(clk, tt.deadline)
+				ctx = fakeclock.Deadline(clk, tt.deadline)
 			}
 			calls := 0
 			refused := refusedErr()
 			err := newLoop(tt.policy, clk).run(ctx, scripted(&calls, append(tt.before, repeat(refused, 1000)...)...))
 			if calls != tt.wantAttempts {
-				t.Errorf("attempts %d, want %d (sleeps %v)", calls, tt.wantAttempts, clk.sleeps)
+				t.Errorf("attempts %d, want %d (sleeps %v)", calls, tt.wantAttempts, clk.Sleeps)
 			}
-			if got := clk.now.Sub(start); got != tt.wantEnd {
-				t.Errorf("the call ended after %v, want %v (sleeps %v)", got, tt.wantEnd, clk.sleeps)
+			if got := clk.T.Sub(start); got != tt.wantEnd {
+				t.Errorf("the call ended after %v, want %v (sleeps %v)", got, tt.wantEnd, clk.Sleeps)
 			}
 			if !errors.Is(err, refused) {
 				t.Errorf("err = %v: the refusal must stay reachable", err)
@@ -207,7 +208,7 @@ func TestUnavailableOutsideTheCaps(t *testing.T) {
 			calls := 0
 			p := tt.policy
 			p.Jitter = constJitter(0.5)
-			l := newLoop(p, &fakeClock{now: time.Unix(1000, 0)})
+			l := newLoop(p, &fakeclock.Clock{T: time.Unix(1000, 0)})
 			err := l.run(context.Background(), scripted(&calls, tt.errs...))
 			if calls != tt.wantAttempts {
 				t.Errorf("attempts %d, want %d", calls, tt.wantAttempts)
@@ -244,12 +245,12 @@ func TestUnavailableBudget(t *testing.T) {
 			for range tt.successes {
 				b.Success(t0)
 			}
-			clk := &fakeClock{now: t0}
+			clk := &fakeclock.Clock{T: t0}
 			l := newLoop(RetryConfig{Jitter: constJitter(1)}, clk)
 			l.budget = b
 			calls := 0
 			refused := refusedErr()
-			err := l.run(fakeDeadline(clk, 10*time.Second), scripted(&calls, repeat(refused, 100)...))
+			err := l.run(fakeclock.Deadline(clk, 10*time.Second), scripted(&calls, repeat(refused, 100)...))
 			if calls != tt.wantAttempts {
 				t.Errorf("attempts %d, want %d", calls, tt.wantAttempts)
 			}
@@ -273,7 +274,7 @@ func TestUnavailableContextEnds(t *testing.T) {
 	t.Run("cancelled during a pause", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		clk := &fakeClock{now: time.Unix(1000, 0)}
+		clk := &fakeclock.Clock{T: time.Unix(1000, 0)}
 		calls := 0
 		attempt := func(context.Context) (Class, error) {
 			calls++
@@ -296,12 +297,12 @@ func TestUnavailableContextEnds(t *testing.T) {
 		deadline := time.Now().Add(time.Hour)
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
-		clk := &fakeClock{now: deadline.Add(-time.Second)}
+		clk := &fakeclock.Clock{T: deadline.Add(-time.Second)}
 		calls := 0
 		attempt := func(context.Context) (Class, error) {
 			calls++
 			if calls == 2 {
-				clk.now = deadline.Add(time.Millisecond)
+				clk.T = deadline.Add(time.Millisecond)
 			}
 			return ClassUnavailable, refused
 		}
@@ -390,14 +391,14 @@ func TestUnreachableSaidFirst(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p := tt.policy
 			p.Jitter = constJitter(1)
-			clk := &fakeClock{now: time.Unix(1000, 0)}
+			clk := &fakeclock.Clock{T: time.Unix(1000, 0)}
 			l := newLoop(p, clk)
 			if tt.budget {
-				l.budget = newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, clk.now)
+				l.budget = newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, clk.T)
 			}
 			var ctx context.Context = context.Background()
 			if tt.deadline > 0 {
-				ctx = fakeDeadline(clk, tt.deadline)
+				ctx = fakeclock.Deadline(clk, tt.deadline)
 			}
 			cancel := func() {}
 			if tt.cancelAt > 0 {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pgtx-go/pgtx/internal/classify"
 	"github.com/pgtx-go/pgtx/internal/contention"
+	"github.com/pgtx-go/pgtx/internal/fakeclock"
 )
 
 // TestLoopEvents: the tracer gets its events in order, each with the
@@ -18,7 +19,7 @@ import (
 // how many attempts there were, the error returned, and the call's time,
 // pauses included.
 func TestLoopEvents(t *testing.T) {
-	clk := &fakeClock{now: t0}
+	clk := &fakeclock.Clock{T: t0}
 	r := &recorder{}
 	l := newLoop(clk)
 	l.Tracer = r
@@ -28,7 +29,7 @@ func TestLoopEvents(t *testing.T) {
 		if ctx.Value(ctxKey{}) == calls+1 {
 			sawCtx++ // the attempt runs with its AttemptStart's context
 		}
-		clk.now = clk.now.Add(3 * time.Millisecond)
+		clk.T = clk.T.Add(3 * time.Millisecond)
 		return script(ctx)
 	})
 	if err != nil || sawCtx != 3 {
@@ -54,12 +55,12 @@ func TestLoopEvents(t *testing.T) {
 // the call returns; a call the context ended during a pause is said to be
 // interrupted.
 func TestLoopEventsOfAStop(t *testing.T) {
-	clk := &fakeClock{now: t0}
+	clk := &fakeclock.Clock{T: t0}
 	r := &recorder{}
 	l := newLoop(clk)
 	l.Tracer = r
 	calls := 0
-	err := l.Run(fakeDeadline(clk, 150*time.Millisecond), scripted(&calls, repeat(unavailable, 10)...))
+	err := l.Run(fakeclock.Deadline(clk, 150*time.Millisecond), scripted(&calls, repeat(unavailable, 10)...))
 	if len(r.events) != 4 || calls != 1 {
 		t.Fatalf("events %+v after %d attempts; want 4 after 1", r.events, calls)
 	}
@@ -86,7 +87,7 @@ func TestLoopEventsOfAStop(t *testing.T) {
 // the deadline ends the call as a pause past the deadline would.
 func TestLoopWithTheGate(t *testing.T) {
 	t.Run("no pause after a conflict", func(t *testing.T) {
-		clk := &fakeClock{now: t0}
+		clk := &fakeclock.Clock{T: t0}
 		m, g := limitingGate(t, clk, 0)
 		before := m.Stats()[0]
 		r := &recorder{}
@@ -95,8 +96,8 @@ func TestLoopWithTheGate(t *testing.T) {
 		if err := l.Run(context.Background(), scripted(new(int), conflict, overload)); err != nil {
 			t.Fatal(err)
 		}
-		if want := []time.Duration{0, Backoff(0.5, 100*time.Millisecond, 10*time.Second, 2)}; !slices.Equal(clk.sleeps, want) {
-			t.Errorf("pauses %v, want %v", clk.sleeps, want)
+		if want := []time.Duration{0, Backoff(0.5, 100*time.Millisecond, 10*time.Second, 2)}; !slices.Equal(clk.Sleeps, want) {
+			t.Errorf("pauses %v, want %v", clk.Sleeps, want)
 		}
 		s := m.Stats()[0]
 		if s.Attempts-before.Attempts != 3 || s.Conflicts-before.Conflicts != 1 || s.Commits-before.Commits != 1 || s.Running != 0 {
@@ -113,7 +114,7 @@ func TestLoopWithTheGate(t *testing.T) {
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
 		for _, limiting := range []bool{false, true} {
-			clk := &fakeClock{now: deadline.Add(-5 * time.Millisecond)}
+			clk := &fakeclock.Clock{T: deadline.Add(-5 * time.Millisecond)}
 			g := contention.New(contention.Settings{Clock: clk, Threshold: 0.1, MaxLimit: 4}).Gate("")
 			if limiting {
 				_, g = limitingGate(t, clk, 0)

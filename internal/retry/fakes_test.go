@@ -12,65 +12,6 @@ import (
 	"github.com/pgtx-go/pgtx/internal/contention"
 )
 
-// fakeClock is the loop's clock in these tests: Sleep advances Now at once
-// and records the pause.
-type fakeClock struct {
-	now    time.Time
-	sleeps []time.Duration
-}
-
-func (c *fakeClock) Now() time.Time { return c.now }
-
-// Sleep records the pause and advances the clock; on a context whose
-// deadline is on this clock (fakeDeadline), a pause that would end past the
-// deadline ends at it with the context's error, as a real one does.
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if fd, ok := ctx.(*fakeDeadlineCtx); ok && c.now.Add(d).After(fd.deadline) {
-		c.sleeps = append(c.sleeps, fd.deadline.Sub(c.now))
-		c.now = fd.deadline
-		return ctx.Err()
-	}
-	c.sleeps = append(c.sleeps, d)
-	c.now = c.now.Add(d)
-	return nil
-}
-
-// fakeDeadlineCtx is a context whose deadline passes on a fake clock: from
-// then on Err is context.DeadlineExceeded and Done is closed.
-type fakeDeadlineCtx struct {
-	context.Context
-	clk      *fakeClock
-	deadline time.Time
-	done     chan struct{}
-}
-
-// fakeDeadline returns a context whose deadline is d after clk's now.
-func fakeDeadline(clk *fakeClock, d time.Duration) *fakeDeadlineCtx {
-	return &fakeDeadlineCtx{Context: context.Background(), clk: clk, deadline: clk.now.Add(d), done: make(chan struct{})}
-}
-
-func (c *fakeDeadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
-
-func (c *fakeDeadlineCtx) Err() error {
-	if c.clk.now.Before(c.deadline) {
-		return nil
-	}
-	select {
-	case <-c.done:
-	default:
-		close(c.done)
-	}
-	return context.DeadlineExceeded
-}
-
-func (c *fakeDeadlineCtx) Done() <-chan struct{} {
-	_ = c.Err()
-	return c.done
-}
-
 // failure is an attempt's error of class c; two of the same class are
 // equal, so errors.Is finds them.
 type failure struct{ c classify.Class }

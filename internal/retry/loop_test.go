@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgtx-go/pgtx/internal/classify"
+	"github.com/pgtx-go/pgtx/internal/fakeclock"
 )
 
 var t0 = time.Unix(1000, 0)
@@ -60,7 +61,7 @@ func TestLoopStops(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := newLoop(&fakeClock{now: t0})
+			l := newLoop(&fakeclock.Clock{T: t0})
 			if tt.set != nil {
 				tt.set(l)
 			}
@@ -91,7 +92,7 @@ func TestLoopStops(t *testing.T) {
 // caps every retry, but a class the caller switched off is not retried.
 func TestLoopClassOffStaysOff(t *testing.T) {
 	calls := 0
-	l := newLoop(&fakeClock{now: t0})
+	l := newLoop(&fakeclock.Clock{T: t0})
 	l.MaxRetries = 0
 	_ = l.Run(context.Background(), scripted(&calls, overload, conflict, conflict))
 	if calls != 2 {
@@ -132,16 +133,16 @@ func TestLoopPauses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := &fakeClock{now: t0}
+			clk := &fakeclock.Clock{T: t0}
 			l := newLoop(clk)
 			l.Policy.Jitter, l.Policy.MaxAdaptiveRetries = jitter(tt.jitter), tt.adaptive
 			calls := 0
 			_ = l.Run(context.Background(), scripted(&calls, tt.errs...))
-			if !slices.Equal(clk.sleeps, tt.want) {
-				t.Errorf("pauses %v, want %v", clk.sleeps, tt.want)
+			if !slices.Equal(clk.Sleeps, tt.want) {
+				t.Errorf("pauses %v, want %v", clk.Sleeps, tt.want)
 			}
-			if len(clk.sleeps) != calls-1 {
-				t.Errorf("%d pauses for %d attempts: want one per retry", len(clk.sleeps), calls)
+			if len(clk.Sleeps) != calls-1 {
+				t.Errorf("%d pauses for %d attempts: want one per retry", len(clk.Sleeps), calls)
 			}
 		})
 	}
@@ -160,14 +161,14 @@ func TestLoopDeadline(t *testing.T) {
 			jitter float64
 			want   []time.Duration
 		}{{1, nil}, {0.5, []time.Duration{100 * time.Millisecond}}} {
-			clk := &fakeClock{now: deadline.Add(-150 * time.Millisecond)}
+			clk := &fakeclock.Clock{T: deadline.Add(-150 * time.Millisecond)}
 			l := newLoop(clk)
 			l.Policy.Jitter = jitter(tt.jitter)
 			calls := 0
 			err := l.Run(ctx, scripted(&calls, repeat(overload, 5)...))
 			var s *stopped
-			if calls != len(tt.want)+1 || !slices.Equal(clk.sleeps, tt.want) || !errors.As(err, &s) || s.why.Stop != Deadline || s.why.Reason != "deadline" {
-				t.Errorf("jitter %v: %d attempts, pauses %v, %v; want %d, %v and the deadline", tt.jitter, calls, clk.sleeps, err, len(tt.want)+1, tt.want)
+			if calls != len(tt.want)+1 || !slices.Equal(clk.Sleeps, tt.want) || !errors.As(err, &s) || s.why.Stop != Deadline || s.why.Reason != "deadline" {
+				t.Errorf("jitter %v: %d attempts, pauses %v, %v; want %d, %v and the deadline", tt.jitter, calls, clk.Sleeps, err, len(tt.want)+1, tt.want)
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("jitter %v: %v matches the deadline, which has not passed", tt.jitter, err)
@@ -186,13 +187,13 @@ func TestLoopDeadline(t *testing.T) {
 		{"a deadline before the first pause ends", 150 * time.Millisecond, []time.Duration{ms(150)}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			clk := &fakeClock{now: t0}
+			clk := &fakeclock.Clock{T: t0}
 			calls := 0
-			err := newLoop(clk).Run(fakeDeadline(clk, tt.deadline), scripted(&calls, repeat(unavailable, 1000)...))
+			err := newLoop(clk).Run(fakeclock.Deadline(clk, tt.deadline), scripted(&calls, repeat(unavailable, 1000)...))
 			want := Why{Stop: ContextEnded, Reason: "context", Unreachable: true, UnreachableFor: tt.deadline}
 			var s *stopped
-			if !slices.Equal(clk.sleeps, tt.want) || calls != len(tt.want) || !errors.As(err, &s) || s.why != want || s.attempts != calls {
-				t.Errorf("%d attempts, pauses %v, %v\nwant %d, %v, %+v", calls, clk.sleeps, err, len(tt.want), tt.want, want)
+			if !slices.Equal(clk.Sleeps, tt.want) || calls != len(tt.want) || !errors.As(err, &s) || s.why != want || s.attempts != calls {
+				t.Errorf("%d attempts, pauses %v, %v\nwant %d, %v, %+v", calls, clk.Sleeps, err, len(tt.want), tt.want, want)
 			}
 			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, unavailable) {
 				t.Errorf("%v: want it to match the deadline and the last error", err)
@@ -203,11 +204,11 @@ func TestLoopDeadline(t *testing.T) {
 		deadline := time.Now().Add(time.Hour)
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
 		defer cancel()
-		clk := &fakeClock{now: deadline.Add(-time.Second)}
+		clk := &fakeclock.Clock{T: deadline.Add(-time.Second)}
 		calls := 0
 		err := newLoop(clk).Run(ctx, func(context.Context) (classify.Class, error) {
 			if calls++; calls == 2 {
-				clk.now = deadline.Add(time.Millisecond)
+				clk.T = deadline.Add(time.Millisecond)
 			}
 			return classify.Unavailable, unavailable
 		})
@@ -244,11 +245,11 @@ func TestLoopBudget(t *testing.T) {
 			for range tt.successes {
 				b.Success(t0)
 			}
-			clk := &fakeClock{now: t0}
+			clk := &fakeclock.Clock{T: t0}
 			l := newLoop(clk)
 			l.Budget, l.Policy.MaxAdaptiveRetries = b, 5
 			calls := 0
-			err := l.Run(fakeDeadline(clk, 10*time.Second), scripted(&calls, tt.errs...))
+			err := l.Run(fakeclock.Deadline(clk, 10*time.Second), scripted(&calls, tt.errs...))
 			var s *stopped
 			if calls != tt.attempts || (errors.As(err, &s) && s.why.Stop == BudgetSpent && s.why.Reason == "budget") != tt.refused {
 				t.Errorf("%d attempts, %v; want %d, refused %v", calls, err, tt.attempts, tt.refused)
@@ -260,7 +261,7 @@ func TestLoopBudget(t *testing.T) {
 	}
 	t.Run("a success pays", func(t *testing.T) {
 		b := NewBudget(1, 0, 10*time.Second, t0)
-		l := newLoop(&fakeClock{now: t0})
+		l := newLoop(&fakeclock.Clock{T: t0})
 		l.Budget = b
 		calls := 0
 		if err := l.Run(context.Background(), scripted(&calls)); err != nil || !b.Withdraw(t0) || b.Withdraw(t0) {
@@ -287,7 +288,7 @@ func TestLoopContext(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			calls := 0
-			err := newLoop(&fakeClock{now: t0}).Run(ctx, func(context.Context) (classify.Class, error) {
+			err := newLoop(&fakeclock.Clock{T: t0}).Run(ctx, func(context.Context) (classify.Class, error) {
 				if calls++; calls == tt.attempts {
 					cancel() // the caller gives up while the attempt ends
 				}
