@@ -316,6 +316,14 @@ func TestCancelModes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.mode.String(), func(t *testing.T) {
 			pool := newPool(t, dsn, func(c *pgtx.Config) { c.MaxConns = 1; c.CancelMode = tt.mode })
+			// The connection is made first: a connect that outlasts the
+			// 50ms deadline (under the race detector, with the other
+			// packages' tests on two cores) would end round 0 before its
+			// statement ran, and a cancel of a running statement is what
+			// each round tests.
+			if err := pool.Ping(ctx); err != nil {
+				t.Fatal(err)
+			}
 			for i := range 3 {
 				cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 				_, err := pool.Exec(cctx, "select pg_sleep(10)")
