@@ -5,6 +5,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/jackc/pgx/v5/pgproto3"
 )
@@ -37,6 +38,7 @@ type Server struct {
 	Answer func(conn int, sql string) Answer
 
 	mu      sync.Mutex
+	closed  bool // Wait has begun: no more connections
 	conns   int
 	cancels int
 	log     []Statement
@@ -44,8 +46,16 @@ type Server struct {
 }
 
 // Dial opens a connection to the server, served by a goroutine that ends
-// when either side closes it; [Server.Wait] waits for every one.
+// when either side closes it; [Server.Wait] waits for every one. Once Wait
+// has begun, a connection is refused, as a server that has shut down
+// refuses it: pgconn still dials, from a goroutine of its own, to send a
+// cancel request for a connection it closed after a broken read.
 func (s *Server) Dial(context.Context, string, string) (net.Conn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, &net.OpError{Op: "dial", Net: "pipe", Err: syscall.ECONNREFUSED}
+	}
 	client, server := net.Pipe()
 	s.wg.Add(1)
 	go func() {
@@ -56,9 +66,14 @@ func (s *Server) Dial(context.Context, string, string) (net.Conn, error) {
 	return client, nil
 }
 
-// Wait waits until every connection's goroutine has ended: call it after
-// closing the pool.
-func (s *Server) Wait() { s.wg.Wait() }
+// Wait refuses new connections and waits until every connection's
+// goroutine has ended: call it after closing the pool.
+func (s *Server) Wait() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.wg.Wait()
+}
 
 // Conns returns how many sessions were started.
 func (s *Server) Conns() int {

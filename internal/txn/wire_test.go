@@ -30,6 +30,7 @@ func connect(t *testing.T, srv *fakepg.Server) *pgx.Conn {
 	}
 	t.Cleanup(func() {
 		_ = conn.Close(context.Background())
+		<-conn.PgConn().CleanupDone() // pgconn's own goroutine, after a broken read
 		srv.Wait()
 	})
 	return conn
