@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -180,35 +182,89 @@ func TestAfterCommitFromGoroutines(t *testing.T) {
 // does not see (tx.Conn()) after a first statement that only reads has its
 // id read in COMMIT's write, before COMMIT, with a Flush that makes it
 // arrive before COMMIT runs. When COMMIT's answer is lost after the id
-// arrived, the resolution says committed; when the connection is cut as
-// soon as the write left, the id never arrives and the backend no longer
-// runs the transaction: nothing can tell, and the call says so
-// (ErrCommitUnknown, UnansweredCount) without running fn again.
+// arrived, the resolution says committed. When the connection is cut as
+// soon as the write left, the id never arrives, and the resolver asks the
+// cut backend for the transaction it runs:
+//   - once the backend has ended (the question is held until it has),
+//     nothing can tell, and the call says so (ErrCommitUnknown,
+//     UnansweredCount) without running fn again;
+//   - while COMMIT still runs (a deferred trigger waits for a lock the test
+//     holds until the question has been asked), the backend tells the id,
+//     and the call reports the commit.
 func TestResolveIDReadAtCommit(t *testing.T) {
+	const (
+		backendEnded = iota
+		commitRunning
+	)
 	tests := []struct {
 		name        string
 		cut         func(*pgtxtest.Proxy)
+		asked       int // what the question about the cut backend finds; -1: none is asked
 		wantUnknown bool
 	}{
-		{"answer dropped", func(p *pgtxtest.Proxy) { p.CutOnCommitReply(1) }, false},
-		{"cut as the write left", func(p *pgtxtest.Proxy) { p.CutOnCommit(1) }, true},
+		{"answer dropped", func(p *pgtxtest.Proxy) { p.CutOnCommitReply(1) }, -1, false},
+		{"cut as the write left", func(p *pgtxtest.Proxy) { p.CutOnCommit(1) }, backendEnded, true},
+		{"cut as the write left, COMMIT still running", func(p *pgtxtest.Proxy) { p.CutOnCommit(1) }, commitRunning, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := testCtx(t)
 			direct, proxy, through := proxied(t)
 			admin := directConn(t, direct)
+			watcher := directConn(t, direct) // used from the proxy's goroutine
 			mustExec(t, ctx, admin, "create table ledger (id text primary key)")
+			// The lock a COMMIT of a row 'held' waits for at its deferred
+			// trigger, until the test releases it.
+			mustExec(t, ctx, admin, `create function wait_at_commit() returns trigger language plpgsql as $$
+				begin
+					if new.id = 'held' then perform pg_advisory_xact_lock(4711); end if;
+					return null;
+				end $$`)
+			mustExec(t, ctx, admin, `create constraint trigger wait after insert on ledger deferrable initially deferred
+				for each row execute function wait_at_commit()`)
+			row := "t-1"
+			if tt.asked == commitRunning {
+				row = "held"
+				lock := directConn(t, direct)
+				mustExec(t, ctx, lock, "select pg_advisory_lock(4711)")
+				t.Cleanup(func() { _, _ = lock.Exec(context.Background(), "select pg_advisory_unlock_all()") })
+				asked, stop, released := make(chan struct{}), make(chan struct{}), make(chan struct{})
+				var once sync.Once
+				// The resolver asks about the id only once the backend
+				// has told it (backend_xid); the lock is released then.
+				watchAsk(t, proxy, "pg_prepared_xacts", func() { once.Do(func() { close(asked) }) })
+				go func() {
+					defer close(released)
+					select {
+					case <-asked:
+					case <-stop:
+						return
+					}
+					if _, err := lock.Exec(ctx, "select pg_advisory_unlock_all()"); err != nil {
+						t.Errorf("release the lock COMMIT waits for: %v", err)
+					}
+				}()
+				t.Cleanup(func() { close(stop); <-released })
+			}
 			pool := newPool(t, through, nil)
+			var pid atomic.Uint32
+			if tt.asked == backendEnded {
+				// Hold the question about the cut backend until that
+				// backend has ended: on a loaded machine the resolver
+				// can otherwise find it still running COMMIT, and
+				// rightly learn the id from it (the next row).
+				watchAsk(t, proxy, "backend_xid", func() { waitBackendGone(t, ctx, watcher, pid.Load()) })
+			}
 			tt.cut(proxy)
 			var runs counter
 			err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 				runs.inc()
+				pid.Store(tx.Conn().PgConn().PID())
 				var n int
 				if err := tx.QueryRow(ctx, "select count(*) from ledger").Scan(&n); err != nil {
 					return err
 				}
-				_, err := tx.Conn().Exec(ctx, "insert into ledger values ('t-1')")
+				_, err := tx.Conn().Exec(ctx, "insert into ledger values ($1)", row)
 				return err
 			})
 			rows := queryInt(t, ctx, admin, "select count(*) from ledger")
@@ -225,6 +281,39 @@ func TestResolveIDReadAtCommit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// watchAsk calls f in the proxy, before forwarding it, at each statement
+// whose SQL contains marker: backend_xid when the resolver asks which
+// transaction a backend runs, pg_prepared_xacts when it asks what became
+// of an id.
+func watchAsk(t *testing.T, proxy *pgtxtest.Proxy, marker string, f func()) {
+	t.Helper()
+	proxy.SlowStatements(func(sql string) bool {
+		if strings.Contains(sql, marker) {
+			f()
+		}
+		return false
+	}, time.Millisecond)
+}
+
+// waitBackendGone returns once the backend pid has exited, asking on conn.
+func waitBackendGone(t *testing.T, ctx context.Context, conn *pgx.Conn, pid uint32) {
+	for ctx.Err() == nil {
+		var n int
+		if err := conn.QueryRow(ctx, "select count(*) from pg_stat_activity where pid = $1", int64(pid)).Scan(&n); err != nil {
+			t.Errorf("is backend %d gone: %v", pid, err)
+			return
+		}
+		if n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	t.Errorf("backend %d did not end: %v", pid, ctx.Err())
 }
 
 // TestResolveByFaultReadFirst is TestResolveByFault's proxy faults for a
