@@ -3,7 +3,6 @@ package fakepg
 import (
 	"context"
 	"net"
-	"strings"
 	"sync"
 	"syscall"
 
@@ -21,6 +20,18 @@ type Answer struct {
 	// Close closes the connection without answering: the statement's
 	// answer is lost, whether or not it ran.
 	Close bool
+	// Columns, when set, make the statement return Rows: each value is
+	// sent as the text of fmt.Sprint (nil: NULL), or in the binary format
+	// of its column's type when the client asks for it (int2, int4, int8,
+	// bool and text are known).
+	Columns []Column
+	Rows    [][]any
+}
+
+// Column is a column of a statement's result.
+type Column struct {
+	Name string
+	OID  uint32 // the column's type: 20 int8, 23 int4, 25 text, 16 bool...
 }
 
 // Statement is a statement the server received: Conn numbers the
@@ -31,10 +42,15 @@ type Statement struct {
 }
 
 // Server is a scripted server; its Dial is a pgconn DialFunc. The zero
-// value answers every statement with success.
+// value answers every statement with success, and no rows.
 type Server struct {
 	// Answer, when set, chooses the answer to each statement, given its
-	// connection's number and its text.
+	// connection's number and its text. In the extended protocol it is
+	// asked when the statement is described (a Describe of the statement
+	// or of its portal: the columns come from it) and, for a portal not
+	// described, when it is executed; a portal's answer is the one its
+	// Describe got. A simple EXECUTE of a statement prepared with PREPARE
+	// gets the answer of that statement's text.
 	Answer func(conn int, sql string) Answer
 
 	mu      sync.Mutex
@@ -107,156 +123,9 @@ func (s *Server) SQL() []string {
 	return out
 }
 
-// serve logs the client in and answers its queries until it leaves.
-func (s *Server) serve(b *pgproto3.Backend) {
-	m, err := b.ReceiveStartupMessage()
-	if err != nil {
-		return
-	}
+// logStatement records a statement received on connection n.
+func (s *Server) logStatement(n int, sql string) {
 	s.mu.Lock()
-	_, isCancel := m.(*pgproto3.CancelRequest)
-	_, isStartup := m.(*pgproto3.StartupMessage)
-	if isCancel {
-		s.cancels++
-	}
-	if isStartup {
-		s.conns++
-	}
-	n := s.conns
+	s.log = append(s.log, Statement{Conn: n, SQL: sql})
 	s.mu.Unlock()
-	if !isStartup {
-		return // a cancel request is acknowledged by the close; SSL is not served
-	}
-	b.Send(&pgproto3.AuthenticationOk{})
-	for _, p := range [...][2]string{{"client_encoding", "UTF8"}, {"standard_conforming_strings", "on"},
-		{"server_version", "15.0"}, {"in_hot_standby", "off"}} {
-		b.Send(&pgproto3.ParameterStatus{Name: p[0], Value: p[1]})
-	}
-	b.Send(&pgproto3.BackendKeyData{ProcessID: uint32(1000 + n), SecretKey: []byte{0, 0, 0, byte(n)}})
-	status := byte('I')
-	b.Send(&pgproto3.ReadyForQuery{TxStatus: status})
-	if b.Flush() != nil {
-		return
-	}
-	for {
-		m, err := b.Receive()
-		if err != nil {
-			return
-		}
-		switch m := m.(type) {
-		case *pgproto3.Query:
-			if !s.query(n, b, m.String, &status) {
-				return
-			}
-		case *pgproto3.Terminate:
-			return
-		default:
-			b.Send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "0A000", Message: "fakepg: only the simple query protocol is served"})
-			b.Send(&pgproto3.ReadyForQuery{TxStatus: status})
-		}
-		if b.Flush() != nil {
-			return
-		}
-	}
-}
-
-// query answers one simple query, statement by statement, as the server
-// does: the first error skips the rest. It returns false when the
-// connection is to close.
-func (s *Server) query(n int, b *pgproto3.Backend, q string, status *byte) bool {
-	stmts := split(q)
-	if len(stmts) == 0 {
-		b.Send(&pgproto3.EmptyQueryResponse{})
-	}
-	for _, sql := range stmts {
-		s.mu.Lock()
-		s.log = append(s.log, Statement{Conn: n, SQL: sql})
-		s.mu.Unlock()
-		var a Answer
-		if s.Answer != nil {
-			a = s.Answer(n, sql)
-		}
-		words := strings.Fields(strings.ToLower(sql))
-		verb := words[0]
-		if verb == "rollback" && len(words) > 1 && words[1] == "to" {
-			verb = "rollback to" // a savepoint's: the transaction goes on
-		}
-		switch {
-		case a.Close:
-			return false
-		case *status == 'E' && verb != "commit" && verb != "rollback" && verb != "rollback to":
-			a.Code = "25P02"
-		}
-		if a.Code != "" {
-			severity, msg := "ERROR", a.Message
-			if a.Fatal {
-				severity = "FATAL"
-			}
-			if msg == "" {
-				msg = "fakepg: scripted error " + a.Code
-			}
-			b.Send(&pgproto3.ErrorResponse{Severity: severity, SeverityUnlocalized: severity, Code: a.Code, Message: msg})
-			if a.Fatal {
-				_ = b.Flush()
-				return false
-			}
-			switch {
-			case verb == "commit" || verb == "end":
-				*status = 'I' // a COMMIT that fails ends the transaction
-			case *status == 'T':
-				*status = 'E'
-			}
-			break
-		}
-		b.Send(&pgproto3.CommandComplete{CommandTag: []byte(tag(verb, status))})
-	}
-	b.Send(&pgproto3.ReadyForQuery{TxStatus: *status})
-	return true
-}
-
-// tag returns a successful statement's command tag, and moves the
-// transaction status as the statement does.
-func tag(verb string, status *byte) string {
-	switch verb {
-	case "begin":
-		*status = 'T'
-		return "BEGIN"
-	case "commit", "end":
-		failed := *status == 'E'
-		*status = 'I'
-		if failed {
-			return "ROLLBACK"
-		}
-		return "COMMIT"
-	case "rollback", "abort":
-		*status = 'I'
-		return "ROLLBACK"
-	case "rollback to":
-		*status = 'T'
-		return "ROLLBACK"
-	case "insert":
-		return "INSERT 0 1"
-	case "update", "delete", "select":
-		return strings.ToUpper(verb) + " 1"
-	}
-	return strings.ToUpper(verb)
-}
-
-// split cuts a simple query into its statements at semicolons, dropping
-// line comments and empty statements. Quoted semicolons are not
-// understood: a test's statements do not use them.
-func split(q string) []string {
-	var out []string
-	for _, part := range strings.Split(q, ";") {
-		var lines []string
-		for _, l := range strings.Split(part, "\n") {
-			if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "--") {
-				lines = append(lines, l)
-			}
-		}
-		if len(lines) > 0 {
-			out = append(out, strings.Join(lines, " "))
-		}
-	}
-	return out
 }

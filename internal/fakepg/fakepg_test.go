@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -86,5 +87,175 @@ func TestTransactionStatus(t *testing.T) {
 	}
 	if srv.Conns() != 1 || len(srv.Log()) != len(steps) {
 		t.Errorf("%d sessions, %d statements; want 1 and %d", srv.Conns(), len(srv.Log()), len(steps))
+	}
+}
+
+// connect returns a connection to srv in exec mode mode, closed (and srv's
+// goroutines waited for) at cleanup.
+func connect(t *testing.T, srv *Server, mode pgx.QueryExecMode) *pgx.Conn {
+	t.Helper()
+	cc, err := pgx.ParseConfig("postgres://app@fake:5432/app?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.DialFunc = srv.Dial
+	cc.LookupFunc = func(context.Context, string) ([]string, error) { return []string{"127.0.0.1"}, nil }
+	cc.DefaultQueryExecMode = mode
+	conn, err := pgx.ConnectConfig(context.Background(), cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = conn.Close(context.Background())
+		<-conn.PgConn().CleanupDone()
+		srv.Wait()
+	})
+	return conn
+}
+
+// TestExtendedProtocol: in every exec mode pgx has, a query gets its
+// scripted rows (in the binary format where pgx asks for it, NULL as
+// NULL), and in a batch an error skips the statements after it up to
+// Sync, as the server skips them, while the transaction fails.
+func TestExtendedProtocol(t *testing.T) {
+	const (
+		query = "select id, name, gone from t where id > $1"
+		bad   = "update t set id = 0"
+	)
+	answer := func(_ int, sql string) Answer {
+		switch {
+		case strings.HasPrefix(sql, "select id, name, gone from t"): // the simple protocol has the argument in the text
+			return Answer{Columns: []Column{{"id", 20}, {"name", 25}, {"gone", 16}},
+				Rows: [][]any{{7, "seven", true}, {-8, nil, false}}}
+		case sql == bad:
+			return Answer{Code: "23505"}
+		}
+		return Answer{}
+	}
+	type row struct {
+		id   int64
+		name *string
+		gone bool
+	}
+	seven := "seven"
+	want := []row{{7, &seven, true}, {-8, nil, false}}
+	modes := []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
+		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol}
+	for _, mode := range modes {
+		t.Run(mode.String(), func(t *testing.T) {
+			srv := &Server{Answer: answer}
+			conn := connect(t, srv, mode)
+			ctx := context.Background()
+			rows, err := conn.Query(ctx, query, "6")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+				var x row
+				err := r.Scan(&x.id, &x.name, &x.gone)
+				return x, err
+			})
+			if err != nil || len(got) != 2 || got[0].id != 7 || *got[0].name != "seven" || !got[0].gone ||
+				got[1].id != -8 || got[1].name != nil || got[1].gone {
+				t.Errorf("rows %+v, %v; want %+v", got, err, want)
+			}
+
+			if _, err := conn.Exec(ctx, "begin"); err != nil {
+				t.Fatal(err)
+			}
+			b := &pgx.Batch{}
+			b.Queue("update t set id = 1")
+			b.Queue(bad)
+			b.Queue("update t set id = 2")
+			err = conn.SendBatch(ctx, b).Close()
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "23505" {
+				t.Errorf("batch: %v, want 23505", err)
+			}
+			if s := conn.PgConn().TxStatus(); s != 'E' {
+				t.Errorf("status %c after the failed batch, want E", s)
+			}
+			if _, err := conn.Exec(ctx, "rollback"); err != nil {
+				t.Fatal(err)
+			}
+			log := srv.SQL()
+			if slices.Contains(log, "update t set id = 2") || !slices.Contains(log, bad) {
+				t.Errorf("the server ran %q: want the failing statement, and none after it", log)
+			}
+		})
+	}
+}
+
+// TestExtendedProtocolPipeline: a pipeline's Flush makes the results
+// before it arrive while the rest is still to come, and a statement whose
+// answer closes the connection ends the session, with what came before
+// it delivered.
+func TestExtendedProtocolPipeline(t *testing.T) {
+	srv := &Server{Answer: func(_ int, sql string) Answer {
+		switch sql {
+		case "select 42":
+			return Answer{Columns: []Column{{"n", 23}}, Rows: [][]any{{42}}}
+		case "commit":
+			return Answer{Close: true}
+		}
+		return Answer{}
+	}}
+	conn := connect(t, srv, pgx.QueryExecModeExec)
+	ctx := context.Background()
+	p := conn.PgConn().StartPipeline(ctx)
+	p.SendQueryParams("select 42", nil, nil, nil, nil)
+	p.SendFlushRequest()
+	p.SendQueryParams("commit", nil, nil, nil, nil)
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.GetResults()
+	rr, ok := res.(*pgconn.ResultReader)
+	if err != nil || !ok {
+		t.Fatalf("first result %T, %v", res, err)
+	}
+	r := rr.Read()
+	if r.Err != nil || len(r.Rows) != 1 || string(r.Rows[0][0]) != "42" {
+		t.Errorf("select 42 read %q, %v", r.Rows, r.Err)
+	}
+	if res, err = p.GetResults(); err == nil {
+		if rr, ok := res.(*pgconn.ResultReader); ok {
+			_, err = rr.Close()
+		}
+	}
+	if err == nil {
+		t.Error("the COMMIT whose answer was lost returned no error")
+	}
+	_ = p.Close()
+	if !conn.IsClosed() {
+		t.Error("the connection is still open after its answer was lost")
+	}
+}
+
+// TestPrepareInSQL: a statement prepared with SQL's PREPARE is executed by
+// a simple EXECUTE and by the extended protocol's Bind, each answered as
+// the statement prepared.
+func TestPrepareInSQL(t *testing.T) {
+	const read = "select pg_current_xact_id_if_assigned()::text::int8 as pgtx_xid"
+	srv := &Server{Answer: func(_ int, sql string) Answer {
+		if sql == read {
+			return Answer{Columns: []Column{{"pgtx_xid", 20}}, Rows: [][]any{{742}}}
+		}
+		return Answer{}
+	}}
+	conn := connect(t, srv, pgx.QueryExecModeExec)
+	ctx := context.Background()
+	pg := conn.PgConn()
+	if err := pg.Exec(ctx, "prepare pgtx_xid as "+read).Close(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := pg.Exec(ctx, "execute pgtx_xid").ReadAll()
+	if err != nil || len(res) != 1 || len(res[0].Rows) != 1 || string(res[0].Rows[0][0]) != "742" {
+		t.Errorf("execute pgtx_xid: %v, %v; want the row 742", res, err)
+	}
+	r := pg.ExecPrepared(ctx, "pgtx_xid", nil, nil, []int16{1}).Read()
+	if r.Err != nil || len(r.Rows) != 1 || len(r.Rows[0][0]) != 8 || r.Rows[0][0][7] != 742%256 {
+		t.Errorf("the prepared statement bound: %v, %v; want 742 in binary", r.Rows, r.Err)
 	}
 }
