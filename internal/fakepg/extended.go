@@ -19,6 +19,7 @@ type stmt struct {
 // asked for, and the answer its Describe got.
 type portal struct {
 	sql     string
+	params  []*string
 	formats []int16
 	answer  *Answer
 }
@@ -45,7 +46,14 @@ func (ss *session) extended(m pgproto3.FrontendMessage) (served, ok bool) {
 			ss.refuse("26000", fmt.Sprintf("prepared statement %q does not exist", m.PreparedStatement))
 			break
 		}
-		ss.portals[m.DestinationPortal] = &portal{sql: st.sql, formats: slices.Clone(m.ResultFormatCodes)}
+		params := make([]*string, len(m.Parameters))
+		for i, v := range m.Parameters {
+			if v != nil {
+				params[i] = new(string)
+				*params[i] = string(v)
+			}
+		}
+		ss.portals[m.DestinationPortal] = &portal{sql: st.sql, params: params, formats: slices.Clone(m.ResultFormatCodes)}
 		ss.send(&pgproto3.BindComplete{})
 	case *pgproto3.Describe:
 		ss.describe(m.ObjectType, m.Name)
@@ -55,7 +63,7 @@ func (ss *session) extended(m pgproto3.FrontendMessage) (served, ok bool) {
 			ss.refuse("34000", fmt.Sprintf("portal %q does not exist", m.Portal))
 			break
 		}
-		ss.s.logStatement(ss.n, p.sql)
+		ss.s.logStatement(ss.n, p.sql, p.params)
 		var a Answer
 		if p.answer != nil {
 			a = *p.answer

@@ -39,6 +39,10 @@ type Column struct {
 type Statement struct {
 	Conn int
 	SQL  string
+	// Params are the values bound to an extended-protocol statement's
+	// parameters, as sent (text, or the bytes of the binary format); nil
+	// for NULL.
+	Params []*string
 }
 
 // Server is a scripted server; its Dial is a pgconn DialFunc. The zero
@@ -124,8 +128,8 @@ func (s *Server) SQL() []string {
 }
 
 // logStatement records a statement received on connection n.
-func (s *Server) logStatement(n int, sql string) {
+func (s *Server) logStatement(n int, sql string, params []*string) {
 	s.mu.Lock()
-	s.log = append(s.log, Statement{Conn: n, SQL: sql})
+	s.log = append(s.log, Statement{Conn: n, SQL: sql, Params: params})
 	s.mu.Unlock()
 }

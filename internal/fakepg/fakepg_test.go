@@ -160,6 +160,12 @@ func TestExtendedProtocol(t *testing.T) {
 				t.Errorf("rows %+v, %v; want %+v", got, err, want)
 			}
 
+			if mode != pgx.QueryExecModeSimpleProtocol {
+				st := srv.Log()[len(srv.Log())-1]
+				if st.SQL != query || len(st.Params) != 1 || st.Params[0] == nil || *st.Params[0] != "6" {
+					t.Errorf("the server logged %+v, want the query with its parameter 6", st)
+				}
+			}
 			if _, err := conn.Exec(ctx, "begin"); err != nil {
 				t.Fatal(err)
 			}

@@ -108,7 +108,7 @@ func (ss *session) query(q string) bool {
 		ss.b.Send(&pgproto3.EmptyQueryResponse{})
 	}
 	for _, sql := range stmts {
-		ss.s.logStatement(ss.n, sql)
+		ss.s.logStatement(ss.n, sql, nil)
 		ok, failed := ss.execute(sql, ss.answer(ss.prepared(sql)), true, nil)
 		if !ok {
 			return false

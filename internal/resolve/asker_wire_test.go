@@ -1,0 +1,184 @@
+package resolve
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx/internal/fakepg"
+)
+
+// fakeConfig returns the connection config of srv.
+func fakeConfig(t *testing.T, srv *fakepg.Server) *pgx.ConnConfig {
+	t.Helper()
+	cc, err := pgx.ParseConfig("postgres://app@fake:5432/app?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.DialFunc = srv.Dial
+	cc.LookupFunc = func(context.Context, string) ([]string, error) { return []string{"127.0.0.1"}, nil }
+	t.Cleanup(srv.Wait)
+	return cc
+}
+
+// askColumns are the columns of askSQL's row.
+var askColumns = []fakepg.Column{{Name: "sys", OID: 20}, {Name: "tl", OID: 23}, {Name: "st", OID: 20}, {Name: "ep", OID: 20},
+	{Name: "status", OID: 25}, {Name: "prepared", OID: 16}, {Name: "timeline_id", OID: 23}, {Name: "lsn", OID: 20},
+	{Name: "next", OID: 20}, {Name: "shutdown", OID: 16}, {Name: "state", OID: 25}, {Name: "changed", OID: 20},
+	{Name: "terminated", OID: 16}, {Name: "synced", OID: 16}}
+
+// answerSQL answers the statement sql with a in turn (the last one again
+// and again), every other with success. The simple protocol's statements
+// arrive on one line.
+func answerSQL(sql string, a ...fakepg.Answer) func(int, string) fakepg.Answer {
+	n := 0
+	return func(_ int, s string) fakepg.Answer {
+		if oneLine(s) != oneLine(sql) || len(a) == 0 {
+			return fakepg.Answer{}
+		}
+		n++
+		return a[min(n, len(a))-1]
+	}
+}
+
+// oneLine is s with its white space runs made one space.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// TestResolverOverTheWire: a question sends the transaction's id, system,
+// run and what to do with its backend as parameters, on a connection of
+// its own, and reads the server's answer into an Answer; a server that
+// refuses to end a backend (42501) is not asked to again; a lost answer is
+// an error, for the loop to ask again.
+func TestResolverOverTheWire(t *testing.T) {
+	id := ID{Xid: 1<<32 | 742, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}}
+	row := []any{7, 2, 1000, 2000, "in progress", false, 2, 4096, 1<<32 | 900, false, "idle in transaction", 555, true, true}
+	srv := &fakepg.Server{Answer: answerSQL(askSQL,
+		fakepg.Answer{Columns: askColumns, Rows: [][]any{row}},
+		fakepg.Answer{Code: "42501", Message: "permission denied to terminate process"},
+		fakepg.Answer{Columns: askColumns, Rows: [][]any{{7, 2, 1000, 2000, nil, false, 2, 4096, 1<<32 | 900, true, "", 0, false, true}}},
+		fakepg.Answer{Close: true},
+	)}
+	r := NewResolver(4*time.Second, nil, fakeConfig(t, srv), nil)
+	ctx := context.Background()
+
+	a := r.Ask(ctx, id, EndIfStillIdle, 555)
+	want := Answer{View: View{System: 7, Run: id.Run, Status: "in progress",
+		Last: Checkpoint{Timeline: 2, LSN: 4096, NextXid: 1<<32 | 900}}, State: "idle in transaction", Changed: 555, Terminated: true, Synced: true}
+	if a.Err != nil || a.View != want.View || a.State != want.State || a.Changed != want.Changed || !a.Terminated || !a.Synced {
+		t.Errorf("answer %+v, want %+v", a, want)
+	}
+	if a = r.Ask(ctx, id, EndNow, 0); a.Err == nil {
+		t.Error("a question the server refused answered")
+	}
+	a = r.Ask(ctx, id, EndNow, 0)
+	if a.Err != nil || a.View.Status != "" || !a.View.Last.Shutdown || a.State != "" {
+		t.Errorf("answer %+v, want no status (NULL), a shutdown checkpoint, no backend", a)
+	}
+	if a = r.Ask(ctx, id, Keep, 0); a.Err == nil {
+		t.Error("a question whose answer was lost answered")
+	}
+	// The parameters: the id, the system, the timeline, the id's low 32
+	// bits, what to end (2: now, refused once, then 0: keep), since when,
+	// the start and the epoch.
+	wantEnd := []string{"1", "2", "0", "0"}
+	var asked int
+	for _, st := range srv.Log() {
+		if st.SQL != askSQL {
+			continue
+		}
+		p := func(i int) string {
+			if i >= len(st.Params) || st.Params[i] == nil {
+				return "NULL"
+			}
+			return *st.Params[i]
+		}
+		if p(0) != "4294968038" || p(1) != "7" || p(2) != "2" || p(3) != "742" || p(4) != wantEnd[asked] || p(6) != "1000" || p(7) != "2000" {
+			t.Errorf("question %d sent %v", asked, st.Params)
+		}
+		asked++
+	}
+	if asked != 4 || srv.Conns() != 4 {
+		t.Errorf("%d questions on %d connections, want 4 on 4 (one each)", asked, srv.Conns())
+	}
+}
+
+// TestBackendXidOverTheWire: the backend's id comes back whole (its epoch
+// from the server's next id); a backend that runs none (no row) ends the
+// search at once, and an error asks again after sleep, until it fails.
+func TestBackendXidOverTheWire(t *testing.T) {
+	cols := []fakepg.Column{{Name: "backend_xid", OID: 20}, {Name: "next", OID: 20}}
+	tests := []struct {
+		name    string
+		answers []fakepg.Answer
+		want    uint64
+		ok      bool
+		sleeps  int
+	}{
+		{"running", []fakepg.Answer{{Columns: cols, Rows: [][]any{{742, 1<<32 | 900}}}}, 1<<32 | 742, true, 0},
+		{"running, before the epoch's wrap", []fakepg.Answer{{Columns: cols, Rows: [][]any{{4294967000, 1<<32 | 10}}}}, 4294967000, true, 0},
+		{"no transaction", []fakepg.Answer{{Columns: cols}}, 0, false, 0},
+		{"an error, then running", []fakepg.Answer{{Code: "57P03"}, {Columns: cols, Rows: [][]any{{742, 900}}}}, 742, true, 1},
+		{"errors until the time is up", []fakepg.Answer{{Code: "57P03"}}, 0, false, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := &fakepg.Server{Answer: answerSQL(backendXidSQL, tt.answers...)}
+			r := NewResolver(4*time.Second, nil, fakeConfig(t, srv), func(context.Context, *pgx.ConnConfig) error { return nil })
+			sleeps := 0
+			xid, ok := r.BackendXid(context.Background(), 1234, 99, func(context.Context) error {
+				if sleeps++; sleeps == 3 {
+					return context.DeadlineExceeded
+				}
+				return nil
+			})
+			if xid != tt.want || ok != tt.ok || sleeps != tt.sleeps {
+				t.Errorf("BackendXid = %d, %v after %d sleeps; want %d, %v after %d", xid, ok, sleeps, tt.want, tt.ok, tt.sleeps)
+			}
+		})
+	}
+}
+
+// TestPrepareOverTheWire: what a connection captures for resolution when
+// it is made: the server's identity and run, and whether the session's
+// backend is the connection's own (its pid); a server without the
+// functions leaves it unable to resolve, and a lost answer fails it.
+func TestPrepareOverTheWire(t *testing.T) {
+	cols := []fakepg.Column{{Name: "sys", OID: 20}, {Name: "rec", OID: 16}, {Name: "ok", OID: 16}, {Name: "pid", OID: 23},
+		{Name: "tl", OID: 23}, {Name: "st", OID: 20}, {Name: "ep", OID: 20}, {Name: "fl", OID: 20}, {Name: "bs", OID: 20}}
+	tests := []struct {
+		name    string
+		answer  fakepg.Answer
+		want    Conn
+		wantErr bool
+	}{
+		{"direct", fakepg.Answer{Columns: cols, Rows: [][]any{{7, false, true, 1001, 2, 1000, 2000, 4096, 99}}},
+			Conn{Capable: true, Direct: true, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}, Flushed: 4096, BackendStart: 99}, false},
+		{"behind a pooler (another pid), on a standby", fakepg.Answer{Columns: cols, Rows: [][]any{{7, true, true, 4242, 0, 1000, 2000, 0, 0}}},
+			Conn{Capable: true, Standby: true, System: 7, Run: Run{Start: 1000, Epoch: 2000}}, false},
+		{"without pg_xact_status: not capable (the rest is read, and means nothing)",
+			fakepg.Answer{Columns: cols, Rows: [][]any{{7, false, false, 1001, 2, 1000, 2000, 4096, 99}}},
+			Conn{System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}, Flushed: 4096, BackendStart: 99}, false},
+		{"not PostgreSQL's functions", fakepg.Answer{Code: "42883"}, Conn{}, false},
+		{"the answer lost", fakepg.Answer{Close: true}, Conn{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := &fakepg.Server{Answer: answerSQL(systemSQL, tt.answer)}
+			conn, err := pgx.ConnectConfig(context.Background(), fakeConfig(t, srv))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close(context.Background())
+			var c Conn
+			err = c.Prepare(context.Background(), conn)
+			if c != tt.want || (err != nil) != tt.wantErr {
+				t.Errorf("Prepare: %+v, %v; want %+v, error %v", c, err, tt.want, tt.wantErr)
+			}
+			if c.InRecovery(conn.PgConn()) || StillInRecovery(conn.PgConn()) {
+				t.Error("in recovery, while the server says in_hot_standby off")
+			}
+		})
+	}
+}
