@@ -16,12 +16,11 @@ import (
 // between attempts; srv's connections are waited for at cleanup.
 func fakePool(t *testing.T, srv *fakepg.Server, mutate func(*Config)) *Pool {
 	t.Helper()
-	cfg, err := ParseConfig("postgres://app@fake:5432/app?sslmode=disable")
+	cfg, err := ParseConfig(fakepg.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.ConnConfig.DialFunc = srv.Dial
-	cfg.ConnConfig.LookupFunc = func(context.Context, string) ([]string, error) { return []string{"127.0.0.1"}, nil }
+	srv.Reach(&cfg.ConnConfig.Config)
 	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	cfg.CancelMode = CancelModeProtocol
 	cfg.ResolveTimeout = -1

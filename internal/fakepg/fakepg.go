@@ -6,6 +6,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 )
 
@@ -132,4 +133,15 @@ func (s *Server) logStatement(n int, sql string, params []*string) {
 	s.mu.Lock()
 	s.log = append(s.log, Statement{Conn: n, SQL: sql, Params: params})
 	s.mu.Unlock()
+}
+
+// URL is a connection string for a configuration that [Server.Reach] sends
+// to a server: its host is never looked up.
+const URL = "postgres://app@fake:5432/app?sslmode=disable"
+
+// Reach makes the connections of cc reach s: they dial s, and look no host
+// up.
+func (s *Server) Reach(cc *pgconn.Config) {
+	cc.DialFunc = s.Dial
+	cc.LookupFunc = func(context.Context, string) ([]string, error) { return []string{"127.0.0.1"}, nil }
 }

@@ -43,19 +43,8 @@ func TestTransactionStatus(t *testing.T) {
 		}
 		return Answer{}
 	}}
-	cc, err := pgx.ParseConfig("postgres://app@fake:5432/app?sslmode=disable")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc.DialFunc = srv.Dial
-	cc.LookupFunc = func(context.Context, string) ([]string, error) { return []string{"127.0.0.1"}, nil }
+	conn := srv.Connect(t, pgx.QueryExecModeSimpleProtocol)
 	ctx := context.Background()
-	conn, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Wait()
-	defer conn.Close(ctx)
 	pg := conn.PgConn()
 	steps := []struct {
 		sql    string
@@ -90,29 +79,6 @@ func TestTransactionStatus(t *testing.T) {
 	}
 }
 
-// connect returns a connection to srv in exec mode mode, closed (and srv's
-// goroutines waited for) at cleanup.
-func connect(t *testing.T, srv *Server, mode pgx.QueryExecMode) *pgx.Conn {
-	t.Helper()
-	cc, err := pgx.ParseConfig("postgres://app@fake:5432/app?sslmode=disable")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc.DialFunc = srv.Dial
-	cc.LookupFunc = func(context.Context, string) ([]string, error) { return []string{"127.0.0.1"}, nil }
-	cc.DefaultQueryExecMode = mode
-	conn, err := pgx.ConnectConfig(context.Background(), cc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close(context.Background())
-		<-conn.PgConn().CleanupDone()
-		srv.Wait()
-	})
-	return conn
-}
-
 // TestExtendedProtocol: in every exec mode pgx has, a query gets its
 // scripted rows (in the binary format where pgx asks for it, NULL as
 // NULL), and in a batch an error skips the statements after it up to
@@ -144,7 +110,7 @@ func TestExtendedProtocol(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
 			srv := &Server{Answer: answer}
-			conn := connect(t, srv, mode)
+			conn := srv.Connect(t, mode)
 			ctx := context.Background()
 			rows, err := conn.Query(ctx, query, "6")
 			if err != nil {
@@ -206,7 +172,7 @@ func TestExtendedProtocolPipeline(t *testing.T) {
 		}
 		return Answer{}
 	}}
-	conn := connect(t, srv, pgx.QueryExecModeExec)
+	conn := srv.Connect(t, pgx.QueryExecModeExec)
 	ctx := context.Background()
 	p := conn.PgConn().StartPipeline(ctx)
 	p.SendQueryParams("select 42", nil, nil, nil, nil)
@@ -250,7 +216,7 @@ func TestPrepareInSQL(t *testing.T) {
 		}
 		return Answer{}
 	}}
-	conn := connect(t, srv, pgx.QueryExecModeExec)
+	conn := srv.Connect(t, pgx.QueryExecModeExec)
 	ctx := context.Background()
 	pg := conn.PgConn()
 	if err := pg.Exec(ctx, "prepare pgtx_xid as "+read).Close(); err != nil {

@@ -13,12 +13,11 @@ import (
 // fakeConfig returns the connection config of srv.
 func fakeConfig(t *testing.T, srv *fakepg.Server) *pgx.ConnConfig {
 	t.Helper()
-	cc, err := pgx.ParseConfig("postgres://app@fake:5432/app?sslmode=disable")
+	cc, err := pgx.ParseConfig(fakepg.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc.DialFunc = srv.Dial
-	cc.LookupFunc = func(context.Context, string) ([]string, error) { return []string{"127.0.0.1"}, nil }
+	srv.Reach(&cc.Config)
 	t.Cleanup(srv.Wait)
 	return cc
 }
@@ -166,13 +165,9 @@ func TestPrepareOverTheWire(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := &fakepg.Server{Answer: answerSQL(systemSQL, tt.answer)}
-			conn, err := pgx.ConnectConfig(context.Background(), fakeConfig(t, srv))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close(context.Background())
+			conn := srv.Connect(t, pgx.QueryExecModeExec)
 			var c Conn
-			err = c.Prepare(context.Background(), conn)
+			err := c.Prepare(context.Background(), conn)
 			if c != tt.want || (err != nil) != tt.wantErr {
 				t.Errorf("Prepare: %+v, %v; want %+v, error %v", c, err, tt.want, tt.wantErr)
 			}

@@ -171,7 +171,7 @@ func TestResolvingOverTheWire(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := &fakepg.Server{Answer: idReads(tt.other, tt.xids...)}
-			conn := connectMode(t, srv, tt.mode)
+			conn := srv.Connect(t, tt.mode)
 			ctx := context.Background()
 			st := connstate.Attach(conn.PgConn())
 			if st == nil || connstate.Of(conn.PgConn()) != st {

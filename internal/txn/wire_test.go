@@ -17,29 +17,7 @@ import (
 // and srv's goroutines waited for, at cleanup.
 func connect(t *testing.T, srv *fakepg.Server) *pgx.Conn {
 	t.Helper()
-	return connectMode(t, srv, pgx.QueryExecModeSimpleProtocol)
-}
-
-// connectMode is connect in exec mode mode.
-func connectMode(t *testing.T, srv *fakepg.Server, mode pgx.QueryExecMode) *pgx.Conn {
-	t.Helper()
-	cc, err := pgx.ParseConfig("postgres://app@fake:5432/app?sslmode=disable")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc.DialFunc = srv.Dial
-	cc.LookupFunc = func(context.Context, string) ([]string, error) { return []string{"127.0.0.1"}, nil }
-	cc.DefaultQueryExecMode = mode
-	conn, err := pgx.ConnectConfig(context.Background(), cc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = conn.Close(context.Background())
-		<-conn.PgConn().CleanupDone() // pgconn's own goroutine, after a broken read
-		srv.Wait()
-	})
-	return conn
+	return srv.Connect(t, pgx.QueryExecModeSimpleProtocol)
 }
 
 // answerTo answers the statement sql with a, every other with success.
