@@ -68,6 +68,11 @@ func TestTransactionOverTheWire(t *testing.T) {
 		wantSQL  []string
 		wantRuns int
 		wantConn int
+		// cuts is how many connections the server closes: pgconn sends a
+		// cancel request for each, from a goroutine of its own (its
+		// asyncClose), which may or may not have reached the server when
+		// the call returns.
+		cuts int
 	}{
 		{
 			name:     "commits",
@@ -114,7 +119,7 @@ func TestTransactionOverTheWire(t *testing.T) {
 			answer:   on(update, 1, fakepg.Answer{Close: true}),
 			wantErr:  func(err error) bool { return err == nil },
 			wantSQL:  []string{"begin isolation level SERIALIZABLE", update, "begin isolation level SERIALIZABLE", update, "commit"},
-			wantRuns: 2, wantConn: 2,
+			wantRuns: 2, wantConn: 2, cuts: 1,
 		},
 		{
 			name:   "fn that swallows a lost connection's error does not commit, and runs again",
@@ -125,7 +130,7 @@ func TestTransactionOverTheWire(t *testing.T) {
 			},
 			wantErr:  func(err error) bool { return err == nil },
 			wantSQL:  []string{"begin isolation level SERIALIZABLE", update, "begin isolation level SERIALIZABLE", update, "commit"},
-			wantRuns: 2, wantConn: 2,
+			wantRuns: 2, wantConn: 2, cuts: 1,
 		},
 		{
 			name:   "a lost COMMIT with resolution off is ErrCommitUnknown, never run again",
@@ -134,7 +139,7 @@ func TestTransactionOverTheWire(t *testing.T) {
 				return errors.Is(err, ErrCommitUnknown) && Classify(err) == ClassAmbiguous
 			},
 			wantSQL:  []string{"begin isolation level SERIALIZABLE", update, "commit"},
-			wantRuns: 1, wantConn: 1,
+			wantRuns: 1, wantConn: 1, cuts: 1,
 		},
 		{
 			name: "fn's network error from elsewhere is not a lost connection",
@@ -182,11 +187,10 @@ func TestTransactionOverTheWire(t *testing.T) {
 			if got := srv.Conns(); got != tt.wantConn {
 				t.Errorf("%d sessions started, want %d", got, tt.wantConn)
 			}
-			// pgconn sends a cancel request for a connection it closes
-			// after a broken read, from a goroutine of its own; with every
-			// connection whole, none is sent, since no context ended.
-			if got := srv.Cancels(); got != 0 && tt.wantConn == 1 {
-				t.Errorf("%d cancel requests, want none: no context ended", got)
+			// No context ended: the only cancel requests are pgconn's for
+			// the connections the server closed.
+			if got := srv.Cancels(); got > tt.cuts {
+				t.Errorf("%d cancel requests, want at most %d (one per connection cut): no context ended", got, tt.cuts)
 			}
 		})
 	}
