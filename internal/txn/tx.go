@@ -121,11 +121,18 @@ func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if t.closed.Load() {
 		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
 	}
+	named := false
 	for _, qq := range b.QueuedQueries {
 		t.scan(qq.SQL)
+		named = named || mayBeName(qq.SQL)
 	}
 	if (!t.begun || t.tracking()) && len(b.QueuedQueries) > 0 {
-		return t.firstBatch(ctx, b)
+		if !named {
+			return t.firstBatch(ctx, b)
+		}
+		if err := t.beginNow(ctx); err != nil {
+			return pgx.FailedBatchResults(b, err)
+		}
 	}
 	if t.begun {
 		t.after()
@@ -161,10 +168,11 @@ func (t *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandT
 	}
 	t.scan(sql)
 	if !t.begun || t.tracking() {
-		if len(args) == 0 {
+		switch {
+		case sentAfterBegin(sql, args):
+		case len(args) == 0:
 			return t.firstSimple(ctx, sql)
-		}
-		if !hasQueryOption(args) {
+		default:
 			return t.firstExec(ctx, sql, args)
 		}
 		if err := t.beginNow(ctx); err != nil {
@@ -182,7 +190,7 @@ func (t *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, erro
 	}
 	t.scan(sql)
 	if !t.begun || t.tracking() {
-		if !hasQueryOption(args) {
+		if !sentAfterBegin(sql, args) {
 			return t.firstQuery(ctx, sql, args)
 		}
 		if err := t.beginNow(ctx); err != nil {
@@ -201,7 +209,7 @@ func (t *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	}
 	t.scan(sql)
 	if !t.begun || t.tracking() {
-		if !hasQueryOption(args) {
+		if !sentAfterBegin(sql, args) {
 			return t.firstQueryRow(ctx, sql, args)
 		}
 		if err := t.beginNow(ctx); err != nil {
@@ -306,6 +314,29 @@ func containsFold(s, w string) bool {
 		}
 	}
 	return false
+}
+
+// sentAfterBegin reports a statement that goes after BEGIN instead of with
+// it: one with a per-query option, or one that may be the name of a
+// statement prepared on the connection.
+func sentAfterBegin(sql string, args []any) bool { return hasQueryOption(args) || mayBeName(sql) }
+
+// mayBeName reports that sql may be the name of a statement the caller
+// prepared on the connection (in AfterConnect, say), which pgx runs by its
+// name: one word, without white space or a semicolon. As SQL, one word is
+// only a command such as CHECKPOINT, which loses nothing by going after
+// BEGIN. A name with white space in it is taken for SQL.
+func mayBeName(sql string) bool {
+	if sql == "" {
+		return false
+	}
+	for i := 0; i < len(sql); i++ {
+		switch sql[i] {
+		case ' ', '\t', '\n', '\r', '\f', '\v', ';':
+			return false
+		}
+	}
+	return true
 }
 
 // hasQueryOption reports arguments that start with one of pgx's per-query

@@ -133,3 +133,26 @@ func TestClosedTxRefuses(t *testing.T) {
 		t.Errorf("Conn() = %v, want nil", c)
 	}
 }
+
+func TestMayBeName(t *testing.T) {
+	tests := []struct {
+		sql  string
+		want bool
+	}{
+		{"add_item", true},
+		{"stmtcache_1f2e", true},
+		{"get-user", true},
+		{"checkpoint", true}, // a command: it loses nothing by going after BEGIN
+		{"", false},
+		{"select 1", false},
+		{"select\n1", false},
+		{"select\t1", false},
+		{"vacuum;", false},
+		{"get user", false}, // a name with white space is taken for SQL
+	}
+	for _, tt := range tests {
+		if got := mayBeName(tt.sql); got != tt.want {
+			t.Errorf("mayBeName(%q) = %v, want %v", tt.sql, got, tt.want)
+		}
+	}
+}
