@@ -286,7 +286,9 @@ func TestResolveIDReadAtCommit(t *testing.T) {
 // watchAsk calls f in the proxy, before forwarding it, at each statement
 // whose SQL contains marker: backend_xid when the resolver asks which
 // transaction a backend runs, pg_prepared_xacts when it asks what became
-// of an id.
+// of an id. SlowStatements runs its matcher in the proxy before it
+// forwards a statement; this one matches nothing, so nothing is held (the
+// duration is never used), and f blocks the statement while it runs.
 func watchAsk(t *testing.T, proxy *pgtxtest.Proxy, marker string, f func()) {
 	t.Helper()
 	proxy.SlowStatements(func(sql string) bool {

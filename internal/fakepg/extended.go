@@ -198,17 +198,22 @@ func dataRow(row []any, cols []Column, formats []int16) *pgproto3.DataRow {
 // binaryValue is text in the binary format of type oid (a type it does not
 // know, and text, as the text's bytes).
 func binaryValue(text string, oid uint32) []byte {
-	size := map[uint32]int{21: 2, 23: 4, 20: 8}[oid]
-	switch {
-	case oid == 16:
+	size := 0
+	switch oid {
+	case 16:
 		if text == "true" || text == "t" {
 			return []byte{1}
 		}
 		return []byte{0}
-	case size > 0:
-		v, _ := strconv.ParseInt(text, 10, 64)
-		b := binary.BigEndian.AppendUint64(nil, uint64(v))
-		return b[8-size:]
+	case 21:
+		size = 2
+	case 23:
+		size = 4
+	case 20:
+		size = 8
+	default:
+		return []byte(text)
 	}
-	return []byte(text)
+	v, _ := strconv.ParseInt(text, 10, 64)
+	return binary.BigEndian.AppendUint64(nil, uint64(v))[8-size:]
 }

@@ -2,6 +2,7 @@ package txn
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -121,13 +122,11 @@ func (t *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if t.closed.Load() {
 		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
 	}
-	named := false
 	for _, qq := range b.QueuedQueries {
 		t.scan(qq.SQL)
-		named = named || mayBeName(qq.SQL)
 	}
 	if (!t.begun || t.tracking()) && len(b.QueuedQueries) > 0 {
-		if !named {
+		if !slices.ContainsFunc(b.QueuedQueries, func(qq *pgx.QueuedQuery) bool { return mayBeName(qq.SQL) }) {
 			return t.firstBatch(ctx, b)
 		}
 		if err := t.beginNow(ctx); err != nil {
