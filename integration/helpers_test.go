@@ -28,7 +28,14 @@ const (
 // broken promise fails the test instead of hanging it.
 func testCtx(t testing.TB) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return testCtxFor(t, 60*time.Second)
+}
+
+// testCtxFor returns a context that ends after d or at the test's cleanup,
+// for a test (or a subtest) whose work needs a bound of its own.
+func testCtxFor(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -180,12 +180,11 @@ func TestBouncerCancelStopsStatement(t *testing.T) {
 // every CancelMode: no statement is hit by a cancel meant for the one
 // before.
 func TestBouncerNoBleed(t *testing.T) {
-	ctx := testCtx(t)
 	_, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{DefaultPoolSize: 2})
 	for _, mode := range []pgtx.CancelMode{pgtx.CancelModePool, pgtx.CancelModeProtocol, pgtx.CancelModeClose} {
 		t.Run(mode.String(), func(t *testing.T) {
 			pool := newPool(t, through, func(c *pgtx.Config) { bouncerSettings(c); c.MaxConns = 1; c.CancelMode = mode })
-			noBleed(t, ctx, pool, 1000, uint64(mode)+7)
+			noBleed(t, testCtxFor(t, noBleedBound), pool, 1000, uint64(mode)+7)
 		})
 	}
 }
@@ -195,10 +194,10 @@ func TestBouncerNoBleed(t *testing.T) {
 // each: a late cancel never reaches another client's statement on a shared
 // server connection, nor the next statement of its own.
 func TestBouncerNoBleedConcurrentClients(t *testing.T) {
-	ctx := testCtx(t)
 	_, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{DefaultPoolSize: 2})
 	for _, mode := range []pgtx.CancelMode{pgtx.CancelModePool, pgtx.CancelModeProtocol} {
 		t.Run(mode.String(), func(t *testing.T) {
+			ctx := testCtxFor(t, noBleedBound)
 			var wg sync.WaitGroup
 			for c := range 4 {
 				pool := newPool(t, through, func(cfg *pgtx.Config) { bouncerSettings(cfg); cfg.MaxConns = 1; cfg.CancelMode = mode })
