@@ -45,6 +45,7 @@ var (
 	errServerGone = errors.New("pgtxtest proxy: server connection failed")
 	errCut        = errors.New("pgtxtest proxy: connection cut")
 	errStalled    = errors.New("pgtxtest proxy: connection stalled")
+	errRejected   = errors.New("pgtxtest proxy: connection rejected (RejectNew)")
 )
 
 // Proxy is a fault-injecting TCP proxy in front of one Postgres server.
@@ -85,6 +86,7 @@ type Proxy struct {
 	latency     atomic.Int64               // time.Duration added to every client→server message
 	typeLatency [numConnTypes]atomic.Int64 // per ConnType, see SetConnLatency
 	refuse      atomic.Bool
+	reject      atomic.Pointer[string] // RejectNew's code; nil: off
 
 	tb testing.TB // the test of a proxy from NewProxy, which a refused argument fails
 
@@ -104,7 +106,8 @@ type Proxy struct {
 	slowRules []slowRule  // SlowStatements, under mu
 	slowOn    atomic.Bool // len(slowRules) > 0
 
-	accepted, refused, active      atomic.Int64
+	accepted, refused, rejected    atomic.Int64
+	active                         atomic.Int64
 	cutsAfter, cutsBefore, cutsAll atomic.Int64
 	cutsOnReply                    atomic.Int64
 	stalls                         atomic.Int64
@@ -120,6 +123,8 @@ type ProxyStats struct {
 	// Refused counts client connections closed at once because RefuseNew
 	// was on.
 	Refused int64
+	// Rejected counts client connections answered with RejectNew's error.
+	Rejected int64
 	// Active is the number of proxied connections not yet fully closed. A
 	// connection that was cut may stay active for a moment while the proxy
 	// lets the server finish reading it; a stalled connection stays active
@@ -248,8 +253,8 @@ func (p *Proxy) Close() error {
 
 // Reset disarms every fault rule (StallOnCommit included), stops failing
 // COMMITs (as StopFailing does) and slowing statements (SlowStatements),
-// removes any latency (of every connection type too) and stops refusing new
-// connections. Counters and connections are left alone: stalled connections
+// removes any latency (of every connection type too) and stops refusing
+// (RefuseNew) and rejecting (RejectNew) new connections. Counters and connections are left alone: stalled connections
 // stay stalled until ReleaseStalled or Close.
 func (p *Proxy) Reset() {
 	p.mu.Lock()
@@ -266,6 +271,7 @@ func (p *Proxy) Reset() {
 		p.typeLatency[i].Store(0)
 	}
 	p.refuse.Store(false)
+	p.reject.Store(nil)
 }
 
 // Stats returns a snapshot of the proxy's counters.
@@ -273,6 +279,7 @@ func (p *Proxy) Stats() ProxyStats {
 	return ProxyStats{
 		Accepted:          p.accepted.Load(),
 		Refused:           p.refused.Load(),
+		Rejected:          p.rejected.Load(),
 		Active:            p.active.Load(),
 		CutsAfterForward:  p.cutsAfter.Load(),
 		CutsBeforeForward: p.cutsBefore.Load(),

@@ -177,7 +177,8 @@ func (pc *proxyConn) run() {
 		pc.awaitRelease()
 	case errors.Is(err, errCut):
 		// Already cut; the relay drains the server.
-	case errors.Is(err, errMalformed):
+	case errors.Is(err, errMalformed), errors.Is(err, errRejected):
+		// errRejected: closed after the FATAL, as a server closes.
 		pc.closeHard()
 	case errors.Is(err, errServerGone):
 		// Let the relay pass on whatever the server said last.
@@ -218,6 +219,12 @@ func (pc *proxyConn) serve() error {
 		if err := pc.holdCancel(string(startup[8:])); err != nil {
 			return err
 		}
+	} else if e := pc.p.rejection(); e != nil {
+		pc.p.rejected.Add(1)
+		if _, err := pc.client.Write(e); err != nil {
+			return fmt.Errorf("%w: %v", errClientGone, err)
+		}
+		return errRejected
 	}
 	// Hold the packet as one message, from when its last bytes arrived.
 	if err := pc.delay(pc.sr.last); err != nil {

@@ -1,5 +1,7 @@
 package pgtxtest
 
+import "github.com/jackc/pgx/v5/pgproto3"
+
 // CutAll cuts every current connection now, exactly as a fault rule would,
 // and returns how many connections it cut. Connections that were already
 // being cut or closed, and stalled connections, are not counted.
@@ -56,4 +58,39 @@ func (p *Proxy) ReleaseStalled() int {
 // affected.
 func (p *Proxy) RefuseNew(on bool) {
 	p.refuse.Store(on)
+}
+
+// RejectNew sets the server error that new client connections get, as a
+// PostgreSQL server answers while it cannot take them: the proxy reads the
+// startup message and answers FATAL with code and its server's words for it
+// ("57P03": "the database system is starting up", "53300": "sorry, too many
+// clients already"; another code: "connection rejected"), without reaching
+// the server. An empty code stops rejecting. Established connections and
+// cancel requests are not affected.
+func (p *Proxy) RejectNew(code string) {
+	if code == "" {
+		p.reject.Store(nil)
+		return
+	}
+	p.reject.Store(&code)
+}
+
+// rejectMessages are a server's words for the codes RejectNew answers.
+var rejectMessages = map[string]string{
+	"57P03": "the database system is starting up",
+	"53300": "sorry, too many clients already",
+}
+
+// rejection returns the ErrorResponse a new connection gets, or nil.
+func (p *Proxy) rejection() []byte {
+	code := p.reject.Load()
+	if code == nil {
+		return nil
+	}
+	msg, ok := rejectMessages[*code]
+	if !ok {
+		msg = "connection rejected"
+	}
+	b, _ := (&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: *code, Message: msg}).Encode(nil)
+	return b
 }

@@ -479,6 +479,42 @@ func TestProxyRefuseNew(t *testing.T) {
 	testExec(t, ctx, c, "select 1")
 }
 
+// TestProxyRejectNew: while RejectNew has a code, a new connection fails
+// with a FATAL server error of that code and the server's words for it;
+// established connections keep working, and an empty code stops it.
+func TestProxyRejectNew(t *testing.T) {
+	e := newProxyEnv(t)
+	ctx := testContext(t)
+	cfg := connConfig(t, e.viaProxy)
+	established := testConnect(t, ctx, cfg)
+
+	tests := []struct{ code, msg string }{
+		{"57P03", "the database system is starting up"},
+		{"53300", "sorry, too many clients already"},
+		{"08004", "connection rejected"},
+	}
+	for i, tt := range tests {
+		e.proxy.RejectNew(tt.code)
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err == nil {
+			_ = c.Close(ctx)
+			t.Fatalf("connect succeeded while RejectNew(%q)", tt.code)
+		}
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != tt.code || pgErr.Severity != "FATAL" || pgErr.Message != tt.msg {
+			t.Errorf("RejectNew(%q): err = %v, want FATAL %s %q", tt.code, err, tt.code, tt.msg)
+		}
+		if s := e.proxy.Stats(); s.Rejected != int64(i+1) {
+			t.Errorf("stats %+v: want Rejected %d", s, i+1)
+		}
+	}
+	testExec(t, ctx, established, "select 1")
+
+	e.proxy.RejectNew("")
+	c := testConnect(t, ctx, cfg)
+	testExec(t, ctx, c, "select 1")
+}
+
 func TestProxySetLatency(t *testing.T) {
 	const d = 150 * time.Millisecond
 	e := newProxyEnv(t)
