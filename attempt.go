@@ -65,7 +65,7 @@ func (a *txAttempt) run(ctx context.Context) (Class, error) {
 func (a *txAttempt) held(ctx context.Context) (Class, error) {
 	conn, held, err := a.pool.acquire(ctx)
 	if err != nil {
-		return Classify(err), err
+		return acquireClass(ctx, err), err
 	}
 	q := a.pool.queue
 	slot := q.inflight.Add(held)
@@ -136,6 +136,18 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 	done = true
 	class, err := txn.Commit(ctx, t)
 	return Class(class), err
+}
+
+// acquireClass classifies an acquire's error as [Classify] does, but for a
+// connect that timed out while ctx still runs: its deadline was the
+// connect timeout's, not the caller's, and a server too loaded to accept
+// is an overload.
+func acquireClass(ctx context.Context, err error) Class {
+	var connectErr *pgconn.ConnectError
+	if ctx.Err() == nil && errors.As(err, &connectErr) && pgconn.Timeout(err) {
+		return ClassOverload
+	}
+	return Classify(err)
 }
 
 // errLostBeforeCommit is the error of an attempt whose connection was closed

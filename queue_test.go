@@ -3,7 +3,9 @@ package pgtx
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,5 +94,48 @@ func TestPoolQueue(t *testing.T) {
 	}
 	if s.AcquireWait.Count != 1 || s.AcquireWait.Max < cfg.AcquireTimeout {
 		t.Errorf("AcquireWait: %d waits, the longest %v; want the one of at least %v", s.AcquireWait.Count, s.AcquireWait.Max, cfg.AcquireTimeout)
+	}
+}
+
+// TestConnectTimeoutIsOverload: a connect that times out while the
+// caller's context still runs may have met a server too loaded to accept
+// it: the call retries it as an overload, MaxAdaptiveRetries times, and
+// says so; a connect the caller's own deadline ended is the caller's
+// timeout, not retried.
+func TestConnectTimeoutIsOverload(t *testing.T) {
+	cfg, err := ParseConfig("postgres://u@" + silentListener(t) + "/db?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.ConnectTimeout = 50 * time.Millisecond
+	cfg.CancelMode = CancelModeProtocol
+	cfg.Retry.Jitter = func() float64 { return 0 }
+	pool, err := NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	attempts := 0
+	tr := &recordingTracer{}
+	pool.settings.tracer = tr
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = Transaction(ctx, pool, ReadCommitted, func(context.Context, pgx.Tx) error { attempts++; return nil })
+	var classes []Class
+	for _, e := range tr.ends {
+		classes = append(classes, e.Class)
+	}
+	if fmt.Sprint(classes) != "[overload overload overload]" {
+		t.Errorf("attempts' classes %v, want three overloads", classes)
+	}
+	if !strings.HasPrefix(fmt.Sprint(err), "pgtx: gave up after 3 attempts (MaxAdaptiveRetries 2): failed to connect to ") || attempts != 0 {
+		t.Errorf("err = %v (fn ran %d times): want MaxAdaptiveRetries to end the call", err, attempts)
+	}
+
+	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	err = Transaction(short, pool, ReadCommitted, func(context.Context, pgx.Tx) error { return nil })
+	if !errors.Is(err, context.DeadlineExceeded) || Classify(err) != ClassTimeout {
+		t.Errorf("err = %v: want the caller's deadline", err)
 	}
 }

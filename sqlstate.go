@@ -25,16 +25,18 @@ const (
 	// jittered pause, up to [RetryConfig].MaxRetries times.
 	ClassConflict Class = iota + 1
 	// ClassOverload is the server (or a pooler in front of it) shedding load:
-	// 53300 too_many_connections, 57P03 cannot_connect_now, the poolers'
-	// admission errors and the server's overload errors a pooler relays.
-	// Retried with exponential backoff and full jitter, at most
+	// 53300 too_many_connections, the poolers' admission errors, the
+	// server's overload errors a pooler relays, and a connect that timed
+	// out. Retried with exponential backoff and full jitter, at most
 	// [RetryConfig].MaxAdaptiveRetries times.
 	ClassOverload
 	// ClassUnavailable is a connection that could not be made to a server
-	// that may come back: refused, or reset or closed while connecting, or
-	// no read-write host while a standby is promoted. It is retried until
-	// the context's deadline or [RetryConfig].UnavailableTimeout, outside
-	// MaxRetries and MaxAdaptiveRetries.
+	// that may come back: refused, or reset or closed while connecting, no
+	// read-write host while a standby is promoted, or 57P03
+	// cannot_connect_now (the server is starting up, in recovery, or
+	// shutting down). It is ridden out: retried until the context's
+	// deadline or [RetryConfig].UnavailableTimeout, outside MaxRetries and
+	// MaxAdaptiveRetries, and the pool's query methods wait for it too.
 	ClassUnavailable
 	// ClassConnectionLost is a connection that died before COMMIT was sent
 	// (08xxx, 57P01, 57P02, reset, EOF, pgconn.ErrConnClosed). Nothing

@@ -306,10 +306,10 @@ func TestSpecTimingJitter(t *testing.T) {
 		pool := newPool(t, dsn, func(c *pgtx.Config) { c.Retry.Jitter = func() float64 { return jitter } })
 		start := time.Now()
 		err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, raise("57P03"))
+			_, err := tx.Exec(ctx, raise("53300"))
 			return err
 		})
-		if sqlState(err) != "57P03" {
+		if sqlState(err) != "53300" {
 			t.Fatalf("err = %v", err)
 		}
 		return time.Since(start)

@@ -37,7 +37,8 @@ const codeTransactionTimeout = "25P04"
 // PgError (with the texts of the poolers that send their own errors under a
 // generic code), then network-level failures — no such host or socket file
 // (permanent), a connection that could not be made (unavailable), one that
-// broke (connection lost) — then permanent. pgtx's own decisions (its
+// broke (connection lost), a connect that timed out (overload) — then
+// permanent. pgtx's own decisions (its
 // sentinels, a context error) come before it, in pgtx.Classify. A nil err
 // is None.
 func Err(err error) Class {
@@ -58,6 +59,12 @@ func Err(err error) Class {
 	}
 	if isUnfixable(err) {
 		return Permanent
+	}
+	if errors.As(err, &connectErr) && pgconn.Timeout(connectErr.Unwrap()) {
+		// A connect that timed out may have met a server too loaded to
+		// accept (a connection storm), which a server that is down cannot
+		// be told apart from: overload, capped and budgeted.
+		return Overload
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) || (errors.As(err, &connectErr) && isNetworkError(connectErr.Unwrap())) {
 		// No connection could be made (refused, or reset or closed while
@@ -95,8 +102,13 @@ func PgError(e *pgconn.PgError) Class {
 	switch e.Code {
 	case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected:
 		return Conflict
-	case pgerrcode.TooManyConnections, pgerrcode.CannotConnectNow:
+	case pgerrcode.TooManyConnections:
 		return Overload
+	case pgerrcode.CannotConnectNow:
+		// The server is starting up, in crash recovery, shutting down or
+		// not yet accepting connections: its lifecycle, not its load. It
+		// comes back within seconds, as a server that refuses does.
+		return Unavailable
 	case pgerrcode.ConnectionException, pgerrcode.ConnectionDoesNotExist, pgerrcode.ConnectionFailure,
 		pgerrcode.SQLClientUnableToEstablishSQLConnection, pgerrcode.SQLServerRejectedEstablishmentOfSQLConnection,
 		pgerrcode.AdminShutdown, pgerrcode.CrashShutdown:

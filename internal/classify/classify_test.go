@@ -1,15 +1,20 @@
 package classify
 
 import (
+	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/pgtx-go/pgtx/internal/leakcheck"
 )
 
@@ -31,7 +36,7 @@ func TestErr(t *testing.T) {
 		{"40001", pgErr("40001"), Conflict},
 		{"40P01", pgErr("40P01"), Conflict},
 		{"53300", pgErr("53300"), Overload},
-		{"57P03", pgErr("57P03"), Overload},
+		{"57P03", pgErr("57P03"), Unavailable},
 		{"08000", pgErr("08000"), ConnectionLost},
 		{"08003", pgErr("08003"), ConnectionLost},
 		{"08006", pgErr("08006"), ConnectionLost},
@@ -56,6 +61,7 @@ func TestErr(t *testing.T) {
 		{"pgbouncer max_client_conn", &pgconn.PgError{Code: "08P01", Message: "no more connections allowed (max_client_conn)"}, Overload},
 		{"pgbouncer without a code", &pgconn.PgError{Message: "query_wait_timeout"}, Overload},
 		{"relayed 53300 text", &pgconn.PgError{Code: "08P01", Message: "sorry, too many clients already"}, Overload},
+		{"relayed 57P03 text", &pgconn.PgError{Code: "08P01", Message: "the database system is in recovery mode"}, Unavailable},
 		{"pgbouncer login failing", &pgconn.PgError{Code: "08P01", Message: "server login has been failing, cached error: x"}, Unavailable},
 		{"pgbouncer query_timeout", &pgconn.PgError{Code: "08P01", Message: "query_timeout"}, Timeout},
 		{"pgbouncer database removed", &pgconn.PgError{Code: "08P01", Message: "database removed"}, ConnectionLost},
@@ -81,6 +87,118 @@ func TestErr(t *testing.T) {
 				t.Errorf("Err(%v) = %d, want %d", tt.err, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestConnectErrors: what a real connect that failed is, by why it failed:
+// a server that answers 57P03 is unavailable, a listener that never answers
+// (a server too loaded to accept) is an overload once the connect timeout
+// passes, and a closed port is unavailable.
+func TestConnectErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		serve func(c net.Conn) // what the "server" does with a connection
+		want  Class
+	}{
+		{"57P03 at startup", func(c net.Conn) {
+			readStartup(c)
+			b, _ := (&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P03",
+				Message: "the database system is in recovery mode"}).Encode(nil)
+			_, _ = c.Write(b)
+		}, Unavailable},
+		{"no answer within connect_timeout", func(c net.Conn) { readStartup(c); _, _ = io.Copy(io.Discard, c) }, Overload},
+		{"closed at once", func(net.Conn) {}, Unavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			addr := fakeServer(t, tt.serve)
+			cfg, err := pgconn.ParseConfig("postgres://u@" + addr + "/db?sslmode=disable&connect_timeout=1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.ConnectTimeout = 100 * time.Millisecond
+			c, err := pgconn.ConnectConfig(context.Background(), cfg)
+			if err == nil {
+				_ = c.Close(context.Background())
+				t.Fatal("connect succeeded")
+			}
+			if got := Err(err); got != tt.want {
+				t.Errorf("Err(%v) = %d, want %d", err, got, tt.want)
+			}
+		})
+	}
+	t.Run("connection refused", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		_ = ln.Close()
+		_, err = pgconn.Connect(context.Background(), "postgres://u@"+addr+"/db?sslmode=disable&connect_timeout=1")
+		if got := Err(err); got != Unavailable {
+			t.Errorf("Err(%v) = %d, want %d", err, got, Unavailable)
+		}
+	})
+}
+
+// fakeServer listens on 127.0.0.1 and hands each connection to serve, then
+// closes it; the listener and its goroutines end with the test.
+func fakeServer(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() {
+				defer c.Close()
+				serve(c)
+			})
+		}
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+// readStartup reads the client's startup message, answering 'N' to a
+// request for encryption first.
+func readStartup(c net.Conn) {
+	for {
+		var hdr [8]byte
+		if _, err := io.ReadFull(c, hdr[:]); err != nil {
+			return
+		}
+		n := int(binary.BigEndian.Uint32(hdr[:4]))
+		if n < 8 {
+			return
+		}
+		if _, err := io.CopyN(io.Discard, c, int64(n-8)); err != nil {
+			return
+		}
+		if code := binary.BigEndian.Uint32(hdr[4:]); code == 80877103 || code == 80877104 {
+			_, _ = c.Write([]byte{'N'}) // SSLRequest, GSSENCRequest
+			continue
+		}
+		return
 	}
 }
 

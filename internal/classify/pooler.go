@@ -40,18 +40,19 @@ var poolerMessages = [...]poolerMessage{
 	{"client connections exceeded (max_db_client_connections)", Overload},   // 1.24+
 	{"client connections exceeded (max_user_client_connections)", Overload}, // 1.24+
 	{"query_wait_timeout", Overload},                                        // all
-	// The server's own overload errors (53300, 57P03), relayed by PgBouncer
-	// to the clients waiting for a server login (kill_pool_logins), in
-	// PostgreSQL's words (12 to 17).
+	// The server's own errors at login, relayed by PgBouncer to the
+	// clients waiting for a server login (kill_pool_logins), in
+	// PostgreSQL's words (12 to 17): its overload (53300), and its
+	// lifecycle (57P03: a server that comes back).
 	{"sorry, too many clients already", Overload},
 	{"remaining connection slots are reserved for", Overload},
 	{"too many connections for role", Overload},
 	{"too many connections for database", Overload},
-	{"the database system is starting up", Overload},
-	{"the database system is shutting down", Overload},
-	{"the database system is in recovery mode", Overload},
-	{"the database system is not yet accepting connections", Overload},
-	{"the database system is not accepting connections", Overload},
+	{"the database system is starting up", Unavailable},
+	{"the database system is shutting down", Unavailable},
+	{"the database system is in recovery mode", Unavailable},
+	{"the database system is not yet accepting connections", Unavailable},
+	{"the database system is not accepting connections", Unavailable},
 	// PgBouncer: the server cannot be reached, or PgBouncer itself is
 	// going away: a server that may come back.
 	{"server login has been failing", Unavailable},      // 1.17+ (the cached login error follows in 1.19+)
