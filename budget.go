@@ -8,8 +8,9 @@ import (
 )
 
 // ErrRetryBudgetExhausted is matched (errors.Is) by the error [Transaction]
-// returns when an overload, unavailable-server or lost-connection retry was
-// refused because the pool's retry budget was spent. The error also wraps the last database
+// returns when an overload or lost-connection retry was refused because the
+// pool's retry budget was spent (the retries of a server that cannot be
+// reached wait for the budget instead). The error also wraps the last database
 // error, which stays reachable with errors.As.
 var ErrRetryBudgetExhausted = errors.New("pgtx: retry budget exhausted")
 

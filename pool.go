@@ -10,6 +10,7 @@ import (
 	"github.com/pgtx-go/pgtx/internal/contention"
 	"github.com/pgtx-go/pgtx/internal/hooks"
 	"github.com/pgtx-go/pgtx/internal/params"
+	"github.com/pgtx-go/pgtx/internal/reach"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 	"github.com/pgtx-go/pgtx/internal/retry"
 	"github.com/pgtx-go/pgtx/internal/txn"
@@ -22,6 +23,15 @@ const (
 	defaultIdleInTransactionTimeout = 10 * time.Second
 	defaultCommitTimeout            = 5 * time.Second
 	defaultRollbackTimeout          = 2 * time.Second
+)
+
+// While calls wait for a server that cannot be reached, one probe connects
+// every probeEvery (scaled by the jitter to between half and all of it),
+// each bounded by probeTimeout: the server's return is noticed within that,
+// whatever the waiting calls' backoffs, by one connect.
+const (
+	probeEvery   = 250 * time.Millisecond
+	probeTimeout = 2 * time.Second
 )
 
 // Config configures a [Pool]. Every pgtx field follows the package's rule: 0
@@ -218,7 +228,8 @@ type Pool struct {
 	contention *contention.Manager // nil: none
 	resolved   resolve.Counters
 	resolver   *resolve.Resolver
-	txn        txn.Settings // what its transactions need of it (txnSettings)
+	reach      *reach.Signal // wakes the calls waiting for the server
+	txn        txn.Settings  // what its transactions need of it (txnSettings)
 }
 
 // NewWithConfig creates a [Pool] from cfg. An invalid cfg is an error
@@ -243,9 +254,22 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	hooks.Install(pc, canceller, &q.Queue, resolving)
-	pool, err := newPgxpool(ctx, pc)
+	retryPolicy := cfg.Retry.withDefaults()
+	var pool *pgxpool.Pool // the probe's, set below before any call can wait
+	signal := reach.New(reach.Settings{
+		Probe: func(ctx context.Context) error {
+			c, err := pool.Acquire(ctx)
+			if err == nil {
+				c.Release()
+			}
+			return err
+		},
+		Every: probeEvery, Jitter: retryPolicy.Jitter, Timeout: probeTimeout,
+	})
+	hooks.Install(pc, canceller, &q.Queue, resolving, signal.Connected)
+	pool, err = newPgxpool(ctx, pc)
 	if err != nil {
+		signal.Close()
 		canceller.Close()
 		return nil, err
 	}
@@ -253,12 +277,13 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		pool:     pool,
 		cfg:      own,
 		cancel:   canceller,
+		reach:    signal,
 		resolver: resolve.NewResolver(durDefault(cfg.ResolveTimeout, defaultResolveTimeout), canceller.Pool(), cfg.ConnConfig, cfg.BeforeConnect),
 		settings: settings{
 			acquireTimeout:   defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout),
 			commitTimeout:    defaultOrNone(cfg.CommitTimeout, defaultCommitTimeout),
 			rollbackTimeout:  defaultOrNone(cfg.RollbackTimeout, defaultRollbackTimeout),
-			retry:            cfg.Retry.withDefaults(),
+			retry:            retryPolicy,
 			tracer:           cfg.Tracer,
 			resolveCommits:   resolving,
 			resolveTimeout:   durDefault(cfg.ResolveTimeout, defaultResolveTimeout),
@@ -293,6 +318,9 @@ func (p *Pool) Close() {
 	}
 	if p.contention != nil {
 		p.contention.Close()
+	}
+	if p.reach != nil {
+		p.reach.Close()
 	}
 	p.pool.Close()
 	if p.cancel != nil {

@@ -30,19 +30,24 @@ type RetryConfig struct {
 	MaxRetries int
 
 	// MaxAdaptiveRetries caps the retries after an overload error (53300,
-	// 57P03, a pooler's admission error). Once one has been seen, it caps
-	// every later retry of the call whatever its cause, but those after an
-	// unavailable server. Default 2; negative: no overload retries.
+	// a pooler's admission error, a connect that timed out). Once one has
+	// been seen, it caps every later retry of the call whatever its cause,
+	// but those after an unavailable server. Default 2; negative: no
+	// overload retries.
 	MaxAdaptiveRetries int
 
 	// UnavailableTimeout is how long a call keeps retrying a server it
-	// cannot connect to ([ClassUnavailable]), counted from the call's first
-	// such error: a failover or a restart takes seconds. These retries count
-	// against neither MaxRetries nor MaxAdaptiveRetries; they are paced by
-	// the overload backoff, cut to half the time left before the deadline
-	// or this bound so that the next attempt starts in time, and the retry
-	// budget applies (docs/overload.md). Default 15s; negative: an
-	// unavailable server is not retried.
+	// cannot connect to ([ClassUnavailable]: refused, 57P03, no read-write
+	// host), counted from the call's first such error, when its context has
+	// no earlier deadline: a failover or a restart takes seconds. These
+	// retries count against neither MaxRetries nor MaxAdaptiveRetries; they
+	// are paced by the overload backoff, cut to half the time left so that
+	// the next attempt starts in time, and by the retry budget, which never
+	// ends them; a connection made to the server wakes them at once, and
+	// while any wait one probe connects every 250ms or so
+	// (docs/overload.md). The pool's query methods wait the same way.
+	// Default 15s; negative: an unavailable server is not retried, and the
+	// query methods do not wait.
 	UnavailableTimeout time.Duration
 
 	// Jitter returns a value in [0, 1) that scales every backoff (full
@@ -66,12 +71,15 @@ type RetryConfig struct {
 
 	// BudgetRatio, BudgetMinPerSecond and BudgetWindow are the pool's
 	// retry budget, so that per-call retries cannot add up to a retry storm
-	// when a database sheds load or is down: over the last BudgetWindow,
-	// overload, unavailable-server and lost-connection retries may not
-	// exceed BudgetRatio times the calls that succeeded, plus a floor of
-	// BudgetMinPerSecond retries per second. Conflict retries are not
-	// budgeted: a conflict means someone else committed. A refused retry
-	// ends the call with an error matching [ErrRetryBudgetExhausted].
+	// when a database sheds load: over the last BudgetWindow, overload and
+	// lost-connection retries may not exceed BudgetRatio times the calls
+	// that succeeded, plus a floor of BudgetMinPerSecond retries per
+	// second. A refused retry ends the call with an error matching
+	// [ErrRetryBudgetExhausted]. Conflict retries are not budgeted: a
+	// conflict means someone else committed. The retries of a server that
+	// cannot be reached, which they do not load, draw on the budget too,
+	// but are never refused: when it is spent they wait for its next
+	// tokens, within the deadline.
 	//
 	// BudgetRatio is the share of recent successful calls that may be
 	// retried. Default 0.2; negative: the budget is off.
@@ -136,6 +144,7 @@ type retryLoop struct {
 	label      string
 	isolation  Isolation
 	gate       *contention.Gate // nil: no contention manager
+	wake       retry.Sleeper    // the pause after an unavailable server; nil: the clock's
 }
 
 // attemptFunc runs one whole attempt and returns its error and class.
@@ -146,7 +155,7 @@ type attemptFunc func(ctx context.Context) (Class, error)
 // ctx ended the call, the error matches ctx.Err() as well.
 func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
 	loop := retry.Loop{Policy: l.policy.decider(), MaxRetries: l.maxRetries, Clock: l.clock,
-		Budget: l.budget, Gate: l.gate, GaveUp: gaveUp}
+		Budget: l.budget, Gate: l.gate, Wake: l.wake, GaveUp: gaveUp}
 	if l.tracer != nil {
 		loop.Tracer = l
 	}

@@ -145,6 +145,7 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts
 		clock:      pool.clock,
 		maxRetries: pool.settings.retry.MaxRetries,
 		budget:     pool.budget,
+		wake:       pool.reach,
 		tracer:     pool.settings.tracer,
 		label:      opts.Label,
 		isolation:  iso,

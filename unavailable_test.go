@@ -176,7 +176,7 @@ func TestUnavailableBound(t *testing.T) {
 // makes MaxAdaptiveRetries the cap of the call's later retries (an
 // unavailable server's excepted), and a class switched off stays off.
 func TestUnavailableOutsideTheCaps(t *testing.T) {
-	conflict, overload := pgErr(pgerrcode.SerializationFailure), pgErr(pgerrcode.CannotConnectNow)
+	conflict, overload := pgErr(pgerrcode.SerializationFailure), pgErr(pgerrcode.TooManyConnections)
 	lost := fmt.Errorf("read: %w", net.ErrClosed)
 	refused := refusedErr()
 	tests := []struct {
@@ -193,12 +193,12 @@ func TestUnavailableOutsideTheCaps(t *testing.T) {
 		{name: "conflicts, a restart, conflicts: MaxRetries counts the conflicts only", errs: append(append(repeat(conflict, 5), repeat(refused, 6)...), repeat(conflict, 20)...),
 			wantAttempts: 5 + 6 + 6, wantLast: conflict, wantMsg: "pgtx: gave up after 17 attempts (MaxRetries 10): "},
 		{name: "a restart, then lost connections: MaxRetries", policy: RetryConfig{MaxRetries: 3}, errs: append(repeat(refused, 4), repeat(lost, 20)...), wantAttempts: 4 + 4, wantLast: lost},
-		{name: "a restart, then 57P03 while it starts: two overload retries", errs: append(repeat(refused, 6), overload, overload), wantAttempts: 9},
-		{name: "a restart, then 57P03 three times: MaxAdaptiveRetries 2", errs: append(repeat(refused, 6), repeat(overload, 5)...), wantAttempts: 6 + 3, wantLast: overload,
+		{name: "a restart, then 53300 while the server is full: two overload retries", errs: append(repeat(refused, 6), overload, overload), wantAttempts: 9},
+		{name: "a restart, then 53300 three times: MaxAdaptiveRetries 2", errs: append(repeat(refused, 6), repeat(overload, 5)...), wantAttempts: 6 + 3, wantLast: overload,
 			wantMsg: "pgtx: gave up after 9 attempts (MaxAdaptiveRetries 2): "},
 		{name: "overload is sticky: a refusal is still retried, a conflict is capped", errs: append(append([]error{overload}, repeat(refused, 6)...), repeat(conflict, 5)...),
 			wantAttempts: 1 + 6 + 2, wantLast: conflict, wantMsg: "pgtx: gave up after 9 attempts (MaxAdaptiveRetries 2): "},
-		{name: "MaxAdaptiveRetries off: refusals retried, the 57P03 is not", policy: RetryConfig{MaxAdaptiveRetries: -1}, errs: append(repeat(refused, 3), overload),
+		{name: "MaxAdaptiveRetries off: refusals retried, the 53300 is not", policy: RetryConfig{MaxAdaptiveRetries: -1}, errs: append(repeat(refused, 3), overload),
 			wantAttempts: 4, wantLast: overload, wantMsg: "pgtx: gave up after 4 attempts (MaxAdaptiveRetries off): "},
 		{name: "MaxRetries off: refusals retried, the conflict is not", policy: RetryConfig{MaxRetries: -1}, errs: append(repeat(refused, 3), conflict),
 			wantAttempts: 4, wantLast: conflict, wantMsg: "pgtx: gave up after 4 attempts (MaxRetries off): "},
@@ -226,40 +226,38 @@ func TestUnavailableOutsideTheCaps(t *testing.T) {
 	}
 }
 
-// TestUnavailableBudget: the pool's retry budget bounds unavailable retries:
-// when it is spent the call ends at once, before its deadline, with an
-// error matching ErrRetryBudgetExhausted that keeps the refusal.
+// TestUnavailableBudget: the pool's retry budget paces the retries of a
+// server that cannot be reached and never ends the call: with the budget
+// spent (no successes, no floor) the call is retried until its deadline,
+// whose error it matches with the refusal, never ErrRetryBudgetExhausted;
+// with a floor of one retry a second, the pauses wait for its tokens.
 func TestUnavailableBudget(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	tests := []struct {
-		name         string
-		successes    int
-		wantAttempts int
+		name       string
+		budget     RetryConfig
+		wantSleeps []time.Duration
 	}{
-		{"empty budget: no retry", 0, 1},
-		{"10 successes pay for 2 retries", 10, 3},
+		{"spent, no floor: the backoff", RetryConfig{BudgetMinPerSecond: -1},
+			[]time.Duration{ms(200), ms(400), ms(800), ms(1600), ms(3200), ms(1900), ms(950), ms(475), ms(237.5), ms(118.75), ms(118.75)}},
+		// A bucket of one token: the first retry takes it, the next two wait
+		// for the one they borrow (800ms, 1s), longer than their backoff.
+		{"a floor of 1/s: its tokens", RetryConfig{BudgetMinPerSecond: 1},
+			[]time.Duration{ms(200), ms(800), ms(1000), ms(1600), ms(3200), ms(1600), ms(800), ms(400), ms(400)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			b := newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, t0)
-			for range tt.successes {
-				b.Success(t0)
-			}
 			clk := &fakeclock.Clock{T: t0}
 			l := newLoop(RetryConfig{Jitter: constJitter(1)}, clk)
-			l.budget = b
+			l.budget = newRetryBudget(tt.budget, t0)
 			calls := 0
 			refused := refusedErr()
 			err := l.run(fakeclock.Deadline(clk, 10*time.Second), scripted(&calls, repeat(refused, 100)...))
-			if calls != tt.wantAttempts {
-				t.Errorf("attempts %d, want %d", calls, tt.wantAttempts)
+			if fmt.Sprint(clk.Sleeps) != fmt.Sprint(tt.wantSleeps) {
+				t.Errorf("sleeps %v\nwant   %v", clk.Sleeps, tt.wantSleeps)
 			}
-			if !errors.Is(err, ErrRetryBudgetExhausted) || !errors.Is(err, refused) || errors.Is(err, context.DeadlineExceeded) {
-				t.Errorf("err = %v: want ErrRetryBudgetExhausted and the refusal, not the deadline", err)
-			}
-			want := fmt.Sprintf("pgtx: the server is unreachable: gave up after %d attempt", tt.wantAttempts)
-			if !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "(retry budget exhausted): ") {
-				t.Errorf("message %q", err)
+			if errors.Is(err, ErrRetryBudgetExhausted) || !errors.Is(err, refused) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("err = %v: want the deadline and the refusal, not ErrRetryBudgetExhausted", err)
 			}
 		})
 	}
@@ -345,15 +343,16 @@ func TestOptionsRetryConfig(t *testing.T) {
 // TestUnreachableSaidFirst: however a call that ends on a server it cannot
 // connect to ends — UnavailableTimeout, the deadline (after retries or
 // before the first pause ended), the context during the first attempt, the
-// retry budget, UnavailableTimeout off, or an overload cap when the last
-// connect found a host refusing — its error is a *RetryError whose message
+// deadline with an empty retry budget (which paces, never ends it),
+// UnavailableTimeout off, or an overload cap when the last connect found a
+// host refusing — its error is a *RetryError whose message
 // begins with "the server is unreachable", not with the cap; it keeps the
 // refusal (and the context's error when the context ended the call), and
 // Classify returns what it returns for the last attempt's error.
 func TestUnreachableSaidFirst(t *testing.T) {
 	refused := refusedErr()
-	// A connect to two hosts: one refused, the other shutting down (57P03).
-	refusedAndShuttingDown := errors.Join(refused, pgErr(pgerrcode.CannotConnectNow))
+	// A connect to two hosts: one refused, the other full (53300).
+	refusedAndFull := errors.Join(refused, pgErr(pgerrcode.TooManyConnections))
 	tests := []struct {
 		name         string
 		policy       RetryConfig
@@ -374,17 +373,17 @@ func TestUnreachableSaidFirst(t *testing.T) {
 			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt in 150ms (the context ended): context deadline exceeded: ", wantClass: ClassTimeout, wantCtx: context.DeadlineExceeded},
 		{name: "the context, during the first attempt", cancelAt: 1, errs: repeat(refused, 100), wantAttempts: 1,
 			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt (the context ended): context canceled: ", wantClass: ClassTimeout, wantCtx: context.Canceled},
-		{name: "the retry budget", budget: true, errs: repeat(refused, 100), wantAttempts: 1,
-			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt (retry budget exhausted): ", wantClass: ClassUnavailable},
+		{name: "an empty retry budget paces, the deadline ends it", budget: true, deadline: 2 * time.Second, errs: repeat(refused, 100), wantAttempts: 6,
+			wantMsg: "pgtx: the server is unreachable: gave up after 6 attempts in 2s (the context ended): context deadline exceeded: ", wantClass: ClassTimeout, wantCtx: context.DeadlineExceeded},
 		{name: "UnavailableTimeout off", policy: RetryConfig{UnavailableTimeout: -1}, errs: repeat(refused, 100), wantAttempts: 1,
 			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt (UnavailableTimeout off): ", wantClass: ClassUnavailable},
 		{name: "UnavailableTimeout off, after conflicts", policy: RetryConfig{UnavailableTimeout: -1}, errs: append(repeat(pgErr(pgerrcode.SerializationFailure), 2), refused), wantAttempts: 3,
 			wantMsg: "pgtx: the server is unreachable: gave up after 3 attempts (UnavailableTimeout off): ", wantClass: ClassUnavailable},
-		{name: "MaxAdaptiveRetries, a host refusing", errs: repeat(refusedAndShuttingDown, 100), wantAttempts: 3,
+		{name: "MaxAdaptiveRetries, a host refusing", errs: repeat(refusedAndFull, 100), wantAttempts: 3,
 			wantMsg: "pgtx: the server is unreachable: gave up after 3 attempts (MaxAdaptiveRetries 2): ", wantClass: ClassOverload},
-		{name: "MaxAdaptiveRetries off, a host refusing", policy: RetryConfig{MaxAdaptiveRetries: -1}, errs: repeat(refusedAndShuttingDown, 100), wantAttempts: 1,
+		{name: "MaxAdaptiveRetries off, a host refusing", policy: RetryConfig{MaxAdaptiveRetries: -1}, errs: repeat(refusedAndFull, 100), wantAttempts: 1,
 			wantMsg: "pgtx: the server is unreachable: gave up after 1 attempt (MaxAdaptiveRetries off): ", wantClass: ClassOverload},
-		{name: "refusals, then an overload from a server that answers: the cap", errs: append(repeat(refused, 3), repeat(pgErr(pgerrcode.CannotConnectNow), 10)...), wantAttempts: 6,
+		{name: "refusals, then an overload from a server that answers: the cap", errs: append(repeat(refused, 3), repeat(pgErr(pgerrcode.TooManyConnections), 10)...), wantAttempts: 6,
 			wantMsg: "pgtx: gave up after 6 attempts (MaxAdaptiveRetries 2): ", wantClass: ClassOverload},
 	}
 	for _, tt := range tests {
@@ -433,8 +432,8 @@ func TestUnreachableSaidFirst(t *testing.T) {
 			if tt.wantCtx != nil && !errors.Is(err, tt.wantCtx) {
 				t.Errorf("err = %v: want it to match %v", err, tt.wantCtx)
 			}
-			if errors.Is(err, ErrRetryBudgetExhausted) != tt.budget {
-				t.Errorf("errors.Is(err, ErrRetryBudgetExhausted) = %v, want %v", !tt.budget, tt.budget)
+			if errors.Is(err, ErrRetryBudgetExhausted) {
+				t.Errorf("err = %v matches ErrRetryBudgetExhausted: the budget never ends a call on an unreachable server", err)
 			}
 		})
 	}

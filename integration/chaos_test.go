@@ -150,8 +150,9 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 		// refuses connections, and the server restarts, for up to about a
 		// second.
 		c.Retry.MaxRetries = 20
-		// Overload (53300 from a full server, 57P03 while it starts) backs
-		// off 100ms·2^n: eight retries span seconds.
+		// Overload (53300 from a full server) backs off 100ms·2^n: eight
+		// retries span seconds. A server starting up (57P03) or refusing
+		// is ridden out until the deadline.
 		c.Retry.MaxAdaptiveRetries = 8
 	})
 

@@ -28,8 +28,10 @@ import (
 //   - the connection tracer ([acquire.Tracer]) counts q's waiters,
 //     and BeforeConnect gives each connection the caller's own tracer back;
 //   - ShouldPing, BeforeConnect and PrepareConn mark the acquire's context
-//     shared, as hooks may keep it ([acquire.MarkShared]).
-func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, resolving bool) {
+//     shared, as hooks may keep it ([acquire.MarkShared]);
+//   - connected, when set, is told of every connection made and set up,
+//     after the caller's AfterConnect.
+func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, resolving bool, connected func()) {
 	user := pc.ConnConfig.Tracer
 	pc.ConnConfig.Tracer = acquire.NewTracer(q, user)
 	userBeforeConnect := pc.BeforeConnect
@@ -72,7 +74,12 @@ func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, resolvin
 			return err
 		}
 		if userAfterConnect != nil {
-			return userAfterConnect(ctx, conn)
+			if err := userAfterConnect(ctx, conn); err != nil {
+				return err
+			}
+		}
+		if connected != nil {
+			connected()
 		}
 		return nil
 	}

@@ -80,7 +80,7 @@ func TestInstallWrapsTheCallersHooks(t *testing.T) {
 			pc.BeforeConnect = func(context.Context, *pgx.ConnConfig) error { return errHook }
 			pc.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { pinged = true; return true }
 		}
-		Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeProtocol}, sysClock{}), &acquire.Queue{}, false)
+		Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeProtocol}, sysClock{}), &acquire.Queue{}, false, nil)
 
 		if _, ok := pc.ConnConfig.Tracer.(*acquire.Tracer); !ok {
 			t.Errorf("the pool's tracer is %T, want the queue's", pc.ConnConfig.Tracer)
@@ -137,14 +137,20 @@ func TestInstallThroughPgxpool(t *testing.T) {
 				return &pgconn.DeadlineContextWatcherHandler{Conn: pgConn.Conn()}
 			}
 			var setUpFirst bool
+			var afterConnects, connected atomic.Int32
 			pc.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
 				st := connstate.Of(conn.PgConn())
 				setUpFirst = st != nil && st.Tracer == user
+				afterConnects.Add(1)
 				return nil
 			}
 			// ModeClose: a cancel closes the connection at once, never
 			// confirmed: it dooms it.
-			Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeClose}, sysClock{}), &acquire.Queue{}, false)
+			Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeClose}, sysClock{}), &acquire.Queue{}, false, func() {
+				if connected.Add(1) != afterConnects.Load() {
+					t.Error("connected was told before the caller's AfterConnect ran")
+				}
+			})
 			pool, err := pgxpool.NewWithConfig(ctx, pc)
 			if err != nil {
 				t.Fatal(err)
@@ -177,8 +183,8 @@ func TestInstallThroughPgxpool(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Release()
-			if n := srv.conns.Load(); n != 2 {
-				t.Errorf("%d connections made, want a second one for the doomed", n)
+			if n := srv.conns.Load(); n != 2 || connected.Load() != 2 {
+				t.Errorf("%d connections made, %d told connected; want a second one for the doomed, each told", n, connected.Load())
 			}
 			if p, a := prepared.Load(), acquired.Load(); p != 2*tt.wantPrepared || a != 2*tt.wantAcq {
 				t.Errorf("PrepareConn ran %d times, BeforeAcquire %d; want %d, %d: never for the doomed connection", p, a, 2*tt.wantPrepared, 2*tt.wantAcq)

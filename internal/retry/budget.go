@@ -53,13 +53,45 @@ func (b *Budget) Withdraw(now time.Time) bool {
 		b.window.Add(now, 0, 1, 0)
 		return true
 	}
-	if elapsed := now.Sub(b.floorAt); elapsed > 0 {
-		b.floorTokens = min(b.floorCap, b.floorTokens+b.floor*elapsed.Seconds())
-		b.floorAt = now
-	}
+	b.refill(now)
 	if b.floorTokens >= 1 {
 		b.floorTokens--
 		return true
 	}
 	return false
+}
+
+// Pace takes one retry from the budget for a retry that is never refused
+// (one of a server that cannot be reached, which retries do not load) and
+// returns how long it must wait for it: 0 while the budget allows it, else
+// the time until the floor's bucket holds the token it takes ahead. The
+// bucket lends at most one bucket's worth ahead, so a wait is at most the
+// time the floor takes to fill a bucket; with no floor nothing paces.
+func (b *Budget) Pace(now time.Time) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	successes, retries, _ := b.window.Sums(now)
+	if float64(retries+1) <= b.ratio*float64(successes) {
+		b.window.Add(now, 0, 1, 0)
+		return 0
+	}
+	if b.floor <= 0 {
+		return 0
+	}
+	b.refill(now)
+	if b.floorTokens-1 >= -b.floorCap {
+		b.floorTokens--
+	}
+	if b.floorTokens >= 0 {
+		return 0
+	}
+	return time.Duration(-b.floorTokens / b.floor * float64(time.Second))
+}
+
+// refill adds the floor's tokens since it was last refilled.
+func (b *Budget) refill(now time.Time) {
+	if elapsed := now.Sub(b.floorAt); elapsed > 0 {
+		b.floorTokens = min(b.floorCap, b.floorTokens+b.floor*elapsed.Seconds())
+		b.floorAt = now
+	}
 }

@@ -31,7 +31,8 @@ func Retryable(c classify.Class) bool {
 func Adaptive(c classify.Class) bool { return c == classify.Overload || c == classify.Unavailable }
 
 // Budgeted reports whether retries of class c draw on the retry budget: all
-// but conflict retries.
+// but conflict retries. Those of an unavailable server are paced by it
+// ([Budget.Pace]), never refused.
 func Budgeted(c classify.Class) bool { return Adaptive(c) || c == classify.ConnectionLost }
 
 // Backoff returns jitter * min(maxBackoff, base * 2^attempt), the Client Backpressure specification's

@@ -42,6 +42,12 @@ func (RealClock) Sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// Sleeper is a pause that may end early: Sleep waits d or until ctx ends
+// (then it returns ctx.Err()).
+type Sleeper interface {
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
 // Tracer receives the events of one call, in this order: CallStart, then
 // AttemptStart and AttemptEnd for each attempt, then CallEnd. CallStart's
 // context is the parent of every AttemptStart's, and each AttemptStart's
@@ -128,7 +134,10 @@ type Loop struct {
 	Clock      Clock
 	Budget     *Budget          // nil: no budget
 	Gate       *contention.Gate // nil: no contention manager
-	Tracer     Tracer           // nil: no events
+	// Wake, when set, is the pause after an unavailable server instead of
+	// Clock's: it ends early when a connection to the server is made.
+	Wake   Sleeper
+	Tracer Tracer // nil: no events
 	// GaveUp makes the error of a call that stopped with err after
 	// attempts, unless that error is returned as it is (see Run).
 	GaveUp func(err error, attempts int, why Why) error
@@ -205,7 +214,13 @@ func (l *Loop) Run(ctx context.Context, attempt func(ctx context.Context) (class
 				// The deadline passed by the clock, not yet by ctx.
 				err = pastDeadline(err)
 			}
-			if d.Retry && l.Budget != nil && Budgeted(class) && !l.Budget.Withdraw(l.Clock.Now()) {
+			switch {
+			case !d.Retry || l.Budget == nil || !Budgeted(class):
+			case class == classify.Unavailable:
+				// Retries of a server that cannot be reached do not load it:
+				// the budget paces them, and never ends the call.
+				d.Backoff = max(d.Backoff, l.Budget.Pace(l.Clock.Now()))
+			case !l.Budget.Withdraw(l.Clock.Now()):
 				d = Decision{Stop: BudgetSpent}
 			}
 			if class == classify.Conflict && l.Gate != nil && l.Gate.Limiting() && (d.Retry || d.Stop == Deadline) {
@@ -228,7 +243,11 @@ func (l *Loop) Run(ctx context.Context, attempt func(ctx context.Context) (class
 		}
 		// A pause that ended as ctx did ends the call too: an attempt
 		// on a dead context would only replace the error with ctx's.
-		if l.Clock.Sleep(ctx, d.Backoff) != nil || ctx.Err() != nil {
+		sleep := l.Clock.Sleep
+		if class == classify.Unavailable && l.Wake != nil {
+			sleep = l.Wake.Sleep
+		}
+		if sleep(ctx, d.Backoff) != nil || ctx.Err() != nil {
 			interrupted = true
 			err = l.gaveUp(errs.WithContext(ctx, err), class, n, ContextEnded, &st)
 			break

@@ -221,9 +221,10 @@ func TestLoopDeadline(t *testing.T) {
 	})
 }
 
-// TestLoopBudget: overload, unavailable and lost-connection retries draw
-// on the budget, and a refusal ends the call at once, before its deadline;
-// conflict retries never draw on it; a success pays for later retries.
+// TestLoopBudget: overload and lost-connection retries draw on the budget,
+// and a refusal ends the call at once, before its deadline; conflict
+// retries never draw on it, and an unavailable server's are paced by it
+// (TestLoopBudgetPacesUnavailable); a success pays for later retries.
 func TestLoopBudget(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -234,10 +235,8 @@ func TestLoopBudget(t *testing.T) {
 	}{
 		{"an empty budget: no overload retry", 0, repeat(overload, 2), 1, true},
 		{"an empty budget: no lost-connection retry", 0, repeat(lost, 2), 1, true},
-		{"an empty budget: no unavailable retry", 0, repeat(unavailable, 100), 1, true},
 		{"an empty budget: conflicts still retried", 0, repeat(conflict, 5), 6, false},
 		{"10 successes pay for 2 retries", 10, repeat(overload, 5), 3, true},
-		{"10 successes pay for 2 unavailable retries", 10, repeat(unavailable, 100), 3, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -269,6 +268,60 @@ func TestLoopBudget(t *testing.T) {
 		}
 	})
 }
+
+// TestLoopBudgetPacesUnavailable: the retries of a server that cannot be
+// reached draw on the budget, which paces them and never ends the call:
+// with a budget spent at once, each pause is the budget's wait for its next
+// token when that is longer than the backoff, and the call ends at its
+// deadline, with the deadline's error, never "budget". With successes or a
+// full bucket to pay for them, the backoff alone paces them.
+func TestLoopBudgetPacesUnavailable(t *testing.T) {
+	tests := []struct {
+		name       string
+		floor      float64
+		successes  int
+		wantSleeps []time.Duration
+	}{
+		// Jitter 1: backoffs of 200ms, 400ms, 800ms, ... cut to half the time
+		// left of the 3s deadline.
+		{"no floor: the backoff", 0, 0, unpaced},
+		{"successes pay: the backoff", 0, 50, unpaced},
+		{"a floor that keeps up: the backoff", 2, 0, unpaced},
+		// A floor of 0.5 per second: a bucket of one token, lent one ahead.
+		// The first retry takes the token; the second waits 1.8s for the
+		// one it borrows (0.1 was back after 200ms), the third 2s, which
+		// the deadline ends.
+		{"a floor of 0.5/s paces", 0.5, 0, []time.Duration{ms(200), ms(1800), ms(1000)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := NewBudget(0.2, tt.floor, 10*time.Second, t0)
+			for range tt.successes {
+				b.Success(t0)
+			}
+			clk := &fakeclock.Clock{T: t0}
+			l := newLoop(clk)
+			l.Budget = b
+			l.Policy.UnavailableTimeout = time.Minute
+			calls := 0
+			err := l.Run(fakeclock.Deadline(clk, 3*time.Second), scripted(&calls, repeat(unavailable, 1000)...))
+			if fmt.Sprint(clk.Sleeps) != fmt.Sprint(tt.wantSleeps) {
+				t.Errorf("sleeps %v\nwant   %v", clk.Sleeps, tt.wantSleeps)
+			}
+			var s *stopped
+			if !errors.As(err, &s) || s.why.Stop == BudgetSpent || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("%v: want the call ended by its deadline, not the budget", err)
+			}
+		})
+	}
+}
+
+func ms(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+
+// unpaced are the pauses of TestLoopBudgetPacesUnavailable's call when the
+// budget does not pace it: 200ms, 400ms, 800ms, then half the time left,
+// then the wait for the deadline.
+var unpaced = []time.Duration{ms(200), ms(400), ms(800), ms(800), ms(400), ms(200), ms(100), ms(100)}
 
 // TestLoopContext: a call the context ended matches its error when the
 // attempt failed with a class the loop would have retried, or timed out;
