@@ -8,18 +8,27 @@ import (
 	"github.com/pgtx-go/pgtx/internal/errs"
 )
 
-// The query methods of Pool are those of pgxpool.Pool with one difference:
-// when the context ended the statement, the error matches ctx.Err() (as with
-// pgx's default handling) while the server's 57014 stays reachable with
-// errors.As. With server-side cancellation the server answers the cancel
-// with 57014, and the connection is kept.
+// The query methods of Pool are those of pgxpool.Pool with two
+// differences. When the context ended the statement, the error matches
+// ctx.Err() (as with pgx's default handling) while the server's 57014 stays
+// reachable with errors.As; with server-side cancellation the server
+// answers the cancel with 57014, and the connection is kept. And when no
+// connection can be made to the server (it refuses, starts up, shuts down,
+// or no host takes writes during a failover), a statement waits for it
+// within its context's deadline, or [RetryConfig].UnavailableTimeout
+// without one: nothing had been sent.
 
 // Exec is pgxpool.Pool.Exec; see the note on the query methods above.
 func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if p == nil || p.pool == nil {
 		return pgconn.CommandTag{}, errPoolNotOpened
 	}
-	tag, err := p.pool.Exec(ctx, sql, args...)
+	c, err := p.conn(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, withContextErr(ctx, err)
+	}
+	defer c.Release()
+	tag, err := c.Exec(ctx, sql, args...)
 	return tag, withContextErr(ctx, err)
 }
 
@@ -29,11 +38,22 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 	if p == nil || p.pool == nil {
 		return errs.NewRows(errPoolNotOpened), errPoolNotOpened
 	}
-	rows, err := p.pool.Query(ctx, sql, args...)
-	if ctx.Done() == nil {
-		return rows, err
+	c, err := p.conn(ctx)
+	if err != nil {
+		err = withContextErr(ctx, err)
+		return errs.NewRows(err), err
 	}
-	return &errs.CtxRows{Rows: rows, Ctx: ctx}, withContextErr(ctx, err)
+	rows, err := c.Query(ctx, sql, args...)
+	if err != nil {
+		c.Release()
+		err = withContextErr(ctx, err)
+		return errs.NewRows(err), err
+	}
+	pr := &poolRows{r: rows, c: c}
+	if ctx.Done() == nil {
+		return pr, nil
+	}
+	return &errs.CtxRows{Rows: pr, Ctx: ctx}, nil
 }
 
 // QueryRow is pgxpool.Pool.QueryRow; Scan's error matches ctx.Err() when the
@@ -42,7 +62,11 @@ func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if p == nil || p.pool == nil {
 		return errs.NewRows(errPoolNotOpened)
 	}
-	row := p.pool.QueryRow(ctx, sql, args...)
+	c, err := p.conn(ctx)
+	if err != nil {
+		return errs.NewRows(withContextErr(ctx, err))
+	}
+	row := &poolRow{r: c.QueryRow(ctx, sql, args...), c: c}
 	if ctx.Done() == nil {
 		return row
 	}
@@ -55,7 +79,14 @@ func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if p == nil || p.pool == nil {
 		return pgx.FailedBatchResults(b, errPoolNotOpened)
 	}
-	br := p.pool.SendBatch(ctx, b)
+	c, err := p.conn(ctx)
+	if err != nil {
+		return pgx.FailedBatchResults(b, withContextErr(ctx, err))
+	}
+	br := &poolBatch{br: c.SendBatch(ctx, b), c: c}
+	if tx := br.br.Tx(); tx != nil {
+		br.c, br.tx = nil, &poolTx{Tx: tx, c: c}
+	}
 	if ctx.Done() == nil {
 		return br
 	}
@@ -68,7 +99,12 @@ func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNam
 	if p == nil || p.pool == nil {
 		return 0, errPoolNotOpened
 	}
-	n, err := p.pool.CopyFrom(ctx, tableName, columnNames, rowSrc)
+	c, err := p.conn(ctx)
+	if err != nil {
+		return 0, withContextErr(ctx, err)
+	}
+	defer c.Release()
+	n, err := c.Conn().CopyFrom(ctx, tableName, columnNames, rowSrc)
 	return n, withContextErr(ctx, err)
 }
 
