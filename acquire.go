@@ -11,8 +11,8 @@ import (
 // acquire takes a connection through p's queue ([acquire.Queue]) and
 // returns it with the time the wait ended. When the acquire timeout (not
 // ctx) ends the wait, the error matches ErrAcquireTimeout and deliberately
-// not context.DeadlineExceeded; when MaxWaiters callers already wait, it
-// fails at once with ErrQueueFull.
+// not context.DeadlineExceeded, and says whether the pool was connecting;
+// when MaxWaiters callers already wait, it fails at once with ErrQueueFull.
 func (p *Pool) acquire(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
 	conn, end, waited, err := p.queue.Acquire(ctx, p.pool, p.clock)
 	if err == acquire.ErrFull {
@@ -20,7 +20,14 @@ func (p *Pool) acquire(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
 	}
 	p.queue.acquireWait.Observe(waited)
 	if err == acquire.ErrTimeout {
-		err = &acquireTimeoutError{timeout: p.queue.Bounds().Timeout}
+		err = &acquireTimeoutError{timeout: p.queue.Bounds().Timeout, connecting: p.connecting()}
 	}
 	return conn, end, err
+}
+
+// connecting reports whether the pool is making connections while it has
+// room: an acquire that waits then waits for a connect.
+func (p *Pool) connecting() bool {
+	s := p.pool.Stat()
+	return s.ConstructingConns() > 0 && s.AcquiredConns() < s.MaxConns()
 }

@@ -139,12 +139,17 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 }
 
 // acquireClass classifies an acquire's error as [Classify] does, but for a
-// connect that timed out while ctx still runs: its deadline was the
-// connect timeout's, not the caller's, and a server too loaded to accept
-// is an overload.
+// connect that timed out while ctx still runs (its deadline was the connect
+// timeout's, not the caller's), or an acquire timeout that came while the
+// pool, with room, was connecting: a server too slow to accept, which may
+// be too loaded to, is an overload.
 func acquireClass(ctx context.Context, err error) Class {
+	if ctx.Err() != nil {
+		return Classify(err)
+	}
 	var connectErr *pgconn.ConnectError
-	if ctx.Err() == nil && errors.As(err, &connectErr) && pgconn.Timeout(err) {
+	var timeoutErr *acquireTimeoutError
+	if errors.As(err, &connectErr) && pgconn.Timeout(err) || errors.As(err, &timeoutErr) && timeoutErr.connecting {
 		return ClassOverload
 	}
 	return Classify(err)

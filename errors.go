@@ -62,9 +62,19 @@ type commitUnknownError = errs.CommitUnknownError
 // ended the pool wait. It matches ErrAcquireTimeout only: it deliberately does
 // not match context.DeadlineExceeded, which would say the caller's own
 // deadline passed.
-type acquireTimeoutError struct{ timeout time.Duration }
+//
+// connecting says that the pool had room and was connecting to the server
+// when the timeout came: the wait was for a connect, not for a connection
+// another caller held.
+type acquireTimeoutError struct {
+	timeout    time.Duration
+	connecting bool
+}
 
 func (e *acquireTimeoutError) Error() string {
+	if e.connecting {
+		return ErrAcquireTimeout.Error() + " (AcquireTimeout " + e.timeout.String() + ", connecting to the server)"
+	}
 	return ErrAcquireTimeout.Error() + " (AcquireTimeout " + e.timeout.String() + ")"
 }
 func (e *acquireTimeoutError) Is(target error) bool {

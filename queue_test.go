@@ -65,6 +65,9 @@ func TestPoolQueue(t *testing.T) {
 	cfg.AcquireTimeout = 100 * time.Millisecond
 	cfg.CancelMode = CancelModeProtocol
 	cfg.ConnConfig.Tracer = started
+	// The acquire times out while the pool connects, an overload
+	// (TestConnectTimeoutIsOverload): not retried here, one wait counted.
+	cfg.Retry.MaxAdaptiveRetries = -1
 	pool, err := NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +103,8 @@ func TestPoolQueue(t *testing.T) {
 // TestConnectTimeoutIsOverload: a connect that times out while the
 // caller's context still runs may have met a server too loaded to accept
 // it: the call retries it as an overload, MaxAdaptiveRetries times, and
-// says so; a connect the caller's own deadline ended is the caller's
+// says so; so is an acquire timeout that came while the pool was
+// connecting. A connect the caller's own deadline ended is the caller's
 // timeout, not retried.
 func TestConnectTimeoutIsOverload(t *testing.T) {
 	cfg, err := ParseConfig("postgres://u@" + silentListener(t) + "/db?sslmode=disable")
@@ -130,6 +134,27 @@ func TestConnectTimeoutIsOverload(t *testing.T) {
 	}
 	if !strings.HasPrefix(fmt.Sprint(err), "pgtx: gave up after 3 attempts (MaxAdaptiveRetries 2): failed to connect to ") || attempts != 0 {
 		t.Errorf("err = %v (fn ran %d times): want MaxAdaptiveRetries to end the call", err, attempts)
+	}
+
+	// AcquireTimeout before the connect timeout: the pool, with room, was
+	// connecting when the acquire timed out.
+	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	cfg.AcquireTimeout = 50 * time.Millisecond
+	slow, err := NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(slow.Close)
+	tr.ends = nil
+	slow.settings.tracer = tr
+	err = Transaction(ctx, slow, ReadCommitted, func(context.Context, pgx.Tx) error { return nil })
+	classes = classes[:0]
+	for _, e := range tr.ends {
+		classes = append(classes, e.Class)
+	}
+	if fmt.Sprint(classes) != "[overload overload overload]" || !errors.Is(err, ErrAcquireTimeout) ||
+		!strings.HasSuffix(err.Error(), "(AcquireTimeout 50ms, connecting to the server)") {
+		t.Errorf("classes %v, err %v: want three overloads, ended by MaxAdaptiveRetries on the acquire timeout of a connect", classes, err)
 	}
 
 	short, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
