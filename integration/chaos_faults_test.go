@@ -56,6 +56,7 @@ var chaosFaults = []chaosFault{
 	}},
 	{"latency spike", 1, func(ctx context.Context, in *chaosInjector) (bool, error) { return in.latencySpike(ctx) }},
 	{"refuse new connections + cut all", 1, func(ctx context.Context, in *chaosInjector) (bool, error) { return in.refuseNew(ctx) }},
+	{"starting up (57P03) + cut all", 1, func(ctx context.Context, in *chaosInjector) (bool, error) { return in.startingUp(ctx) }},
 	{"terminate a pool backend", 2, func(ctx context.Context, in *chaosInjector) (bool, error) {
 		n, err := in.terminate(ctx, 1)
 		return n > 0, err
@@ -207,6 +208,16 @@ func (in *chaosInjector) refuseNew(ctx context.Context) (bool, error) {
 	in.proxy.CutAll()
 	chaosPause(ctx, 100*time.Millisecond+time.Duration(in.rng.Int64N(int64(300*time.Millisecond))))
 	in.proxy.RefuseNew(false)
+	return true, nil
+}
+
+// startingUp makes the proxy answer new connections with FATAL 57P03, as a
+// server starting up does, and cuts every current one, for 100–400ms.
+func (in *chaosInjector) startingUp(ctx context.Context) (bool, error) {
+	in.proxy.RejectNew("57P03")
+	in.proxy.CutAll()
+	chaosPause(ctx, 100*time.Millisecond+time.Duration(in.rng.Int64N(int64(300*time.Millisecond))))
+	in.proxy.RejectNew("")
 	return true, nil
 }
 

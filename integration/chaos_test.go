@@ -138,6 +138,7 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 		t.Fatal(err)
 	}
 	setupChaosBank(t, ctx, direct, bank.accounts)
+	setupChaosAudit(t, ctx, direct)
 	pool := newPool(t, through, func(c *pgtx.Config) {
 		c.MaxConns = chaosPoolConns
 		c.ConnConfig.RuntimeParams["application_name"] = chaosAppName // what the injector terminates
@@ -167,6 +168,8 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 	for w := range chaosWorkers {
 		wg.Go(func() { results[w] = chaosWorker(ctx, runCtx, pool, w, seed, bank) })
 	}
+	var plain []plainCall
+	wg.Go(func() { plain = chaosPlainWorker(ctx, runCtx, pool) })
 	joined := make(chan struct{})
 	go func() {
 		wg.Wait()
@@ -202,6 +205,7 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 	}
 
 	tally := verifyChaosBank(t, direct, calls, bank.accounts)
+	plainOK, plainFailed := verifyChaosAudit(t, direct, plain)
 	res := pool.Stats().Resolved
 
 	// What happened, for the log.
@@ -217,7 +221,7 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 		proxyAfter.Refused-proxyBefore.Refused)
 	t.Logf("server full: %d times filled to 53300 (%d direct connections opened); restart took %v; crash restarts took %v",
 		in.full, in.hogs, in.restart.Round(time.Millisecond), in.crashes)
-	t.Logf("outcomes: %s", chaosCounts(tally.outcomes))
+	t.Logf("outcomes: %s; plain statements: %d succeeded, %d failed (none on an unreachable server)", chaosCounts(tally.outcomes), plainOK, plainFailed)
 	for _, kind := range slices.Sorted(maps.Keys(tally.samples)) {
 		t.Logf("  e.g. %s: %v", kind, tally.samples[kind])
 	}
@@ -278,6 +282,9 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 	}
 
 	// A run that injected nothing, or committed nothing, proves nothing.
+	if plainOK == 0 {
+		t.Errorf("no plain statement succeeded (%d failed)", plainFailed)
+	}
 	if len(in.injected) == 0 || tally.outcomes["committed"] == 0 {
 		t.Errorf("the run injected %d kinds of fault and committed %d transfers: it proves nothing",
 			len(in.injected), tally.outcomes["committed"])

@@ -20,6 +20,9 @@ const (
 	formationWriters = 8
 	formationBefore  = 2 * time.Second // of writes before the fault
 	formationAfter   = 2 * time.Second // of writes once the formation is back
+	// formationLate bounds how long after the server takes writes again
+	// the first call succeeds: a second, and room for a loaded machine.
+	formationLate = 1500 * time.Millisecond
 )
 
 // formationFaults are the transitions of a pg_auto_failover formation the
@@ -42,6 +45,12 @@ var formationFaults = []struct {
 		// The keeper restarts it in place, or the monitor fails over
 		// first: either way, a primary (a new postmaster) and a secondary
 		// again.
+		return waitNewPrimary(ctx, f, before)
+	}},
+	{"fast restart of the primary's postmaster (57P03)", func(ctx context.Context, f *pgtxtest.Formation) error {
+		_, err := f.RestartPrimary(ctx)
+		return err
+	}, func(ctx context.Context, f *pgtxtest.Formation, before pgtxtest.FormationNode) error {
 		return waitNewPrimary(ctx, f, before)
 	}},
 	{"primary node stopped", func(ctx context.Context, f *pgtxtest.Formation) error {
@@ -137,14 +146,18 @@ func waitSteady(ctx context.Context, f *pgtxtest.Formation) (pgtxtest.FormationN
 // pg_auto_failover formation (a monitor, a primary and its synchronous
 // secondary), connecting with the formation's multi-host URI
 // (target_session_attrs=read-write), through a planned switchover, a kill
-// -9 of the primary's postmaster and a stopped primary node: eight writers,
-// each write a unique id in its own Transaction with a 10s deadline. After
-// each: every write reported committed is in the ledger exactly once and
-// nothing is there twice; nothing that failed is there; ErrCommitUnknown
-// comes only with its reason, in the error and in Stats; no call fails
-// before its deadline except on a permanent error; and the longest gap
-// between successes is set beside the formation's own transition time
-// (from its first event after the fault to the last).
+// -9 of the primary's postmaster, a fast shutdown of it (57P03 while it
+// stops and starts) and a stopped primary node: eight writers, each write
+// a unique id with a 10s deadline, in its own Transaction or, for two of
+// them, with Pool.Exec. After each: every write reported committed is in
+// the ledger exactly once and nothing is there twice; nothing that failed
+// is there (but a plain statement lost after it was sent, which may be);
+// ErrCommitUnknown comes only with its reason, in the error and in Stats;
+// no call fails before its deadline except on a permanent error; the
+// longest gap between successes is set beside the formation's own
+// transition time (from its first event after the fault to the last); and
+// the first success after it comes within a second or so of the server
+// taking writes again, as a probe connecting every 50ms saw it.
 func TestFormationLedger(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts pg_auto_failover formations")
@@ -180,6 +193,7 @@ func TestFormationLedger(t *testing.T) {
 				c.ConnConfig.ConnectTimeout = 2 * time.Second
 			})
 
+			probe := startWriteProbe(t, f.URI())
 			stop := make(chan struct{})
 			results := make([][]ledgerCall, formationWriters)
 			var wg sync.WaitGroup
@@ -204,7 +218,7 @@ func TestFormationLedger(t *testing.T) {
 				t.Fatalf("the formation did not come back: %v", backErr)
 			}
 			calls := slices.Concat(results...)
-			checkFormationLedger(t, ctx, f, pool, prefix, calls, faultAt, backAt)
+			checkFormationLedger(t, ctx, f, pool, prefix, calls, faultAt, backAt, probe.Stop())
 		})
 		if !ok {
 			return // the formation is in no state for the next fault
@@ -215,7 +229,7 @@ func TestFormationLedger(t *testing.T) {
 // checkFormationLedger checks the final primary's ledger (the ids with
 // prefix) against the calls and reports the gap between successes beside
 // the formation's transition.
-func checkFormationLedger(t *testing.T, ctx context.Context, f *pgtxtest.Formation, pool *pgtx.Pool, prefix string, calls []ledgerCall, faultAt, backAt time.Time) {
+func checkFormationLedger(t *testing.T, ctx context.Context, f *pgtxtest.Formation, pool *pgtx.Pool, prefix string, calls []ledgerCall, faultAt, backAt time.Time, probes []probeResult) {
 	t.Helper()
 	primary, err := f.Primary(ctx)
 	if err != nil {
@@ -230,11 +244,15 @@ func checkFormationLedger(t *testing.T, ctx context.Context, f *pgtxtest.Formati
 	}
 	var (
 		committed, unknown, unknownApplied, failed, permanent, byDeadline int
+		sentLost, plain                                                   int
 		successes                                                         []time.Time
 	)
 	made := map[string]bool{}
 	for _, c := range calls {
 		made[c.id] = true
+		if c.plain {
+			plain++
+		}
 		switch {
 		case c.err == nil:
 			committed++
@@ -250,6 +268,13 @@ func checkFormationLedger(t *testing.T, ctx context.Context, f *pgtxtest.Formati
 			t.Logf("commit unknown: %s (in the ledger %d times): %v", c.id, ledger[c.id], c.err)
 			if !strings.Contains(c.err.Error(), "in flight (") {
 				t.Errorf("%s: ErrCommitUnknown without its reason: %v", c.id, c.err)
+			}
+		case c.plain && pgtx.Classify(c.err) == pgtx.ClassConnectionLost:
+			// Sent, then its connection broke: it may have been applied,
+			// and is not sent again.
+			sentLost++
+			if ledger[c.id] > 1 {
+				t.Errorf("%s (a plain statement) is in the ledger %d times", c.id, ledger[c.id])
 			}
 		default:
 			failed++
@@ -283,12 +308,26 @@ func checkFormationLedger(t *testing.T, ctx context.Context, f *pgtxtest.Formati
 	}
 	slices.SortFunc(successes, func(a, b time.Time) int { return a.Compare(b) })
 	var gap time.Duration
+	var gapFrom, gapTo time.Time
 	for i := 1; i < len(successes); i++ {
-		gap = max(gap, successes[i].Sub(successes[i-1]))
+		if d := successes[i].Sub(successes[i-1]); d > gap {
+			gap, gapFrom, gapTo = d, successes[i-1], successes[i]
+		}
+	}
+	// How soon after the server took writes again the calls did: the
+	// server's return within the longest gap, as a probe that connects
+	// every 50ms saw it.
+	if back, ok := serverBack(probes, gapFrom, gapTo); ok {
+		late := gapTo.Sub(back)
+		t.Logf("the server took writes again %v after the fault; the first success came %v later",
+			back.Sub(faultAt).Round(time.Millisecond), late.Round(time.Millisecond))
+		if late > formationLate {
+			t.Errorf("the first success came %v after the server took writes again, want within %v", late.Round(time.Millisecond), formationLate)
+		}
 	}
 	transition, events := formationTransition(t, ctx, f, faultAt)
-	t.Logf("calls %d: committed %d, unknown %d (%d in fact committed), failed %d (permanent %d, by their deadline %d); fn ran again in %d calls",
-		len(calls), committed, unknown, unknownApplied, failed, permanent, byDeadline, rerun(calls))
+	t.Logf("calls %d (%d plain statements): committed %d, unknown %d (%d in fact committed), plain statements lost after they were sent %d, failed %d (permanent %d, by their deadline %d); fn ran again in %d calls",
+		len(calls), plain, committed, unknown, unknownApplied, sentLost, failed, permanent, byDeadline, rerun(calls))
 	t.Logf("resolutions %+v", res)
 	t.Logf("longest gap between successes %v; the formation's transition %v (%d events), back to serving %v after the fault",
 		gap.Round(time.Millisecond), transition.Round(time.Millisecond), events, backAt.Sub(faultAt).Round(time.Millisecond))

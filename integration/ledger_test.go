@@ -10,8 +10,9 @@ import (
 )
 
 // A ledger workload: writers that each insert unique ids into table ledger
-// (id text primary key), every call with a deadline of its own, while a
-// test makes the server go away and come back.
+// (id text primary key), in transactions or with plain statements, every
+// call with a deadline of its own, while a test makes the server go away
+// and come back.
 const (
 	ledgerDeadline = 10 * time.Second // each call's
 	// ledgerEarly is how much before its deadline a call may end and still
@@ -26,10 +27,19 @@ type ledgerCall struct {
 	err         error
 	runs        int
 	deadlineHit bool // ended within ledgerEarly of its deadline
+	// plain: written with Pool.Exec, outside a transaction. A plain
+	// statement whose connection broke after it was sent fails, and may
+	// have been applied: it is not sent again.
+	plain bool
 }
 
+// ledgerPlain reports whether writer w writes with plain statements: one
+// writer in four.
+func ledgerPlain(w int) bool { return w%4 == 3 }
+
 // ledgerWriter writes unique ids until stop is closed, each call with
-// its own deadline, and returns every call.
+// its own deadline, and returns every call. Writer w writes in a
+// Transaction, or with Pool.Exec when ledgerPlain(w).
 func ledgerWriter(ctx context.Context, pool *pgtx.Pool, prefix string, w int, stop <-chan struct{}) []ledgerCall {
 	var calls []ledgerCall
 	for n := 0; ; n++ {
@@ -38,13 +48,18 @@ func ledgerWriter(ctx context.Context, pool *pgtx.Pool, prefix string, w int, st
 			return calls
 		default:
 		}
-		c := ledgerCall{id: fmt.Sprintf("%sw%d-%d", prefix, w, n), start: time.Now()}
+		c := ledgerCall{id: fmt.Sprintf("%sw%d-%d", prefix, w, n), start: time.Now(), plain: ledgerPlain(w)}
 		cctx, cancel := context.WithTimeout(ctx, ledgerDeadline)
-		c.err = pgtx.Transaction(cctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
-			c.runs++
-			_, err := tx.Exec(ctx, "insert into ledger (id) values ($1)", c.id)
-			return err
-		})
+		if c.plain {
+			c.runs = 1
+			_, c.err = pool.Exec(cctx, "insert into ledger (id) values ($1)", c.id)
+		} else {
+			c.err = pgtx.Transaction(cctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+				c.runs++
+				_, err := tx.Exec(ctx, "insert into ledger (id) values ($1)", c.id)
+				return err
+			})
+		}
 		cancel()
 		c.end = time.Now()
 		c.deadlineHit = c.end.After(c.start.Add(ledgerDeadline - ledgerEarly))

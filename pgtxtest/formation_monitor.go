@@ -254,6 +254,26 @@ func (f *Formation) KillPrimary(ctx context.Context) (FormationNode, error) {
 	return p, nil
 }
 
+// RestartPrimary stops the primary's PostgreSQL with a fast shutdown (SIGINT to its
+// postmaster: sessions end with 57P01, and new connections get FATAL 57P03 "the
+// database system is shutting down") and returns the primary as it was. It returns
+// at once; the node's pg_autoctl then starts PostgreSQL again in place (new
+// connections get 57P03 "the database system is starting up" until it accepts them),
+// or, as after KillPrimary, the monitor fails over first.
+func (f *Formation) RestartPrimary(ctx context.Context) (FormationNode, error) {
+	p, err := f.Primary(ctx)
+	if err != nil {
+		return FormationNode{}, err
+	}
+	m := f.member(p.Name)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.signalPostmaster(m, p.PID, syscall.SIGINT); err != nil {
+		return FormationNode{}, fmt.Errorf("pgtxtest: RestartPrimary %s: %w", p.Name, err)
+	}
+	return p, nil
+}
+
 // signalPostmaster sends sig to the member's postmaster pid after checking that it
 // is one of the member's processes: a member of the process group of its pg_autoctl
 // run, so that a stale postmaster.pid never points the signal at a stranger.
