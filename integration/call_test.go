@@ -215,6 +215,11 @@ func (r *acquireRecorder) callOnStart(f func()) {
 // mid-statement, errors.Is(err, ctx.Err()) holds and it is not retried.
 func TestContextEndedCallMatchesCtxErr(t *testing.T) {
 	pool := newPool(t, newDB(t), nil)
+	// The connection is made first: on a loaded machine a connect can
+	// outlast the 200ms the calls below have, and fn would never run.
+	if err := pool.Ping(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		ctx  func() (context.Context, context.CancelFunc)
