@@ -243,7 +243,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	hooks.Install(pc, canceller, &q.Queue, resolving)
+	hooks.Install(pc, canceller, &q.Queue)
 	pool, err := newPgxpool(ctx, pc)
 	if err != nil {
 		canceller.Close()

@@ -80,7 +80,7 @@ func TestInstallWrapsTheCallersHooks(t *testing.T) {
 			pc.BeforeConnect = func(context.Context, *pgx.ConnConfig) error { return errHook }
 			pc.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { pinged = true; return true }
 		}
-		Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeProtocol}, sysClock{}), &acquire.Queue{}, false)
+		Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeProtocol}, sysClock{}), &acquire.Queue{})
 
 		if _, ok := pc.ConnConfig.Tracer.(*acquire.Tracer); !ok {
 			t.Errorf("the pool's tracer is %T, want the queue's", pc.ConnConfig.Tracer)
@@ -144,7 +144,7 @@ func TestInstallThroughPgxpool(t *testing.T) {
 			}
 			// ModeClose: a cancel closes the connection at once, never
 			// confirmed: it dooms it.
-			Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeClose}, sysClock{}), &acquire.Queue{}, false)
+			Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeClose}, sysClock{}), &acquire.Queue{})
 			pool, err := pgxpool.NewWithConfig(ctx, pc)
 			if err != nil {
 				t.Fatal(err)
