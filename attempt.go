@@ -88,6 +88,10 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 		return ClassTimeout, err
 	}
 	c := conn.Conn()
+	if err := txn.SetUp(ctx, c, &a.pool.txn); err != nil {
+		err = withContextErr(ctx, err)
+		return Classify(err), err
+	}
 	t := &a.firstTx
 	if a.attempts > 1 {
 		t = new(txn.Tx)

@@ -266,7 +266,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		},
 		Every: probeEvery, Jitter: retryPolicy.Jitter, Timeout: probeTimeout,
 	})
-	hooks.Install(pc, canceller, &q.Queue, resolving, signal.Connected)
+	hooks.Install(pc, canceller, &q.Queue, signal.Connected)
 	pool, err = newPgxpool(ctx, pc)
 	if err != nil {
 		signal.Close()

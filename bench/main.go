@@ -10,7 +10,7 @@
 //	cd bench && go run . -dur 1s overhead contention   # the short CI run
 //	cd bench && go run . -dur 10s contention           # longer cells
 //
-// Scenarios: overhead, contention, cancel, overload, timeout (all by
+// Scenarios: overhead, connect, contention, cancel, overload, timeout (all by
 // default), and backoff, a side experiment on pgtx's conflict backoff that
 // runs only when named. Within a scenario the contenders run alternately, in
 // rounds, so that machine noise hits all of them alike. The contention
@@ -78,6 +78,7 @@ type scenario struct {
 // scenarios lists the benchmarks in the order they run.
 var scenarios = []scenario{
 	{"overhead", "one-statement transaction, 1 and 8 workers: latency and CPU against pgx.BeginTxFunc, interleaved", true, overhead},
+	{"connect", "a reconnect in a warm pool (Reset, then one statement) and a new pool with its first statement: pgtx against pgxpool, alternated", true, connect},
 	{"contention", "SERIALIZABLE transfers on 10 hot accounts at -workers (8, 32, 128), ordered and random updates, pgbench as an outside anchor; and 1,000 accounts at 8 workers", true, contention},
 	{"cancel", "a deadline ends a statement holding a row lock: time to return, to release, reconnects", true, cancelBench},
 	{"overload", "open-loop arrivals at 2x capacity against a server-side admission limit (53300)", true, overload},

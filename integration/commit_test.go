@@ -131,12 +131,14 @@ func TestConnectionCutMidFnRetried(t *testing.T) {
 // TestNoMoreRoundTripsThanBeginTxFunc counts the messages that reach the
 // server through the proxy: pgtx, with a per-call statement timeout, sends
 // exactly as many queries as pgx.BeginTxFunc for the same work (BEGIN and SET
-// LOCAL ride in one simple-protocol query).
+// LOCAL ride in one simple-protocol query). The connection is made and set
+// up first, by a transaction that sends nothing: a connection's first
+// transaction asks, once, what resolving its COMMITs needs.
 func TestNoMoreRoundTripsThanBeginTxFunc(t *testing.T) {
 	ctx := testCtx(t)
 	_, proxy, through := proxied(t)
 	pool := newPool(t, through, nil)
-	if err := pool.Ping(ctx); err != nil {
+	if err := pgtx.Transaction(ctx, pool, pgtx.Serializable, func(context.Context, pgx.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	work := func(ctx context.Context, tx pgx.Tx) error {

@@ -2,6 +2,7 @@ package cancel
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,11 +114,17 @@ type Canceller struct {
 	// could not be reached or used.
 	unhealthyUntil atomic.Int64
 	wg             sync.WaitGroup
+
+	// mainReady is closed when the main pool's first connection is set up
+	// ([Handler.SetReady]), closing by Close: the cancel pool's connects
+	// wait for one of them ([Canceller.waitMainReady]).
+	mainReady, closing         chan struct{}
+	mainReadyOnce, closingOnce sync.Once
 }
 
 // New returns a Canceller with s, on clk.
 func New(s Settings, clk Clock) *Canceller {
-	return &Canceller{s: s, clock: clk}
+	return &Canceller{s: s, clock: clk, mainReady: make(chan struct{}), closing: make(chan struct{})}
 }
 
 // Wait waits for the in-flight cancels, each bounded by the grace. The
@@ -125,11 +132,35 @@ func New(s Settings, clk Clock) *Canceller {
 func (c *Canceller) Wait() { c.wg.Wait() }
 
 // Close waits for the in-flight cancels ([Canceller.Wait]), then closes
-// the cancel pool [Open] opened.
+// the cancel pool [Open] opened; a connect of it still waiting for the
+// main pool fails.
 func (c *Canceller) Close() {
+	c.closingOnce.Do(func() { close(c.closing) })
 	c.Wait()
 	if c.pool != nil {
 		c.pool.Close()
+	}
+}
+
+// errClosedFirst is the error of a cancel-pool connect that waited for the
+// main pool's first connection until the pool was closed.
+var errClosedFirst = errors.New("pgtx: cancel pool: closed before the main pool had a connection")
+
+// waitMainReady waits until the main pool has a connection set up, or
+// returns an error when c is closed or ctx ends first.
+func (c *Canceller) waitMainReady(ctx context.Context) error {
+	select {
+	case <-c.mainReady:
+		return nil
+	default:
+	}
+	select {
+	case <-c.mainReady:
+		return nil
+	case <-c.closing:
+		return errClosedFirst
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -70,8 +70,12 @@ func (h *Handler) Init(c *Canceller, conn Conn, netConn Deadliner) {
 }
 
 // SetReady marks the connection set up: from now on a cancel stops its
-// statement instead of closing it.
-func (h *Handler) SetReady() { h.ready.Store(true) }
+// statement instead of closing it. The first connection set up lets the
+// cancel pool connect ([Open]).
+func (h *Handler) SetReady() {
+	h.ready.Store(true)
+	h.c.mainReadyOnce.Do(func() { close(h.c.mainReady) })
+}
 
 // Doomed reports that the connection's cancel was not confirmed finished:
 // it may still arrive and would cancel the next borrower's statement, so the

@@ -39,8 +39,8 @@ func (h *Handler) Capture(ctx context.Context, conn Querier) error {
 		h.backendStart.Store(start.UnixMicro())
 		h.direct.Store(pid == h.conn.PID())
 	case errors.Is(err, pgx.ErrNoRows) || (errors.As(err, &pgErr) && !classify.EndsSession(pgErr) && !conn.IsClosed()):
-		// A server without pg_stat_activity as PostgreSQL has it: the
-		// protocol cancel is the way to reach this backend.
+		// A server without pg_stat_get_activity as PostgreSQL has it:
+		// the protocol cancel is the way to reach this backend.
 	default:
 		return fmt.Errorf("pgtx: capture backend identity: %w", err)
 	}

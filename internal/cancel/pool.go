@@ -69,21 +69,36 @@ func (c pgxConn) Cancel(ctx context.Context, pid uint32, backendStart int64) (vi
 // the cancel pool, with the config [PoolConfig] derives from ps, as
 // s.Pool; the Canceller owns it, and [Canceller.Close] closes it. In the
 // other modes ps is not used.
+//
+// The cancel pool's connects, its warm one first, wait until the main pool
+// has a connection set up ([Handler.SetReady]): no cancel can be needed
+// before, and a new pool's first connect, for which its caller waits, does
+// not share the server with it.
 func Open(ctx context.Context, s Settings, ps PoolSettings, clk Clock) (*Canceller, error) {
+	c := New(s, clk)
 	if s.Mode != ModePool {
-		return New(s, clk), nil
+		return c, nil
 	}
 	cp, err := PoolConfig(ps)
 	if err != nil {
 		return nil, err
+	}
+	before := cp.BeforeConnect
+	cp.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
+		if err := c.waitMainReady(ctx); err != nil {
+			return err
+		}
+		if before != nil {
+			return before(ctx, cc)
+		}
+		return nil
 	}
 	// cp comes from pgxpool.ParseConfig: pgxpool does not panic on it.
 	pool, err := pgxpool.NewWithConfig(ctx, cp)
 	if err != nil {
 		return nil, fmt.Errorf("pgtx: cancel pool: %w", err)
 	}
-	s.Pool = PgxPool(pool)
-	c := New(s, clk)
+	c.s.Pool = PgxPool(pool)
 	c.pool = pool
 	return c, nil
 }

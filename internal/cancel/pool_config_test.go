@@ -2,7 +2,9 @@ package cancel
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,5 +141,52 @@ func TestOpen(t *testing.T) {
 	ps.ConnString = "postgres://%zz"
 	if _, err := Open(ctx, Settings{Mode: ModePool}, ps, clk); err == nil || !strings.HasPrefix(err.Error(), "pgtx: CancelConnString: ") {
 		t.Errorf("Open with an invalid CancelConnString = %v", err)
+	}
+}
+
+// TestCancelPoolWaitsForTheMainPool: the cancel pool's connects (its
+// BeforeConnect, which runs the caller's) wait until the main pool has a
+// connection set up, so that a new pool's first connect does not share the
+// server with the cancel pool's; a connect still waiting when the
+// Canceller closes fails, and the caller's hook never runs for it.
+func TestCancelPoolWaitsForTheMainPool(t *testing.T) {
+	ctx := context.Background()
+	clk := &fakeClock{now: time.Now()}
+	main, err := pgxpool.ParseConfig("postgres://nobody@127.0.0.1:1/none?sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	errHook := errors.New("the caller's BeforeConnect")
+	open := func(calls *atomic.Int32) *Canceller {
+		ps := PoolSettings{ConnConfig: main.ConnConfig, ConnectTimeout: time.Second, Main: main,
+			BeforeConnect: func(context.Context, *pgx.ConnConfig) error { calls.Add(1); return errHook }}
+		c, err := Open(ctx, Settings{Mode: ModePool}, ps, clk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+
+	var calls atomic.Int32
+	c := open(&calls)
+	connect := c.Pool().Config().BeforeConnect
+	if err := connect(ended, main.ConnConfig.Copy()); !errors.Is(err, context.Canceled) || calls.Load() != 0 {
+		t.Errorf("before the main pool's first connection: %v, the caller's hook run %d times; want it waiting, not run", err, calls.Load())
+	}
+	var h Handler
+	h.Init(c, nil, nil)
+	h.SetReady()
+	if err := connect(ended, main.ConnConfig.Copy()); !errors.Is(err, errHook) || calls.Load() == 0 {
+		t.Errorf("once a main connection is set up: %v; want the caller's hook run", err)
+	}
+	c.Close()
+
+	var closedCalls atomic.Int32
+	c = open(&closedCalls)
+	c.Close()
+	if err := c.Pool().Config().BeforeConnect(ctx, main.ConnConfig.Copy()); !errors.Is(err, errClosedFirst) || closedCalls.Load() != 0 {
+		t.Errorf("closed before the main pool's first connection: %v, the caller's hook run %d times; want errClosedFirst, not run", err, closedCalls.Load())
 	}
 }

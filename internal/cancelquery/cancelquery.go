@@ -2,8 +2,12 @@ package cancelquery
 
 // Identity captures, when a connection is made, the pid of the backend
 // serving it and that backend's start time: together they name the backend
-// where a pid alone may be recycled.
-const Identity = "select pid, backend_start from pg_stat_activity where pid = pg_backend_pid()"
+// where a pid alone may be recycled. It reads the row of that one pid from
+// pg_stat_get_activity, the function under the pg_stat_activity view: a
+// new backend, whose catalog caches are cold, answers the view's joins and
+// rewrite in several times the function's time, and every connect waits
+// for it.
+const Identity = "select pid, backend_start from pg_stat_get_activity(pg_backend_pid())"
 
 // Cancel cancels the backend $1 only if it is still the one the connection
 // was made to, the one that started at $2 (a pid alone may have been

@@ -10,13 +10,13 @@ import (
 // State is everything pgtx keeps per connection of the main pool: how its
 // statements are cancelled and what resolving its lost COMMITs needs. It
 // is made with the connection ([Attach], from BuildContextWatcherHandler),
-// filled in by AfterConnect before the connection is first handed out,
-// and found again with [Of].
+// filled in by AfterConnect before the connection is first handed out
+// (Res before its first transaction), and found again with [Of].
 type State struct {
 	// Cancel is the connection's context watcher handler.
 	Cancel cancel.Handler
 	// Res is what resolution needs of the connection's server, captured
-	// when the connection was made ([resolve.Conn.Prepare]).
+	// before its first transaction ([resolve.Conn.Prepare]).
 	Res resolve.Conn
 	// Tracer is the connection's pgx QueryTracer (nil: none), which sees
 	// fn's first statement as pgx would show it: pgtx sends that one

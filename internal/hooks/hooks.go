@@ -10,7 +10,6 @@ import (
 	"github.com/pgtx-go/pgtx/internal/acquire"
 	"github.com/pgtx-go/pgtx/internal/cancel"
 	"github.com/pgtx-go/pgtx/internal/connstate"
-	"github.com/pgtx-go/pgtx/internal/txn"
 )
 
 // Install installs on pc, the main pool's config, every hook pgtx needs,
@@ -20,8 +19,7 @@ import (
 //     whose cancel handler (of c) stops a statement on the server when its
 //     context ends (one set on the Config is replaced);
 //   - AfterConnect fills the state in ([setUp]) before the caller's
-//     AfterConnect; resolving says that the pool resolves lost COMMITs, so
-//     that its connections capture what that needs;
+//     AfterConnect;
 //   - PrepareConn refuses a connection doomed by a cancel that was not
 //     confirmed, then runs the caller's PrepareConn, or BeforeAcquire (which
 //     pgxpool ignores once PrepareConn is set);
@@ -31,7 +29,7 @@ import (
 //     shared, as hooks may keep it ([acquire.MarkShared]);
 //   - connected, when set, is told of every connection made and set up,
 //     after the caller's AfterConnect.
-func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, resolving bool, connected func()) {
+func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, connected func()) {
 	user := pc.ConnConfig.Tracer
 	pc.ConnConfig.Tracer = acquire.NewTracer(q, user)
 	userBeforeConnect := pc.BeforeConnect
@@ -70,7 +68,7 @@ func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, resolvin
 
 	userAfterConnect := pc.AfterConnect
 	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		if err := setUp(ctx, conn, resolving); err != nil {
+		if err := setUp(ctx, conn); err != nil {
 			return err
 		}
 		if userAfterConnect != nil {
@@ -92,13 +90,15 @@ func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, resolvin
 }
 
 // setUp is the AfterConnect step of every main-pool connection, which
-// fills in its state: in CancelModePool it captures the backend's identity
-// and finds out whether the connection reaches its backend directly
-// ([cancel.Handler.Capture]); in a resolving pool it captures the server's
-// identity (resolve.Conn.Prepare) and prepares the transaction id's reads
-// ([txn.PrepareReads]); it notes the connection's QueryTracer
-// and exec mode; then the connection is ready to be cancelled.
-func setUp(ctx context.Context, conn *pgx.Conn, resolving bool) error {
+// fills in its state: it notes the connection's QueryTracer and exec mode,
+// in CancelModePool it captures the backend's identity and finds out
+// whether the connection reaches its backend directly
+// ([cancel.Handler.Capture]), then the connection is ready to be
+// cancelled. What only a resolving pool's transactions need is captured at
+// the connection's first transaction (txn.SetUp), not here: a new
+// backend's catalog caches are cold, so each question asked now would
+// delay every connect, a plain statement's too.
+func setUp(ctx context.Context, conn *pgx.Conn) error {
 	st := connstate.Of(conn.PgConn())
 	if st == nil {
 		return nil
@@ -108,14 +108,6 @@ func setUp(ctx context.Context, conn *pgx.Conn, resolving bool) error {
 	st.Stmts.SetMode(cc.DefaultQueryExecMode)
 	if err := st.Cancel.Capture(ctx, conn); err != nil {
 		return err
-	}
-	if resolving {
-		if err := st.Res.Prepare(ctx, conn); err != nil {
-			return err
-		}
-		if err := txn.PrepareReads(ctx, conn, st); err != nil {
-			return err
-		}
 	}
 	st.Cancel.SetReady()
 	return nil

@@ -80,7 +80,7 @@ func TestInstallWrapsTheCallersHooks(t *testing.T) {
 			pc.BeforeConnect = func(context.Context, *pgx.ConnConfig) error { return errHook }
 			pc.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { pinged = true; return true }
 		}
-		Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeProtocol}, sysClock{}), &acquire.Queue{}, false, nil)
+		Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeProtocol}, sysClock{}), &acquire.Queue{}, nil)
 
 		if _, ok := pc.ConnConfig.Tracer.(*acquire.Tracer); !ok {
 			t.Errorf("the pool's tracer is %T, want the queue's", pc.ConnConfig.Tracer)
@@ -146,7 +146,7 @@ func TestInstallThroughPgxpool(t *testing.T) {
 			}
 			// ModeClose: a cancel closes the connection at once, never
 			// confirmed: it dooms it.
-			Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeClose}, sysClock{}), &acquire.Queue{}, false, func() {
+			Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeClose}, sysClock{}), &acquire.Queue{}, func() {
 				if connected.Add(1) != afterConnects.Load() {
 					t.Error("connected was told before the caller's AfterConnect ran")
 				}

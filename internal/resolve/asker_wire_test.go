@@ -139,10 +139,12 @@ func TestBackendXidOverTheWire(t *testing.T) {
 	}
 }
 
-// TestPrepareOverTheWire: what a connection captures for resolution when
-// it is made: the server's identity and run, and whether the session's
-// backend is the connection's own (its pid); a server without the
-// functions leaves it unable to resolve, and a lost answer fails it.
+// TestPrepareOverTheWire: what a connection captures for resolution
+// before its first transaction: the server's identity and run, and whether
+// the session's backend is the connection's own (its pid); a server
+// without the functions leaves it unable to resolve (asked all the same),
+// a lost answer fails it, and a cancelled question is no answer: it fails,
+// and leaves the connection to be asked again.
 func TestPrepareOverTheWire(t *testing.T) {
 	cols := []fakepg.Column{{Name: "sys", OID: 20}, {Name: "rec", OID: 16}, {Name: "ok", OID: 16}, {Name: "pid", OID: 23},
 		{Name: "tl", OID: 23}, {Name: "st", OID: 20}, {Name: "ep", OID: 20}, {Name: "fl", OID: 20}, {Name: "bs", OID: 20}}
@@ -153,13 +155,14 @@ func TestPrepareOverTheWire(t *testing.T) {
 		wantErr bool
 	}{
 		{"direct", fakepg.Answer{Columns: cols, Rows: [][]any{{7, false, true, 1001, 2, 1000, 2000, 4096, 99}}},
-			Conn{Capable: true, Direct: true, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}, Flushed: 4096, BackendStart: 99}, false},
+			Conn{Asked: true, Capable: true, Direct: true, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}, Flushed: 4096, BackendStart: 99}, false},
 		{"behind a pooler (another pid), on a standby", fakepg.Answer{Columns: cols, Rows: [][]any{{7, true, true, 4242, 0, 1000, 2000, 0, 0}}},
-			Conn{Capable: true, Standby: true, System: 7, Run: Run{Start: 1000, Epoch: 2000}}, false},
+			Conn{Asked: true, Capable: true, Standby: true, System: 7, Run: Run{Start: 1000, Epoch: 2000}}, false},
 		{"without pg_xact_status: not capable (the rest is read, and means nothing)",
 			fakepg.Answer{Columns: cols, Rows: [][]any{{7, false, false, 1001, 2, 1000, 2000, 4096, 99}}},
-			Conn{System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}, Flushed: 4096, BackendStart: 99}, false},
-		{"not PostgreSQL's functions", fakepg.Answer{Code: "42883"}, Conn{}, false},
+			Conn{Asked: true, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}, Flushed: 4096, BackendStart: 99}, false},
+		{"not PostgreSQL's functions", fakepg.Answer{Code: "42883"}, Conn{Asked: true}, false},
+		{"cancelled: asked again next time", fakepg.Answer{Code: "57014"}, Conn{}, true},
 		{"the answer lost", fakepg.Answer{Close: true}, Conn{}, true},
 	}
 	for _, tt := range tests {

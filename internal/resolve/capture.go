@@ -7,25 +7,29 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx/internal/classify"
 )
 
 // Conn is what a connection of a resolving pool knows for resolving its
-// COMMITs, captured when it is made.
+// COMMITs, captured before its first transaction ([Conn.Prepare]).
 type Conn struct {
+	// Asked: Prepare has captured what follows (Capable false when the
+	// server cannot be asked).
+	Asked bool
 	// Capable: the server can be asked (PostgreSQL 13 or later); the rest
 	// is valid only then.
 	Capable bool
-	// Standby: the server was in recovery when the connection was made
+	// Standby: the server was in recovery when the capture was made
 	// (for PostgreSQL 13, which does not report in_hot_standby).
 	Standby bool
 	// System is the server's system identifier, shared by a primary and
 	// its standbys.
 	System int64
 	// Run and Flushed are the server's run and its flushed WAL position
-	// when the connection was made (Run.Timeline is 0 when made on a
+	// when the capture was made (Run.Timeline is 0 when made on a
 	// standby).
 	Run     Run
 	Flushed int64
@@ -40,11 +44,15 @@ type Conn struct {
 	Direct bool
 }
 
-// Prepare captures the server's identity for resolution. A server that
-// cannot be asked leaves the connection without (its lost COMMITs are
-// ErrCommitUnknown); only a connection that failed is an error.
+// Prepare captures the server's identity for resolution, before the
+// connection's first transaction, and sets Asked. A server that cannot be
+// asked leaves the connection without (its lost COMMITs are
+// ErrCommitUnknown). A connection that failed is an error, and so is a
+// cancelled question (the caller's context ended, or statement_timeout),
+// which leaves Asked false, to ask again at the next transaction.
 func (r *Conn) Prepare(ctx context.Context, conn *pgx.Conn) error {
 	if !MayResolve(conn.PgConn().ParameterStatus) {
+		r.Asked = true
 		return nil
 	}
 	var ok bool
@@ -53,16 +61,18 @@ func (r *Conn) Prepare(ctx context.Context, conn *pgx.Conn) error {
 		&r.Run.Timeline, &r.Run.Start, &r.Run.Epoch, &r.Flushed, &r.BackendStart)
 	var pgErr *pgconn.PgError
 	switch {
-	case err == nil && !ok:
-		return nil
+	case err == nil && ok:
+		r.Direct = pid == conn.PgConn().PID()
+		r.Capable = true
 	case err == nil:
+	case errors.As(err, &pgErr) && pgErr.Code == pgerrcode.QueryCanceled:
+		return fmt.Errorf("pgtx: capture the server's identity: %w", err)
 	case errors.As(err, &pgErr) && classify.PgError(pgErr) != classify.ConnectionLost && !conn.IsClosed():
-		return nil // not PostgreSQL's functions: nothing to ask
+		// Not PostgreSQL's functions: nothing to ask.
 	default:
 		return fmt.Errorf("pgtx: capture the server's identity: %w", err)
 	}
-	r.Direct = pid == conn.PgConn().PID()
-	r.Capable = true
+	r.Asked = true
 	return nil
 }
 
@@ -86,7 +96,7 @@ func MayResolve(param func(string) string) bool {
 
 // InRecovery reports whether the connection's server is in recovery now,
 // as far as the client knows: in_hot_standby (reported on every change by
-// PostgreSQL 14 and later), else what was seen when it was made.
+// PostgreSQL 14 and later), else what was seen when it was captured.
 func (r *Conn) InRecovery(pgConn *pgconn.PgConn) bool {
 	if v := pgConn.ParameterStatus("in_hot_standby"); v != "" {
 		return v == "on"

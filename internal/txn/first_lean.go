@@ -3,12 +3,10 @@ package txn
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/pgtx-go/pgtx/internal/classify"
 	"github.com/pgtx-go/pgtx/internal/connstate"
 	"github.com/pgtx-go/pgtx/internal/errs"
 	"github.com/pgtx-go/pgtx/internal/resolve"
@@ -178,27 +176,4 @@ func (t *Tx) leanQuery(ctx context.Context, c *connstate.Stmts, sql string, args
 	r := &firstRows{Rows: pgx.RowsFromResultReader(t.conn.TypeMap(), mrr.ResultReader()), conn: t.conn, end: end}
 	r.close = func() error { return t.finishLean(c, mrr, sql, r.Rows.Err()) }
 	return r, nil
-}
-
-// PrepareReads prepares, on a new connection whose state is st, the id
-// reads of the first statements sent in the simple protocol
-// (prepareXidSQL): a connection that names its own statements and reaches
-// its backend directly keeps them for its whole life. A server error that
-// leaves the session alive leaves them unprepared (the reads go inline);
-// any other failure is the connection's.
-func PrepareReads(ctx context.Context, conn *pgx.Conn, st *connstate.State) error {
-	if !st.Res.Capable || !st.Res.Direct || !st.Stmts.Named {
-		return nil
-	}
-	err := conn.PgConn().Exec(ctx, prepareXidSQL).Close()
-	var pgErr *pgconn.PgError
-	switch {
-	case err == nil:
-		st.Stmts.XidPrepared = true
-	case errors.As(err, &pgErr) && !classify.EndsSession(pgErr) && !conn.IsClosed():
-		// Left unprepared: the reads go inline.
-	default:
-		return fmt.Errorf("pgtx: prepare the transaction id's read: %w", err)
-	}
-	return nil
 }

@@ -14,7 +14,7 @@ const (
 	Captured               // its id is read: resolvable
 	Uncaptured             // a resolving pool, a server that cannot be asked
 	InRecovery             // a resolving pool, on a hot standby: it writes nothing
-	OnPromoted             // a resolving pool, a connection made to a standby since promoted
+	OnPromoted             // a resolving pool, a connection whose capture was made on a standby since promoted
 )
 
 // capture is what the first write reads for a resolution.
@@ -22,7 +22,7 @@ type capture uint8
 
 const (
 	captureNone  capture = iota // nothing: the pool does not resolve, or the server cannot be asked
-	captureID                   // the id (a direct connection: its run was captured when it was made)
+	captureID                   // the id (a direct connection: its run was captured before its first transaction)
 	captureIDRun                // the id and the server's run (behind a pooler)
 )
 
@@ -40,8 +40,8 @@ func kindOn(resolving bool, pgConn *pgconn.PgConn, st *connstate.State) (Kind, c
 		// transaction begun there can change nothing.
 		return InRecovery, captureNone
 	case st.Res.Standby:
-		// Made on a standby since promoted: the run it captured is not
-		// the one its transactions now run in.
+		// Captured on a standby since promoted: the run it captured is
+		// not the one its transactions now run in.
 		return OnPromoted, captureNone
 	case !st.Res.Direct:
 		return Captured, captureIDRun

@@ -73,9 +73,9 @@ func (t *Tx) Start(ctx context.Context, conn *pgx.Conn, s *Settings, beginSQL st
 	kind, capture := kindOn(s.Resolving, pgConn, st)
 	*t = Tx{s: s, conn: conn, pgConn: pgConn, st: st, ctx: ctx, kind: kind, capture: capture, beginSQL: beginSQL, timeout: timeout}
 	if capture != captureNone {
-		// The server's run as the connection saw it when it was made: a
-		// direct connection's lives as long as its backend (behind a
-		// pooler the id read captures it again).
+		// The server's run as captured before the connection's first
+		// transaction ([SetUp]): a direct connection's lives as long as
+		// its backend (behind a pooler the id read captures it again).
 		t.id = resolve.ID{System: st.Res.System, Run: st.Res.Run, Flushed: st.Res.Flushed}
 	}
 }
