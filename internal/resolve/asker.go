@@ -77,7 +77,8 @@ func (r *Resolver) Ask(ctx context.Context, id ID, end End, changed int64) Answe
 		strconv.FormatUint(id.Xid&0xffffffff, 10), strconv.Itoa(int(end)), strconv.FormatInt(changed, 10),
 		strconv.FormatInt(id.Run.Start, 10), strconv.FormatInt(id.Run.Epoch, 10),
 	).Scan(&v.System, &v.Run.Timeline, &v.Run.Start, &v.Run.Epoch, &status, &v.Prepared,
-		&v.Last.Timeline, &v.Last.LSN, &next, &v.Last.Shutdown, &a.State, &a.Changed, &a.Terminated, &a.Synced)
+		&v.Last.Timeline, &v.Last.LSN, &next, &v.Last.Shutdown, &a.State, &a.Changed, &a.Terminated, &a.Synced,
+		&v.Replay, &v.Replayed)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:

@@ -26,7 +26,7 @@ func fakeConfig(t *testing.T, srv *fakepg.Server) *pgx.ConnConfig {
 var askColumns = []fakepg.Column{{Name: "sys", OID: 20}, {Name: "tl", OID: 23}, {Name: "st", OID: 20}, {Name: "ep", OID: 20},
 	{Name: "status", OID: 25}, {Name: "prepared", OID: 16}, {Name: "timeline_id", OID: 23}, {Name: "lsn", OID: 20},
 	{Name: "next", OID: 20}, {Name: "shutdown", OID: 16}, {Name: "state", OID: 25}, {Name: "changed", OID: 20},
-	{Name: "terminated", OID: 16}, {Name: "synced", OID: 16}}
+	{Name: "terminated", OID: 16}, {Name: "synced", OID: 16}, {Name: "replay", OID: 20}, {Name: "replayed", OID: 16}}
 
 // answerSQL answers the statement sql with a in turn (the last one again
 // and again), every other with success. The simple protocol's statements
@@ -52,11 +52,11 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 // an error, for the loop to ask again.
 func TestResolverOverTheWire(t *testing.T) {
 	id := ID{Xid: 1<<32 | 742, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}}
-	row := []any{7, 2, 1000, 2000, "in progress", false, 2, 4096, 1<<32 | 900, false, "idle in transaction", 555, true, true}
+	row := []any{7, 2, 1000, 2000, "in progress", false, 2, 4096, 1<<32 | 900, false, "idle in transaction", 555, true, true, 3072, true}
 	srv := &fakepg.Server{Answer: answerSQL(askSQL,
 		fakepg.Answer{Columns: askColumns, Rows: [][]any{row}},
 		fakepg.Answer{Code: "42501", Message: "permission denied to terminate process"},
-		fakepg.Answer{Columns: askColumns, Rows: [][]any{{7, 2, 1000, 2000, nil, false, 2, 4096, 1<<32 | 900, true, "", 0, false, true}}},
+		fakepg.Answer{Columns: askColumns, Rows: [][]any{{7, 2, 1000, 2000, nil, false, 2, 4096, 1<<32 | 900, true, "", 0, false, true, 0, false}}},
 		fakepg.Answer{Close: true},
 	)}
 	r := NewResolver(4*time.Second, nil, fakeConfig(t, srv), nil)
@@ -64,7 +64,7 @@ func TestResolverOverTheWire(t *testing.T) {
 
 	a := r.Ask(ctx, id, EndIfStillIdle, 555)
 	want := Answer{View: View{System: 7, Run: id.Run, Status: "in progress",
-		Last: Checkpoint{Timeline: 2, LSN: 4096, NextXid: 1<<32 | 900}}, State: "idle in transaction", Changed: 555, Terminated: true, Synced: true}
+		Last: Checkpoint{Timeline: 2, LSN: 4096, NextXid: 1<<32 | 900}, Replay: 3072, Replayed: true}, State: "idle in transaction", Changed: 555, Terminated: true, Synced: true}
 	if a.Err != nil || a.View != want.View || a.State != want.State || a.Changed != want.Changed || !a.Terminated || !a.Synced {
 		t.Errorf("answer %+v, want %+v", a, want)
 	}

@@ -80,6 +80,9 @@ where a.pid = $1::text::int4 and a.backend_xid is not null
 // whose wait outlives it stays waiting on the server until the standbys
 // answer; while one does, later questions do not wait again, so a standby
 // that stays away holds one backend, not one per question.
+//
+// Last, where the server's run stopped replaying WAL and whether it
+// replayed a transaction's end in archive recovery ([View].Replay).
 const askSQL = `with s as (
 	select c.system_identifier as sys, ` + timelineSQL + ` as tl, ` + startSQL + ` as st, ` + epochSQL + ` as ep
 	from pg_control_system() c
@@ -111,5 +114,6 @@ select x.sys, x.tl, x.st, x.ep, x.status, exists (select 1 from pg_prepared_xact
 		and not exists (select 1 from pg_stat_activity where pid <> pg_backend_pid() and wait_event = 'SyncRep'
 			and query like '%pgtx: resolved a commit%')
 		and pg_logical_emit_message(true, 'pgtx', 'pgtx: resolved a commit') is not null
-	else true end
+	else true end,
+	coalesce((pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::int8, 0), pg_last_xact_replay_timestamp() is not null
 from x cross join k left join b on x.same`
