@@ -22,6 +22,8 @@ import (
 var (
 	fakeSystem = int64(7)
 	fakeRun    = resolve.Run{Timeline: 1, Start: 1_700_000_000_000_000, Epoch: 1_700_000_000_500_000}
+	// fakeLSN is the end of the record each id read writes.
+	fakeLSN = int64(50436736)
 )
 
 // fakeResolver answers what became of a transaction as the fake server
@@ -71,8 +73,8 @@ func idReads(answer func(string) fakepg.Answer, xids ...any) func(int, string) f
 		if xid == "lost" {
 			return fakepg.Answer{Close: true}
 		}
-		a := fakepg.Answer{Columns: []fakepg.Column{{Name: "pgtx_xid", OID: 20}}, Rows: [][]any{{xid}}}
-		if strings.Contains(sql, ", ") { // the run too: behind a pooler
+		a := fakepg.Answer{Columns: []fakepg.Column{{Name: "pgtx_xid", OID: 20}, {Name: "lsn", OID: 20}}, Rows: [][]any{{xid, fakeLSN}}}
+		if strings.Contains(sql, "pg_walfile_name") { // the run too: behind a pooler
 			a.Columns = append(a.Columns, fakepg.Column{Name: "timeline", OID: 23}, fakepg.Column{Name: "start", OID: 20},
 				fakepg.Column{Name: "epoch", OID: 20}, fakepg.Column{Name: "flushed", OID: 20})
 			a.Rows[0] = append(a.Rows[0], fakeRun.Timeline, fakeRun.Start, fakeRun.Epoch, 4096)
@@ -204,6 +206,9 @@ func TestResolvingOverTheWire(t *testing.T) {
 				asked = append(asked, id.Xid)
 				if id.System != fakeSystem || id.Run != fakeRun {
 					t.Errorf("asked about %d of system %d, run %+v; want system %d, run %+v", id.Xid, id.System, id.Run, fakeSystem, fakeRun)
+				}
+				if tt.backendXid == 0 && id.LSN != fakeLSN {
+					t.Errorf("asked about %d with its record's end at %d, want %d (read with the id)", id.Xid, id.LSN, fakeLSN)
 				}
 			}
 			if !slices.Equal(asked, tt.wantAsked) {
