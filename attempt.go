@@ -37,9 +37,12 @@ func (p *Pool) txnSettings() txn.Settings {
 		SessionTimeout:  p.settings.statementTimeout,
 		Resolving:       p.settings.resolveCommits,
 		ResolveTimeout:  p.settings.resolveTimeout,
-		Resolver:        p.resolver,
-		Clock:           p.clock,
-		Counters:        &p.resolved,
+		// A failover or a restart takes seconds: a resolution rides it
+		// out as a call does.
+		UnavailableTimeout: p.settings.retry.UnavailableTimeout,
+		Resolver:           p.resolver,
+		Clock:              p.clock,
+		Counters:           &p.resolved,
 	}
 }
 
