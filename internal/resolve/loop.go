@@ -227,15 +227,17 @@ func Resolve(ctx context.Context, a Asker, clk Clock, c *Counters, id ID, timeou
 
 // Unreached reports the error of a question that reached no server able
 // to answer: a connection that could not be made (refused, reset, timed
-// out, or refused by a server starting up, shutting down or in recovery,
-// 57P03, or no host taking writes while a standby is promoted), or one
-// lost before the answer. A server that answers with an error of its own
-// (a privilege, too many connections) was reached.
+// out, refused by a server starting up, shutting down or in recovery,
+// 57P03, or no host taking writes while a standby is promoted), one lost
+// before the answer, or a server or pooler that cannot take the question
+// now (too many connections, a pooler whose server is down). A server that
+// answers with an error of its own (a privilege, a login refused) was
+// reached.
 func Unreached(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch classify.PgError(pgErr) {
-		case classify.Unavailable, classify.ConnectionLost:
+		case classify.Unavailable, classify.ConnectionLost, classify.Overload:
 			return true
 		}
 		return pgErr.Code == pgerrcode.CannotConnectNow
@@ -246,7 +248,7 @@ func Unreached(err error) bool {
 		return true
 	}
 	switch classify.Err(err) {
-	case classify.Unavailable, classify.ConnectionLost:
+	case classify.Unavailable, classify.ConnectionLost, classify.Overload:
 		return true
 	}
 	return false

@@ -359,7 +359,8 @@ func TestUnreached(t *testing.T) {
 		{"unexpected EOF", io.ErrUnexpectedEOF, true},
 		{"a privilege", &pgconn.PgError{Severity: "ERROR", Code: "42501"}, false},
 		{"bad password", &pgconn.PgError{Severity: "FATAL", Code: "28P01"}, false},
-		{"too many connections", &pgconn.PgError{Severity: "FATAL", Code: "53300"}, false},
+		{"too many connections", &pgconn.PgError{Severity: "FATAL", Code: "53300"}, true},
+		{"PgBouncer, its server down", &pgconn.PgError{Severity: "FATAL", Code: "08P01", Message: "server login has been failing, try again later (server_login_retry)"}, true},
 		{"anything else", errors.New("pgtx: something"), false},
 	}
 	for _, tt := range tests {
