@@ -41,7 +41,9 @@ type RetryConfig struct {
 	// against neither MaxRetries nor MaxAdaptiveRetries; they are paced by
 	// the overload backoff, cut to half the time left before the deadline
 	// or this bound so that the next attempt starts in time, and the retry
-	// budget applies (docs/overload.md). Default 15s; negative: an
+	// budget applies (docs/overload.md). It also bounds how long the
+	// resolution of a lost COMMIT waits for a server it cannot reach,
+	// beyond [Config].ResolveTimeout. Default 15s; negative: an
 	// unavailable server is not retried.
 	UnavailableTimeout time.Duration
 
