@@ -177,3 +177,29 @@ func TestPrepareOverTheWire(t *testing.T) {
 		})
 	}
 }
+
+// TestResolveOverTheWire: a resolution asks a server that answers 57P03
+// (FATAL, the session ended), then loses an answer, then answers as a
+// standby promoted from the transaction's timeline whose replay went past
+// the transaction's record: the first two are unreachable, paced, and the
+// third proves the "committed" the transaction's.
+func TestResolveOverTheWire(t *testing.T) {
+	id := ID{Xid: 742, System: 7, Run: Run{Timeline: 1, Start: 1000, Epoch: 2000}, Flushed: 100, LSN: 3000}
+	promoted := []any{7, 2, 5000, 6000, "committed", false, 2, 4096, 900, false, "", 0, false, true, 3072, true}
+	srv := &fakepg.Server{Answer: answerSQL(askSQL,
+		fakepg.Answer{Code: "57P03", Message: "the database system is starting up", Fatal: true},
+		fakepg.Answer{Close: true},
+		fakepg.Answer{Columns: askColumns, Rows: [][]any{promoted}},
+	)}
+	r := NewResolver(4*time.Second, nil, fakeConfig(t, srv), nil)
+	start := time.Unix(1000, 0)
+	clk := &fakeClock{now: start, end: start.Add(time.Minute)}
+	var c Counters
+	res := Resolve(context.Background(), r, clk, &c, id, time.Second, 15*time.Second)
+	if res.Status != Committed || c.Committed.Load() != 1 {
+		t.Errorf("Resolve = %+v, committed %d; want committed", res, c.Committed.Load())
+	}
+	if took := clk.now.Sub(start); took < 2*paceUnreachable {
+		t.Errorf("three questions in %v: the unreachable ones were not paced", took)
+	}
+}
