@@ -145,20 +145,22 @@ func TestBackendXidOverTheWire(t *testing.T) {
 // functions leaves it unable to resolve, and a lost answer fails it.
 func TestPrepareOverTheWire(t *testing.T) {
 	cols := []fakepg.Column{{Name: "sys", OID: 20}, {Name: "rec", OID: 16}, {Name: "ok", OID: 16}, {Name: "pid", OID: 23},
-		{Name: "tl", OID: 23}, {Name: "st", OID: 20}, {Name: "ep", OID: 20}, {Name: "fl", OID: 20}, {Name: "bs", OID: 20}}
+		{Name: "tl", OID: 23}, {Name: "st", OID: 20}, {Name: "ep", OID: 20}, {Name: "fl", OID: 20}, {Name: "bs", OID: 20}, {Name: "em", OID: 16}}
 	tests := []struct {
 		name    string
 		answer  fakepg.Answer
 		want    Conn
 		wantErr bool
 	}{
-		{"direct", fakepg.Answer{Columns: cols, Rows: [][]any{{7, false, true, 1001, 2, 1000, 2000, 4096, 99}}},
+		{"direct", fakepg.Answer{Columns: cols, Rows: [][]any{{7, false, true, 1001, 2, 1000, 2000, 4096, 99, true}}},
+			Conn{Capable: true, Direct: true, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}, Flushed: 4096, BackendStart: 99, Emit: true}, false},
+		{"behind a pooler (another pid), on a standby", fakepg.Answer{Columns: cols, Rows: [][]any{{7, true, true, 4242, 0, 1000, 2000, 0, 0, true}}},
+			Conn{Capable: true, Standby: true, System: 7, Run: Run{Start: 1000, Epoch: 2000}, Emit: true}, false},
+		{"the message revoked from the role", fakepg.Answer{Columns: cols, Rows: [][]any{{7, false, true, 1001, 2, 1000, 2000, 4096, 99, false}}},
 			Conn{Capable: true, Direct: true, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}, Flushed: 4096, BackendStart: 99}, false},
-		{"behind a pooler (another pid), on a standby", fakepg.Answer{Columns: cols, Rows: [][]any{{7, true, true, 4242, 0, 1000, 2000, 0, 0}}},
-			Conn{Capable: true, Standby: true, System: 7, Run: Run{Start: 1000, Epoch: 2000}}, false},
 		{"without pg_xact_status: not capable (the rest is read, and means nothing)",
-			fakepg.Answer{Columns: cols, Rows: [][]any{{7, false, false, 1001, 2, 1000, 2000, 4096, 99}}},
-			Conn{System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}, Flushed: 4096, BackendStart: 99}, false},
+			fakepg.Answer{Columns: cols, Rows: [][]any{{7, false, false, 1001, 2, 1000, 2000, 4096, 99, true}}},
+			Conn{System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}, Flushed: 4096, BackendStart: 99, Emit: true}, false},
 		{"not PostgreSQL's functions", fakepg.Answer{Code: "42883"}, Conn{}, false},
 		{"the answer lost", fakepg.Answer{Close: true}, Conn{}, true},
 	}
@@ -201,5 +203,33 @@ func TestResolveOverTheWire(t *testing.T) {
 	}
 	if took := clk.now.Sub(start); took < 2*paceUnreachable {
 		t.Errorf("three questions in %v: the unreachable ones were not paced", took)
+	}
+}
+
+// TestResolverWithoutTheMessage: a role refused pg_logical_emit_message
+// (42501 as the question starts, though it ends no backend) asks from then
+// on without the message, and is answered.
+func TestResolverWithoutTheMessage(t *testing.T) {
+	id := ID{Xid: 742, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}}
+	row := []any{7, 2, 1000, 2000, "committed", false, 2, 4096, 900, false, "", 0, false, false, 0, false}
+	srv := &fakepg.Server{Answer: func(_ int, s string) fakepg.Answer {
+		switch oneLine(s) {
+		case oneLine(askSQL):
+			return fakepg.Answer{Code: "42501", Message: "permission denied for function pg_logical_emit_message"}
+		case oneLine(askNoMessageSQL):
+			return fakepg.Answer{Columns: askColumns, Rows: [][]any{row}}
+		}
+		return fakepg.Answer{}
+	}}
+	r := NewResolver(4*time.Second, nil, fakeConfig(t, srv), nil)
+	if a := r.Ask(context.Background(), id, Keep, 0); a.Err == nil {
+		t.Fatal("a question the server refused answered")
+	}
+	a := r.Ask(context.Background(), id, Keep, 0)
+	if a.Err != nil || a.View.Status != "committed" || a.Synced {
+		t.Errorf("answer %+v: want committed, not known durable (the question could not wait for the standbys)", a)
+	}
+	if r.cannotTerminate.Load() {
+		t.Error("a refused message taken for a refused termination")
 	}
 }

@@ -133,7 +133,7 @@ func (t *Tx) commitReadingID(ctx context.Context) (pgconn.CommandTag, error) {
 		// plan per transaction.
 		p.SendQueryPrepared(executeXidNames[b2i(t.notify)], nil, nil, nil)
 	} else {
-		p.SendQueryParams(idSQLs[t.capture][b2i(t.notify)], nil, nil, nil, nil)
+		p.SendQueryParams(t.idReadSQL(), nil, nil, nil, nil)
 	}
 	p.SendFlushRequest()
 	p.SendQueryParams("commit", nil, nil, nil, nil)

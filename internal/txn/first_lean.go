@@ -20,8 +20,11 @@ import (
 // forty allocations more than pgx's own transaction.
 
 // prepareXidSQL prepares the id reads of a direct connection, for
-// executeXidSQLs.
-const prepareXidSQL = "prepare pgtx_xid as " + idSQL + "; prepare pgtx_xid_forced as " + idForcedSQL
+// executeXidSQLs, by whether they write the record.
+func prepareXidSQL(emit bool) string {
+	reads := idSQLs[b2i(emit)][captureID]
+	return "prepare pgtx_xid as " + reads[0] + "; prepare pgtx_xid_forced as " + reads[1]
+}
 
 // executeXidNames are the names of the id reads prepareXidSQL prepares,
 // without and with assigning an id, and executeXidSQLs run them.
@@ -57,7 +60,7 @@ func (t *Tx) firstLean(ctx context.Context, c *connstate.Stmts, sql string, args
 		}
 	}
 	if t.capture != captureNone {
-		if idSD, err = c.Get(ctx, pgConn, idSQLs[t.capture][b2i(t.notify)]); err != nil {
+		if idSD, err = c.Get(ctx, pgConn, t.idReadSQL()); err != nil {
 			return nil, err
 		}
 	}
@@ -212,7 +215,7 @@ func PrepareReads(ctx context.Context, conn *pgx.Conn, st *connstate.State) erro
 	if !st.Res.Capable || !st.Res.Direct || !st.Stmts.Named {
 		return nil
 	}
-	err := conn.PgConn().Exec(ctx, prepareXidSQL).Close()
+	err := conn.PgConn().Exec(ctx, prepareXidSQL(st.Res.Emit)).Close()
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:

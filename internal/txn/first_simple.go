@@ -43,7 +43,7 @@ func (t *Tx) firstSimple(ctx context.Context, sql string) (tag pgconn.CommandTag
 		if t.capture == captureID && c != nil && c.XidPrepared {
 			q = append(q, executeXidSQLs[b2i(t.notify)]...)
 		} else {
-			q = append(q, idSQLs[t.capture][b2i(t.notify)]...)
+			q = append(q, t.idReadSQL()...)
 		}
 	}
 	mrr := t.pgConn.Exec(ctx, string(q))

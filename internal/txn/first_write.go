@@ -30,19 +30,28 @@ import (
 // WAL record under it, an empty transactional logical message with prefix
 // "pgtx" (the least WAL a plain role can write), and read its end, so that
 // even a transaction whose writes are not logged (temporary and unlogged
-// tables, a notification) has a record before its commit record.
+// tables, a notification) has a record before its commit record. Where the
+// role may not write it ([resolve.Conn].Emit), they read NULL instead.
 const (
-	idSQL          = "select pg_current_xact_id_if_assigned()::text::int8 as pgtx_xid, " + lsnSQL
-	idRunSQL       = idSQL + ", " + resolve.RunSQL
-	idForcedSQL    = "select pg_current_xact_id()::text::int8 as pgtx_xid, " + lsnForcedSQL
-	idRunForcedSQL = idForcedSQL + ", " + resolve.RunSQL
-
-	lsnSQL       = "(case when pg_current_xact_id_if_assigned() is not null then pg_logical_emit_message(true, 'pgtx', '') - '0/0'::pg_lsn end)::int8"
-	lsnForcedSQL = "(pg_logical_emit_message(true, 'pgtx', '') - '0/0'::pg_lsn)::int8"
+	idSQL          = "select pg_current_xact_id_if_assigned()::text::int8 as pgtx_xid, "
+	idForcedSQL    = "select pg_current_xact_id()::text::int8 as pgtx_xid, "
+	lsnSQL         = "(case when pg_current_xact_id_if_assigned() is not null then pg_logical_emit_message(true, 'pgtx', '') - '0/0'::pg_lsn end)::int8"
+	lsnForcedSQL   = "(pg_logical_emit_message(true, 'pgtx', '') - '0/0'::pg_lsn)::int8"
+	noLSNSQL       = "null::int8"
+	runSQL         = ", " + resolve.RunSQL
+	idLSNSQL       = idSQL + lsnSQL
+	idLSNForcedSQL = idForcedSQL + lsnForcedSQL
 )
 
-// idSQLs indexes the id reads by capture and forcing.
-var idSQLs = [...][2]string{captureNone: {"", ""}, captureID: {idSQL, idForcedSQL}, captureIDRun: {idRunSQL, idRunForcedSQL}}
+// idSQLs indexes the id reads by whether they write the record (emit),
+// capture and forcing.
+var idSQLs = [2][3][2]string{
+	{captureID: {idSQL + noLSNSQL, idForcedSQL + noLSNSQL}, captureIDRun: {idSQL + noLSNSQL + runSQL, idForcedSQL + noLSNSQL + runSQL}},
+	{captureID: {idLSNSQL, idLSNForcedSQL}, captureIDRun: {idLSNSQL + runSQL, idLSNForcedSQL + runSQL}},
+}
+
+// idReadSQL is the statement that reads t's id.
+func (t *Tx) idReadSQL() string { return idSQLs[b2i(t.emit)][t.capture][b2i(t.notify)] }
 
 // setTimeoutSQL sets the transaction's statement_timeout ($1, in
 // milliseconds) as SET LOCAL would, with a parameter, so that it is
@@ -69,7 +78,7 @@ func (t *Tx) queueID(b *pgx.Batch) {
 	if t.capture == captureNone {
 		return
 	}
-	b.Queue(idSQLs[t.capture][b2i(t.notify)]).QueryRow(t.scanID)
+	b.Queue(t.idReadSQL()).QueryRow(t.scanID)
 }
 
 // scanID reads the id and, behind a pooler, the server's run.

@@ -73,7 +73,11 @@ func idReads(answer func(string) fakepg.Answer, xids ...any) func(int, string) f
 		if xid == "lost" {
 			return fakepg.Answer{Close: true}
 		}
-		a := fakepg.Answer{Columns: []fakepg.Column{{Name: "pgtx_xid", OID: 20}, {Name: "lsn", OID: 20}}, Rows: [][]any{{xid, fakeLSN}}}
+		var lsn any // NULL: no id, or the read writes no record
+		if xid != nil && strings.Contains(sql, "pg_logical_emit_message") {
+			lsn = fakeLSN
+		}
+		a := fakepg.Answer{Columns: []fakepg.Column{{Name: "pgtx_xid", OID: 20}, {Name: "lsn", OID: 20}}, Rows: [][]any{{xid, lsn}}}
 		if strings.Contains(sql, "pg_walfile_name") { // the run too: behind a pooler
 			a.Columns = append(a.Columns, fakepg.Column{Name: "timeline", OID: 23}, fakepg.Column{Name: "start", OID: 20},
 				fakepg.Column{Name: "epoch", OID: 20}, fakepg.Column{Name: "flushed", OID: 20})
@@ -123,6 +127,7 @@ func TestResolvingOverTheWire(t *testing.T) {
 		name       string
 		mode       pgx.QueryExecMode
 		pooler     bool // the connection does not reach its backend directly
+		revoked    bool // the role may not call pg_logical_emit_message
 		fn         func(context.Context, *Tx) error
 		other      func(string) fakepg.Answer // the answer to statements other than the id reads
 		xids       []any                      // the id reads' answers, in turn (idReads)
@@ -154,6 +159,15 @@ func TestResolvingOverTheWire(t *testing.T) {
 		{name: "the id read prepared in SQL", mode: pgx.QueryExecModeCacheStatement, fn: write,
 			other: commitLost, xids: []any{742}, status: "committed",
 			want: classify.None, wantErr: isNil, wantAsked: []uint64{742}},
+		{name: "simple protocol, the message revoked: no record's end", mode: pgx.QueryExecModeSimpleProtocol, fn: write,
+			revoked: true, other: commitLost, xids: []any{742}, status: "committed",
+			want: classify.None, wantErr: isNil, wantAsked: []uint64{742}},
+		{name: "the id read prepared in SQL, the message revoked", mode: pgx.QueryExecModeCacheStatement, fn: write,
+			revoked: true, other: commitLost, xids: []any{742}, status: "committed",
+			want: classify.None, wantErr: isNil, wantAsked: []uint64{742}},
+		{name: "pgx's batch behind a pooler, the message revoked", mode: pgx.QueryExecModeExec, pooler: true, fn: writeArgs,
+			revoked: true, other: commitLost, xids: []any{742}, status: "committed",
+			want: classify.None, wantErr: isNil, wantAsked: []uint64{742}},
 		{name: "unseen writes: the id read in COMMIT's write", mode: pgx.QueryExecModeExec, fn: unseen,
 			other: count, xids: []any{nil, 743}, status: "committed",
 			want: classify.None, wantErr: isNil, wantAsked: []uint64{743}},
@@ -179,7 +193,7 @@ func TestResolvingOverTheWire(t *testing.T) {
 			if st == nil || connstate.Of(conn.PgConn()) != st {
 				t.Fatal("the connection keeps no state")
 			}
-			st.Res = resolve.Conn{Capable: true, Direct: !tt.pooler, System: fakeSystem, Run: fakeRun, BackendStart: 99}
+			st.Res = resolve.Conn{Capable: true, Direct: !tt.pooler, System: fakeSystem, Run: fakeRun, BackendStart: 99, Emit: !tt.revoked}
 			if tt.pooler {
 				st.Res.Run = resolve.Run{} // captured per transaction, with its id
 			}
@@ -207,8 +221,12 @@ func TestResolvingOverTheWire(t *testing.T) {
 				if id.System != fakeSystem || id.Run != fakeRun {
 					t.Errorf("asked about %d of system %d, run %+v; want system %d, run %+v", id.Xid, id.System, id.Run, fakeSystem, fakeRun)
 				}
-				if tt.backendXid == 0 && id.LSN != fakeLSN {
-					t.Errorf("asked about %d with its record's end at %d, want %d (read with the id)", id.Xid, id.LSN, fakeLSN)
+				wantLSN := fakeLSN
+				if tt.backendXid != 0 || tt.revoked {
+					wantLSN = 0 // from the backend, or no record written
+				}
+				if id.LSN != wantLSN {
+					t.Errorf("asked about %d with its record's end at %d, want %d", id.Xid, id.LSN, wantLSN)
 				}
 			}
 			if !slices.Equal(asked, tt.wantAsked) {
