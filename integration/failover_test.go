@@ -32,10 +32,10 @@ const (
 // promoted. The pool reconnects to the new primary, a new system timeline.
 // Every call reported successful is in the new primary's ledger exactly
 // once, no id is there twice, no call that failed is there, and a COMMIT
-// whose answer was lost with the old primary is never resolved on the new
-// timeline, where its id may belong to another transaction: it is
-// ErrCommitUnknown, or, if pgtx could still ask the old timeline, its true
-// outcome. And no stall: after the promote, successful commits resume, with
+// whose answer was lost with the old primary is resolved on the new
+// timeline only as its replay proves (committed, or not and run again),
+// else ErrCommitUnknown: never with the answer of another transaction
+// given the same id there. And no stall: after the promote, successful commits resume, with
 // no gap between them longer than failoverStall plus the promote's own time.
 func TestResolveFailover(t *testing.T) {
 	if testing.Short() {
