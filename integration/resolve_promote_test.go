@@ -381,6 +381,47 @@ func TestResolveRidesOutARestart(t *testing.T) {
 	}
 }
 
+// TestResolveHoldsNoSlot: while a lost COMMIT is resolved and no server can
+// be reached, the call holds no connection of the main pool: its dead
+// connection is given back before the resolution waits, so the pool's other
+// calls are not left waiting for its slot until their acquire times out.
+func TestResolveHoldsNoSlot(t *testing.T) {
+	ctx := testCtx(t)
+	direct, proxy, through := proxied(t)
+	admin := directConn(t, direct)
+	mustExec(t, ctx, admin, "create table ledger (id text primary key)")
+	pool := newPool(t, through, func(c *pgtx.Config) {
+		c.MaxConns = 1
+		c.CancelMode = pgtx.CancelModeProtocol
+	})
+	fired := trapCommit(proxy) // and no question reaches the server
+	call := startInsert(ctx, pool, "t-1")
+	<-fired
+	waitRow(t, ctx, admin, "t-1")
+	var held int64
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		select {
+		case res := <-call.done:
+			t.Fatalf("the call ended (%v) while no question could reach the server", res.err)
+		default:
+		}
+		held = int64(pool.Stats().Pool.AcquiredConns()) + int64(pool.Stats().InFlight)
+		if held == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	proxy.RefuseNew(false)
+	res := <-call.done
+	t.Logf("while resolving: %d connections held; then err = %v, fn ran %d times; resolutions %+v", held, res.err, res.runs, pool.Stats().Resolved)
+	if held != 0 {
+		t.Errorf("the resolving call held the pool's connection (acquired conns + in flight = %d) while no server could be reached", held)
+	}
+	if res.err != nil || res.runs != 1 {
+		t.Errorf("err = %v, fn ran %d times; want success once", res.err, res.runs)
+	}
+}
+
 // xactStatus is pg_xact_status of xid on the server at dsn.
 func xactStatus(t *testing.T, ctx context.Context, dsn string, xid int64) string {
 	t.Helper()

@@ -33,14 +33,23 @@ var (
 type fakeResolver struct {
 	status     string
 	backendXid uint64
+	conn       *releaser // the attempt's connection, which must be given back first
 
-	mu    sync.Mutex
-	asked []resolve.ID
+	mu       sync.Mutex
+	asked    []resolve.ID
+	held     bool // asked while the connection was still held
+	released int  // times the connection was given back before a question
 }
+
+// releaser counts how often the attempt's connection is given back.
+type releaser struct{ n int }
+
+func (r *releaser) Release() { r.n++ }
 
 func (r *fakeResolver) Ask(_ context.Context, id resolve.ID, _ resolve.End, _ int64) resolve.Answer {
 	r.mu.Lock()
 	r.asked = append(r.asked, id)
+	r.held = r.held || r.conn.n == 0
 	r.mu.Unlock()
 	return resolve.Answer{View: resolve.View{System: fakeSystem, Run: fakeRun, Status: r.status}, Synced: true}
 }
@@ -201,7 +210,8 @@ func TestResolvingOverTheWire(t *testing.T) {
 			if err := PrepareReads(ctx, conn, st); err != nil {
 				t.Fatal(err)
 			}
-			res := &fakeResolver{status: tt.status, backendXid: tt.backendXid}
+			slot := &releaser{}
+			res := &fakeResolver{status: tt.status, backendXid: tt.backendXid, conn: slot}
 			counters := &resolve.Counters{}
 			s := &Settings{Resolving: true, ResolveTimeout: 5 * time.Second, Resolver: res,
 				Clock: &fakeclock.Clock{T: time.Unix(1_700_000_000, 0)}, Counters: counters}
@@ -210,7 +220,7 @@ func TestResolvingOverTheWire(t *testing.T) {
 			if err := tt.fn(ctx, &tx); err != nil {
 				t.Fatalf("fn: %v", err)
 			}
-			c, err := Commit(ctx, &tx)
+			c, err := Commit(ctx, &tx, slot)
 			tx.End()
 			if c != tt.want || !tt.wantErr(err) {
 				t.Errorf("Commit = %v, %v; want class %v", c, err, tt.want)
@@ -228,6 +238,9 @@ func TestResolvingOverTheWire(t *testing.T) {
 				if id.LSN != wantLSN {
 					t.Errorf("asked about %d with its record's end at %d, want %d", id.Xid, id.LSN, wantLSN)
 				}
+			}
+			if res.held || slot.n > 1 {
+				t.Errorf("the resolver was asked while the dead connection was held (%v), or it was given back %d times", res.held, slot.n)
 			}
 			if !slices.Equal(asked, tt.wantAsked) {
 				t.Errorf("the resolver was asked about %v, want %v (the server received %q)", asked, tt.wantAsked, srv.SQL())
