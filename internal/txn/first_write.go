@@ -32,12 +32,14 @@ import (
 // even a transaction whose writes are not logged (temporary and unlogged
 // tables, a notification) has a record before its commit record. Where the
 // role may not write it ([resolve.Conn].Emit), they read NULL instead.
+// Its column is named with one letter, a name pgconn turns into a string
+// without allocating.
 const (
 	idSQL          = "select pg_current_xact_id_if_assigned()::text::int8 as pgtx_xid, "
 	idForcedSQL    = "select pg_current_xact_id()::text::int8 as pgtx_xid, "
-	lsnSQL         = "(case when pg_current_xact_id_if_assigned() is not null then pg_logical_emit_message(true, 'pgtx', '') - '0/0'::pg_lsn end)::int8"
-	lsnForcedSQL   = "(pg_logical_emit_message(true, 'pgtx', '') - '0/0'::pg_lsn)::int8"
-	noLSNSQL       = "null::int8"
+	lsnSQL         = "(case when pg_current_xact_id_if_assigned() is not null then pg_logical_emit_message(true, 'pgtx', '') - '0/0'::pg_lsn end)::int8 as l"
+	lsnForcedSQL   = "(pg_logical_emit_message(true, 'pgtx', '') - '0/0'::pg_lsn)::int8 as l"
+	noLSNSQL       = "null::int8 as l"
 	runSQL         = ", " + resolve.RunSQL
 	idLSNSQL       = idSQL + lsnSQL
 	idLSNForcedSQL = idForcedSQL + lsnForcedSQL
