@@ -27,6 +27,11 @@ type txAttempt struct {
 	cur              *attemptCtx // the current attempt's
 	firstTx          txn.Tx      // the first attempt's handle, without an allocation
 	loop             retryLoop   // the call's retry loop, here to be its tracer without an allocation
+	// The attempt's connection while it holds it: when it was acquired and
+	// its slot among the attempts in flight.
+	conn   *pgxpool.Conn
+	heldAt time.Time
+	slot   int
 }
 
 // txnSettings resolves what p's transactions need of it, once per pool.
@@ -37,9 +42,12 @@ func (p *Pool) txnSettings() txn.Settings {
 		SessionTimeout:  p.settings.statementTimeout,
 		Resolving:       p.settings.resolveCommits,
 		ResolveTimeout:  p.settings.resolveTimeout,
-		Resolver:        p.resolver,
-		Clock:           p.clock,
-		Counters:        &p.resolved,
+		// A failover or a restart takes seconds: a resolution rides it
+		// out as a call does.
+		UnavailableTimeout: p.settings.retry.UnavailableTimeout,
+		Resolver:           p.resolver,
+		Clock:              p.clock,
+		Counters:           &p.resolved,
 	}
 }
 
@@ -67,16 +75,24 @@ func (a *txAttempt) held(ctx context.Context) (Class, error) {
 	if err != nil {
 		return acquireClass(ctx, err), err
 	}
-	q := a.pool.queue
-	slot := q.inflight.Add(held)
-	defer func() {
-		conn.Release()
-		q.inflight.Remove(slot, a.pool.clock.Now().Sub(held))
-	}()
+	a.conn, a.heldAt, a.slot = conn, held, a.pool.queue.inflight.Add(held)
+	defer a.Release()
 	// The work on the connection is a function of its own so that each of
 	// the two defers is in a function with few returns, which the compiler
 	// runs inline instead of through the runtime's defer records.
 	return a.onConn(ctx, conn)
+}
+
+// Release gives the attempt's connection back to the pool, once: when the
+// attempt ends, or as soon as COMMIT's answer is lost ([txn.Releaser]), so
+// that the dead connection's slot is not held while the resolution waits.
+func (a *txAttempt) Release() {
+	if a.conn == nil {
+		return
+	}
+	a.conn.Release()
+	a.pool.queue.inflight.Remove(a.slot, a.pool.clock.Now().Sub(a.heldAt))
+	a.conn = nil
 }
 
 // onConn runs fn and COMMIT on conn, rolling back when it does not commit.
@@ -138,7 +154,7 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 		return ClassTimeout, err
 	}
 	done = true
-	class, err := txn.Commit(ctx, t)
+	class, err := txn.Commit(ctx, t, a)
 	return Class(class), err
 }
 

@@ -27,8 +27,8 @@ func TestConnectAsksLittle(t *testing.T) {
 				case strings.Contains(sql, "system_identifier"):
 					return fakepg.Answer{
 						Columns: []fakepg.Column{{Name: "sys", OID: 20}, {Name: "rec", OID: 16}, {Name: "ok", OID: 16}, {Name: "pid", OID: 23},
-							{Name: "tl", OID: 23}, {Name: "st", OID: 20}, {Name: "ep", OID: 20}, {Name: "fl", OID: 20}, {Name: "bs", OID: 20}},
-						Rows: [][]any{{7, false, true, pid, 1, 1000, 2000, 4096, 99}},
+							{Name: "tl", OID: 23}, {Name: "st", OID: 20}, {Name: "ep", OID: 20}, {Name: "fl", OID: 20}, {Name: "bs", OID: 20}, {Name: "em", OID: 16}},
+						Rows: [][]any{{7, false, true, pid, 1, 1000, 2000, 4096, 99, true}},
 					}
 				case strings.Contains(sql, "pg_current_xact_id"):
 					return fakepg.Answer{Columns: []fakepg.Column{{Name: "pgtx_xid", OID: 20}}, Rows: [][]any{{nil}}}

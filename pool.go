@@ -120,8 +120,11 @@ type Config struct {
 	// runs again. An answer from another system or timeline, a server
 	// without pg_xact_status, or an id that never arrived leaves
 	// [ErrCommitUnknown]; docs/ambiguous-commits.md has every case, and
-	// [Stats].Resolved counts each outcome. Default 5s; negative:
-	// resolution is off, and every lost COMMIT is [ErrCommitUnknown].
+	// [Stats].Resolved counts each outcome. It bounds the time servers
+	// answer; while none can be reached (a restart, a failover), the
+	// resolution waits up to [RetryConfig].UnavailableTimeout more. Default
+	// 5s; negative: resolution is off, and every lost COMMIT is
+	// [ErrCommitUnknown].
 	ResolveTimeout time.Duration
 
 	// Breaker, when set, puts a circuit breaker in front of the pool's

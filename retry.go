@@ -45,9 +45,11 @@ type RetryConfig struct {
 	// the next attempt starts in time, and by the retry budget, which never
 	// ends them; a connection made to the server wakes them at once, and
 	// while any wait one probe connects every 250ms or so
-	// (docs/overload.md). The pool's query methods wait the same way.
-	// Default 15s; negative: an unavailable server is not retried, and the
-	// query methods do not wait.
+	// (docs/overload.md). The pool's query methods wait the same way. It
+	// also bounds how long the resolution of a lost COMMIT waits for a
+	// server it cannot reach, beyond [Config].ResolveTimeout. Default 15s;
+	// negative: an unavailable server is not retried, and the query methods
+	// do not wait.
 	UnavailableTimeout time.Duration
 
 	// Jitter returns a value in [0, 1) that scales every backoff (full

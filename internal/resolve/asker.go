@@ -33,8 +33,9 @@ type Resolver struct {
 	// direct before each connect, as the main pool runs it.
 	beforeConnect func(context.Context, *pgx.ConnConfig) error
 	// cannotTerminate is set when the server refuses to end a backend (the
-	// role may not), so later questions do not fail on it.
-	cannotTerminate atomic.Bool
+	// role may not), and cannotMessage when it refuses the role
+	// pg_logical_emit_message, so later questions do not fail on them.
+	cannotTerminate, cannotMessage atomic.Bool
 }
 
 // NewResolver builds the resolver of a pool: over cancelPool when there is
@@ -72,17 +73,29 @@ func (r *Resolver) Ask(ctx context.Context, id ID, end End, changed int64) Answe
 		status *string
 		next   int64
 	)
-	err = conn.QueryRow(actx, askSQL, pgx.QueryExecModeExec,
+	sql := askSQL
+	if r.cannotMessage.Load() {
+		sql = askNoMessageSQL
+	}
+	err = conn.QueryRow(actx, sql, pgx.QueryExecModeExec,
 		strconv.FormatUint(id.Xid, 10), strconv.FormatInt(id.System, 10), strconv.FormatInt(int64(id.Run.Timeline), 10),
 		strconv.FormatUint(id.Xid&0xffffffff, 10), strconv.Itoa(int(end)), strconv.FormatInt(changed, 10),
 		strconv.FormatInt(id.Run.Start, 10), strconv.FormatInt(id.Run.Epoch, 10),
 	).Scan(&v.System, &v.Run.Timeline, &v.Run.Start, &v.Run.Epoch, &status, &v.Prepared,
-		&v.Last.Timeline, &v.Last.LSN, &next, &v.Last.Shutdown, &a.State, &a.Changed, &a.Terminated, &a.Synced)
+		&v.Last.Timeline, &v.Last.LSN, &next, &v.Last.Shutdown, &a.State, &a.Changed, &a.Terminated, &a.Synced,
+		&v.Replay, &v.Replayed)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
+	case errors.As(err, &pgErr) && pgErr.Code == "42501" && end == Keep:
+		// A question that ends no backend calls pg_terminate_backend not
+		// at all: the function refused is the message's (refused as the
+		// statement starts, whatever the branch).
+		r.cannotMessage.Store(true)
+		return Answer{Err: err}
 	case errors.As(err, &pgErr) && pgErr.Code == "42501":
-		// Not allowed to end the backend: wait for it to end instead.
+		// Not allowed to end the backend (or to write the message, which
+		// the next question, ending none, tells): wait for it to end.
 		r.cannotTerminate.Store(true)
 		return Answer{Err: err}
 	default:

@@ -26,7 +26,7 @@ func fakeConfig(t *testing.T, srv *fakepg.Server) *pgx.ConnConfig {
 var askColumns = []fakepg.Column{{Name: "sys", OID: 20}, {Name: "tl", OID: 23}, {Name: "st", OID: 20}, {Name: "ep", OID: 20},
 	{Name: "status", OID: 25}, {Name: "prepared", OID: 16}, {Name: "timeline_id", OID: 23}, {Name: "lsn", OID: 20},
 	{Name: "next", OID: 20}, {Name: "shutdown", OID: 16}, {Name: "state", OID: 25}, {Name: "changed", OID: 20},
-	{Name: "terminated", OID: 16}, {Name: "synced", OID: 16}}
+	{Name: "terminated", OID: 16}, {Name: "synced", OID: 16}, {Name: "replay", OID: 20}, {Name: "replayed", OID: 16}}
 
 // answerSQL answers the statement sql with a in turn (the last one again
 // and again), every other with success. The simple protocol's statements
@@ -52,11 +52,11 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 // an error, for the loop to ask again.
 func TestResolverOverTheWire(t *testing.T) {
 	id := ID{Xid: 1<<32 | 742, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}}
-	row := []any{7, 2, 1000, 2000, "in progress", false, 2, 4096, 1<<32 | 900, false, "idle in transaction", 555, true, true}
+	row := []any{7, 2, 1000, 2000, "in progress", false, 2, 4096, 1<<32 | 900, false, "idle in transaction", 555, true, true, 3072, true}
 	srv := &fakepg.Server{Answer: answerSQL(askSQL,
 		fakepg.Answer{Columns: askColumns, Rows: [][]any{row}},
 		fakepg.Answer{Code: "42501", Message: "permission denied to terminate process"},
-		fakepg.Answer{Columns: askColumns, Rows: [][]any{{7, 2, 1000, 2000, nil, false, 2, 4096, 1<<32 | 900, true, "", 0, false, true}}},
+		fakepg.Answer{Columns: askColumns, Rows: [][]any{{7, 2, 1000, 2000, nil, false, 2, 4096, 1<<32 | 900, true, "", 0, false, true, 0, false}}},
 		fakepg.Answer{Close: true},
 	)}
 	r := NewResolver(4*time.Second, nil, fakeConfig(t, srv), nil)
@@ -64,7 +64,7 @@ func TestResolverOverTheWire(t *testing.T) {
 
 	a := r.Ask(ctx, id, EndIfStillIdle, 555)
 	want := Answer{View: View{System: 7, Run: id.Run, Status: "in progress",
-		Last: Checkpoint{Timeline: 2, LSN: 4096, NextXid: 1<<32 | 900}}, State: "idle in transaction", Changed: 555, Terminated: true, Synced: true}
+		Last: Checkpoint{Timeline: 2, LSN: 4096, NextXid: 1<<32 | 900}, Replay: 3072, Replayed: true}, State: "idle in transaction", Changed: 555, Terminated: true, Synced: true}
 	if a.Err != nil || a.View != want.View || a.State != want.State || a.Changed != want.Changed || !a.Terminated || !a.Synced {
 		t.Errorf("answer %+v, want %+v", a, want)
 	}
@@ -147,20 +147,22 @@ func TestBackendXidOverTheWire(t *testing.T) {
 // and leaves the connection to be asked again.
 func TestPrepareOverTheWire(t *testing.T) {
 	cols := []fakepg.Column{{Name: "sys", OID: 20}, {Name: "rec", OID: 16}, {Name: "ok", OID: 16}, {Name: "pid", OID: 23},
-		{Name: "tl", OID: 23}, {Name: "st", OID: 20}, {Name: "ep", OID: 20}, {Name: "fl", OID: 20}, {Name: "bs", OID: 20}}
+		{Name: "tl", OID: 23}, {Name: "st", OID: 20}, {Name: "ep", OID: 20}, {Name: "fl", OID: 20}, {Name: "bs", OID: 20}, {Name: "em", OID: 16}}
 	tests := []struct {
 		name    string
 		answer  fakepg.Answer
 		want    Conn
 		wantErr bool
 	}{
-		{"direct", fakepg.Answer{Columns: cols, Rows: [][]any{{7, false, true, 1001, 2, 1000, 2000, 4096, 99}}},
+		{"direct", fakepg.Answer{Columns: cols, Rows: [][]any{{7, false, true, 1001, 2, 1000, 2000, 4096, 99, true}}},
+			Conn{Asked: true, Capable: true, Direct: true, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}, Flushed: 4096, BackendStart: 99, Emit: true}, false},
+		{"behind a pooler (another pid), on a standby", fakepg.Answer{Columns: cols, Rows: [][]any{{7, true, true, 4242, 0, 1000, 2000, 0, 0, true}}},
+			Conn{Asked: true, Capable: true, Standby: true, System: 7, Run: Run{Start: 1000, Epoch: 2000}, Emit: true}, false},
+		{"the message revoked from the role", fakepg.Answer{Columns: cols, Rows: [][]any{{7, false, true, 1001, 2, 1000, 2000, 4096, 99, false}}},
 			Conn{Asked: true, Capable: true, Direct: true, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}, Flushed: 4096, BackendStart: 99}, false},
-		{"behind a pooler (another pid), on a standby", fakepg.Answer{Columns: cols, Rows: [][]any{{7, true, true, 4242, 0, 1000, 2000, 0, 0}}},
-			Conn{Asked: true, Capable: true, Standby: true, System: 7, Run: Run{Start: 1000, Epoch: 2000}}, false},
 		{"without pg_xact_status: not capable (the rest is read, and means nothing)",
-			fakepg.Answer{Columns: cols, Rows: [][]any{{7, false, false, 1001, 2, 1000, 2000, 4096, 99}}},
-			Conn{Asked: true, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}, Flushed: 4096, BackendStart: 99}, false},
+			fakepg.Answer{Columns: cols, Rows: [][]any{{7, false, false, 1001, 2, 1000, 2000, 4096, 99, true}}},
+			Conn{Asked: true, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}, Flushed: 4096, BackendStart: 99, Emit: true}, false},
 		{"not PostgreSQL's functions", fakepg.Answer{Code: "42883"}, Conn{Asked: true}, false},
 		{"cancelled: asked again next time", fakepg.Answer{Code: "57014"}, Conn{}, true},
 		{"the answer lost", fakepg.Answer{Close: true}, Conn{}, true},
@@ -178,5 +180,59 @@ func TestPrepareOverTheWire(t *testing.T) {
 				t.Error("in recovery, while the server says in_hot_standby off")
 			}
 		})
+	}
+}
+
+// TestResolveOverTheWire: a resolution asks a server that answers 57P03
+// (FATAL, the session ended), then loses an answer, then answers as a
+// standby promoted from the transaction's timeline whose replay went past
+// the transaction's record: the first two are unreachable, paced, and the
+// third proves the "committed" the transaction's.
+func TestResolveOverTheWire(t *testing.T) {
+	id := ID{Xid: 742, System: 7, Run: Run{Timeline: 1, Start: 1000, Epoch: 2000}, Flushed: 100, LSN: 3000}
+	promoted := []any{7, 2, 5000, 6000, "committed", false, 2, 4096, 900, false, "", 0, false, true, 3072, true}
+	srv := &fakepg.Server{Answer: answerSQL(askSQL,
+		fakepg.Answer{Code: "57P03", Message: "the database system is starting up", Fatal: true},
+		fakepg.Answer{Close: true},
+		fakepg.Answer{Columns: askColumns, Rows: [][]any{promoted}},
+	)}
+	r := NewResolver(4*time.Second, nil, fakeConfig(t, srv), nil)
+	start := time.Unix(1000, 0)
+	clk := &fakeClock{now: start, end: start.Add(time.Minute)}
+	var c Counters
+	res := Resolve(context.Background(), r, clk, &c, id, time.Second, 15*time.Second)
+	if res.Status != Committed || c.Committed.Load() != 1 {
+		t.Errorf("Resolve = %+v, committed %d; want committed", res, c.Committed.Load())
+	}
+	if took := clk.now.Sub(start); took < 2*paceUnreachable {
+		t.Errorf("three questions in %v: the unreachable ones were not paced", took)
+	}
+}
+
+// TestResolverWithoutTheMessage: a role refused pg_logical_emit_message
+// (42501 as the question starts, though it ends no backend) asks from then
+// on without the message, and is answered.
+func TestResolverWithoutTheMessage(t *testing.T) {
+	id := ID{Xid: 742, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}}
+	row := []any{7, 2, 1000, 2000, "committed", false, 2, 4096, 900, false, "", 0, false, false, 0, false}
+	srv := &fakepg.Server{Answer: func(_ int, s string) fakepg.Answer {
+		switch oneLine(s) {
+		case oneLine(askSQL):
+			return fakepg.Answer{Code: "42501", Message: "permission denied for function pg_logical_emit_message"}
+		case oneLine(askNoMessageSQL):
+			return fakepg.Answer{Columns: askColumns, Rows: [][]any{row}}
+		}
+		return fakepg.Answer{}
+	}}
+	r := NewResolver(4*time.Second, nil, fakeConfig(t, srv), nil)
+	if a := r.Ask(context.Background(), id, Keep, 0); a.Err == nil {
+		t.Fatal("a question the server refused answered")
+	}
+	a := r.Ask(context.Background(), id, Keep, 0)
+	if a.Err != nil || a.View.Status != "committed" || a.Synced {
+		t.Errorf("answer %+v: want committed, not known durable (the question could not wait for the standbys)", a)
+	}
+	if r.cannotTerminate.Load() {
+		t.Error("a refused message taken for a refused termination")
 	}
 }

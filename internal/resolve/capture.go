@@ -36,6 +36,10 @@ type Conn struct {
 	// BackendStart is the session's backend start (unix microseconds; 0
 	// when not visible): with the pid, the backend's identity.
 	BackendStart int64
+	// Emit: the session may write the logical message that marks a
+	// transaction's WAL ([ID].LSN): pg_logical_emit_message, which any
+	// role may call unless an administrator revoked it.
+	Emit bool
 	// Direct: the session's backend pid is the connection's, so the
 	// backend lives as long as the connection and every transaction on it
 	// runs in the run captured here. Behind a pooler the server connection
@@ -58,7 +62,7 @@ func (r *Conn) Prepare(ctx context.Context, conn *pgx.Conn) error {
 	var ok bool
 	var pid uint32
 	err := conn.QueryRow(ctx, systemSQL, pgx.QueryExecModeSimpleProtocol).Scan(&r.System, &r.Standby, &ok, &pid,
-		&r.Run.Timeline, &r.Run.Start, &r.Run.Epoch, &r.Flushed, &r.BackendStart)
+		&r.Run.Timeline, &r.Run.Start, &r.Run.Epoch, &r.Flushed, &r.BackendStart, &r.Emit)
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil && ok:

@@ -3,13 +3,26 @@ package resolve
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/classify"
 )
 
 // Poll is the pause between two questions about a transaction.
 const Poll = 10 * time.Millisecond
+
+// While no server answers, questions are paced: paceUnreachable apart,
+// plus up to paceJitter at random, so that the resolutions of the many
+// COMMITs a failover cut spread out.
+const (
+	paceUnreachable = 100 * time.Millisecond
+	paceJitter      = 150 * time.Millisecond
+)
 
 // lingerAfter is how long a backend must be seen idle in the transaction,
 // receiving nothing, before resolution ends it: a COMMIT that reached its
@@ -104,10 +117,14 @@ type Result struct {
 // it runs our transaction id) once it has stayed idle in the transaction
 // for lingerAfter (its client is gone, COMMIT never reached it), or stayed
 // in progress for half of timeout; then ask again. Another system or
-// timeline, a server that no longer knows, or no answer before ctx ends
-// (which timeout, the ResolveTimeout, bounds) → Unknown. c counts the
+// timeline, a server that no longer knows, or no answer in time → Unknown.
+// The time is counted in two budgets: while servers answer, timeout (the
+// ResolveTimeout); while none can be reached ([Unreached], or only a
+// server in recovery answers: a failover or a restart under way),
+// unavailable (the UnavailableTimeout), with the questions paced; an
+// unavailable of 0 counts that time against timeout too. c counts the
 // outcome.
-func Resolve(ctx context.Context, a Asker, clk Clock, c *Counters, id ID, timeout time.Duration) Result {
+func Resolve(ctx context.Context, a Asker, clk Clock, c *Counters, id ID, timeout, unavailable time.Duration) Result {
 	var (
 		last      error
 		end       = Keep
@@ -116,8 +133,11 @@ func Resolve(ctx context.Context, a Asker, clk Clock, c *Counters, id ID, timeou
 		busySeen  time.Time // when the transaction was first seen in progress
 		standby   bool      // a server that answered was in recovery
 		unsynced  bool      // a server said committed, its synchronous standbys had not acknowledged it
+		start     = clk.Now()
+		down      time.Duration // time no server could be reached
 	)
 	for {
+		asked := clk.Now()
 		ans := a.Ask(ctx, id, end, idleSince)
 		if ans.Terminated {
 			c.Terminated.Add(1)
@@ -126,6 +146,7 @@ func Resolve(ctx context.Context, a Asker, clk Clock, c *Counters, id ID, timeou
 		if ans.Err == nil {
 			j = Judge(id, ans.View)
 		}
+		unreached := unavailable > 0 && j.Status == Unreachable && (ans.Err == nil || Unreached(ans.Err))
 		if j.Status == Committed && !ans.Synced {
 			// Committed on the server, not yet on its synchronous
 			// standbys: ask again.
@@ -174,9 +195,22 @@ func Resolve(ctx context.Context, a Asker, clk Clock, c *Counters, id ID, timeou
 				end = EndIfStillIdle
 			}
 		}
-		if clk.Sleep(ctx, Poll) != nil {
+		pause := Poll
+		if unreached {
+			pause = paceUnreachable + rand.N(paceJitter)
+		}
+		err := clk.Sleep(ctx, pause)
+		now := clk.Now()
+		if unreached {
+			down += now.Sub(asked)
+		}
+		outOfTime := now.Sub(start)-down >= timeout || (unavailable > 0 && down >= unavailable)
+		if err != nil || outOfTime {
 			c.CountUnknown(Unanswered)
 			why := "no answer within ResolveTimeout " + timeout.String()
+			if unavailable > 0 {
+				why += " (and UnavailableTimeout " + unavailable.String() + " while no server could be reached)"
+			}
 			switch {
 			case j.Status == InProgress:
 				why = "the transaction was still in progress after ResolveTimeout " + timeout.String()
@@ -189,4 +223,33 @@ func Resolve(ctx context.Context, a Asker, clk Clock, c *Counters, id ID, timeou
 			return Result{Status: Unknown, Why: why, Unanswered: true, Err: last}
 		}
 	}
+}
+
+// Unreached reports the error of a question that reached no server able
+// to answer: a connection that could not be made (refused, reset, timed
+// out, refused by a server starting up, shutting down or in recovery,
+// 57P03, or no host taking writes while a standby is promoted), one lost
+// before the answer, or a server or pooler that cannot take the question
+// now (too many connections, a pooler whose server is down). A server that
+// answers with an error of its own (a privilege, a login refused) was
+// reached.
+func Unreached(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch classify.PgError(pgErr) {
+		case classify.Unavailable, classify.ConnectionLost, classify.Overload:
+			return true
+		}
+		return pgErr.Code == pgerrcode.CannotConnectNow
+	}
+	var connectErr *pgconn.ConnectError
+	switch {
+	case errors.As(err, &connectErr), errors.Is(err, context.DeadlineExceeded):
+		return true
+	}
+	switch classify.Err(err) {
+	case classify.Unavailable, classify.ConnectionLost, classify.Overload:
+		return true
+	}
+	return false
 }

@@ -3,9 +3,16 @@ package resolve
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // fakeClock advances by each Sleep and ends the resolution once limit has
@@ -219,7 +226,7 @@ func TestResolve(t *testing.T) {
 			clk := &fakeClock{now: start, end: start.Add(timeout)}
 			a := &scriptedAsker{clk: clk, start: start, answer: tt.answer}
 			var c Counters
-			r := Resolve(context.Background(), a, clk, &c, id, timeout)
+			r := Resolve(context.Background(), a, clk, &c, id, timeout, 0)
 			if r.Status != tt.want || r.Unanswered != tt.unanswered || !strings.Contains(r.Why, tt.whyHas) {
 				t.Errorf("Resolve = %+v, want status %v, unanswered %v, why containing %q", r, tt.want, tt.unanswered, tt.whyHas)
 			}
@@ -247,5 +254,118 @@ func TestCountUnknown(t *testing.T) {
 		c.Forgotten.Load() != 1 || c.Unanswered.Load() != 2 {
 		t.Errorf("counts: unknown %d unsupported %d elsewhere %d restarted %d forgotten %d unanswered %d",
 			c.Unknown.Load(), c.Unsupported.Load(), c.Elsewhere.Load(), c.Restarted.Load(), c.Forgotten.Load(), c.Unanswered.Load())
+	}
+}
+
+// TestResolveRidesOutUnreachable: while no server can be reached (refused
+// connects, 57P03, only a server in recovery), a resolution keeps asking
+// beyond ResolveTimeout, up to UnavailableTimeout of unreachability, its
+// questions paced; the time servers answer stays bounded by ResolveTimeout.
+func TestResolveRidesOutUnreachable(t *testing.T) {
+	const (
+		timeout     = time.Second
+		unavailable = 3 * time.Second
+	)
+	run := Run{Timeline: 1, Start: 100, Epoch: 200}
+	id := ID{Xid: 730, System: 7, Run: run, Flushed: 10, LSN: 4000}
+	promoted := View{System: 7, Run: Run{Timeline: 2, Start: 50, Epoch: 60}, Status: "committed", Replay: 4100, Replayed: true,
+		Last: Checkpoint{Timeline: 2, LSN: 5000, NextXid: 800}}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	startingUp := &pgconn.PgError{Severity: "FATAL", Code: "57P03", Message: "the database system is starting up"}
+	inRecovery := Answer{View: View{System: 7, Run: Run{Start: 50, Epoch: 60}}, Synced: true}
+	tests := []struct {
+		name       string
+		answer     func(n int, at time.Duration) Answer
+		want       Status
+		unanswered bool
+		whyHas     string
+		// lastAt bounds when the last question was asked.
+		lastFrom, lastTo time.Duration
+	}{
+		{
+			name: "refused, 57P03, in recovery for 2s, then the promoted server proves committed",
+			answer: func(_ int, at time.Duration) Answer {
+				switch {
+				case at < 700*time.Millisecond:
+					return Answer{Err: refused}
+				case at < 1400*time.Millisecond:
+					return Answer{Err: startingUp}
+				case at < 2*time.Second:
+					return inRecovery
+				}
+				return Answer{View: promoted, Synced: true}
+			},
+			want: Committed, lastFrom: 2 * time.Second, lastTo: 2*time.Second + paceUnreachable + paceJitter,
+		},
+		{
+			name:   "never reached: unknown once UnavailableTimeout of unreachability has passed",
+			answer: func(int, time.Duration) Answer { return Answer{Err: refused} },
+			want:   Unknown, unanswered: true, whyHas: "UnavailableTimeout 3s",
+			lastFrom: unavailable - paceUnreachable - paceJitter, lastTo: unavailable,
+		},
+		{
+			name: "reached and not proven: ResolveTimeout still bounds the time it answers",
+			answer: func(int, time.Duration) Answer {
+				return Answer{View: View{System: 7, Run: Run{Timeline: 1, Start: 100, Epoch: 999}, Status: "in progress"}, Synced: true}
+			},
+			want: Unknown, unanswered: true, whyHas: "still in progress after ResolveTimeout 1s",
+			lastFrom: timeout - 2*Poll, lastTo: timeout,
+		},
+		{
+			name:   "a server that answers with an error of its own was reached",
+			answer: func(int, time.Duration) Answer { return Answer{Err: &pgconn.PgError{Severity: "ERROR", Code: "42501"}} },
+			want:   Unknown, unanswered: true, whyHas: "no answer within ResolveTimeout 1s",
+			lastFrom: timeout - 2*Poll, lastTo: timeout,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			start := time.Unix(1000, 0)
+			clk := &fakeClock{now: start, end: start.Add(timeout + unavailable)}
+			a := &scriptedAsker{clk: clk, start: start}
+			a.answer = func(n int) Answer { return tt.answer(n, clk.now.Sub(start)) }
+			var c Counters
+			r := Resolve(context.Background(), a, clk, &c, id, timeout, unavailable)
+			if r.Status != tt.want || r.Unanswered != tt.unanswered || !strings.Contains(r.Why, tt.whyHas) {
+				t.Errorf("Resolve = %+v, want status %v, unanswered %v, why containing %q", r, tt.want, tt.unanswered, tt.whyHas)
+			}
+			qs := a.questions
+			if last := qs[len(qs)-1].at; last < tt.lastFrom || last > tt.lastTo {
+				t.Errorf("the last question was asked at %v, want within [%v, %v]", last, tt.lastFrom, tt.lastTo)
+			}
+			for i := 1; i < len(qs); i++ {
+				gap := qs[i].at - qs[i-1].at
+				if gap != Poll && (gap < paceUnreachable || gap >= paceUnreachable+paceJitter) {
+					t.Errorf("questions %d and %d are %v apart: want Poll, or paced while unreachable", i-1, i, gap)
+				}
+			}
+		})
+	}
+}
+
+// TestUnreached: the errors of a question that reached no server able to
+// answer, and those of a server that answered.
+func TestUnreached(t *testing.T) {
+	tests := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"refused", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, true},
+		{"reset", fmt.Errorf("read: %w", syscall.ECONNRESET), true},
+		{"57P03 starting up", &pgconn.PgError{Severity: "FATAL", Code: "57P03"}, true},
+		{"57P01 shutting down", &pgconn.PgError{Severity: "FATAL", Code: "57P01"}, true},
+		{"the question timed out", fmt.Errorf("dial: %w", context.DeadlineExceeded), true},
+		{"unexpected EOF", io.ErrUnexpectedEOF, true},
+		{"a privilege", &pgconn.PgError{Severity: "ERROR", Code: "42501"}, false},
+		{"bad password", &pgconn.PgError{Severity: "FATAL", Code: "28P01"}, false},
+		{"too many connections", &pgconn.PgError{Severity: "FATAL", Code: "53300"}, true},
+		{"PgBouncer, its server down", &pgconn.PgError{Severity: "FATAL", Code: "08P01", Message: "server login has been failing, try again later (server_login_retry)"}, true},
+		{"anything else", errors.New("pgtx: something"), false},
+	}
+	for _, tt := range tests {
+		if got := Unreached(tt.err); got != tt.want {
+			t.Errorf("%s: Unreached = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }

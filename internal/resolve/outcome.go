@@ -27,14 +27,19 @@ type Run struct {
 }
 
 // ID names a transaction for its resolution: its id, the system it ran
-// on, the run of the server that gave the id, and how far that server's WAL
+// on, the run of the server that gave the id, how far that server's WAL
 // was flushed when the run was captured (before the id was given), a
-// position the WAL of every later run of the server reaches.
+// position the WAL of every later run of the server reaches, and LSN.
 type ID struct {
 	Xid     uint64
 	System  int64
 	Run     Run
 	Flushed int64
+	// LSN is the end of a WAL record the transaction wrote under its id
+	// once it had one, before its commit record (0: unknown): a server
+	// that replayed the WAL up to it gives only later ids, and one that
+	// stopped short of it never replayed the commit.
+	LSN int64
 }
 
 // Checkpoint is what pg_control_checkpoint says of the server's latest
@@ -65,6 +70,13 @@ type View struct {
 	// restart in progress).
 	Prepared bool
 	Last     Checkpoint
+	// Replay is pg_last_wal_replay_lsn (0 when NULL): where the server's
+	// run stopped replaying WAL. Replayed says the run replayed a commit
+	// or abort record in archive recovery (pg_last_xact_replay_timestamp
+	// is set), as a standby does and a crash recovery never does: on a
+	// promoted server, Replay is then where its timeline branched off.
+	Replay   int64
+	Replayed bool
 }
 
 // Status is the outcome of one question.
@@ -117,6 +129,9 @@ type Judgement struct {
 //     after the run was captured) and the id is below its next id, or the
 //     checkpoint is on the transaction's timeline and the server has since
 //     been promoted to a later one, and the id is below its next id;
+//   - on a standby promoted from the transaction's timeline, where its
+//     replay stopped says which side of the branch the transaction's
+//     record lies on ([judgeBranch]);
 //   - an id at or past the next id of the checkpoint that ended its run was
 //     lost with that run;
 //   - "in progress" is somebody else's transaction once the run that gave
@@ -137,6 +152,9 @@ func Judge(id ID, v View) Judgement {
 			", older than the transaction's "+itoa32(id.Run.Timeline))
 	case v.Run == id.Run:
 		return judgeSameRun(v)
+	}
+	if j, ok := judgeBranch(id, v); ok {
+		return j
 	}
 	next, exact, proven := provenBound(id, v)
 	switch {
@@ -183,6 +201,42 @@ func judgeSameRun(v View) Judgement {
 		return unknown(Forgotten, "the server says it never gave the transaction's id")
 	}
 	return unknown(Forgotten, "the server no longer knows the transaction (its id is too old)")
+}
+
+// judgeBranch judges the answer of a server promoted from the
+// transaction's timeline (the next timeline) by where its replay of the
+// transaction's timeline stopped, when that tells ([View].Replay). Any
+// position a run of the promoted server replayed to is at or past the
+// branch point, so one short of the transaction's LSN proves that its
+// commit record, written after LSN, is not in the new timeline's history.
+// At or past LSN, and when the run is the one that was promoted (it
+// replayed in archive recovery), the server replayed a record of the
+// transaction's id before it gave any id itself, and every id it gave is
+// later: its status of the id is the transaction's.
+func judgeBranch(id ID, v View) (Judgement, bool) {
+	if v.Run.Timeline != id.Run.Timeline+1 || id.LSN == 0 || v.Replay == 0 {
+		return Judgement{}, false
+	}
+	switch {
+	case v.Replay < id.LSN:
+		return Judgement{Status: Aborted, Lost: true}, true
+	case !v.Replayed:
+		// A crash recovery since the promotion, or a restart: its replay
+		// stopped later than the branch point.
+		return Judgement{}, false
+	}
+	switch v.Status {
+	case "committed":
+		return Judgement{Status: Committed}, true
+	case "aborted":
+		return Judgement{Status: Aborted}, true
+	case "in progress":
+		return Judgement{Status: InProgress}, true // a prepared transaction: ask again
+	case "not yet assigned":
+		return unknown(Elsewhere, "the promoted server replayed transaction "+strconv.FormatUint(id.Xid, 10)+
+			"'s WAL and says it never gave its id: its history is not the transaction's"), true
+	}
+	return unknown(Forgotten, "the server no longer knows transaction "+strconv.FormatUint(id.Xid, 10)), true
 }
 
 // provenBound returns the next id of the server's latest checkpoint when

@@ -143,3 +143,96 @@ func TestJudgeNeverBelievesALaterRunWithoutProof(t *testing.T) {
 		}
 	}
 }
+
+// TestJudgeBranch: a server promoted from the transaction's timeline is
+// judged by where its replay of that timeline stopped (pg_last_wal_replay_lsn)
+// against the end of a record the transaction wrote under its id (LSN): short
+// of it, the commit is not in the new history, whatever the status says; at
+// or past it, in the run that was promoted, the status is the transaction's.
+// A replay position that is not the branch point (a crash recovery or a
+// restart since the promotion, two promotions) proves nothing.
+func TestJudgeBranch(t *testing.T) {
+	const sys = 7714471509565171385
+	run := Run{Timeline: 3, Start: 1_000_000, Epoch: 1_000_500}
+	id := ID{Xid: 730, System: sys, Run: run, Flushed: 5000, LSN: 8000}
+	promoted := Run{Timeline: 4, Start: 900_000, Epoch: 900_100}
+	// HA managers checkpoint right after a promotion: the latest checkpoint
+	// is on the new timeline, which proves nothing by itself.
+	newCkpt := Checkpoint{Timeline: 4, LSN: 9500, NextXid: 760}
+	view := func(r Run, status string, replay int64, replayed bool) View {
+		return View{System: sys, Run: r, Status: status, Last: newCkpt, Replay: replay, Replayed: replayed}
+	}
+	crashed := Run{Timeline: 4, Start: promoted.Start, Epoch: 2_000_000} // a crash recovery in place since
+	restarted := Run{Timeline: 4, Start: 2_000_000, Epoch: 2_000_100}
+	endOfRecovery := Checkpoint{Timeline: 4, LSN: 9900, NextXid: 731, Shutdown: true}
+	tests := []struct {
+		name       string
+		id         ID
+		v          View
+		want       Status
+		wantLost   bool
+		wantReason Reason
+	}{
+		{"replayed past the record, committed", id, view(promoted, "committed", 8200, true), Committed, false, ReasonNone},
+		{"replayed exactly to the record's end, committed", id, view(promoted, "committed", 8000, true), Committed, false, ReasonNone},
+		{"replayed past the record, aborted", id, view(promoted, "aborted", 8200, true), Aborted, false, ReasonNone},
+		{"replayed past the record, a prepared transaction", id, view(promoted, "in progress", 8200, true), InProgress, false, ReasonNone},
+		{"replayed past the record, too old", id, view(promoted, "", 8200, true), Unknown, false, Forgotten},
+		{"replayed past the record, never given: not this history", id, view(promoted, "not yet assigned", 8200, true), Unknown, false, Elsewhere},
+		// S below L_X: the id was given again on the new timeline.
+		{"stopped short of the record, the id given again and committed", id, view(promoted, "committed", 7999, true), Aborted, true, ReasonNone},
+		{"stopped short of the record, in progress", id, view(promoted, "in progress", 7000, true), Aborted, true, ReasonNone},
+		// A later replay position is still past the branch point: short of
+		// the record proves as much.
+		{"crash recovery since, its replay short of the record", id, view(crashed, "committed", 7500, false), Aborted, true, ReasonNone},
+		// The guards: a replay position that is not the branch point.
+		{"crash recovery since, its replay past the record, committed", id,
+			View{System: sys, Run: crashed, Status: "committed", Last: endOfRecovery, Replay: 9900}, Unknown, false, Elsewhere},
+		{"crash recovery since, an online checkpoint after it, committed", id, view(crashed, "committed", 9900, false), Unknown, false, Elsewhere},
+		{"restart with recovery since, committed", id, view(restarted, "committed", 9900, false), Unknown, false, Elsewhere},
+		{"clean restart since (no replay), committed", id, view(restarted, "committed", 0, false), Unknown, false, Elsewhere},
+		{"two promotions, replayed past the record, committed", id,
+			view(Run{Timeline: 5, Start: 3_000_000, Epoch: 3_000_100}, "committed", 8200, true), Unknown, false, Elsewhere},
+		{"two promotions, short of the record, committed", id,
+			view(Run{Timeline: 5, Start: 3_000_000, Epoch: 3_000_100}, "committed", 7000, true), Unknown, false, Elsewhere},
+		{"no record position (read lost), committed", ID{Xid: 730, System: sys, Run: run, Flushed: 5000},
+			view(promoted, "committed", 8200, true), Unknown, false, Elsewhere},
+		{"no record position, the old timeline's checkpoint still proves it", ID{Xid: 730, System: sys, Run: run, Flushed: 5000},
+			View{System: sys, Run: promoted, Status: "committed", Last: Checkpoint{Timeline: 3, LSN: 4500, NextXid: 731}}, Committed, false, ReasonNone},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := Judge(tt.id, tt.v)
+			if j.Status != tt.want || j.Lost != tt.wantLost || j.Reason != tt.wantReason || j.SameRun {
+				t.Errorf("judge = %+v, want status %d lost %v reason %d", j, tt.want, tt.wantLost, tt.wantReason)
+			}
+			if (j.Status == Unknown) != (j.Why != "") {
+				t.Errorf("why = %q: an unknown outcome, and only it, says why", j.Why)
+			}
+		})
+	}
+}
+
+// TestJudgeBranchNeverBelievesAnotherReplay: over every replay position,
+// archive-recovery flag and timeline of a server of the system, a
+// "committed" from a later timeline is believed only by the old timeline's
+// checkpoint, or by a replay in the promoted run (archive recovery) of the
+// next timeline that reached the transaction's record.
+func TestJudgeBranchNeverBelievesAnotherReplay(t *testing.T) {
+	const sys = 42
+	id := ID{Xid: 1000, System: sys, Run: Run{Timeline: 3, Start: 10, Epoch: 11}, Flushed: 500, LSN: 800}
+	for _, tl := range []int32{4, 5} {
+		for _, replay := range []int64{0, 799, 800, 801} {
+			for _, replayed := range []bool{false, true} {
+				for _, k := range []Checkpoint{{Timeline: tl, LSN: 900, NextXid: 2000}, {Timeline: tl, LSN: 900, NextXid: 2000, Shutdown: true}} {
+					v := View{System: sys, Run: Run{Timeline: tl, Start: 20, Epoch: 21}, Status: "committed", Last: k, Replay: replay, Replayed: replayed}
+					j := Judge(id, v)
+					proof := tl == id.Run.Timeline+1 && replayed && replay >= id.LSN
+					if (j.Status == Committed) != proof {
+						t.Errorf("view %+v: judged %+v; the replay proves committed: %v", v, j, proof)
+					}
+				}
+			}
+		}
+	}
+}

@@ -28,11 +28,13 @@ const RunSQL = timelineSQL + ", " + startSQL + ", " + epochSQL + ", " + flushedS
 // know of its server: the system identifier (shared by a primary and its
 // standbys), whether it is in recovery, whether it has the functions
 // resolution uses, the pid of the session's backend (a pooler hands out
-// pids of its own), and the server's run.
+// pids of its own), the server's run, and whether the session may write
+// the message that marks a transaction's WAL ([Conn].Emit).
 const systemSQL = `select (select system_identifier from pg_control_system()), pg_is_in_recovery(),
 	to_regproc('pg_catalog.pg_xact_status') is not null and to_regproc('pg_catalog.pg_current_xact_id') is not null,
 	pg_backend_pid(), ` + RunSQL + `,
-	coalesce((select round(extract(epoch from backend_start) * 1000000)::int8 from pg_stat_activity where pid = pg_backend_pid()), 0)`
+	coalesce((select round(extract(epoch from backend_start) * 1000000)::int8 from pg_stat_activity where pid = pg_backend_pid()), 0),
+	coalesce(has_function_privilege(to_regprocedure('pg_catalog.pg_logical_emit_message(boolean,text,text)'), 'execute'), false)`
 
 // backendXidSQL finds the transaction that backend $1, started at $2 (unix
 // microseconds), runs now: its id's low 32 bits (as pg_stat_activity shows
@@ -80,7 +82,21 @@ where a.pid = $1::text::int4 and a.backend_xid is not null
 // whose wait outlives it stays waiting on the server until the standbys
 // answer; while one does, later questions do not wait again, so a standby
 // that stays away holds one backend, not one per question.
-const askSQL = `with s as (
+//
+// Last, where the server's run stopped replaying WAL and whether it
+// replayed a transaction's end in archive recovery ([View].Replay).
+const askSQL = askSQLHead + askSyncSQL + askSQLTail
+
+// askNoMessageSQL is askSQL for a role that may not call
+// pg_logical_emit_message (an administrator revoked it): a question that
+// cannot wait for the synchronous standbys never finds a "committed"
+// durable while there are some.
+const askNoMessageSQL = askSQLHead + "false" + askSQLTail
+
+// askSyncSQL writes the question's message (see askSQL).
+const askSyncSQL = `pg_logical_emit_message(true, 'pgtx', 'pgtx: resolved a commit') is not null`
+
+const askSQLHead = `with s as (
 	select c.system_identifier as sys, ` + timelineSQL + ` as tl, ` + startSQL + ` as st, ` + epochSQL + ` as ep
 	from pg_control_system() c
 ), x as (
@@ -110,6 +126,8 @@ select x.sys, x.tl, x.st, x.ep, x.status, exists (select 1 from pg_prepared_xact
 	then exists (select 1 from pg_stat_replication)
 		and not exists (select 1 from pg_stat_activity where pid <> pg_backend_pid() and wait_event = 'SyncRep'
 			and query like '%pgtx: resolved a commit%')
-		and pg_logical_emit_message(true, 'pgtx', 'pgtx: resolved a commit') is not null
-	else true end
+		and `
+const askSQLTail = `
+	else true end,
+	coalesce((pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::int8, 0), pg_last_xact_replay_timestamp() is not null
 from x cross join k left join b on x.same`

@@ -23,12 +23,17 @@ import (
 // at COMMIT, so a transaction that may have sent one reads its id with one
 // assigned.
 
+// Releaser gives an attempt's connection back to its pool.
+type Releaser interface{ Release() }
+
 // Commit ends t's transaction with COMMIT, on a context the caller's
 // cancellation cannot interrupt (an interrupted COMMIT has an unknown
 // outcome), bounded by CommitTimeout (a deadline on the socket: when it
 // passes, the read fails and pgx closes the connection), and resolves an
-// answer that was lost. (t's own Commit method is fn's, which refuses.)
-func Commit(ctx context.Context, t *Tx) (classify.Class, error) {
+// answer that was lost, after giving the dead connection back with r (nil:
+// none), whose slot the resolution's wait must not hold. (t's own Commit
+// method is fn's, which refuses.)
+func Commit(ctx context.Context, t *Tx, r Releaser) (classify.Class, error) {
 	if !t.begun {
 		return classify.None, nil // fn sent nothing: there is nothing to commit
 	}
@@ -73,7 +78,11 @@ func Commit(ctx context.Context, t *Tx) (classify.Class, error) {
 		return c, err
 	}
 	cu := err.(*errs.CommitUnknownError)
-	switch t.lost() {
+	lost := t.lost()
+	if r != nil && (lost == lostAskBackend || lost == lostResolve) {
+		r.Release() // the connection is dead: COMMIT lost its answer with it
+	}
+	switch lost {
 	case lostUnknown:
 		return c, err
 	case lostNotResolvable:
@@ -133,7 +142,7 @@ func (t *Tx) commitReadingID(ctx context.Context) (pgconn.CommandTag, error) {
 		// plan per transaction.
 		p.SendQueryPrepared(executeXidNames[b2i(t.notify)], nil, nil, nil)
 	} else {
-		p.SendQueryParams(idSQLs[t.capture][b2i(t.notify)], nil, nil, nil, nil)
+		p.SendQueryParams(t.idReadSQL(), nil, nil, nil, nil)
 	}
 	p.SendFlushRequest()
 	p.SendQueryParams("commit", nil, nil, nil, nil)

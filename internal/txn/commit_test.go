@@ -76,7 +76,7 @@ func TestCommitOutcome(t *testing.T) {
 // rolls back nothing, without touching its connection (it has none here).
 func TestNothingToEnd(t *testing.T) {
 	tx := &Tx{s: &Settings{}}
-	if c, err := Commit(context.Background(), tx); c != classify.None || err != nil {
+	if c, err := Commit(context.Background(), tx, nil); c != classify.None || err != nil {
 		t.Errorf("Commit = %v, %v; want none, nil", c, err)
 	}
 	Rollback(context.Background(), tx)

@@ -18,8 +18,11 @@ import (
 // forty allocations more than pgx's own transaction.
 
 // prepareXidSQL prepares the id reads of a direct connection, for
-// executeXidSQLs.
-const prepareXidSQL = "prepare pgtx_xid as " + idSQL + "; prepare pgtx_xid_forced as " + idForcedSQL
+// executeXidSQLs, by whether they write the record.
+func prepareXidSQL(emit bool) string {
+	reads := idSQLs[b2i(emit)][captureID]
+	return "prepare pgtx_xid as " + reads[0] + "; prepare pgtx_xid_forced as " + reads[1]
+}
 
 // executeXidNames are the names of the id reads prepareXidSQL prepares,
 // without and with assigning an id, and executeXidSQLs run them.
@@ -55,7 +58,7 @@ func (t *Tx) firstLean(ctx context.Context, c *connstate.Stmts, sql string, args
 		}
 	}
 	if t.capture != captureNone {
-		if idSD, err = c.Get(ctx, pgConn, idSQLs[t.capture][b2i(t.notify)]); err != nil {
+		if idSD, err = c.Get(ctx, pgConn, t.idReadSQL()); err != nil {
 			return nil, err
 		}
 	}
@@ -126,30 +129,52 @@ func (t *Tx) finishLean(c *connstate.Stmts, mrr *pgconn.MultiResultReader, sql s
 	return err
 }
 
-// readID reads the id, in text, and behind a pooler the server's run, and
-// returns the read's error.
+// readID reads the id and its record's end, in text, and behind a pooler
+// the server's run, and returns the read's error.
 func (t *Tx) readID(rr *pgconn.ResultReader) error {
-	var got, null bool
-	var xid uint64
-	var run resolve.Run
-	var flushed int64
+	var r idRow
+	got := false
 	for rr.NextRow() {
-		if v := rr.Values(); len(v) > 0 {
-			got, null = true, v[0] == nil
-			xid, _ = resolve.ParseUint(v[0])
-			if len(v) == 5 {
-				run, flushed = resolve.ParseRun(v[1:])
-			}
+		if row, ok := parseIDRow(rr.Values()); ok {
+			r, got = row, true
 		}
 	}
 	if _, err := rr.Close(); err != nil || !got {
 		return err
 	}
-	t.idRead, t.idNull, t.id.Xid = true, null, xid
-	if t.capture == captureIDRun {
-		t.id.Run, t.id.Flushed = run, flushed
-	}
+	t.setID(r)
 	return nil
+}
+
+// idRow is what one row of an id read says.
+type idRow struct {
+	xid, lsn uint64
+	null     bool
+	run      resolve.Run
+	flushed  int64
+}
+
+// parseIDRow parses a row of an id read, in text: the id, its record's
+// end, and behind a pooler the server's run.
+func parseIDRow(v [][]byte) (r idRow, ok bool) {
+	if len(v) < 2 {
+		return r, false
+	}
+	r.null = v[0] == nil
+	r.xid, _ = resolve.ParseUint(v[0])
+	r.lsn, _ = resolve.ParseUint(v[1])
+	if len(v) == 6 {
+		r.run, r.flushed = resolve.ParseRun(v[2:])
+	}
+	return r, true
+}
+
+// setID records what an id read found.
+func (t *Tx) setID(r idRow) {
+	t.idRead, t.idNull, t.id.Xid, t.id.LSN = true, r.null, r.xid, int64(r.lsn)
+	if t.capture == captureIDRun {
+		t.id.Run, t.id.Flushed = r.run, r.flushed
+	}
 }
 
 // leanExec runs fn's first statement with arguments after BEGIN.

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx/internal/connstate"
-	"github.com/pgtx-go/pgtx/internal/resolve"
 )
 
 // firstSimple runs fn's statement without arguments as pgx's Exec does,
@@ -44,7 +43,7 @@ func (t *Tx) firstSimple(ctx context.Context, sql string) (tag pgconn.CommandTag
 		if t.capture == captureID && c != nil && c.XidPrepared {
 			q = append(q, executeXidSQLs[b2i(t.notify)]...)
 		} else {
-			q = append(q, idSQLs[t.capture][b2i(t.notify)]...)
+			q = append(q, t.idReadSQL()...)
 		}
 	}
 	mrr := t.pgConn.Exec(ctx, string(q))
@@ -53,16 +52,12 @@ func (t *Tx) firstSimple(ctx context.Context, sql string) (tag pgconn.CommandTag
 		rr := mrr.ResultReader()
 		fields := rr.FieldDescriptions()
 		isID := t.capture != captureNone && len(fields) > 0 && fields[0].Name == "pgtx_xid"
-		var xid uint64
-		var null, got bool
-		var run resolve.Run
-		var flushed int64
+		var r idRow
+		got := false
 		for rr.NextRow() {
-			if v := rr.Values(); isID && len(v) > 0 {
-				got, null = true, v[0] == nil
-				xid, _ = resolve.ParseUint(v[0])
-				if len(v) == 5 {
-					run, flushed = resolve.ParseRun(v[1:])
+			if isID {
+				if row, ok := parseIDRow(rr.Values()); ok {
+					r, got = row, true
 				}
 			}
 		}
@@ -76,10 +71,7 @@ func (t *Tx) firstSimple(ctx context.Context, sql string) (tag pgconn.CommandTag
 		}
 		idDone = isID && got
 		if idDone {
-			t.idRead, t.idNull, t.id.Xid = true, null, xid
-			if t.capture == captureIDRun {
-				t.id.Run, t.id.Flushed = run, flushed
-			}
+			t.setID(r)
 			continue
 		}
 		tag = ct

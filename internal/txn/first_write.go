@@ -25,16 +25,35 @@ import (
 // they go unnamed or simple.
 
 // The id reads: NULL for a transaction without an id, which they do not
-// give one; the forcing ones give it one (a notification's).
+// give one; the forcing ones give it one (a notification's). With the id
+// they read [resolve.ID].LSN: once the transaction has an id, they write a
+// WAL record under it, an empty transactional logical message with prefix
+// "pgtx" (the least WAL a plain role can write), and read its end, so that
+// even a transaction whose writes are not logged (temporary and unlogged
+// tables, a notification) has a record before its commit record. Where the
+// role may not write it ([resolve.Conn].Emit), they read NULL instead.
+// Its column is named with one letter, a name pgconn turns into a string
+// without allocating.
 const (
-	idSQL          = "select pg_current_xact_id_if_assigned()::text::int8 as pgtx_xid"
-	idRunSQL       = "select pg_current_xact_id_if_assigned()::text::int8 as pgtx_xid, " + resolve.RunSQL
-	idForcedSQL    = "select pg_current_xact_id()::text::int8 as pgtx_xid"
-	idRunForcedSQL = "select pg_current_xact_id()::text::int8 as pgtx_xid, " + resolve.RunSQL
+	idSQL          = "select pg_current_xact_id_if_assigned()::text::int8 as pgtx_xid, "
+	idForcedSQL    = "select pg_current_xact_id()::text::int8 as pgtx_xid, "
+	lsnSQL         = "(case when pg_current_xact_id_if_assigned() is not null then pg_logical_emit_message(true, 'pgtx', '') - '0/0'::pg_lsn end)::int8 as l"
+	lsnForcedSQL   = "(pg_logical_emit_message(true, 'pgtx', '') - '0/0'::pg_lsn)::int8 as l"
+	noLSNSQL       = "null::int8 as l"
+	runSQL         = ", " + resolve.RunSQL
+	idLSNSQL       = idSQL + lsnSQL
+	idLSNForcedSQL = idForcedSQL + lsnForcedSQL
 )
 
-// idSQLs indexes the id reads by capture and forcing.
-var idSQLs = [...][2]string{captureNone: {"", ""}, captureID: {idSQL, idForcedSQL}, captureIDRun: {idRunSQL, idRunForcedSQL}}
+// idSQLs indexes the id reads by whether they write the record (emit),
+// capture and forcing.
+var idSQLs = [2][3][2]string{
+	{captureID: {idSQL + noLSNSQL, idForcedSQL + noLSNSQL}, captureIDRun: {idSQL + noLSNSQL + runSQL, idForcedSQL + noLSNSQL + runSQL}},
+	{captureID: {idLSNSQL, idLSNForcedSQL}, captureIDRun: {idLSNSQL + runSQL, idLSNForcedSQL + runSQL}},
+}
+
+// idReadSQL is the statement that reads t's id.
+func (t *Tx) idReadSQL() string { return idSQLs[b2i(t.emit)][t.capture][b2i(t.notify)] }
 
 // setTimeoutSQL sets the transaction's statement_timeout ($1, in
 // milliseconds) as SET LOCAL would, with a parameter, so that it is
@@ -61,23 +80,23 @@ func (t *Tx) queueID(b *pgx.Batch) {
 	if t.capture == captureNone {
 		return
 	}
-	b.Queue(idSQLs[t.capture][b2i(t.notify)]).QueryRow(t.scanID)
+	b.Queue(t.idReadSQL()).QueryRow(t.scanID)
 }
 
 // scanID reads the id and, behind a pooler, the server's run.
 func (t *Tx) scanID(row pgx.Row) error {
-	var xid pgtype.Int8
+	var xid, lsn pgtype.Int8
 	var err error
 	if t.capture == captureIDRun {
-		err = row.Scan(&xid, &t.id.Run.Timeline, &t.id.Run.Start, &t.id.Run.Epoch, &t.id.Flushed)
+		err = row.Scan(&xid, &lsn, &t.id.Run.Timeline, &t.id.Run.Start, &t.id.Run.Epoch, &t.id.Flushed)
 	} else {
-		err = row.Scan(&xid)
+		err = row.Scan(&xid, &lsn)
 	}
 	if err != nil {
 		return err
 	}
 	t.idRead, t.idNull = true, !xid.Valid
-	t.id.Xid = uint64(xid.Int64)
+	t.id.Xid, t.id.LSN = uint64(xid.Int64), lsn.Int64
 	return nil
 }
 

@@ -12,13 +12,14 @@ import (
 
 // resolveID asks the server, on a connection the main pool's exhaustion
 // cannot block, what became of transaction id whose COMMIT lost its answer
-// (lost is that error), within ResolveTimeout, on a context the caller's
+// (lost is that error), within ResolveTimeout while servers answer and
+// UnavailableTimeout while none can be reached, on a context the caller's
 // cancellation cannot interrupt (see [resolve.Resolve]): committed →
 // success; aborted → run it again; nothing can tell → ErrCommitUnknown.
 func resolveID(ctx context.Context, s *Settings, id resolve.ID, lost error) (classify.Class, error) {
-	rctx, cancel := context.WithTimeout(uncancellable(ctx), s.ResolveTimeout)
+	rctx, cancel := context.WithTimeout(uncancellable(ctx), s.ResolveTimeout+s.UnavailableTimeout)
 	defer cancel()
-	r := resolve.Resolve(rctx, s.Resolver, s.Clock, s.Counters, id, s.ResolveTimeout)
+	r := resolve.Resolve(rctx, s.Resolver, s.Clock, s.Counters, id, s.ResolveTimeout, s.UnavailableTimeout)
 	switch {
 	case r.Status == resolve.Committed:
 		return classify.None, nil

@@ -22,6 +22,8 @@ import (
 var (
 	fakeSystem = int64(7)
 	fakeRun    = resolve.Run{Timeline: 1, Start: 1_700_000_000_000_000, Epoch: 1_700_000_000_500_000}
+	// fakeLSN is the end of the record each id read writes.
+	fakeLSN = int64(50436736)
 )
 
 // fakeResolver answers what became of a transaction as the fake server
@@ -31,14 +33,23 @@ var (
 type fakeResolver struct {
 	status     string
 	backendXid uint64
+	conn       *releaser // the attempt's connection, which must be given back first
 
-	mu    sync.Mutex
-	asked []resolve.ID
+	mu       sync.Mutex
+	asked    []resolve.ID
+	held     bool // asked while the connection was still held
+	released int  // times the connection was given back before a question
 }
+
+// releaser counts how often the attempt's connection is given back.
+type releaser struct{ n int }
+
+func (r *releaser) Release() { r.n++ }
 
 func (r *fakeResolver) Ask(_ context.Context, id resolve.ID, _ resolve.End, _ int64) resolve.Answer {
 	r.mu.Lock()
 	r.asked = append(r.asked, id)
+	r.held = r.held || r.conn.n == 0
 	r.mu.Unlock()
 	return resolve.Answer{View: resolve.View{System: fakeSystem, Run: fakeRun, Status: r.status}, Synced: true}
 }
@@ -71,8 +82,12 @@ func idReads(answer func(string) fakepg.Answer, xids ...any) func(int, string) f
 		if xid == "lost" {
 			return fakepg.Answer{Close: true}
 		}
-		a := fakepg.Answer{Columns: []fakepg.Column{{Name: "pgtx_xid", OID: 20}}, Rows: [][]any{{xid}}}
-		if strings.Contains(sql, ", ") { // the run too: behind a pooler
+		var lsn any // NULL: no id, or the read writes no record
+		if xid != nil && strings.Contains(sql, "pg_logical_emit_message") {
+			lsn = fakeLSN
+		}
+		a := fakepg.Answer{Columns: []fakepg.Column{{Name: "pgtx_xid", OID: 20}, {Name: "lsn", OID: 20}}, Rows: [][]any{{xid, lsn}}}
+		if strings.Contains(sql, "pg_walfile_name") { // the run too: behind a pooler
 			a.Columns = append(a.Columns, fakepg.Column{Name: "timeline", OID: 23}, fakepg.Column{Name: "start", OID: 20},
 				fakepg.Column{Name: "epoch", OID: 20}, fakepg.Column{Name: "flushed", OID: 20})
 			a.Rows[0] = append(a.Rows[0], fakeRun.Timeline, fakeRun.Start, fakeRun.Epoch, 4096)
@@ -121,6 +136,7 @@ func TestResolvingOverTheWire(t *testing.T) {
 		name       string
 		mode       pgx.QueryExecMode
 		pooler     bool // the connection does not reach its backend directly
+		revoked    bool // the role may not call pg_logical_emit_message
 		fn         func(context.Context, *Tx) error
 		other      func(string) fakepg.Answer // the answer to statements other than the id reads
 		xids       []any                      // the id reads' answers, in turn (idReads)
@@ -152,6 +168,15 @@ func TestResolvingOverTheWire(t *testing.T) {
 		{name: "the id read prepared in SQL", mode: pgx.QueryExecModeCacheStatement, fn: write,
 			other: commitLost, xids: []any{742}, status: "committed",
 			want: classify.None, wantErr: isNil, wantAsked: []uint64{742}},
+		{name: "simple protocol, the message revoked: no record's end", mode: pgx.QueryExecModeSimpleProtocol, fn: write,
+			revoked: true, other: commitLost, xids: []any{742}, status: "committed",
+			want: classify.None, wantErr: isNil, wantAsked: []uint64{742}},
+		{name: "the id read prepared in SQL, the message revoked", mode: pgx.QueryExecModeCacheStatement, fn: write,
+			revoked: true, other: commitLost, xids: []any{742}, status: "committed",
+			want: classify.None, wantErr: isNil, wantAsked: []uint64{742}},
+		{name: "pgx's batch behind a pooler, the message revoked", mode: pgx.QueryExecModeExec, pooler: true, fn: writeArgs,
+			revoked: true, other: commitLost, xids: []any{742}, status: "committed",
+			want: classify.None, wantErr: isNil, wantAsked: []uint64{742}},
 		{name: "unseen writes: the id read in COMMIT's write", mode: pgx.QueryExecModeExec, fn: unseen,
 			other: count, xids: []any{nil, 743}, status: "committed",
 			want: classify.None, wantErr: isNil, wantAsked: []uint64{743}},
@@ -177,7 +202,7 @@ func TestResolvingOverTheWire(t *testing.T) {
 			if st == nil || connstate.Of(conn.PgConn()) != st {
 				t.Fatal("the connection keeps no state")
 			}
-			st.Res = resolve.Conn{Capable: true, Direct: !tt.pooler, System: fakeSystem, Run: fakeRun, BackendStart: 99}
+			st.Res = resolve.Conn{Capable: true, Direct: !tt.pooler, System: fakeSystem, Run: fakeRun, BackendStart: 99, Emit: !tt.revoked}
 			if tt.pooler {
 				st.Res.Run = resolve.Run{} // captured per transaction, with its id
 			}
@@ -185,7 +210,8 @@ func TestResolvingOverTheWire(t *testing.T) {
 			if err := PrepareReads(ctx, conn, st); err != nil {
 				t.Fatal(err)
 			}
-			res := &fakeResolver{status: tt.status, backendXid: tt.backendXid}
+			slot := &releaser{}
+			res := &fakeResolver{status: tt.status, backendXid: tt.backendXid, conn: slot}
 			counters := &resolve.Counters{}
 			s := &Settings{Resolving: true, ResolveTimeout: 5 * time.Second, Resolver: res,
 				Clock: &fakeclock.Clock{T: time.Unix(1_700_000_000, 0)}, Counters: counters}
@@ -194,7 +220,7 @@ func TestResolvingOverTheWire(t *testing.T) {
 			if err := tt.fn(ctx, &tx); err != nil {
 				t.Fatalf("fn: %v", err)
 			}
-			c, err := Commit(ctx, &tx)
+			c, err := Commit(ctx, &tx, slot)
 			tx.End()
 			if c != tt.want || !tt.wantErr(err) {
 				t.Errorf("Commit = %v, %v; want class %v", c, err, tt.want)
@@ -205,6 +231,16 @@ func TestResolvingOverTheWire(t *testing.T) {
 				if id.System != fakeSystem || id.Run != fakeRun {
 					t.Errorf("asked about %d of system %d, run %+v; want system %d, run %+v", id.Xid, id.System, id.Run, fakeSystem, fakeRun)
 				}
+				wantLSN := fakeLSN
+				if tt.backendXid != 0 || tt.revoked {
+					wantLSN = 0 // from the backend, or no record written
+				}
+				if id.LSN != wantLSN {
+					t.Errorf("asked about %d with its record's end at %d, want %d", id.Xid, id.LSN, wantLSN)
+				}
+			}
+			if res.held || slot.n > 1 {
+				t.Errorf("the resolver was asked while the dead connection was held (%v), or it was given back %d times", res.held, slot.n)
 			}
 			if !slices.Equal(asked, tt.wantAsked) {
 				t.Errorf("the resolver was asked about %v, want %v (the server received %q)", asked, tt.wantAsked, srv.SQL())

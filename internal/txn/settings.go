@@ -21,9 +21,12 @@ type Settings struct {
 	// counting the outcomes in Counters.
 	Resolving      bool
 	ResolveTimeout time.Duration
-	Resolver       Resolver
-	Clock          resolve.Clock
-	Counters       *resolve.Counters
+	// UnavailableTimeout is how long a resolution waits, beyond
+	// ResolveTimeout, while no server can be reached (0: not at all).
+	UnavailableTimeout time.Duration
+	Resolver           Resolver
+	Clock              resolve.Clock
+	Counters           *resolve.Counters
 }
 
 // Resolver asks a server what became of a transaction ([resolve.Resolver]).

@@ -43,7 +43,7 @@ func PrepareReads(ctx context.Context, conn *pgx.Conn, st *connstate.State) erro
 	if !st.Res.Capable || !st.Res.Direct || !st.Stmts.Named {
 		return nil
 	}
-	err := conn.PgConn().Exec(ctx, prepareXidSQL).Close()
+	err := conn.PgConn().Exec(ctx, prepareXidSQL(st.Res.Emit)).Close()
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:

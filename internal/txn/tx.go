@@ -49,6 +49,7 @@ type Tx struct {
 	// handle is part of every call's allocation.
 	kind    Kind    // what the transaction can be resolved with
 	capture capture // what the first write reads for a resolution
+	emit    bool    // the id read writes the record of [resolve.ID].LSN
 	begun   bool    // BEGIN was sent
 	// idRead, idNull: above; stale: anything sent since the id was read
 	// may have given it one; notify: a notification may have been sent,
@@ -77,6 +78,7 @@ func (t *Tx) Start(ctx context.Context, conn *pgx.Conn, s *Settings, beginSQL st
 		// transaction ([SetUp]): a direct connection's lives as long as
 		// its backend (behind a pooler the id read captures it again).
 		t.id = resolve.ID{System: st.Res.System, Run: st.Res.Run, Flushed: st.Res.Flushed}
+		t.emit = st.Res.Emit
 	}
 }
 

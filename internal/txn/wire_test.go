@@ -82,7 +82,7 @@ func TestCommitOverTheWire(t *testing.T) {
 			if err := fn(ctx, &tx); err != nil {
 				t.Fatalf("fn: %v", err)
 			}
-			c, err := Commit(ctx, &tx)
+			c, err := Commit(ctx, &tx, nil)
 			tx.End()
 			if c != tt.want || !tt.wantErr(err) {
 				t.Errorf("Commit = %v, %v; want class %v", c, err, tt.want)
