@@ -35,10 +35,9 @@ type fakeResolver struct {
 	backendXid uint64
 	conn       *releaser // the attempt's connection, which must be given back first
 
-	mu       sync.Mutex
-	asked    []resolve.ID
-	held     bool // asked while the connection was still held
-	released int  // times the connection was given back before a question
+	mu    sync.Mutex
+	asked []resolve.ID
+	held  bool // asked while the connection was still held
 }
 
 // releaser counts how often the attempt's connection is given back.

@@ -22,8 +22,8 @@ func TestSetUpOnce(t *testing.T) {
 	system := func(pid int) fakepg.Answer {
 		return fakepg.Answer{
 			Columns: []fakepg.Column{{Name: "sys", OID: 20}, {Name: "rec", OID: 16}, {Name: "ok", OID: 16}, {Name: "pid", OID: 23},
-				{Name: "tl", OID: 23}, {Name: "st", OID: 20}, {Name: "ep", OID: 20}, {Name: "fl", OID: 20}, {Name: "bs", OID: 20}},
-			Rows: [][]any{{7, false, true, pid, 1, 1000, 2000, 4096, 99}},
+				{Name: "tl", OID: 23}, {Name: "st", OID: 20}, {Name: "ep", OID: 20}, {Name: "fl", OID: 20}, {Name: "bs", OID: 20}, {Name: "em", OID: 16}},
+			Rows: [][]any{{7, false, true, pid, 1, 1000, 2000, 4096, 99, true}},
 		}
 	}
 	const systemPrefix = "select (select system_identifier from pg_control_system())"
