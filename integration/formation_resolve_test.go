@@ -42,7 +42,15 @@ type resolveTally struct {
 	// demoted: lost for every client (not resolution's answers), in
 	// lossyRounds.
 	lostAsync, lossyRounds int
-	resolved               pgtx.ResolveStats
+	// sentLost counts plain statements whose connection broke after they
+	// were sent: they may have been applied, and are not sent again.
+	sentLost int
+	resolved pgtx.ResolveStats
+	// gapOver is the most the longest gap between successes of a round
+	// exceeded the formation's transition (from its events), and late the
+	// longest a round's first success came after the server took writes
+	// again (as a probe saw it).
+	gapOver, late time.Duration
 }
 
 func (a *resolveTally) add(r pgtx.ResolveStats) {
@@ -120,15 +128,16 @@ func TestFormationResolve(t *testing.T) {
 	}
 	var cut, answered int64
 	var table strings.Builder
-	table.WriteString("| failover | rounds | calls | committed | unknown (in fact committed) | failed before the deadline | by the deadline | resolved: committed | aborted (lost) | unknown: elsewhere, restarted, unanswered, other | resolved | acknowledged, lost asynchronously (rounds) |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	table.WriteString("| failover | rounds | calls | committed | unknown (in fact committed) | failed before the deadline | by the deadline | plain, lost after sent | resolved: committed | aborted (lost) | unknown: elsewhere, restarted, unanswered, other | resolved | acknowledged, lost asynchronously (rounds) | gap past the transition, most | first success after the server, latest |\n|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for i, a := range tallies {
 		c, ans := a.cut()
 		cut, answered = cut+c, answered+ans
 		r := a.resolved
-		fmt.Fprintf(&table, "| %s | %d | %d | %d | %d (%d) | %d | %d | %d | %d (%d) | %d, %d, %d, %d | %d of %d | %d (%d) |\n",
-			formationFaults[i].name, a.rounds, a.calls, a.committed, a.unknown, a.unknownApplied, a.failedEarly, a.byDeadline,
+		fmt.Fprintf(&table, "| %s | %d | %d | %d | %d (%d) | %d | %d | %d | %d | %d (%d) | %d, %d, %d, %d | %d of %d | %d (%d) | %v | %v |\n",
+			formationFaults[i].name, a.rounds, a.calls, a.committed, a.unknown, a.unknownApplied, a.failedEarly, a.byDeadline, a.sentLost,
 			r.CommittedCount, r.AbortedCount, r.LostCount, r.ElsewhereCount, r.RestartedCount, r.UnansweredCount,
-			r.UnknownCount-r.ElsewhereCount-r.RestartedCount-r.UnansweredCount, ans, c, a.lostAsync, a.lossyRounds)
+			r.UnknownCount-r.ElsewhereCount-r.RestartedCount-r.UnansweredCount, ans, c, a.lostAsync, a.lossyRounds,
+			a.gapOver.Round(time.Millisecond), a.late.Round(time.Millisecond))
 	}
 	t.Logf("PGTX_FORMATION_ROUNDS=%d:\n%s", rounds, table.String())
 	if answered*100 < cut*99 {
@@ -152,6 +161,7 @@ func resolveRound(t *testing.T, f *pgtxtest.Formation, uri, prefix string, kind 
 		c.MaxConns = formationWriters
 		c.ConnConfig.ConnectTimeout = 2 * time.Second
 	})
+	probe := startWriteProbe(t, uri)
 	stop := make(chan struct{})
 	results := make([][]ledgerCall, formationWriters)
 	var wg sync.WaitGroup
@@ -175,7 +185,9 @@ func resolveRound(t *testing.T, f *pgtxtest.Formation, uri, prefix string, kind 
 		t.Fatalf("the formation did not come back: %v", backErr)
 	}
 	lossy := wentAsync(t, ctx, f, primary.Name, faultAt)
-	checkResolveRound(t, ctx, f, pool, prefix, slices.Concat(results...), lossy, tally)
+	calls := slices.Concat(results...)
+	checkResolveRound(t, ctx, f, pool, prefix, calls, lossy, tally)
+	timeRound(t, ctx, f, calls, faultAt, probe.Stop(), tally)
 	if fault.name == "primary node stopped" {
 		// The next round needs the node back, as the secondary.
 		if err := f.StartNode(ctx, primary.Name); err != nil {
@@ -225,6 +237,11 @@ func checkResolveRound(t *testing.T, ctx context.Context, f *pgtxtest.Formation,
 				tally.unknownApplied++
 			}
 			t.Logf("commit unknown: %s (in the ledger %d times): %v", c.id, ledger[c.id], c.err)
+		case c.plain && pgtx.Classify(c.err) == pgtx.ClassConnectionLost:
+			tally.sentLost++
+			if ledger[c.id] > 1 {
+				t.Errorf("WRONG: %s (a plain statement) is in the ledger %d times", c.id, ledger[c.id])
+			}
 		default:
 			if ledger[c.id] != 0 {
 				t.Errorf("WRONG: %s failed but is in the ledger: %v", c.id, c.err)
@@ -261,6 +278,36 @@ func checkResolveRound(t *testing.T, ctx context.Context, f *pgtxtest.Formation,
 	}
 	tally.add(res)
 	t.Logf("calls %d, resolutions %+v", len(calls), res)
+}
+
+// timeRound adds to tally how far the longest gap between the round's
+// successes exceeded the formation's transition, and how long after the
+// server took writes again (probes) the first success after it came.
+func timeRound(t *testing.T, ctx context.Context, f *pgtxtest.Formation, calls []ledgerCall, faultAt time.Time, probes []probeResult, tally *resolveTally) {
+	t.Helper()
+	var successes []time.Time
+	for _, c := range calls {
+		if c.err == nil {
+			successes = append(successes, c.end)
+		}
+	}
+	slices.SortFunc(successes, func(a, b time.Time) int { return a.Compare(b) })
+	var gap time.Duration
+	var from, to time.Time
+	for i := 1; i < len(successes); i++ {
+		if d := successes[i].Sub(successes[i-1]); d > gap {
+			gap, from, to = d, successes[i-1], successes[i]
+		}
+	}
+	transition, _ := formationTransition(t, ctx, f, faultAt)
+	tally.gapOver = max(tally.gapOver, gap-transition)
+	late := time.Duration(0)
+	if back, ok := serverBack(probes, from, to); ok {
+		late = to.Sub(back)
+		tally.late = max(tally.late, late)
+	}
+	t.Logf("longest gap between successes %v, the formation's transition %v; the first success %v after the server took writes again",
+		gap.Round(time.Millisecond), transition.Round(time.Millisecond), late.Round(time.Millisecond))
 }
 
 // waitSyncStandby waits until the primary at dsn has a synchronous standby
