@@ -190,7 +190,7 @@ const noBleedBound = 4 * time.Minute
 
 // noBleed runs rounds of a randomly timed cancel followed at once by a
 // statement on the same pool, and fails the test if any of those statements
-// got 57014 or if nothing was cancelled.
+// got 57014 or if no cancel was made.
 func noBleed(t *testing.T, ctx context.Context, pool *pgtx.Pool, rounds int, seed uint64) (cancelled, spurious int) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 2))
@@ -214,8 +214,13 @@ func noBleed(t *testing.T, ctx context.Context, pool *pgtx.Pool, rounds int, see
 	if spurious != 0 {
 		t.Errorf("%d statements were hit by a cancel meant for the one before", spurious)
 	}
-	if cancelled == 0 {
-		t.Errorf("no statement was cancelled: the test did not test anything")
+	// The power of the test is the cancels that went out while the next
+	// statement followed at once, whether or not they caught their own
+	// statement: in CancelModeProtocol a cancel takes a new connection, and
+	// most 2ms statements end before it lands, which is exactly the late
+	// cancel the next statement must never get.
+	if s.Cancels.SentCount+s.Cancels.ClosedCount == 0 {
+		t.Errorf("no cancel was sent and no connection closed (%d statements cancelled): the test did not test anything", cancelled)
 	}
 	return cancelled, spurious
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -45,6 +46,19 @@ func countingPool(t *testing.T, dsn string, mutate func(*pgtx.Config)) (*pgtx.Po
 			mutate(c)
 		}
 	})
+	// The cancel pool dials with the same DialFunc, and makes its warm
+	// connection once the main pool has one: that connect is not the
+	// transactions', so it is made before anything is counted.
+	ctx := testCtx(t)
+	if err := pool.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for s := pool.Stats(); s.CancelPool != nil && s.CancelPool.IdleConns() == 0; s = pool.Stats() {
+		if ctx.Err() != nil {
+			t.Fatal("the cancel pool made no connection")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	return pool, wc
 }
 
