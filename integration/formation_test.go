@@ -231,7 +231,10 @@ func TestFormationLedger(t *testing.T) {
 // the formation's transition.
 func checkFormationLedger(t *testing.T, ctx context.Context, f *pgtxtest.Formation, pool *pgtx.Pool, prefix string, calls []ledgerCall, faultAt, backAt time.Time, probes []probeResult) {
 	t.Helper()
-	primary, err := f.Primary(ctx)
+	// The monitor may go on after the writers stopped (a primary restarted
+	// in place, then failed over all the same): the ledger is read from the
+	// primary it settles on.
+	primary, err := waitSteady(ctx, f)
 	if err != nil {
 		t.Fatal(err)
 	}
