@@ -18,7 +18,9 @@ import (
 // session's synchronous_commit. A standby is a walsender without a
 // database (a logical replication's walsender has one): the pid and the
 // database of every session are visible to a plain role, which sees the
-// rows of pg_stat_replication but not their state.
+// rows of pg_stat_replication but not their state. Last, as askSQL, where
+// the server's run stopped replaying WAL and whether it replayed a
+// transaction's end in archive recovery ([View].Replay).
 const surveySQL = `select c.system_identifier, ` + timelineSQL + `, ` + startSQL + `, ` + epochSQL + `,
 	k.timeline_id, (k.checkpoint_lsn - '0/0'::pg_lsn)::int8,
 	split_part(k.next_xid, ':', 1)::int8 * 4294967296 + split_part(k.next_xid, ':', 2)::int8,
@@ -29,14 +31,15 @@ const surveySQL = `select c.system_identifier, ` + timelineSQL + `, ` + startSQL
 	end,
 	(select count(*) from pg_stat_get_wal_senders() w join pg_stat_get_activity(null) a on a.pid = w.pid
 		where a.datid is null),
-	current_setting('synchronous_standby_names'), current_setting('synchronous_commit')
+	current_setting('synchronous_standby_names'), current_setting('synchronous_commit'),
+	coalesce((pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::int8, 0), pg_last_xact_replay_timestamp() is not null
 from pg_control_system() c cross join pg_control_checkpoint() k`
 
 // Survey is what one question found about a pool's acknowledged commits
 // and how the server replicates.
 type Survey struct {
-	// View is the server's system, run and latest checkpoint (its Status
-	// is per id, in Statuses).
+	// View is the server's system, run, latest checkpoint and replay end
+	// (its Status is per id, in Statuses).
 	View View
 	// Statuses has the status of each id asked, in order: as
 	// [View].Status. nil when the server cannot judge (another system, in
@@ -84,7 +87,8 @@ func (r *Resolver) Survey(ctx context.Context, system int64, xids []uint64) (Sur
 	err = conn.QueryRow(actx, surveySQL, pgx.QueryExecModeExec, xidArray(xids), strconv.FormatInt(system, 10)).Scan(
 		&v.System, &v.Run.Timeline, &v.Run.Start, &v.Run.Epoch,
 		&v.Last.Timeline, &v.Last.LSN, &next, &v.Last.Shutdown, &s.Statuses,
-		&standbys, &s.Replication.SynchronousStandbyNames, &s.Replication.SynchronousCommit)
+		&standbys, &s.Replication.SynchronousStandbyNames, &s.Replication.SynchronousCommit,
+		&v.Replay, &v.Replayed)
 	if err != nil {
 		return Survey{}, err
 	}

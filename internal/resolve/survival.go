@@ -58,10 +58,13 @@ func (r Run) After(o Run) bool {
 //     transaction's run the transaction did not commit, or the id was never
 //     given there, or it was given again, after the transaction's run
 //     ended, to a transaction that has not committed;
-//   - "committed" is the transaction's own only when the id is proven given
-//     in the shared history ([ownAnswer]); an id past the next id of the
-//     checkpoint that ended the transaction's run was given again since,
-//     so the commit was lost; otherwise nothing tells;
+//   - "committed" is the transaction's own only when it is proven so
+//     ([ownAnswer]): a standby promoted from the transaction's timeline
+//     replayed past the end of the transaction's WAL record, or the id is
+//     proven given in the shared history; a promoted standby whose replay
+//     stopped short of that record, or an id past the next id of the
+//     checkpoint that ended the transaction's run, proves the commit lost;
+//     otherwise nothing tells;
 //   - no status (the id is too old for the server) tells nothing.
 func Survival(id ID, v View) Verdict {
 	if v.System != id.System || v.Run.Timeline == 0 || !v.Run.After(id.Run) {
@@ -77,14 +80,23 @@ func Survival(id ID, v View) Verdict {
 }
 
 // ownAnswer judges a later run's "committed" about id: Survived when the
-// id is proven given in the history that run shares with the transaction's
-// (so the answer is about the transaction itself), Discarded when it is
-// proven given again after the transaction's run ended, Unproven
-// otherwise. The proofs are those of [Judge]: the server's latest
-// checkpoint bounds the ids of the transaction's timeline
-// ([provenBound]). A further proof that an answer is the transaction's own
-// enters here.
+// answer is proven the transaction's own, Discarded when the commit is
+// proven outside that run's history, Unproven otherwise. The proofs are
+// those of [Judge]: on a standby promoted from the transaction's timeline,
+// where its replay stopped ([judgeBranch]); else the server's latest
+// checkpoint bounds the ids of the transaction's timeline ([provenBound]),
+// and an id past the next id of the checkpoint that ended the
+// transaction's run was given again since.
 func ownAnswer(id ID, v View) Verdict {
+	if j, ok := judgeBranch(id, v); ok {
+		switch {
+		case j.Lost:
+			return Discarded
+		case j.Status == Committed:
+			return Survived
+		}
+		return Unproven
+	}
 	next, exact, proven := provenBound(id, v)
 	switch {
 	case exact && id.Xid >= next:
