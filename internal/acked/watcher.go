@@ -103,14 +103,14 @@ func (w *Watcher) Record(id resolve.ID, label string, at time.Time) {
 	w.note(id.System, id.Run, at, true)
 }
 
-// Seen records that a connection made at at reached run of system, out
-// of recovery.
+// Seen records that a connection's capture, made at at, reached run of
+// system, out of recovery.
 func (w *Watcher) Seen(system int64, run resolve.Run, at time.Time) {
 	w.note(system, run, at, false)
 }
 
-// note takes a run the pool reached, when a connection was made or a
-// commit recorded (wrote), and starts a round when one is due: the run is
+// note takes a run the pool reached, when a connection's capture was made
+// or a commit recorded (wrote), and starts a round when one is due: the run is
 // later than the latest (ask it about the commits of the runs before), the
 // pool writes and has not asked how the server replicates for Refresh, or
 // the last round left something to ask again.
@@ -250,8 +250,11 @@ func (w *Watcher) Counts() Counts {
 }
 
 // Close stops a round in progress and waits for its goroutine; no round
-// starts after it.
+// starts after it. A nil Watcher has nothing to close.
 func (w *Watcher) Close() {
+	if w == nil {
+		return
+	}
 	w.mu.Lock()
 	w.cancel()
 	w.mu.Unlock()
