@@ -1,0 +1,300 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/failover"
+	"github.com/pgtx-go/pgtx/pgtxtest"
+)
+
+// lostCommits is how many commits each phase of TestLostCommits makes.
+const lostCommits = 5
+
+// lostTracer records a pool's failover events.
+type lostTracer struct {
+	nopTracer
+	mu          sync.Mutex
+	lost        []failover.CommitLostData
+	replication []failover.ReplicationData
+	event       chan struct{} // a signal per event
+}
+
+var _ failover.Tracer = (*lostTracer)(nil)
+
+func (l *lostTracer) TraceCommitLost(_ context.Context, d failover.CommitLostData) {
+	l.mu.Lock()
+	l.lost = append(l.lost, d)
+	l.mu.Unlock()
+	l.event <- struct{}{}
+}
+
+func (l *lostTracer) TraceReplication(_ context.Context, d failover.ReplicationData) {
+	l.mu.Lock()
+	l.replication = append(l.replication, d)
+	l.mu.Unlock()
+	l.event <- struct{}{}
+}
+
+// seen returns what the tracer was told so far.
+func (l *lostTracer) seen() ([]failover.CommitLostData, []failover.ReplicationData) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lost), slices.Clone(l.replication)
+}
+
+// await waits for events until done holds, and fails the test when ctx
+// ends first.
+func (l *lostTracer) await(t *testing.T, ctx context.Context, what string, done func() bool) {
+	t.Helper()
+	for !done() {
+		select {
+		case <-l.event:
+		case <-ctx.Done():
+			lost, rep := l.seen()
+			t.Fatalf("waiting for %s: %v; told %+v and %+v", what, ctx.Err(), lost, rep)
+		}
+	}
+}
+
+// acked is a commit a call reported, with its id and when.
+type acked struct {
+	id            string
+	xid           uint64
+	before, after time.Time
+}
+
+// TestLostCommits: a primary with an asynchronous standby, a pool of a
+// plain role writing through a connection string that names both. The pool
+// is told once, at its first commit, that the server acknowledges commits
+// no standby has. Commits that replicated; then the standby stops
+// receiving WAL (replay paused would not do: PostgreSQL 15 ends the pause
+// at promotion and replays every record it received first); commits the
+// standby never gets; the primary is lost (immediate shutdown) and the
+// standby promoted. On the new primary the first lost id is given again to
+// a transaction that commits, the second to one that aborts, the others are
+// not given yet. When the pool meets the new timeline (at a connection's
+// first transaction, one that writes nothing) it asks once: every lost
+// commit is reported, with its label, id, time and timelines, and counted,
+// the one whose id a stranger committed too (the promoted standby's replay
+// stopped short of the WAL mark the lost transaction wrote); every kept
+// commit is proven survived (its replay went past their marks), none
+// unproven; and the pool is told the new primary has no standby.
+func TestLostCommits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a primary and a standby")
+	}
+	ctx := testCtxFor(t, 3*time.Minute)
+	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
+	standby := pgtxtest.StartStandby(t, primary)
+	dsn := pgtxtest.NewDatabaseOn(t, primary)
+	admin := directConn(t, dsn)
+	mustExec(t, ctx, admin, "create table ledger (id text primary key)")
+	role, roleDSN := testRole(t, ctx, admin, dsn, "lost", "")
+	mustExec(t, ctx, admin, "grant select, insert on ledger to "+role)
+	standbyDSN, err := pgtxtest.DSNWithAddr(dsn, standby.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRows(t, ctx, standbyDSN, "select count(*) from pg_roles where rolname = '"+role+"'", 1)
+	waitStreaming(t, ctx, admin)
+
+	tracer := &lostTracer{event: make(chan struct{}, 64)}
+	pool := newPool(t, failoverDSN(t, roleDSN, primary.Addr(), standby.Addr()), func(c *pgtx.Config) {
+		c.MaxConns = 2
+		c.ConnConfig.ConnectTimeout = 2 * time.Second
+		c.Tracer = tracer
+	})
+	commit := func(label string, i int) acked {
+		t.Helper()
+		a := acked{id: fmt.Sprintf("%s-%d", label, i), before: time.Now()}
+		err := pgtx.TransactionWithOptions(ctx, pool, pgtx.ReadCommitted, pgtx.Options{Label: label}, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "insert into ledger values ($1)", a.id); err != nil {
+				return err
+			}
+			return tx.QueryRow(ctx, "select pg_current_xact_id()::text::bigint").Scan(&a.xid)
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", a.id, err)
+		}
+		a.after = time.Now()
+		return a
+	}
+
+	// Replicated commits, and the notice of the asynchronous standby.
+	for i := range lostCommits {
+		commit("kept", i)
+	}
+	tracer.await(t, ctx, "the notice of the asynchronous standby", func() bool { _, r := tracer.seen(); return len(r) > 0 })
+	waitRows(t, ctx, standbyDSN, "select count(*) from ledger", lostCommits)
+
+	// The standby gets nothing more; these commits live on the primary only.
+	standbyAdmin := directConn(t, standby.DSN(""))
+	mustExec(t, ctx, standbyAdmin, "alter system set primary_conninfo = ''")
+	mustExec(t, ctx, standbyAdmin, "select pg_reload_conf()")
+	waitDetached(t, ctx, admin)
+	var lost []acked
+	for i := range lostCommits {
+		lost = append(lost, commit("lost", i))
+	}
+	if _, rep := tracer.seen(); len(rep) != 1 || rep[0] != (failover.ReplicationData{Asynchronous: true, Standbys: 1,
+		SynchronousCommit: "on", Timeline: 1}) {
+		t.Errorf("told of replication %+v, want once: asynchronous, one standby, on timeline 1", rep)
+	}
+
+	if err := primary.Crash(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// The old primary comes back on its old timeline, for the cleanup
+		// that drops the test's database and role there.
+		if err := primary.Start(context.Background()); err != nil {
+			t.Errorf("restart the old primary: %v", err)
+		}
+	})
+	if err := standby.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	newPrimary := directConn(t, standbyDSN)
+	if err := giveXids(ctx, newPrimary, lost[0].xid, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := giveXids(ctx, newPrimary, lost[1].xid, false); err != nil {
+		t.Fatal(err)
+	}
+
+	// The pool meets the new timeline at a connection's first
+	// transaction, which writes nothing. (Its idle connections to the old
+	// primary fail first.)
+	read := func() error {
+		return pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "select 1")
+			return err
+		})
+	}
+	for err := read(); err != nil; err = read() {
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
+	}
+	tracer.await(t, ctx, "the lost commits", func() bool {
+		s := pool.Stats()
+		return s.LostCommitCount+s.UnprovenCommitCount+s.SurvivedCommitCount == 2*lostCommits
+	})
+	s := pool.Stats()
+	reported, rep := tracer.seen()
+	t.Logf("lost %d, unproven %d, survived %d; reported %+v; replication %+v",
+		s.LostCommitCount, s.UnprovenCommitCount, s.SurvivedCommitCount, reported, rep)
+
+	want := map[uint64]string{lost[0].xid: "committed", lost[1].xid: "aborted"}
+	for _, a := range lost[2:] {
+		want[a.xid] = "not yet assigned"
+	}
+	for _, r := range reported {
+		a := findAcked(lost, r.Xid)
+		switch {
+		case want[r.Xid] == "":
+			t.Errorf("reported %+v, which is not a lost commit", r)
+		case r.Status != want[r.Xid] || r.Label != "lost" || r.Timeline != 1 || r.NewTimeline != 2:
+			t.Errorf("reported %+v, want label lost, timelines 1 → 2, status %q", r, want[r.Xid])
+		case r.CommittedAt.Before(a.before) || r.CommittedAt.After(a.after):
+			t.Errorf("reported %+v committed at %v, outside its call (%v to %v)", r, r.CommittedAt, a.before, a.after)
+		}
+		delete(want, r.Xid)
+	}
+	if len(want) != 0 {
+		t.Errorf("not reported: %v", want)
+	}
+	if s.LostCommitCount != lostCommits || s.UnprovenCommitCount != 0 || s.SurvivedCommitCount != lostCommits {
+		t.Errorf("counted %d lost, %d unproven and %d survived, want %d lost, none unproven, %d survived",
+			s.LostCommitCount, s.UnprovenCommitCount, s.SurvivedCommitCount, lostCommits, lostCommits)
+	}
+	if len(rep) != 2 || rep[1] != (failover.ReplicationData{Standbys: 0, SynchronousCommit: "on", Timeline: 2}) {
+		t.Errorf("told of replication %+v, want the new primary without a standby after the first notice", rep)
+	}
+
+	// The loss is real: the new primary has the kept rows only.
+	if n := queryInt(t, ctx, newPrimary, "select count(*) from ledger where id like 'kept-%'"); n != lostCommits {
+		t.Errorf("the new primary has %d kept rows, want %d", n, lostCommits)
+	}
+	if n := queryInt(t, ctx, newPrimary, "select count(*) from ledger where id like 'lost-%'"); n != 0 {
+		t.Errorf("the new primary has %d lost rows, want none", n)
+	}
+}
+
+// findAcked returns the commit of as whose id is xid.
+func findAcked(as []acked, xid uint64) acked {
+	for _, a := range as {
+		if a.xid == xid {
+			return a
+		}
+	}
+	return acked{}
+}
+
+// giveXids commits transactions on conn until the next one would take id
+// xid, then gives xid to a transaction that commits, or aborts.
+func giveXids(ctx context.Context, conn *pgx.Conn, xid uint64, commit bool) error {
+	for range 10000 {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		var got uint64
+		if err := tx.QueryRow(ctx, "select pg_current_xact_id()::text::bigint").Scan(&got); err != nil {
+			return errors.Join(err, tx.Rollback(ctx))
+		}
+		switch {
+		case got > xid:
+			return errors.Join(fmt.Errorf("the new primary is past id %d (at %d)", xid, got), tx.Rollback(ctx))
+		case got == xid && !commit:
+			return tx.Rollback(ctx)
+		}
+		if err := tx.Commit(ctx); err != nil || got == xid {
+			return err
+		}
+	}
+	return fmt.Errorf("the new primary never reached id %d", xid)
+}
+
+// waitRows waits until query, on a connection of its own to dsn, counts
+// want.
+func waitRows(t *testing.T, ctx context.Context, dsn, query string, want int) {
+	t.Helper()
+	var n int
+	var err error
+	for {
+		var conn *pgx.Conn
+		if conn, err = pgx.Connect(ctx, dsn); err == nil {
+			err = conn.QueryRow(ctx, query).Scan(&n)
+			_ = conn.Close(ctx)
+		}
+		if err == nil && n == want {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: %d, %v; want %d", query, n, err, want)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// waitStreaming waits until a standby streams from admin's server.
+func waitStreaming(t *testing.T, ctx context.Context, admin *pgx.Conn) {
+	t.Helper()
+	for queryInt(t, ctx, admin, "select count(*) from pg_stat_replication where state = 'streaming'") != 1 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the standby never streamed")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
