@@ -135,7 +135,7 @@ type Config struct {
 	// about them, once, and names each one the run's history provably
 	// lacks to a [failover.Tracer] ([Stats].LostCommitCount). The same
 	// question tells that tracer when the server acknowledges commits that
-	// no standby has. docs/ambiguous-commits.md says how to reconcile, and
+	// no standby has. docs/lost-commits.md says how to reconcile, and
 	// how to make failover lossless. Default 1024; negative: none are kept
 	// and nothing is asked, as when ResolveTimeout is negative.
 	RecentCommits int
