@@ -171,19 +171,8 @@ func TestLostCommits(t *testing.T) {
 	}
 
 	// The pool meets the new timeline at a connection's first
-	// transaction, which writes nothing. (Its idle connections to the old
-	// primary fail first.)
-	read := func() error {
-		return pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
-			_, err := tx.Exec(ctx, "select 1")
-			return err
-		})
-	}
-	for err := read(); err != nil; err = read() {
-		if ctx.Err() != nil {
-			t.Fatal(err)
-		}
-	}
+	// transaction, which writes nothing.
+	meetNewServer(t, ctx, pool)
 	tracer.await(t, ctx, "the lost commits", func() bool {
 		s := pool.Stats()
 		return s.LostCommitCount+s.UnprovenCommitCount+s.SurvivedCommitCount == 2*lostCommits
@@ -226,6 +215,24 @@ func TestLostCommits(t *testing.T) {
 	}
 	if n := queryInt(t, ctx, newPrimary, "select count(*) from ledger where id like 'lost-%'"); n != 0 {
 		t.Errorf("the new primary has %d lost rows, want none", n)
+	}
+}
+
+// meetNewServer runs transactions that write nothing on pool until one
+// succeeds: the pool's idle connections to a lost server fail first, and
+// the first transaction of a connection to the new one captures its run.
+func meetNewServer(t *testing.T, ctx context.Context, pool *pgtx.Pool) {
+	t.Helper()
+	read := func() error {
+		return pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "select 1")
+			return err
+		})
+	}
+	for err := read(); err != nil; err = read() {
+		if ctx.Err() != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -296,5 +303,136 @@ func waitStreaming(t *testing.T, ctx context.Context, admin *pgx.Conn) {
 			t.Fatal("the standby never streamed")
 		case <-time.After(20 * time.Millisecond):
 		}
+	}
+}
+
+// TestNoCommitLostUnderSynchronousReplication: with a synchronous standby
+// every acknowledged commit is on it, so after the primary is lost and the
+// standby promoted, none is reported lost: each is proven survived (the
+// promoted standby replayed past every commit's WAL mark), and the pool is
+// never told of asynchronous replication.
+func TestNoCommitLostUnderSynchronousReplication(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a primary and a standby")
+	}
+	ctx := testCtxFor(t, 3*time.Minute)
+	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
+	standby := pgtxtest.StartStandby(t, primary)
+	dsn := pgtxtest.NewDatabaseOn(t, primary)
+	admin := directConn(t, dsn)
+	mustExec(t, ctx, admin, "create table ledger (id text primary key)")
+	makeSynchronous(t, ctx, admin)
+
+	tracer := &lostTracer{event: make(chan struct{}, 64)}
+	pool := newPool(t, failoverDSN(t, dsn, primary.Addr(), standby.Addr()), func(c *pgtx.Config) {
+		c.MaxConns = 2
+		c.ConnConfig.ConnectTimeout = 2 * time.Second
+		c.Tracer = tracer
+	})
+	const commits = 2 * lostCommits
+	for i := range commits {
+		err := pgtx.TransactionWithOptions(ctx, pool, pgtx.ReadCommitted, pgtx.Options{Label: "kept"}, func(ctx context.Context, tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, "insert into ledger values ($1)", fmt.Sprint("kept-", i))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := primary.Crash(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// The old primary comes back, without a standby to wait for, for
+		// the cleanup that drops the test's database there.
+		if err := primary.Start(context.Background()); err != nil {
+			t.Errorf("restart the old primary: %v", err)
+			return
+		}
+		old, err := pgx.Connect(context.Background(), dsn)
+		if err != nil {
+			t.Errorf("connect to the old primary: %v", err)
+			return
+		}
+		defer old.Close(context.Background())
+		_, _ = old.Exec(context.Background(), "alter system reset synchronous_standby_names")
+		_, _ = old.Exec(context.Background(), "select pg_reload_conf()")
+	})
+	if err := standby.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	meetNewServer(t, ctx, pool)
+	for s := pool.Stats(); s.LostCommitCount+s.UnprovenCommitCount+s.SurvivedCommitCount != commits; s = pool.Stats() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("judged %+v of %d commits", s, commits)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	s := pool.Stats()
+	lost, rep := tracer.seen()
+	t.Logf("lost %d, unproven %d, survived %d", s.LostCommitCount, s.UnprovenCommitCount, s.SurvivedCommitCount)
+	if s.LostCommitCount != 0 || len(lost) != 0 {
+		t.Errorf("reported lost %+v (%d counted) under synchronous replication", lost, s.LostCommitCount)
+	}
+	if s.SurvivedCommitCount != commits {
+		t.Errorf("proven survived %d of %d commits, want all", s.SurvivedCommitCount, commits)
+	}
+	if len(rep) != 0 {
+		t.Errorf("told of replication %+v: the server never acknowledged a commit no standby had", rep)
+	}
+	standbyDSN, err := pgtxtest.DSNWithAddr(dsn, standby.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := queryInt(t, ctx, directConn(t, standbyDSN), "select count(*) from ledger"); n != commits {
+		t.Errorf("the new primary has %d rows, want %d", n, commits)
+	}
+}
+
+// TestPausedStandbyPromotionReplaysWhatItReceived: PostgreSQL 15 ends a
+// standby's paused replay at promotion and first replays every record it
+// received, so a paused standby does not lose what the primary streamed to
+// it: TestLostCommits cuts the stream instead.
+func TestPausedStandbyPromotionReplaysWhatItReceived(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a primary and a standby")
+	}
+	ctx := testCtxFor(t, 2*time.Minute)
+	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
+	standby := pgtxtest.StartStandby(t, primary)
+	dsn := pgtxtest.NewDatabaseOn(t, primary)
+	admin := directConn(t, dsn)
+	mustExec(t, ctx, admin, "create table ledger (id text primary key)")
+	standbyDSN, err := pgtxtest.DSNWithAddr(dsn, standby.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitRows(t, ctx, standbyDSN, "select count(*) from pg_class where relname = 'ledger'", 1)
+	standbyAdmin := directConn(t, standby.DSN(""))
+	mustExec(t, ctx, standbyAdmin, "select pg_wal_replay_pause()")
+	waitRows(t, ctx, standby.DSN(""), "select (pg_get_wal_replay_pause_state() = 'paused')::int", 1)
+	mustExec(t, ctx, admin, "insert into ledger values ('streamed while paused')")
+	var flushed string
+	if err := admin.QueryRow(ctx, "select pg_current_wal_flush_lsn()::text").Scan(&flushed); err != nil {
+		t.Fatal(err)
+	}
+	waitRows(t, ctx, standby.DSN(""), "select (pg_last_wal_receive_lsn() >= '"+flushed+"')::int", 1)
+	if n := queryInt(t, ctx, directConn(t, standbyDSN), "select count(*) from ledger"); n != 0 {
+		t.Fatalf("the paused standby shows %d rows before its promotion, want none", n)
+	}
+	if err := primary.Crash(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := primary.Start(context.Background()); err != nil {
+			t.Errorf("restart the old primary: %v", err)
+		}
+	})
+	if err := standby.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := queryInt(t, ctx, directConn(t, standbyDSN), "select count(*) from ledger"); n != 1 {
+		t.Errorf("the promoted standby has %d rows, want the one it received while paused", n)
 	}
 }
