@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx/internal/resolve"
 	"github.com/pgtx-go/pgtx/internal/txn"
 )
 
@@ -36,7 +37,7 @@ type txAttempt struct {
 
 // txnSettings resolves what p's transactions need of it, once per pool.
 func (p *Pool) txnSettings() txn.Settings {
-	return txn.Settings{
+	s := txn.Settings{
 		CommitTimeout:   p.settings.commitTimeout,
 		RollbackTimeout: p.settings.rollbackTimeout,
 		SessionTimeout:  p.settings.statementTimeout,
@@ -49,6 +50,10 @@ func (p *Pool) txnSettings() txn.Settings {
 		Clock:              p.clock,
 		Counters:           &p.resolved,
 	}
+	if w := p.acked; w != nil {
+		s.Captured = func(system int64, run resolve.Run) { w.Seen(system, run, time.Now()) }
+	}
+	return s
 }
 
 // run performs one attempt. It returns only after the connection has been
@@ -155,6 +160,9 @@ func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, erro
 	}
 	done = true
 	class, err := txn.Commit(ctx, t, a)
+	if err == nil && a.pool.acked != nil {
+		a.pool.acknowledged(t, a.loop.label)
+	}
 	return Class(class), err
 }
 

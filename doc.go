@@ -52,9 +52,11 @@
 //
 // Around it: the contention manager ([Config].Contention) for hot rows, a
 // circuit breaker ([Config].Breaker) for a database the application can do
-// without, [Pool.Stats] with the queue depth pgxpool does not report, and
-// tracer interfaces ([TransactionTracer], [CancelTracer], [BreakerTracer],
-// [ContentionTracer]). The sub-packages build on this package's API:
+// without, [Pool.Stats] with the queue depth pgxpool does not report, the
+// commits a failover lost ([Config].RecentCommits), and tracer interfaces
+// ([TransactionTracer], [CancelTracer], [BreakerTracer],
+// [ContentionTracer], and Tracer of the failover package, which holds the
+// failover events' types). The sub-packages build on this package's API:
 // replica, bulkhead, storm, multitracer and pgtxslog; the modules pgtxotel,
 // pgtxprom and pgtxtest adapt pgtx to OpenTelemetry, Prometheus and
 // integration tests.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx/internal/acked"
 	"github.com/pgtx-go/pgtx/internal/cancel"
 	"github.com/pgtx-go/pgtx/internal/contention"
 	"github.com/pgtx-go/pgtx/internal/hooks"
@@ -127,6 +128,18 @@ type Config struct {
 	// [ErrCommitUnknown].
 	ResolveTimeout time.Duration
 
+	// RecentCommits is how many of its latest writing commits a resolving
+	// pool keeps (those of the last 5 minutes), with each call's label, so
+	// that when it meets a later run of its server (a standby promoted
+	// after a failover, or the server after a restart) it asks that run
+	// about them, once, and names each one the run's history provably
+	// lacks to a [failover.Tracer] ([Stats].LostCommitCount). The same
+	// question tells that tracer when the server acknowledges commits that
+	// no standby has. docs/lost-commits.md says how to reconcile, and
+	// how to make failover lossless. Default 1024; negative: none are kept
+	// and nothing is asked, as when ResolveTimeout is negative.
+	RecentCommits int
+
 	// Breaker, when set, puts a circuit breaker in front of the pool's
 	// Transaction calls: for a database the application can do without (a
 	// read replica, an analytics store), never the primary. See
@@ -233,6 +246,9 @@ type Pool struct {
 	resolver   *resolve.Resolver
 	reach      *reach.Signal // wakes the calls waiting for the server
 	txn        txn.Settings  // what its transactions need of it (txnSettings)
+
+	// acked keeps the commits a failover may lose; nil: off.
+	acked *acked.Watcher
 }
 
 // NewWithConfig creates a [Pool] from cfg. An invalid cfg is an error
@@ -281,6 +297,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		cfg:      own,
 		cancel:   canceller,
 		reach:    signal,
+		acked:    newAcked(cfg, canceller),
 		resolver: resolve.NewResolver(durDefault(cfg.ResolveTimeout, defaultResolveTimeout), canceller.Pool(), cfg.ConnConfig, cfg.BeforeConnect),
 		settings: settings{
 			acquireTimeout:   defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout),
@@ -325,6 +342,7 @@ func (p *Pool) Close() {
 	if p.reach != nil {
 		p.reach.Close()
 	}
+	p.acked.Close()
 	p.pool.Close()
 	if p.cancel != nil {
 		p.cancel.Close()

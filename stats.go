@@ -56,6 +56,16 @@ type Stats struct {
 	// Resolved counts the resolutions of ambiguous COMMITs
 	// ([Config].ResolveTimeout).
 	Resolved ResolveStats
+
+	// LostCommitCount counts the commits that calls reported (Transaction
+	// returned nil) and that a later run of the server provably does not
+	// have: a failover to an asynchronous standby, or a crash with
+	// synchronous_commit off, discarded them; a [failover.Tracer] is told
+	// of each. UnprovenCommitCount counts those of which the later run said
+	// "committed" while nothing proved that the id had not been given again
+	// there (kept or lost, nothing tells), or no longer knew the id; and
+	// SurvivedCommitCount those proven kept ([Config].RecentCommits).
+	LostCommitCount, UnprovenCommitCount, SurvivedCommitCount int64
 }
 
 // CancelStats counts cancellations by outcome.
@@ -153,6 +163,9 @@ func (p *Pool) Stats() Stats {
 	s.InFlight, s.OldestInFlight = q.inflight.Snapshot(time.Now())
 	if p.contention != nil {
 		s.Contention = contentionStats(p.contention)
+	}
+	if p.acked != nil {
+		ackedStats(p.acked, &s)
 	}
 	if p.breaker != nil {
 		bs := p.breaker.stats()

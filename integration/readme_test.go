@@ -23,6 +23,7 @@ import (
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/bulkhead"
 	"github.com/pgtx-go/pgtx/examples/repository/db"
+	"github.com/pgtx-go/pgtx/failover"
 	"github.com/pgtx-go/pgtx/multitracer"
 	"github.com/pgtx-go/pgtx/pgtxotel"
 	"github.com/pgtx-go/pgtx/pgtxprom"
@@ -104,6 +105,33 @@ func readmeObservability(cfg *pgtx.Config, pool *pgtx.Pool) error {
 
 	cfg.Tracer = multitracer.New(pgtxslog.NewTracer(), metrics) // each tracer receives every event it implements
 	return nil
+}
+
+// reconciler is the pool's tracer: pgtxslog's, which also queues the lost
+// commits for the application.
+type reconciler struct {
+	*pgtxslog.Tracer
+	lost chan<- failover.CommitLostData
+}
+
+func (r reconciler) TraceCommitLost(ctx context.Context, d failover.CommitLostData) {
+	r.Tracer.TraceCommitLost(ctx, d) // still logged
+	// d.Label, d.Xid, d.CommittedAt, d.Timeline (acknowledged there),
+	// d.NewTimeline (lacks it), d.Status (the new server's answer)
+	select {
+	case r.lost <- d:
+	default: // never block the pool's goroutine: the log line stays
+	}
+}
+
+func lostCommitsTracer(cfg *pgtx.Config, lostCommits chan<- failover.CommitLostData) {
+	cfg.Tracer = reconciler{Tracer: pgtxslog.NewTracer(), lost: lostCommits}
+}
+
+func lostCommitsXid(ctx context.Context, tx pgx.Tx) (int64, error) {
+	var xid int64
+	err := tx.QueryRow(ctx, "select pg_current_xact_id()::text::bigint").Scan(&xid)
+	return xid, err
 }
 
 func readmeReplica(ctx context.Context, primary *pgtx.Pool, replicaCfg *pgtx.Config, id int64) error {
@@ -314,7 +342,7 @@ func TestTransferIsSafeToRerun(t *testing.T) {
 
 // The README's snippets are used, so the compiler checks every one of them.
 var _ = []any{readmeIntro, readmeOpen, readmeBackpressure, readmeDefaults, readmeObservability, readmeReplica, readmeBulkheads, readmeMigrate,
-	readmeAdopt, readmeGuards, readmeTestingMigrations}
+	readmeAdopt, readmeGuards, readmeTestingMigrations, lostCommitsTracer, lostCommitsXid}
 
 // TestReadmeCodeBlocks checks that every Go code block of README.md and of
 // the guides in docs/ compiles: a whole program (package main) is one of the

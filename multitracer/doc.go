@@ -5,6 +5,7 @@
 //	cfg.Tracer = multitracer.New(pgtxslog.NewTracer(), pgtxprom.NewTracer())
 //
 // Each optional interface of pgtx ([pgtx.CancelTracer],
-// [pgtx.ContentionTracer], [pgtx.BreakerTracer]) reaches the tracers that
-// implement it, and only those.
+// [pgtx.ContentionTracer], [pgtx.BreakerTracer], and [failover.Tracer] of
+// github.com/pgtx-go/pgtx/failover) reaches the tracers that implement it,
+// and only those.
 package multitracer

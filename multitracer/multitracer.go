@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/failover"
 )
 
 // Tracer forwards every event to each of its tracers, in the order given to
@@ -13,6 +14,7 @@ type Tracer struct {
 	cancel     []pgtx.CancelTracer
 	contention []pgtx.ContentionTracer
 	breaker    []pgtx.BreakerTracer
+	failover   []failover.Tracer
 }
 
 var (
@@ -20,6 +22,7 @@ var (
 	_ pgtx.CancelTracer      = (*Tracer)(nil)
 	_ pgtx.ContentionTracer  = (*Tracer)(nil)
 	_ pgtx.BreakerTracer     = (*Tracer)(nil)
+	_ failover.Tracer        = (*Tracer)(nil)
 )
 
 // New returns a [Tracer] over tracers; nil entries are skipped. Each
@@ -41,6 +44,9 @@ func New(tracers ...pgtx.TransactionTracer) *Tracer {
 		}
 		if b, ok := tr.(pgtx.BreakerTracer); ok {
 			t.breaker = append(t.breaker, b)
+		}
+		if f, ok := tr.(failover.Tracer); ok {
+			t.failover = append(t.failover, f)
 		}
 	}
 	return t
@@ -98,5 +104,21 @@ func (t *Tracer) TraceContention(ctx context.Context, data pgtx.TraceContentionD
 func (t *Tracer) TraceBreakerStateChange(ctx context.Context, data pgtx.TraceBreakerStateChangeData) {
 	for _, tr := range t.breaker {
 		tr.TraceBreakerStateChange(ctx, data)
+	}
+}
+
+// TraceCommitLost calls TraceCommitLost of each tracer that is a
+// [failover.Tracer].
+func (t *Tracer) TraceCommitLost(ctx context.Context, data failover.CommitLostData) {
+	for _, tr := range t.failover {
+		tr.TraceCommitLost(ctx, data)
+	}
+}
+
+// TraceReplication calls TraceReplication of each tracer that is a
+// [failover.Tracer].
+func (t *Tracer) TraceReplication(ctx context.Context, data failover.ReplicationData) {
+	for _, tr := range t.failover {
+		tr.TraceReplication(ctx, data)
 	}
 }

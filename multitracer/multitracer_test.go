@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/failover"
 	"github.com/pgtx-go/pgtx/internal/leakcheck"
 	"github.com/pgtx-go/pgtx/multitracer"
 )
@@ -75,6 +76,10 @@ func (f *full) TraceContention(context.Context, pgtx.TraceContentionData) { f.ad
 func (f *full) TraceBreakerStateChange(context.Context, pgtx.TraceBreakerStateChangeData) {
 	f.add("breaker")
 }
+func (f *full) TraceCommitLost(context.Context, failover.CommitLostData) { f.add("commit lost") }
+func (f *full) TraceReplication(context.Context, failover.ReplicationData) {
+	f.add("replication")
+}
 
 // TestOptionalEventsReachOnlyTheirTracers: each optional event goes to the
 // tracers that implement its interface, in order, and nil entries are
@@ -86,7 +91,9 @@ func TestOptionalEventsReachOnlyTheirTracers(t *testing.T) {
 	tr.TraceCancel(ctx, pgtx.TraceCancelData{})
 	tr.TraceContention(ctx, pgtx.TraceContentionData{})
 	tr.TraceBreakerStateChange(ctx, pgtx.TraceBreakerStateChangeData{})
-	want := []string{"cancel", "contention", "breaker"}
+	tr.TraceCommitLost(ctx, failover.CommitLostData{})
+	tr.TraceReplication(ctx, failover.ReplicationData{})
+	want := []string{"cancel", "contention", "breaker", "commit lost", "replication"}
 	for _, f := range []*full{a, b} {
 		if got := f.events(); !slices.Equal(got, want) {
 			t.Errorf("%s got %v, want %v", f.name, got, want)
@@ -113,6 +120,8 @@ func TestEmpty(t *testing.T) {
 		tr.TraceCancel(ctx, pgtx.TraceCancelData{})
 		tr.TraceContention(ctx, pgtx.TraceContentionData{})
 		tr.TraceBreakerStateChange(ctx, pgtx.TraceBreakerStateChangeData{})
+		tr.TraceCommitLost(ctx, failover.CommitLostData{})
+		tr.TraceReplication(ctx, failover.ReplicationData{})
 	}
 }
 

@@ -6,10 +6,11 @@
 // attributes and event attributes alike.
 //
 // A [Tracer] adapts every tracer interface of pgtx:
-// [pgtx.TransactionTracer], [pgtx.CancelTracer], [pgtx.BreakerTracer] and
-// [pgtx.ContentionTracer]. Set it as the pool's tracer; [RegisterPoolMetrics]
-// reports the pool's [pgtx.Stats], and a [PoolTracer], a pgx tracer of the
-// pool's connections, its connection wait and use times:
+// [pgtx.TransactionTracer], [pgtx.CancelTracer], [pgtx.BreakerTracer],
+// [pgtx.ContentionTracer] and [failover.Tracer]. Set it as the pool's
+// tracer; [RegisterPoolMetrics] reports the pool's [pgtx.Stats], and a
+// [PoolTracer], a pgx tracer of the pool's connections, its connection
+// wait and use times:
 //
 //	tr := pgtxotel.NewTracer()
 //	pt := pgtxotel.NewPoolTracer("main")
@@ -112,6 +113,15 @@
 //     the contention manager, by pgtx.contention.limiting.
 //   - pgtx.contention.limit {attempt} (gauge): the label's limit after its
 //     latest change, 0 once the manager stopped limiting it.
+//   - pgtx.commit_lost.count {transaction}: commits calls reported that a
+//     later run of the server (a standby promoted after a failover, the
+//     server after a restart) provably does not have, by
+//     pgtx.commit_lost.status (that run's answer: "aborted", "not yet
+//     assigned", "in progress", "committed").
+//   - pgtx.replication.asynchronous {1} (gauge): 1 while the pool's server
+//     acknowledges commits that no standby has (standbys stream, none is
+//     synchronous), 0 once it no longer does; set at each change (no
+//     label).
 //
 // pgtx's own histograms (backoff, cancel latency) use the buckets of
 // [pgtx.Histogram], 0.001 to 10 s. Labels should be a small fixed set of

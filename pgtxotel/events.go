@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/failover"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -94,6 +95,30 @@ func (t *Tracer) TraceContention(ctx context.Context, data pgtx.TraceContentionD
 		keyPreviousLimit.Int(data.Previous),
 		keyConflictRatio.Float64(data.ConflictRatio),
 	))
+}
+
+// TraceCommitLost counts a commit a call reported that a later run of the
+// server provably does not have, by the call's label and the server's
+// answer. Its context is not a call's: no span records it.
+func (t *Tracer) TraceCommitLost(ctx context.Context, data failover.CommitLostData) {
+	kvs := make([]attribute.KeyValue, 0, len(t.attrs)+2)
+	kvs = append(kvs, t.attrs...)
+	if ls := t.sets(data.Label); ls.hasLabel {
+		kvs = append(kvs, ls.label) // "_other" past the first labels
+	}
+	kvs = append(kvs, keyLostStatus.String(data.Status))
+	t.commitsLost.Add(ctx, 1, metric.WithAttributeSet(attribute.NewSet(kvs...)))
+}
+
+// TraceReplication sets the pgtx.replication.asynchronous gauge: 1 while
+// the pool's server acknowledges commits that no standby has, 0 once it no
+// longer does.
+func (t *Tracer) TraceReplication(ctx context.Context, data failover.ReplicationData) {
+	v := int64(0)
+	if data.Asynchronous {
+		v = 1
+	}
+	t.asynchronous.Record(ctx, v, metric.WithAttributeSet(attribute.NewSet(t.attrs...)))
 }
 
 // breakerStateName is the value of pgtx.breaker.from and pgtx.breaker.to:

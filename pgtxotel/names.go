@@ -42,6 +42,7 @@ const (
 	keyLimiting        = attribute.Key("pgtx.contention.limiting")
 	keyPreviousLimit   = attribute.Key("pgtx.contention.previous_limit")
 	keyConflictRatio   = attribute.Key("pgtx.contention.conflict_ratio")
+	keyLostStatus      = attribute.Key("pgtx.commit_lost.status")
 	outcomeCommitted   = "committed"
 	outcomeFailed      = "failed"
 )

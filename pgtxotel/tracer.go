@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/failover"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -61,11 +62,12 @@ var classNames = func() [numClasses]string {
 
 // Tracer reports pgtx calls as OpenTelemetry spans and metrics. It
 // implements every tracer interface of pgtx: [pgtx.TransactionTracer],
-// [pgtx.CancelTracer], [pgtx.BreakerTracer] and [pgtx.ContentionTracer]; set
-// as [pgtx.Config].Tracer it receives the events of the pool's calls,
-// cancels, circuit breaker and contention manager. The package
-// documentation lists its spans, events and instruments. A Tracer is safe
-// for concurrent use and may be shared by several pools.
+// [pgtx.CancelTracer], [pgtx.BreakerTracer], [pgtx.ContentionTracer] and
+// [failover.Tracer]; set as [pgtx.Config].Tracer it receives the events
+// of the pool's calls, cancels, circuit breaker, contention manager and
+// failovers. The package documentation lists its spans, events and
+// instruments. A Tracer is safe for concurrent use and may be shared by
+// several pools.
 type Tracer struct {
 	tracer    trace.Tracer
 	spanAttrs []attribute.KeyValue // db.system.name and those of WithAttributes
@@ -83,6 +85,8 @@ type Tracer struct {
 	breakerChanges  metric.Int64Counter
 	contentionLimit metric.Int64Gauge
 	contentionMoves metric.Int64Counter
+	commitsLost     metric.Int64Counter
+	asynchronous    metric.Int64Gauge
 
 	// noLabel holds the measurement options of calls without a label;
 	// labels those of labelled calls, copied on write so that lookups take
@@ -105,6 +109,7 @@ var (
 	_ pgtx.CancelTracer      = (*Tracer)(nil)
 	_ pgtx.BreakerTracer     = (*Tracer)(nil)
 	_ pgtx.ContentionTracer  = (*Tracer)(nil)
+	_ failover.Tracer        = (*Tracer)(nil)
 )
 
 // NewTracer returns a [Tracer] configured by opts (nil options are
@@ -160,6 +165,11 @@ func (t *Tracer) initInstruments(m metric.Meter) error {
 	t.contentionMoves = counter("pgtx.contention.change.count", "{change}", "Changes of a label's limit by the contention manager.")
 	t.contentionLimit, err = m.Int64Gauge("pgtx.contention.limit", metric.WithUnit("{attempt}"),
 		metric.WithDescription("Attempts of the label the contention manager lets run at once, 0 while it does not limit them; set at each change."))
+	errs = append(errs, err)
+	t.commitsLost = counter("pgtx.commit_lost.count", "{transaction}",
+		"Commits Transaction calls reported that a later run of the server (a failover, a restart) provably does not have.")
+	t.asynchronous, err = m.Int64Gauge("pgtx.replication.asynchronous", metric.WithUnit("1"),
+		metric.WithDescription("1 while the pool's server acknowledges commits that no standby has (standbys stream, none synchronous), 0 once it no longer does; set at each change."))
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return errors.Join(errors.New("pgtxotel: creating metric instruments"), err)

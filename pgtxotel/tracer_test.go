@@ -1038,6 +1038,7 @@ func checkUnits(t *testing.T, rm metricdata.ResourceMetrics) {
 		"pgtx.cancel.count": "{cancel}", "pgtx.cancel.latency": "s",
 		"pgtx.breaker.transition.count": "{transition}",
 		"pgtx.contention.limit":         "{attempt}", "pgtx.contention.change.count": "{change}",
+		"pgtx.commit_lost.count": "{transaction}", "pgtx.replication.asynchronous": "1",
 	}
 	for _, sm := range rm.ScopeMetrics {
 		if sm.Scope.Name != ScopeName {

@@ -95,6 +95,8 @@ type Collector struct {
 	resolutions *prometheus.Desc
 	unknown     *prometheus.Desc
 
+	commitChecks *prometheus.Desc
+
 	contentionLimit, contentionWaiting, contentionWait *prometheus.Desc
 	contentionAttempts, contentionConflicts            *prometheus.Desc
 }
@@ -184,6 +186,9 @@ func NewCollector(pool *pgtx.Pool, name string, opts ...Option) *Collector {
 	c.unknown = desc("commit_unknown_total",
 		"Ambiguous COMMITs whose outcome nothing could tell, by reason: unsupported, elsewhere, restarted, forgotten, unanswered.", "reason")
 
+	c.commitChecks = desc("failover_commit_checks_total",
+		"Commits Transaction calls reported that a later run of the server (a failover, a restart) was asked about (Config.RecentCommits), by result: lost, unproven, survived.", "result")
+
 	c.contentionLimit = desc("contention_limit",
 		"Attempts of the label the contention manager lets run at once; 0 while it does not limit them.", labelLabel)
 	c.contentionWaiting = desc("contention_waiting",
@@ -266,6 +271,10 @@ func (c *Collector) collectPool(ch chan<- prometheus.Metric, s pgtx.Stats) {
 	counter(c.unknown, float64(rs.RestartedCount), "restarted")
 	counter(c.unknown, float64(rs.ForgottenCount), "forgotten")
 	counter(c.unknown, float64(rs.UnansweredCount), "unanswered")
+
+	counter(c.commitChecks, float64(s.LostCommitCount), "lost")
+	counter(c.commitChecks, float64(s.UnprovenCommitCount), "unproven")
+	counter(c.commitChecks, float64(s.SurvivedCommitCount), "survived")
 
 	for _, cs := range s.Contention {
 		gauge(c.contentionLimit, float64(cs.Limit), cs.Label)

@@ -217,6 +217,7 @@ func TestCollectAndCount(t *testing.T) {
 		{"pgtx_breaker_opens_total", 0},
 		{"pgtx_commit_resolutions_total", 8},
 		{"pgtx_commit_unknown_total", 10},
+		{"pgtx_failover_commit_checks_total", 6},
 		// The contention manager's empty label, on by default.
 		{"pgtx_contention_limit", 2},
 		{"pgtx_contention_waiting", 2},
@@ -526,7 +527,8 @@ func TestCollectStatsFields(t *testing.T) {
 		},
 		Resolved: pgtx.ResolveStats{CommittedCount: 18, AbortedCount: 19, NotAppliedCount: 20, UnknownCount: 21,
 			UnsupportedCount: 1, ElsewhereCount: 2, RestartedCount: 3, ForgottenCount: 4, UnansweredCount: 11},
-		Breaker: &pgtx.BreakerStats{State: pgtx.BreakerOpen, RejectedCount: 22, OpenedCount: 23},
+		Breaker:         &pgtx.BreakerStats{State: pgtx.BreakerOpen, RejectedCount: 22, OpenedCount: 23},
+		LostCommitCount: 29, UnprovenCommitCount: 30, SurvivedCommitCount: 31,
 		Contention: []pgtx.ContentionStats{
 			{Label: ""},
 			{Label: "transfer", Limiting: true, Limit: 24, Waiting: 25, AttemptCount: 26, ConflictCount: 27, CommitCount: 28},
@@ -586,6 +588,11 @@ pgtx_commit_unknown_total{pool="main",reason="forgotten"} 4
 pgtx_commit_unknown_total{pool="main",reason="restarted"} 3
 pgtx_commit_unknown_total{pool="main",reason="unanswered"} 11
 pgtx_commit_unknown_total{pool="main",reason="unsupported"} 1
+# HELP pgtx_failover_commit_checks_total Commits Transaction calls reported that a later run of the server (a failover, a restart) was asked about (Config.RecentCommits), by result: lost, unproven, survived.
+# TYPE pgtx_failover_commit_checks_total counter
+pgtx_failover_commit_checks_total{pool="main",result="lost"} 29
+pgtx_failover_commit_checks_total{pool="main",result="survived"} 31
+pgtx_failover_commit_checks_total{pool="main",result="unproven"} 30
 # HELP pgtx_breaker_state State of the pool's circuit breaker: 1 for the state it is in (closed, half-open, open), 0 for the others.
 # TYPE pgtx_breaker_state gauge
 pgtx_breaker_state{pool="main",state="closed"} 0
@@ -619,7 +626,7 @@ pgtx_contention_conflicts_total{label="transfer",pool="main"} 27
 		"pgtx_transactions_started_total", "pgtx_connection_holds_total", "pgtx_connection_hold_seconds_total",
 		"pgtx_transactions_in_flight", "pgtx_transaction_oldest_in_flight_seconds",
 		"pgtx_cancels_total", "pgtx_cancel_pool_errors_total", "pgtx_cancel_latency_seconds",
-		"pgtx_commit_resolutions_total", "pgtx_breaker_state", "pgtx_breaker_rejected_total", "pgtx_breaker_opens_total",
+		"pgtx_commit_resolutions_total", "pgtx_failover_commit_checks_total", "pgtx_breaker_state", "pgtx_breaker_rejected_total", "pgtx_breaker_opens_total",
 		"pgtx_contention_limit", "pgtx_contention_waiting", "pgtx_contention_attempts_total", "pgtx_contention_conflicts_total")
 	if err != nil {
 		t.Error(err)

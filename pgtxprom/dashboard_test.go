@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/failover"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -44,7 +45,8 @@ var metricName = regexp.MustCompile(`\bpgtx_[a-z0-9_]+\b`)
 // exportedNames returns the names of every series the package's collectors
 // export, gathered from a Collector over a pool with a circuit breaker and
 // the contention manager, and from a Tracer that has
-// seen the scripted transactions and a change of state: each histogram as
+// seen the scripted transactions, a change of state, a lost commit and a
+// notice of asynchronous replication: each histogram as
 // its _bucket, _sum and _count series too.
 func exportedNames(t *testing.T) map[string]bool {
 	t.Helper()
@@ -58,6 +60,8 @@ func exportedNames(t *testing.T) map[string]bool {
 	tr := NewTracer(WithPoolName("main"))
 	scriptedTransactions(tr)
 	tr.TraceBreakerStateChange(context.Background(), pgtx.TraceBreakerStateChangeData{Name: "main", From: pgtx.BreakerClosed, To: pgtx.BreakerOpen})
+	tr.TraceCommitLost(context.Background(), failover.CommitLostData{Label: "transfer", Status: "aborted"})
+	tr.TraceReplication(context.Background(), failover.ReplicationData{Asynchronous: true, Standbys: 1})
 
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(NewCollector(pool, "main"), tr)
@@ -139,6 +143,7 @@ func TestDashboardQueries(t *testing.T) {
 		"pgtx_retries_total", "pgtx_transaction_attempts_sum", "pgtx_transaction_attempts_count",
 		"pgtx_cancels_total", "pgtx_commit_resolutions_total", "pgtx_transactions_total", "pgtx_breaker_state",
 		"pgtx_contention_limit", "pgtx_retry_budget_refusals_total",
+		"pgtx_failover_commit_checks_total", "pgtx_replication_asynchronous",
 	} {
 		if !used[n] {
 			t.Errorf("no panel reads %s", n)

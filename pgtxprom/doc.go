@@ -3,13 +3,15 @@
 //
 // A [Collector] exports what the pool counts itself, in [pgtx.Stats]: the
 // pool, the cancels by outcome, the resolutions of ambiguous COMMITs, the
-// breaker and the contention manager. A [Tracer], set as the pool's
-// [pgtx.Config].Tracer, counts what only the [pgtx.TransactionTracer]
-// events know: how calls end, their attempts, the retries by class and
-// their backoff, the retries the budget refused, and every change of state
-// of the pool's circuit breaker (Stats keeps only the state and the
-// openings). To send the same events to a log too, join the Tracer and
-// pgtxslog's with the multitracer package.
+// commits a later run of the server was asked about, the breaker and the
+// contention manager. A [Tracer], set as the pool's [pgtx.Config].Tracer,
+// counts what only the tracer events know: how calls end, their attempts,
+// the retries by class and their backoff, the retries the budget refused,
+// every change of state of the pool's circuit breaker (Stats keeps only
+// the state and the openings), the commits a failover lost by label, and
+// whether the server acknowledges commits that no standby has. To send the
+// same events to a log too, join the Tracer and pgtxslog's with the
+// multitracer package.
 //
 // The directory dashboard holds a Grafana dashboard over these metrics
 // (dashboard/pgtx.json); a test checks its queries against the names this
@@ -117,6 +119,15 @@
 //     restarted and could not prove the id older, an id too old, no
 //     answer within ResolveTimeout.
 //
+// The commits calls reported that a later run of the server (a standby
+// promoted after a failover, the server after a restart) was asked about
+// ([pgtx.Config].RecentCommits):
+//
+//   - pgtx_failover_commit_checks_total{result="lost|unproven|survived"}
+//     (counter): lost, that run provably does not have them; unproven, it
+//     said committed of an id it may have given again (or no longer knew
+//     the id); survived, proven kept.
+//
 // The contention manager ([pgtx.Config].Contention), one series per
 // [pgtx.Options].Label (label="" for calls without one), absent when it is
 // off:
@@ -164,7 +175,9 @@
 // pgtx_transactions_total{label, outcome}, pgtx_transaction_duration_seconds,
 // pgtx_transaction_attempts, pgtx_retries_total{label, class},
 // pgtx_retry_backoff_seconds_total{label, class},
-// pgtx_retry_budget_refusals_total{label} and
-// pgtx_breaker_transitions_total{breaker, from, to}, each with the label
-// pool when [WithPoolName] names the pool.
+// pgtx_retry_budget_refusals_total{label},
+// pgtx_breaker_transitions_total{breaker, from, to},
+// pgtx_commits_lost_total{label, status} and
+// pgtx_replication_asynchronous, each with the label pool when
+// [WithPoolName] names the pool.
 package pgtxprom

@@ -5,12 +5,14 @@ import (
 	"errors"
 
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/failover"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Label names and values of the Tracer's metrics.
 const (
 	labelClass       = "class"
+	labelStatus      = "status"
 	outcomeCommitted = "committed"
 )
 
@@ -27,12 +29,15 @@ var attemptBuckets = []float64{1, 2, 3, 4, 6, 8, 11}
 // Tracer counts, as Prometheus metrics, what pgtx does for every
 // transaction: how calls end, how many attempts they take, which errors
 // are retried and how long the retries wait, the retries the retry budget
-// refuses, and every change of state of the pool's circuit breaker. It is
-// a [pgtx.TransactionTracer], a [pgtx.BreakerTracer] and a
-// [prometheus.Collector]: set it as a pool's [pgtx.Config].Tracer and
-// register it (to log the same events too, see the multitracer package). What a snapshot of [pgtx.Stats] already holds (the pool,
-// the cancels by outcome, the resolutions of ambiguous COMMITs, the
-// breaker, the contention manager) is a [Collector]'s; register both.
+// refuses, every change of state of the pool's circuit breaker, the
+// commits a failover lost and whether the server acknowledges commits that
+// no standby has. It is a [pgtx.TransactionTracer], a [pgtx.BreakerTracer],
+// a [failover.Tracer] and a [prometheus.Collector]: set it as a pool's
+// [pgtx.Config].Tracer and register it (to log the same events too, see
+// the multitracer package). What a snapshot of [pgtx.Stats] already holds
+// (the pool, the cancels by outcome, the resolutions of ambiguous COMMITs,
+// the commits a later run was asked about, the breaker, the contention
+// manager) is a [Collector]'s; register both.
 //
 // Its metrics, under the namespace "pgtx" ([WithNamespace] changes it),
 // have the label pool when [WithPoolName] names the pool, and the
@@ -61,6 +66,14 @@ var attemptBuckets = []float64{1, 2, 3, 4, 6, 8, 11}
 //     "open"). The breaker's state and its openings are in [pgtx.Stats],
 //     which a Collector exports; this counter adds what a snapshot misses,
 //     every change, the short ones included (half-open to open and back).
+//   - pgtx_commits_lost_total{status} (counter): commits calls reported
+//     that a later run of the server (a standby promoted after a failover,
+//     the server after a restart) provably does not have, by that run's
+//     answer (aborted, not yet assigned, in progress, committed). The
+//     Collector counts every commit asked about, unproven ones included.
+//   - pgtx_replication_asynchronous (gauge): 1 while the pool's server
+//     acknowledges commits that no standby has (standbys stream, none is
+//     synchronous), 0 once it no longer does; set at each change.
 //
 // A series appears once it has something to count. It is safe for
 // concurrent use; one Tracer serves one pool (its events carry no pool).
@@ -72,11 +85,14 @@ type Tracer struct {
 	backoff      *prometheus.CounterVec
 	refusals     *prometheus.CounterVec
 	transitions  *prometheus.CounterVec
+	commitsLost  *prometheus.CounterVec
+	asynchronous *prometheus.GaugeVec
 }
 
 var (
 	_ pgtx.TransactionTracer = (*Tracer)(nil)
 	_ pgtx.BreakerTracer     = (*Tracer)(nil)
+	_ failover.Tracer        = (*Tracer)(nil)
 	_ prometheus.Collector   = (*Tracer)(nil)
 )
 
@@ -115,6 +131,13 @@ func NewTracer(opts ...Option) *Tracer {
 			Namespace: cfg.namespace, Name: "breaker_transitions_total", ConstLabels: constLabels,
 			Help: "Changes of state of circuit breakers, by breaker name and the states left and entered.",
 		}, []string{labelBreaker, labelFrom, labelTo}),
+		commitsLost: counter("commits_lost_total",
+			"Commits Transaction calls reported that a later run of the server (a failover, a restart) provably does not have, by that run's answer.",
+			labelStatus),
+		asynchronous: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: cfg.namespace, Name: "replication_asynchronous", ConstLabels: constLabels,
+			Help: "1 while the pool's server acknowledges commits that no standby has (standbys stream, none synchronous), 0 once it no longer does.",
+		}, nil),
 	}
 }
 
@@ -167,7 +190,8 @@ func (t *Tracer) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (t *Tracer) collectors() []prometheus.Collector {
-	return []prometheus.Collector{t.transactions, t.duration, t.attempts, t.retries, t.backoff, t.refusals, t.transitions}
+	return []prometheus.Collector{t.transactions, t.duration, t.attempts, t.retries, t.backoff, t.refusals, t.transitions,
+		t.commitsLost, t.asynchronous}
 }
 
 // TraceBreakerStateChange counts a change of state of the pool's circuit
@@ -183,4 +207,19 @@ func breakerStateName(s pgtx.BreakerState) string {
 		return "unknown"
 	}
 	return s.String()
+}
+
+// TraceCommitLost counts a commit a call reported that a later run of the
+// server does not have, by the call's label and that run's answer.
+func (t *Tracer) TraceCommitLost(_ context.Context, data failover.CommitLostData) {
+	t.commitsLost.WithLabelValues(data.Label, data.Status).Inc()
+}
+
+// TraceReplication sets pgtx_replication_asynchronous.
+func (t *Tracer) TraceReplication(_ context.Context, data failover.ReplicationData) {
+	v := 0.0
+	if data.Asynchronous {
+		v = 1
+	}
+	t.asynchronous.WithLabelValues().Set(v)
 }

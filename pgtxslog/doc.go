@@ -1,10 +1,10 @@
 // Package pgtxslog logs the events of pgtx with log/slog.
 //
 // A [Tracer] adapts every tracer interface of pgtx:
-// [pgtx.TransactionTracer], [pgtx.CancelTracer], [pgtx.BreakerTracer] and
-// [pgtx.ContentionTracer]. Set it as the Config's tracer, and it receives
-// the events of the pool's calls, cancels, circuit breaker and contention
-// manager:
+// [pgtx.TransactionTracer], [pgtx.CancelTracer], [pgtx.BreakerTracer],
+// [pgtx.ContentionTracer] and [failover.Tracer]. Set it as the Config's
+// tracer, and it receives the events of the pool's calls, cancels, circuit
+// breaker, contention manager and failovers:
 //
 //	cfg, err := pgtx.ParseConfig(os.Getenv("DATABASE_URL"))
 //	if err != nil {
@@ -17,7 +17,9 @@
 //
 // By default only what is worth a look is logged: retries, failed calls,
 // ambiguous COMMITs, retry budget refusals, cancelled statements, the
-// circuit breaker's changes of state and the contention manager's limits.
+// circuit breaker's changes of state, the contention manager's limits,
+// commits a failover lost and a server that acknowledges commits no
+// standby has.
 // Each kind of line is an [Event] with a default level, chosen by
 // severity:
 //
@@ -44,15 +46,20 @@
 //	ContentionSwitched   the contention manager starts or stops limiting
 //	                     a label                                          contention limit changed       Info
 //	ContentionChanged    the contention manager changes a label's limit   contention limit changed       Debug
+//	CommitLost           a reported commit a later run of the server
+//	                     provably does not have (a failover lost it)      commit lost                    Error
+//	ReplicationAsync     the server acknowledges commits no standby has   replication changed            Warn
+//	ReplicationChanged   it no longer does                                replication changed            Info
 //	Committed            a call committed                                 transaction committed          off
 //	Attempt              the last attempt of a call                       attempt finished               off
 //
 // An error that ends a call is returned to its caller, which decides what it
 // means; so a constraint violation, a data error or the caller's own error is
 // logged at Debug only, while what the operator must know about (a COMMIT
-// that may or may not have happened, a server out of disk or memory) is
-// logged at Error. A call refused by the retry budget logs the refusal only,
-// not a second "transaction failed" line. The contention manager probes
+// that may or may not have happened, a reported commit a failover lost, a
+// server out of disk or memory) is logged at Error. A call refused by the
+// retry budget logs the refusal only, not a second "transaction failed"
+// line. The contention manager probes
 // for the limit that commits most, so its changes of limit come often and
 // are logged at Debug; it starting or stopping to limit a label is logged
 // at Info.
@@ -96,6 +103,13 @@
 //	label, limiting, limit,         a contention change: the label (absent when empty), whether the
 //	previous, conflict_ratio        gate limits from now on, the new and the old limit, and the
 //	                                share of conflicts that led to the change
+//	label, xid, committed_at,       a lost commit: the call's label (absent when empty), the
+//	timeline, new_timeline, status  transaction's id, when the call learned of its commit, the
+//	                                timeline that acknowledged it and the one that lacks it, and
+//	                                that one's answer about the id
+//	asynchronous, standbys,         replication: whether the server acknowledges commits no standby
+//	synchronous_standby_names,      has, the standbys streaming from it, its settings, and its
+//	synchronous_commit, timeline    timeline
 //
 // [Stats] and [Diagnosis] log a pool's statistics and a [storm.Diagnosis]
 // the same way, as one attribute whose value is a group.

@@ -84,6 +84,21 @@ const (
 	// Attempt is the last attempt of a call, so that with the retries every
 	// attempt has a line: "attempt finished". It is off by default.
 	Attempt
+	// CommitLost (after Attempt, so that the values of the kinds before
+	// stay) is a commit a call reported that a later run of the
+	// server (a standby promoted after a failover, or the server after a
+	// restart) provably does not have ([failover.Tracer]): "commit
+	// lost".
+	CommitLost
+	// ReplicationAsync is the server starting to acknowledge commits that
+	// no standby has: standbys stream from it and synchronous_standby_names
+	// is empty. A failover to one of them can lose acknowledged commits:
+	// "replication changed".
+	ReplicationAsync
+	// ReplicationChanged is the server no longer acknowledging commits
+	// that no standby has (a standby became synchronous, or none streams):
+	// "replication changed".
+	ReplicationChanged
 
 	numEvents = iota
 )
@@ -116,6 +131,9 @@ var events = [numEvents]struct {
 	ContentionChanged:   {"contention_changed", slog.LevelDebug, "contention limit changed"},
 	Committed:           {"committed", LevelOff, "transaction committed"},
 	Attempt:             {"attempt", LevelOff, "attempt finished"},
+	CommitLost:          {"commit_lost", slog.LevelError, "commit lost"},
+	ReplicationAsync:    {"replication_async", slog.LevelWarn, "replication changed"},
+	ReplicationChanged:  {"replication_changed", slog.LevelInfo, "replication changed"},
 }
 
 // String returns the kind's name in snake case, such as "retry_conflict",

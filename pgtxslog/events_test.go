@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/failover"
 	"github.com/pgtx-go/pgtx/pgtxslog"
 )
 
@@ -68,6 +69,15 @@ func triggers() []trigger {
 		{pgtxslog.Committed, "committed", pgtxslog.LevelOff, "transaction committed", end(nil)},
 		{pgtxslog.Attempt, "attempt", pgtxslog.LevelOff, "attempt finished", func(ctx context.Context, tr *pgtxslog.Tracer) {
 			tr.TraceAttemptEnd(ctx, pgtx.TraceAttemptEndData{Attempt: 1})
+		}},
+		{pgtxslog.CommitLost, "commit_lost", slog.LevelError, "commit lost", func(ctx context.Context, tr *pgtxslog.Tracer) {
+			tr.TraceCommitLost(ctx, failover.CommitLostData{Xid: 730, Timeline: 1, NewTimeline: 2, Status: "aborted"})
+		}},
+		{pgtxslog.ReplicationAsync, "replication_async", slog.LevelWarn, "replication changed", func(ctx context.Context, tr *pgtxslog.Tracer) {
+			tr.TraceReplication(ctx, failover.ReplicationData{Asynchronous: true, Standbys: 1})
+		}},
+		{pgtxslog.ReplicationChanged, "replication_changed", slog.LevelInfo, "replication changed", func(ctx context.Context, tr *pgtxslog.Tracer) {
+			tr.TraceReplication(ctx, failover.ReplicationData{Standbys: 1, SynchronousStandbyNames: "*"})
 		}},
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/failover"
 )
 
 // Option configures a [Tracer] made by [NewTracer].
@@ -36,11 +37,11 @@ func WithLevels(levels map[Event]slog.Leveler) Option {
 
 // Tracer logs pgtx events to a [*slog.Logger]. It implements every tracer
 // interface of pgtx: [pgtx.TransactionTracer], [pgtx.CancelTracer],
-// [pgtx.BreakerTracer] and [pgtx.ContentionTracer]; set as
-// [pgtx.Config].Tracer it receives the events of the pool's calls, cancels,
-// circuit breaker and contention manager. Create it with [NewTracer]; the zero
-// Tracer logs to [slog.Default] at the default levels. It is safe for
-// concurrent use.
+// [pgtx.BreakerTracer], [pgtx.ContentionTracer] and [failover.Tracer];
+// set as [pgtx.Config].Tracer it receives the events of the pool's calls,
+// cancels, circuit breaker, contention manager and failovers. Create it
+// with [NewTracer]; the zero Tracer logs to [slog.Default] at the default
+// levels. It is safe for concurrent use.
 type Tracer struct {
 	logger *slog.Logger            // nil: slog.Default() at each event
 	levels [numEvents]slog.Leveler // nil: the kind's default level
@@ -51,6 +52,7 @@ var (
 	_ pgtx.CancelTracer      = (*Tracer)(nil)
 	_ pgtx.BreakerTracer     = (*Tracer)(nil)
 	_ pgtx.ContentionTracer  = (*Tracer)(nil)
+	_ failover.Tracer        = (*Tracer)(nil)
 )
 
 // NewTracer returns a [Tracer] configured by opts (nil options are

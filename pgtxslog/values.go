@@ -18,14 +18,15 @@ import (
 //	transactions, held, held_mean          calls started, attempts that held a connection, mean hold
 //	cancels {sent, signalled, not_found, pool_errors, protocol, closed, latency_p99}
 //	resolved {committed, aborted, lost, not_applied, unknown, unsupported, elsewhere, restarted, forgotten, unanswered, terminated}
+//	commits {lost, unproven, survived}     reported commits a later run of the server was asked about
 //	breaker {name, state, calls, failures, slow, rejected, opened}
 //	contention {<label> {limit, running, waiting}}
 //
-// cancels and resolved are left out while all their counts are 0, breaker
-// when the pool has none (name when it is empty), and contention while the
-// contention manager limits no label; a label's group lists only the labels
-// it limits, the empty label under the key "_". The p99 figures are
-// estimates from above ([pgtx.Histogram.Quantile]). The group is built
+// cancels, resolved and commits are left out while all their counts are 0,
+// breaker when the pool has none (name when it is empty), and contention
+// while the contention manager limits no label; a label's group lists only
+// the labels it limits, the empty label under the key "_". The p99 figures
+// are estimates from above ([pgtx.Histogram.Quantile]). The group is built
 // only when a line is written:
 //
 //	logger.Info("pool", "stats", pgtxslog.Stats(pool.Stats()))
@@ -81,6 +82,12 @@ func (s statsValue) LogValue() slog.Value {
 			slog.Int64("forgotten", r.ForgottenCount),
 			slog.Int64("unanswered", r.UnansweredCount),
 			slog.Int64("terminated", r.TerminatedCount)))
+	}
+	if s.LostCommitCount|s.UnprovenCommitCount|s.SurvivedCommitCount != 0 {
+		attrs = append(attrs, slog.Group("commits",
+			slog.Int64("lost", s.LostCommitCount),
+			slog.Int64("unproven", s.UnprovenCommitCount),
+			slog.Int64("survived", s.SurvivedCommitCount)))
 	}
 	if b := s.Breaker; b != nil {
 		attrs = append(attrs, slog.Attr{Key: "breaker", Value: breakerValue(b)})

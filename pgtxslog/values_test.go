@@ -94,6 +94,7 @@ func TestStats(t *testing.T) {
 					UnsupportedCount: 1, ElsewhereCount: 2, UnansweredCount: 1, TerminatedCount: 1},
 				Breaker: &pgtx.BreakerStats{State: pgtx.BreakerHalfOpen, CallCount: 20, FailureCount: 11, SlowCount: 2,
 					RejectedCount: 300, OpenedCount: 2},
+				LostCommitCount: 4, UnprovenCommitCount: 6, SurvivedCommitCount: 1,
 				Contention: []pgtx.ContentionStats{
 					{Limiting: true, Limit: 2, Running: 2, Waiting: 1},
 					{Label: "pay", AttemptCount: 7},
@@ -111,6 +112,7 @@ func TestStats(t *testing.T) {
 				"resolved.lost": "0", "resolved.restarted": "0", "resolved.forgotten": "0", "resolved.unanswered": "1",
 				"breaker.state": "half-open", "breaker.calls": "20", "breaker.failures": "11", "breaker.slow": "2",
 				"breaker.rejected": "300", "breaker.opened": "2",
+				"commits.lost": "4", "commits.unproven": "6", "commits.survived": "1",
 				"contention._.limit": "2", "contention._.running": "2", "contention._.waiting": "1",
 				"contention.transfer.limit": "6", "contention.transfer.running": "5", "contention.transfer.waiting": "9",
 			},

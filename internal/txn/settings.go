@@ -27,6 +27,11 @@ type Settings struct {
 	Resolver           Resolver
 	Clock              resolve.Clock
 	Counters           *resolve.Counters
+	// Captured, when set, is told the system and run that a connection's
+	// capture found ([SetUp]) on a server out of recovery, once per
+	// connection: a run later than the pool knew is a failover or a
+	// restart.
+	Captured func(system int64, run resolve.Run)
 }
 
 // Resolver asks a server what became of a transaction ([resolve.Resolver]).

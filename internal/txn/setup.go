@@ -18,7 +18,8 @@ import (
 // backend's catalog caches are cold, which makes these questions cost more
 // than the connect itself, and a connection that runs only plain
 // statements never needs them. A question cancelled by ctx is an error and
-// is asked again at the next transaction.
+// is asked again at the next transaction. A capture made tells
+// s.Captured the server's run.
 func SetUp(ctx context.Context, conn *pgx.Conn, s *Settings) error {
 	if !s.Resolving {
 		return nil
@@ -29,6 +30,9 @@ func SetUp(ctx context.Context, conn *pgx.Conn, s *Settings) error {
 	}
 	if err := st.Res.Prepare(ctx, conn); err != nil {
 		return err
+	}
+	if s.Captured != nil && st.Res.Capable && st.Res.Run.Timeline != 0 {
+		s.Captured(st.Res.System, st.Res.Run)
 	}
 	return PrepareReads(ctx, conn, st)
 }

@@ -1,0 +1,66 @@
+package pgtx
+
+import (
+	"context"
+	"time"
+
+	"github.com/pgtx-go/pgtx/failover"
+	"github.com/pgtx-go/pgtx/internal/acked"
+	"github.com/pgtx-go/pgtx/internal/cancel"
+	"github.com/pgtx-go/pgtx/internal/resolve"
+	"github.com/pgtx-go/pgtx/internal/txn"
+)
+
+// The bounds of the commits a pool keeps to name those a failover lost.
+const (
+	defaultRecentCommits = 1024            // Config.RecentCommits
+	recentCommitsAge     = 5 * time.Minute // the oldest asked about
+	replicationRefresh   = time.Minute     // how often a writing pool asks how its server replicates
+)
+
+// newAcked returns the keeper of the pool's acknowledged commits, or nil
+// when it is off (RecentCommits or ResolveTimeout negative). Each
+// connection's capture, at its first transaction, tells it the run the
+// connection reached (txnSettings).
+func newAcked(cfg *Config, canceller *cancel.Canceller) *acked.Watcher {
+	if cfg.ResolveTimeout < 0 || cfg.RecentCommits < 0 {
+		return nil
+	}
+	tracer, _ := cfg.Tracer.(failover.Tracer)
+	w := acked.New(acked.Settings{
+		Size:    defaultOrNone(cfg.RecentCommits, defaultRecentCommits),
+		MaxAge:  recentCommitsAge,
+		Refresh: replicationRefresh,
+		Surveyor: resolve.NewResolver(durDefault(cfg.ResolveTimeout, defaultResolveTimeout),
+			canceller.Pool(), cfg.ConnConfig, cfg.BeforeConnect),
+		Clock: realClock{},
+		Discarded: func(e acked.Entry, run resolve.Run, status string) {
+			if tracer != nil {
+				tracer.TraceCommitLost(context.Background(), failover.CommitLostData{Label: e.Label, Xid: e.ID.Xid,
+					CommittedAt: e.At, Timeline: e.ID.Run.Timeline, NewTimeline: run.Timeline, Status: status})
+			}
+		},
+		Replication: func(r resolve.Replication, run resolve.Run) {
+			if tracer != nil {
+				tracer.TraceReplication(context.Background(), failover.ReplicationData{Asynchronous: r.Asynchronous(),
+					Standbys: r.Standbys, SynchronousStandbyNames: r.SynchronousStandbyNames,
+					SynchronousCommit: r.SynchronousCommit, Timeline: run.Timeline})
+			}
+		},
+	})
+	return w
+}
+
+// acknowledged keeps t's commit, reported to the call labelled label, when
+// it had an id.
+func (p *Pool) acknowledged(t *txn.Tx, label string) {
+	if id, ok := t.Acknowledged(); ok {
+		p.acked.Record(id, label, time.Now())
+	}
+}
+
+// ackedStats fills the commit counts of s.
+func ackedStats(w *acked.Watcher, s *Stats) {
+	c := w.Counts()
+	s.LostCommitCount, s.UnprovenCommitCount, s.SurvivedCommitCount = c.Discarded, c.Unproven, c.Survived
+}

@@ -1,0 +1,32 @@
+package txn
+
+import (
+	"testing"
+
+	"github.com/pgtx-go/pgtx/internal/resolve"
+)
+
+// TestAcknowledged: a committed transaction names its id only when the
+// pool read it (a captured transaction that wrote), with the run that gave
+// it.
+func TestAcknowledged(t *testing.T) {
+	run := resolve.Run{Timeline: 3, Start: 10, Epoch: 20}
+	tests := []struct {
+		name string
+		tx   *Tx
+		want bool
+	}{
+		{"captured, wrote", &Tx{kind: Captured, id: resolve.ID{Xid: 730, System: 9, Run: run}}, true},
+		{"captured, wrote nothing", &Tx{kind: Captured, id: resolve.ID{System: 9, Run: run}}, false},
+		{"the pool does not resolve", &Tx{kind: Plain}, false},
+		{"a server that cannot be asked", &Tx{kind: Uncaptured}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id, ok := tt.tx.Acknowledged()
+			if ok != tt.want || (ok && id != tt.tx.id) {
+				t.Errorf("Acknowledged = %+v, %v; want %v", id, ok, tt.want)
+			}
+		})
+	}
+}
