@@ -73,17 +73,24 @@ func (a *resolveTally) cut() (cut, answered int64) {
 	return r.CommittedCount + r.AbortedCount + r.UnknownCount, r.CommittedCount + r.AbortedCount
 }
 
-// TestFormationResolve measures how the COMMITs that failovers of a real
-// pg_auto_failover formation cut are resolved: for each kind of failover
-// (planned switchover, kill -9 of the primary's postmaster, primary node
-// stopped), PGTX_FORMATION_ROUNDS rounds (1 by default) of eight writers of
-// a plain role, each write a unique id in its own Transaction with a 10s
-// deadline, through the formation's multi-host URI, each round from a
-// primary with a synchronous standby. Every answer is checked against the
-// final primary's ledger: a success is there once, a failure is not there,
-// ErrCommitUnknown may be either; and the COMMITs whose answer the failover
-// lost are resolved (committed, or proven not and run again): at least 99%
-// of them over the run. The table of each kind is logged.
+// TestFormationResolve drives a ledger workload through a real
+// pg_auto_failover formation (a monitor, a primary and its synchronous
+// secondary) and measures how it rides out each kind of failover (planned
+// switchover, kill -9 of the primary's postmaster, a fast shutdown of it
+// with 57P03 while it stops and starts, primary node stopped), and how the
+// COMMITs the failovers cut are resolved: PGTX_FORMATION_ROUNDS rounds (1
+// by default) of eight writers of a plain role, each write a unique id with
+// a 10s deadline, in its own Transaction or (two of them) with Pool.Exec,
+// through the formation's multi-host URI (target_session_attrs=read-write),
+// each round from a primary with a synchronous standby. Every answer is
+// checked against the final primary's ledger: a success is there once, a
+// failure is not there (but a plain statement lost after it was sent, which
+// may be), ErrCommitUnknown may be either and says why, in the error and
+// in Stats; no call fails before its deadline but on a permanent error; the
+// first success after the server takes writes again (a probe connecting
+// every 50ms) comes within formationLate; and the COMMITs whose answer the
+// failover lost are resolved (committed, or proven not and run again): at
+// least 99% of them over the run. The table of each kind is logged.
 //
 // One loss is no client's doing: when pg_auto_failover lets the old primary
 // go asynchronous (wait_primary) during the failover, the commits it then
@@ -217,6 +224,7 @@ func checkResolveRound(t *testing.T, ctx context.Context, f *pgtxtest.Formation,
 		t.Fatal(err)
 	}
 	res := pool.Stats().Resolved
+	roundUnknown := 0
 	made := map[string]bool{}
 	var absent []string
 	for _, c := range calls {
@@ -233,10 +241,14 @@ func checkResolveRound(t *testing.T, ctx context.Context, f *pgtxtest.Formation,
 			}
 		case errors.Is(c.err, pgtx.ErrCommitUnknown):
 			tally.unknown++
+			roundUnknown++
 			if ledger[c.id] > 0 {
 				tally.unknownApplied++
 			}
 			t.Logf("commit unknown: %s (in the ledger %d times): %v", c.id, ledger[c.id], c.err)
+			if !strings.Contains(c.err.Error(), "in flight (") {
+				t.Errorf("%s: ErrCommitUnknown without its reason: %v", c.id, c.err)
+			}
 		case c.plain && pgtx.Classify(c.err) == pgtx.ClassConnectionLost:
 			tally.sentLost++
 			if ledger[c.id] > 1 {
@@ -254,7 +266,7 @@ func checkResolveRound(t *testing.T, ctx context.Context, f *pgtxtest.Formation,
 				tally.byDeadline++
 			default:
 				tally.failedEarly++
-				t.Logf("failed %v before its deadline: %s: %v", c.start.Add(ledgerDeadline).Sub(c.end).Round(time.Millisecond), c.id, c.err)
+				t.Errorf("failed %v before its deadline: %s: %v", c.start.Add(ledgerDeadline).Sub(c.end).Round(time.Millisecond), c.id, c.err)
 			}
 		}
 	}
@@ -275,6 +287,12 @@ func checkResolveRound(t *testing.T, ctx context.Context, f *pgtxtest.Formation,
 	default:
 		t.Errorf("WRONG: %d calls reported committed are not in the ledger (%v; the old primary went asynchronous: %v, resolutions said committed %d times)",
 			len(absent), absent[:min(len(absent), 10)], lossy, res.CommittedCount)
+	}
+	if int64(roundUnknown) != res.UnknownCount {
+		t.Errorf("%d calls returned ErrCommitUnknown, Stats().Resolved.UnknownCount = %d", roundUnknown, res.UnknownCount)
+	}
+	if reasons := res.UnsupportedCount + res.ElsewhereCount + res.RestartedCount + res.ForgottenCount + res.UnansweredCount; reasons != res.UnknownCount {
+		t.Errorf("resolutions %+v: the reasons add up to %d, not the %d unknown", res, reasons, res.UnknownCount)
 	}
 	tally.add(res)
 	t.Logf("calls %d, resolutions %+v", len(calls), res)
@@ -308,6 +326,12 @@ func timeRound(t *testing.T, ctx context.Context, f *pgtxtest.Formation, calls [
 	}
 	t.Logf("longest gap between successes %v, the formation's transition %v; the first success %v after the server took writes again",
 		gap.Round(time.Millisecond), transition.Round(time.Millisecond), late.Round(time.Millisecond))
+	if late > formationLate {
+		t.Errorf("the first success came %v after the server took writes again, want within %v", late.Round(time.Millisecond), formationLate)
+	}
+	if gap >= ledgerDeadline {
+		t.Errorf("successes stopped for %v, longer than a call's deadline", gap)
+	}
 }
 
 // waitSyncStandby waits until the primary at dsn has a synchronous standby

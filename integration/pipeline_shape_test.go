@@ -6,7 +6,6 @@ import (
 	"net"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -34,6 +33,10 @@ func countingPool(t *testing.T, dsn string, mutate func(*pgtx.Config)) (*pgtx.Po
 	wc := &writeCounter{}
 	pool := newPool(t, dsn, func(c *pgtx.Config) {
 		c.MaxConns, c.MinConns = 1, 1
+		// The cancel pool, over which a resolving pool also asks its
+		// server once how it replicates, has its own connection string:
+		// only the transactions' connection is counted.
+		c.CancelConnString = dsn
 		var d net.Dialer
 		c.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conn, err := d.DialContext(ctx, network, addr)
@@ -46,19 +49,6 @@ func countingPool(t *testing.T, dsn string, mutate func(*pgtx.Config)) (*pgtx.Po
 			mutate(c)
 		}
 	})
-	// The cancel pool dials with the same DialFunc, and makes its warm
-	// connection once the main pool has one: that connect is not the
-	// transactions', so it is made before anything is counted.
-	ctx := testCtx(t)
-	if err := pool.Ping(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for s := pool.Stats(); s.CancelPool != nil && s.CancelPool.IdleConns() == 0; s = pool.Stats() {
-		if ctx.Err() != nil {
-			t.Fatal("the cancel pool made no connection")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 	return pool, wc
 }
 
