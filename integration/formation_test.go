@@ -136,16 +136,6 @@ func waitSteady(ctx context.Context, f *pgtxtest.Formation) (pgtxtest.FormationN
 	}
 }
 
-func rerun(calls []ledgerCall) int {
-	n := 0
-	for _, c := range calls {
-		if c.runs > 1 {
-			n++
-		}
-	}
-	return n
-}
-
 // formationTransition is the time from the formation's first event after
 // the fault to its last, and how many there were.
 func formationTransition(t *testing.T, ctx context.Context, f *pgtxtest.Formation, faultAt time.Time) (time.Duration, int) {
