@@ -3,12 +3,19 @@ package txn
 import (
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/pgtx-go/pgtx/internal/errs"
 )
 
 // What fn may not do with its transaction, and the errors that say so.
 
 func (t *Tx) refuse(method string) error {
+	if t.closed.Load() {
+		// The attempt is over and its connection back in the pool: nothing
+		// of it may be read or changed.
+		return pgx.ErrTxClosed
+	}
 	if t.ended == "" {
 		t.ended = method
 	}
