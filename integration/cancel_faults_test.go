@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/url"
 	"sync"
 	"testing"
@@ -49,22 +50,56 @@ func slowCancelPath(t *testing.T, ctx context.Context, mutate func(*pgtx.Config)
 
 // TestUnconfirmedPoolCancelNeverReused: the pg_cancel_backend query of
 // CancelModePool is written, but its answer does not come back within the
-// grace (1.5s of latency on the cancel pool's route only); the cancelled
-// statement meanwhile ends by itself. The connection must not be reused:
-// the signal that arrives later would cancel the next borrower's statement.
+// grace (2s of latency on the cancel pool's route only, a 1s grace); the
+// cancelled statement meanwhile ends by itself. The connection must not be
+// reused: the signal that arrives later would cancel the next borrower's
+// statement. The context ends once the statement is seen running, so a
+// slow machine cannot end it before anything was sent.
 func TestUnconfirmedPoolCancelNeverReused(t *testing.T) {
 	ctx := testCtx(t)
 	pool, cancelProxy := slowCancelPath(t, ctx, func(c *pgtx.Config) {
 		c.MaxConns = 1
-		c.CancelGrace = 500 * time.Millisecond
+		c.CancelGrace = time.Second
 	})
 	before := pool.Stats()
-	cancelProxy.SetLatency(1500 * time.Millisecond)
+	cancelProxy.SetLatency(2 * time.Second)
 
-	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-	_, _ = pool.Exec(cctx, "select pg_sleep(0.3)") // ends by itself before the grace
-	cancel()
+	const stmt = "select pg_sleep(0.5)" // ends by itself within the grace
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	running := make(chan error, 1)
+	go func() { running <- cancelWhenActive(ctx, pool.Config().ConnString(), stmt, cancel) }()
+	_, _ = pool.Exec(cctx, stmt)
+	if err := <-running; err != nil {
+		t.Fatal(err)
+	}
 	assertNextBorrowerUntouched(t, ctx, pool, before)
+}
+
+// cancelWhenActive calls cancel once a backend of the database dsn names
+// runs sql; it returns an error if none does before ctx ends.
+func cancelWhenActive(ctx context.Context, dsn, sql string, cancel context.CancelFunc) error {
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for {
+		var n int
+		err := conn.QueryRow(ctx, "select count(*) from pg_stat_activity where query = $1 and state = 'active' and datname = current_database()", sql).Scan(&n)
+		if err != nil {
+			return fmt.Errorf("waiting for %q to run: %w", sql, err)
+		}
+		if n > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%q never ran: %w", sql, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // assertNextBorrowerUntouched runs the next borrower's 2s statement, long

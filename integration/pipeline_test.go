@@ -48,7 +48,7 @@ func TestKeptTxIsClosed(t *testing.T) {
 		{"CopyFrom", func(tx pgx.Tx) error {
 			_, err := tx.CopyFrom(ctx, pgx.Identifier{"kept"}, []string{"n"}, pgx.CopyFromRows([][]any{{1}}))
 			return err
-		}},		{"Commit", func(tx pgx.Tx) error { return tx.Commit(ctx) }},
+		}}, {"Commit", func(tx pgx.Tx) error { return tx.Commit(ctx) }},
 		{"Rollback", func(tx pgx.Tx) error { return tx.Rollback(ctx) }},
 	}
 	for _, tt := range tests {

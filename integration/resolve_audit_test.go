@@ -156,6 +156,10 @@ func TestResolveBehindPgBouncerCapturesEachTransactionsRun(t *testing.T) {
 	if err := srv.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// A login PgBouncer tried while the server was down makes it refuse
+	// clients for server_login_retry, ending their sessions ("server login
+	// has been failing"): the pool's connection must not meet that.
+	bouncerServes(t, ctx, dsn, bouncer.Addr())
 	proxy.CutOnCommitReply(1)
 	err = insert("after", &after)
 	if proxy.Stats().CutsOnCommitReply != 1 {
@@ -350,5 +354,32 @@ func TestResolveAnotherSystemListed(t *testing.T) {
 	}
 	if err := primary.Start(ctx); err != nil {
 		t.Errorf("start the primary again: %v", err)
+	}
+}
+
+// bouncerServes waits until a new client of the PgBouncer at addr runs a
+// statement on dsn's database.
+func bouncerServes(t *testing.T, ctx context.Context, dsn, addr string) {
+	t.Helper()
+	through, err := pgtxtest.DSNWithAddr(dsn, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		conn, err := pgx.Connect(ctx, through)
+		if err == nil {
+			_, err = conn.Exec(ctx, "select 1")
+			conn.Close(ctx)
+		}
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("PgBouncer at %s never served: %v", addr, err)
+		case <-tick.C:
+		}
 	}
 }
