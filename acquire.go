@@ -13,14 +13,18 @@ import (
 // ctx) ends the wait, the error matches ErrAcquireTimeout and deliberately
 // not context.DeadlineExceeded, and says whether the pool was connecting;
 // when MaxWaiters callers already wait, it fails at once with ErrQueueFull.
-func (p *Pool) acquire(ctx context.Context) (*pgxpool.Conn, time.Time, error) {
+// caller is the Done channel of the call's own context: a timeout says
+// when a call with the same context holds a connection (a Transaction
+// nested with the request's context instead of fn's waits for itself).
+func (p *Pool) acquire(ctx context.Context, caller <-chan struct{}) (*pgxpool.Conn, time.Time, error) {
 	conn, end, waited, err := p.queue.Acquire(ctx, p.pool, p.clock)
 	if err == acquire.ErrFull {
 		return nil, time.Time{}, ErrQueueFull
 	}
 	p.queue.acquireWait.Observe(waited)
 	if err == acquire.ErrTimeout {
-		err = &acquireTimeoutError{timeout: p.queue.Bounds().Timeout, connecting: p.connecting()}
+		err = &acquireTimeoutError{timeout: p.queue.Bounds().Timeout, connecting: p.connecting(),
+			sameCtx: p.queue.inflight.HeldBy(caller)}
 	}
 	return conn, end, err
 }

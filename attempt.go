@@ -19,10 +19,11 @@ type txAttempt struct {
 	pool             *Pool
 	statementTimeout time.Duration // Options.StatementTimeout
 	fn               func(context.Context, pgx.Tx) error
-	readOnly         bool        // Options.ReadOnly
-	deferrable       bool        // Options.Deferrable
-	uniqueAsConflict bool        // Options.RetryUniqueViolations under SERIALIZABLE
-	parent           *attemptCtx // the attempt whose fn made this call, on another pool
+	readOnly         bool            // Options.ReadOnly
+	deferrable       bool            // Options.Deferrable
+	uniqueAsConflict bool            // Options.RetryUniqueViolations under SERIALIZABLE
+	parent           *attemptCtx     // the attempt whose fn made this call, on another pool
+	caller           <-chan struct{} // the caller's ctx.Done(), which names the call to a waiting one
 	attempts         int
 	first            attemptCtx  // the first attempt's context, without an allocation
 	cur              *attemptCtx // the current attempt's
@@ -76,11 +77,11 @@ func (a *txAttempt) run(ctx context.Context) (Class, error) {
 
 // held acquires a connection, runs the attempt on it and releases it.
 func (a *txAttempt) held(ctx context.Context) (Class, error) {
-	conn, held, err := a.pool.acquire(ctx)
+	conn, held, err := a.pool.acquire(ctx, a.caller)
 	if err != nil {
 		return acquireClass(ctx, err), err
 	}
-	a.conn, a.heldAt, a.slot = conn, held, a.pool.queue.inflight.Add(held)
+	a.conn, a.heldAt, a.slot = conn, held, a.pool.queue.inflight.Add(held, a.caller)
 	defer a.Release()
 	// The work on the connection is a function of its own so that each of
 	// the two defers is in a function with few returns, which the compiler

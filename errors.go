@@ -69,13 +69,21 @@ type commitUnknownError = errs.CommitUnknownError
 type acquireTimeoutError struct {
 	timeout    time.Duration
 	connecting bool
+	sameCtx    bool // a call with the waiting call's context holds a connection
 }
 
 func (e *acquireTimeoutError) Error() string {
+	msg := ErrAcquireTimeout.Error() + " (AcquireTimeout " + e.timeout.String()
 	if e.connecting {
-		return ErrAcquireTimeout.Error() + " (AcquireTimeout " + e.timeout.String() + ", connecting to the server)"
+		msg += ", connecting to the server"
 	}
-	return ErrAcquireTimeout.Error() + " (AcquireTimeout " + e.timeout.String() + ")"
+	msg += ")"
+	if e.sameCtx {
+		msg += "; a connection of the pool is held by a call with the same context: " +
+			"a Transaction called inside fn must be given fn's ctx, not the request's, " +
+			"or it waits for the connection its caller holds"
+	}
+	return msg
 }
 func (e *acquireTimeoutError) Is(target error) bool {
 	return target == ErrAcquireTimeout

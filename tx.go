@@ -109,7 +109,9 @@ type Options struct {
 // Commit and Rollback are refused, since Transaction ends the transaction
 // itself: fn calling them, returning with rows still open, or calling
 // Transaction again on the same pool with the ctx it received, is an error
-// matching [ErrInvalidArgument], and nothing is committed. A COMMIT or
+// matching [ErrInvalidArgument], and nothing is committed. (Called with the
+// request's ctx instead of fn's, a nested call cannot be seen: it commits
+// on its own; see docs/retries.md.) A COMMIT or
 // ROLLBACK that fn runs as SQL is run by the server as sent; Transaction
 // then returns an error matching ErrInvalidArgument without running fn
 // again (the guide docs/retries.md says what each such statement does).
@@ -139,7 +141,7 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts
 	pool.queue.calls.Add(1)
 	a := &txAttempt{pool: pool, fn: fn, readOnly: opts.ReadOnly, deferrable: opts.Deferrable,
 		statementTimeout: opts.StatementTimeout, uniqueAsConflict: opts.RetryUniqueViolations && iso == Serializable}
-	a.parent = attemptOf(ctx)
+	a.parent, a.caller = attemptOf(ctx), ctx.Done()
 	a.loop = retryLoop{
 		policy:     &pool.settings.retry,
 		clock:      pool.clock,

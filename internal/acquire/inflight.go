@@ -7,32 +7,52 @@ import (
 )
 
 // InFlight is the set of attempts holding a connection: it records when
-// each started, in a slot it keeps until release, so the oldest can be
-// found without allocating per attempt, and it counts the attempts
-// released and their total hold time. Its zero value is empty and ready.
+// each started and its caller's context, in a slot it keeps until release,
+// so the oldest can be found without allocating per attempt, and it counts
+// the attempts released and their total hold time. Its zero value is empty and ready.
 // It is safe for concurrent use.
 type InFlight struct {
 	mu     sync.Mutex
 	starts []int64 // unix nanoseconds; 0 = free slot
+	owners []<-chan struct{}
 	free   []int
 
 	held     atomic.Int64 // attempts released
 	holdTime atomic.Int64 // their total hold time, in nanoseconds
 }
 
-// Add records an attempt that holds a connection since now, and returns
-// its slot, for [InFlight.Remove].
-func (s *InFlight) Add(now time.Time) int {
+// Add records an attempt that holds a connection since now, for a caller
+// whose context's Done channel is owner (nil: unknown), and returns its
+// slot, for [InFlight.Remove].
+func (s *InFlight) Add(now time.Time, owner <-chan struct{}) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if n := len(s.free); n > 0 {
 		slot := s.free[n-1]
 		s.free = s.free[:n-1]
-		s.starts[slot] = now.UnixNano()
+		s.starts[slot], s.owners[slot] = now.UnixNano(), owner
 		return slot
 	}
 	s.starts = append(s.starts, now.UnixNano())
+	s.owners = append(s.owners, owner)
 	return len(s.starts) - 1
+}
+
+// HeldBy reports whether an attempt of a caller whose context's Done
+// channel is owner holds a connection. A nil owner (a context that is
+// never done) matches nothing.
+func (s *InFlight) HeldBy(owner <-chan struct{}) bool {
+	if owner == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for slot, o := range s.owners {
+		if o == owner && s.starts[slot] != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Remove frees slot, the attempt's connection released after it held it
@@ -40,7 +60,7 @@ func (s *InFlight) Add(now time.Time) int {
 // is wall time, good for an age, not for a duration to add up.
 func (s *InFlight) Remove(slot int, held time.Duration) {
 	s.mu.Lock()
-	s.starts[slot] = 0
+	s.starts[slot], s.owners[slot] = 0, nil
 	s.free = append(s.free, slot)
 	s.mu.Unlock()
 	s.held.Add(1)

@@ -36,7 +36,7 @@ func TestInFlight(t *testing.T) {
 	slots := map[string]int{}
 	for _, st := range steps {
 		if !st.add.IsZero() {
-			slots[st.name] = s.Add(st.add)
+			slots[st.name] = s.Add(st.add, nil)
 		} else {
 			s.Remove(slots[st.name], st.held)
 		}
@@ -52,5 +52,36 @@ func TestInFlight(t *testing.T) {
 	}
 	if n, total := s.Held(); n != 4 || total != 17*time.Second {
 		t.Errorf("Held() = %d, %v; want 4, 17s", n, total)
+	}
+}
+
+// TestInFlightHeldBy: an attempt is found by its caller's context while it
+// holds a connection, and no longer once released; a nil owner (a context
+// that is never done) is never found.
+func TestInFlightHeldBy(t *testing.T) {
+	req, other := make(chan struct{}), make(chan struct{})
+	var s InFlight
+	if s.HeldBy(req) {
+		t.Error("an empty set holds a connection for req")
+	}
+	slot := s.Add(time.Now(), req)
+	s.Add(time.Now(), nil)
+	tests := []struct {
+		name  string
+		owner <-chan struct{}
+		want  bool
+	}{
+		{"the holder's context", req, true},
+		{"another context", other, false},
+		{"a context never done", nil, false},
+	}
+	for _, tt := range tests {
+		if got := s.HeldBy(tt.owner); got != tt.want {
+			t.Errorf("%s: HeldBy = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	s.Remove(slot, time.Second)
+	if s.HeldBy(req) {
+		t.Error("req released its connection but is still found")
 	}
 }
