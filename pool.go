@@ -35,9 +35,10 @@ const (
 	probeTimeout = 2 * time.Second
 )
 
-// Config configures a [Pool]. Every pgtx field follows the package's rule: 0
-// means the default stated on the field, a negative value switches the
-// setting off, and an optional feature is off while nil. The embedded
+// Config configures a [Pool]. Every pgtx field follows one rule: 0 means
+// the default stated on the field; a setting that is on by default is
+// switched off by a negative value; one that is off by default (Breaker,
+// Tracer, MaxWaiters) is on while set, and has no negative value. The embedded
 // [pgxpool.Config] works as in pgxpool; it must come from
 // [pgxpool.ParseConfig] (a *pgxpool.Config built elsewhere is adopted as
 // &pgtx.Config{Config: poolConfig}), and [NewWithConfig] reports one that
@@ -104,10 +105,11 @@ type Config struct {
 	// takes longer to make. Default 1s; negative: no bound of its own.
 	CancelConnectTimeout time.Duration
 
-	// MaxWaiters bounds the callers of [Transaction] waiting for a
-	// connection: when that many already wait, the call fails at once with
-	// [ErrQueueFull] (a bulkhead's bounded queue). The query methods are not
-	// counted. Default and negative: no bound.
+	// MaxWaiters, when positive, bounds the callers of [Transaction]
+	// waiting for a connection: when that many already wait, the call
+	// fails at once with [ErrQueueFull] (a bulkhead's bounded queue). The
+	// query methods are not counted. Default: no bound; negative is an
+	// error.
 	MaxWaiters int
 
 	// ResolveTimeout bounds the resolution of an ambiguous COMMIT: when the
@@ -213,6 +215,8 @@ func (c *Config) validate() error {
 		return &invalidArgError{Msg: fmt.Sprintf("MinConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinConns)}
 	case c.MinIdleConns < 0 || c.MinIdleConns > c.MaxConns:
 		return &invalidArgError{Msg: fmt.Sprintf("MinIdleConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinIdleConns)}
+	case c.MaxWaiters < 0:
+		return &invalidArgError{Msg: fmt.Sprintf("MaxWaiters must be 0 (no bound, the default) or a bound, got %d", c.MaxWaiters)}
 	case c.CancelMode < CancelModePool || c.CancelMode > CancelModeClose:
 		return &invalidArgError{Msg: "unknown " + c.CancelMode.String()}
 	case c.Breaker != nil && c.Breaker.validate() != nil:

@@ -37,6 +37,7 @@ func TestNewWithConfigRejectsBadConfig(t *testing.T) {
 		{"MinConns above MaxConns", func() *Config { c := mustParse(t, unreachableDSN); c.MaxConns = 2; c.MinConns = 3; return c }},
 		{"negative MinConns", func() *Config { c := mustParse(t, unreachableDSN); c.MinConns = -1; return c }},
 		{"negative MinIdleConns", func() *Config { c := mustParse(t, unreachableDSN); c.MinIdleConns = -1; return c }},
+		{"negative MaxWaiters (the bound is off at 0)", func() *Config { c := mustParse(t, unreachableDSN); c.MaxWaiters = -1; return c }},
 		{"unknown CancelMode", func() *Config { c := mustParse(t, unreachableDSN); c.CancelMode = 7; return c }},
 		{"NaN budget ratio", func() *Config { c := mustParse(t, unreachableDSN); c.Retry.BudgetRatio = math.NaN(); return c }},
 		{"NaN contention threshold", func() *Config { c := mustParse(t, unreachableDSN); c.Contention.Threshold = math.NaN(); return c }},
@@ -170,7 +171,7 @@ func TestAdoptPgxpoolConfig(t *testing.T) {
 func TestNegativeSwitchesOff(t *testing.T) {
 	cfg := mustParse(t, unreachableDSN)
 	cfg.AcquireTimeout, cfg.CommitTimeout, cfg.RollbackTimeout = -1, -1, -1
-	cfg.ResolveTimeout, cfg.MaxWaiters, cfg.CancelGrace, cfg.CancelConnectTimeout = -1, -1, -1, -1
+	cfg.ResolveTimeout, cfg.CancelGrace, cfg.CancelConnectTimeout = -1, -1, -1
 	cfg.StatementTimeout, cfg.IdleInTransactionTimeout = -1, -1
 	cfg.Retry = RetryConfig{MaxRetries: -1, MaxAdaptiveRetries: -1, UnavailableTimeout: -1, BaseBackoff: -1, MaxBackoff: -1,
 		ConflictBaseBackoff: -1, ConflictMaxBackoff: -1, BudgetRatio: -1}

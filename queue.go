@@ -30,7 +30,7 @@ func newQueue(cfg *Config) *queue {
 	q := &queue{}
 	q.Init(acquire.Bounds{
 		Timeout:    defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout),
-		MaxWaiters: max(cfg.MaxWaiters, 0),
+		MaxWaiters: cfg.MaxWaiters,
 	})
 	return q
 }
