@@ -65,18 +65,18 @@ func timeoutStorm(ctx context.Context, e *env) (result, error) {
 		return result{}, err
 	}
 	defer shared.Close()
-	split, err := bulkhead.New(ctx, cfg, map[string]bulkhead.PoolConfig{
+	split, err := bulkhead.New(ctx, &bulkhead.Config{Base: cfg, Pools: map[string]bulkhead.PoolConfig{
 		"fast": {MaxConns: stormFastConns},
 		"slow": {MaxConns: stormSlowConns},
-	})
+	}})
 	if err != nil {
 		return result{}, err
 	}
 	defer split.Close()
-	shedding, err := bulkhead.New(ctx, cfg, map[string]bulkhead.PoolConfig{
+	shedding, err := bulkhead.New(ctx, &bulkhead.Config{Base: cfg, Pools: map[string]bulkhead.PoolConfig{
 		"fast": {MaxConns: stormFastConns},
 		"slow": {MaxConns: stormSlowConns, MaxWaiters: stormSlowWaiters},
-	})
+	}})
 	if err != nil {
 		return result{}, err
 	}

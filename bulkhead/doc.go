@@ -8,15 +8,15 @@
 // front of everyone else's. Each class's pool has its own retry budget and,
 // with [pgtx.Config].Breaker, its own circuit breaker.
 //
-// [New] opens the pools from one base [pgtx.Config] and a [PoolConfig] per
-// class name, which sizes that class's pool. Get each class's pool once, at
+// [New] opens the pools from a [Config]: one base [pgtx.Config] and a
+// [PoolConfig] per class name, which sizes that class's pool. Get each class's pool once, at
 // start-up, with [Pools.Pool], and use it with [pgtx.Transaction] and the
 // pool's query methods:
 //
-//	pools, err := bulkhead.New(ctx, cfg, map[string]bulkhead.PoolConfig{
+//	pools, err := bulkhead.New(ctx, &bulkhead.Config{Base: cfg, Pools: map[string]bulkhead.PoolConfig{
 //		"checkout": {MaxConns: 8},
 //		"reports":  {MaxConns: 2, MaxWaiters: 4},
-//	})
+//	}})
 //	if err != nil {
 //		return err
 //	}

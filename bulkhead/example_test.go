@@ -23,10 +23,10 @@ func Example() {
 		return
 	}
 	cfg.AcquireTimeout = 500 * time.Millisecond
-	pools, err := bulkhead.New(ctx, cfg, map[string]bulkhead.PoolConfig{
+	pools, err := bulkhead.New(ctx, &bulkhead.Config{Base: cfg, Pools: map[string]bulkhead.PoolConfig{
 		"checkout": {MaxConns: 8},
 		"reports":  {MaxConns: 2, MaxWaiters: 4, AcquireTimeout: 100 * time.Millisecond},
-	})
+	}})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -40,7 +40,7 @@ func poolConfig(base *pgtx.Config, name string, pc PoolConfig) *pgtx.Config {
 	cp.MinConns = min(cp.MinConns, cp.MaxConns)
 	cp.MinIdleConns = min(cp.MinIdleConns, cp.MaxConns)
 	if pc.MaxWaiters != 0 {
-		cp.MaxWaiters = pc.MaxWaiters
+		cp.MaxWaiters = max(pc.MaxWaiters, 0)
 	}
 	if pc.AcquireTimeout != 0 {
 		cp.AcquireTimeout = pc.AcquireTimeout

@@ -35,7 +35,7 @@ func TestPoolConfig(t *testing.T) {
 		{"larger pool", PoolConfig{MaxConns: 20}, 20, 3, 2, 9, 700 * time.Millisecond},
 		{"negative MaxConns: the base's", PoolConfig{MaxConns: -1}, 6, 3, 2, 9, 700 * time.Millisecond},
 		{"own MaxWaiters", PoolConfig{MaxWaiters: 4}, 6, 3, 2, 4, 700 * time.Millisecond},
-		{"negative MaxWaiters: no bound", PoolConfig{MaxWaiters: -1}, 6, 3, 2, -1, 700 * time.Millisecond},
+		{"negative MaxWaiters: no bound", PoolConfig{MaxWaiters: -1}, 6, 3, 2, 0, 700 * time.Millisecond},
 		{"own AcquireTimeout", PoolConfig{AcquireTimeout: 100 * time.Millisecond}, 6, 3, 2, 9, 100 * time.Millisecond},
 		{"negative AcquireTimeout: no bound of its own", PoolConfig{AcquireTimeout: -1}, 6, 3, 2, 9, -1},
 	}

@@ -21,25 +21,37 @@ type Pools struct {
 	closeOnce sync.Once
 }
 
-// New opens one [pgtx.Pool] per entry of pools, each with [pgtx.NewWithConfig]
-// from a copy of base sized by the entry's [PoolConfig]. A key of pools names
-// a class of operations and its pool. base is not modified. Apart from
-// MaxConns, MinConns, MinIdleConns, MaxWaiters and AcquireTimeout, each pool's
-// Config is base's: the same connection string, timeouts, retry policy,
-// tracer and hooks. Each pool still has its own state: its own retry budget
-// and, when base.Breaker is set, its own circuit breaker, named after the
-// pool (base.Breaker.Name, a slash and the pool's name; the name alone when
-// base.Breaker.Name is empty).
+// Config configures [New]: the base Config of every class's pool, and
+// each class's [PoolConfig] by its name.
+type Config struct {
+	// Base is the Config every pool is copied from; it is not modified.
+	// It must have a pgxpool.Config: build it with [pgtx.ParseConfig], or
+	// adopt one from pgxpool.ParseConfig as &pgtx.Config{Config: c}.
+	Base *pgtx.Config
+	// Pools sizes the pool of each class of operations, by the class's
+	// name; it needs at least one class, and no empty name.
+	Pools map[string]PoolConfig
+}
+
+// New opens one [pgtx.Pool] per class of cfg.Pools, each with
+// [pgtx.NewWithConfig] from a copy of cfg.Base sized by the class's
+// [PoolConfig]. Apart from MaxConns, MinConns, MinIdleConns, MaxWaiters
+// and AcquireTimeout, each pool's Config is the base's: the same
+// connection string, timeouts, retry policy, tracer and hooks. Each pool
+// still has its own retry budget and, when the base's Breaker is set, its
+// own circuit breaker, named after the pool (the base breaker's Name, a
+// slash and the pool's name; the name alone when that Name is empty).
 //
-// An empty or nil pools, an empty name, or a nil base or one without a
-// pgxpool.Config (build it with [pgtx.ParseConfig], or adopt one from
-// pgxpool.ParseConfig as &pgtx.Config{Config: c}) is an error matching
-// [pgtx.ErrInvalidArgument], and opens nothing. The pools are opened in the
-// order of their names; if one cannot be opened, those already opened are
-// closed, and the error of [pgtx.NewWithConfig] is returned wrapped, naming
-// the class (it matches [pgtx.ErrInvalidArgument] when base is one
-// NewWithConfig refuses).
-func New(ctx context.Context, base *pgtx.Config, pools map[string]PoolConfig) (*Pools, error) {
+// A nil cfg, no class, an empty name, or a base without a pgxpool.Config is
+// an error matching [pgtx.ErrInvalidArgument], and opens nothing. The
+// pools are opened in the order of their names; if one cannot be opened,
+// those already opened are closed, and the error of [pgtx.NewWithConfig]
+// is returned wrapped, naming the class.
+func New(ctx context.Context, cfg *Config) (*Pools, error) {
+	if cfg == nil {
+		return nil, fmt.Errorf("pgtx/bulkhead: New: nil Config: %w", pgtx.ErrInvalidArgument)
+	}
+	base, pools := cfg.Base, cfg.Pools
 	switch {
 	case base == nil:
 		return nil, fmt.Errorf("pgtx/bulkhead: New: nil base Config: %w", pgtx.ErrInvalidArgument)

@@ -30,7 +30,7 @@ func TestNewInvalid(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p, err := New(context.Background(), tt.base, tt.pools)
+			p, err := New(context.Background(), &Config{Base: tt.base, Pools: tt.pools})
 			if p != nil {
 				p.Close()
 				t.Fatal("got Pools, want nil")
@@ -60,7 +60,7 @@ func TestNewClosesOnFailure(t *testing.T) {
 	}
 	t.Cleanup(func() { openPool = pgtx.NewWithConfig })
 
-	p, err := New(context.Background(), unreachableConfig(t), map[string]PoolConfig{"a": {}, "b": {}, "c": {}, "d": {}})
+	p, err := New(context.Background(), &Config{Base: unreachableConfig(t), Pools: map[string]PoolConfig{"a": {}, "b": {}, "c": {}, "d": {}}})
 	if p != nil || !errors.Is(err, errRefused) || !strings.Contains(err.Error(), `class "c"`) {
 		t.Fatalf("New = %v, %v, want nil and class c's error", p, err)
 	}
@@ -74,11 +74,11 @@ func TestPools(t *testing.T) {
 	base.MinConns = 3
 	base.AcquireTimeout = 700 * time.Millisecond
 	base.MaxWaiters = 9
-	pools, err := New(context.Background(), base, map[string]PoolConfig{
+	pools, err := New(context.Background(), &Config{Base: base, Pools: map[string]PoolConfig{
 		"checkout": {MaxConns: 2, MaxWaiters: 4, AcquireTimeout: 100 * time.Millisecond},
 		"reports":  {AcquireTimeout: -1, MaxWaiters: -1},
 		"audit":    {MaxConns: 1},
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestPools(t *testing.T) {
 		acquireTimeout time.Duration
 	}{
 		{"checkout", 2, 2, 4, 100 * time.Millisecond},
-		{"reports", 6, 3, -1, -1},
+		{"reports", 6, 3, 0, -1},
 		{"audit", 1, 1, 9, 700 * time.Millisecond},
 	}
 	seen := map[*pgtx.Pool]bool{}
@@ -172,7 +172,7 @@ func TestPoolsBreakers(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			base := unreachableConfig(t)
 			base.Breaker = &pgtx.BreakerConfig{Name: tt.base}
-			pools, err := New(context.Background(), base, map[string]PoolConfig{"checkout": {}, "reports": {}})
+			pools, err := New(context.Background(), &Config{Base: base, Pools: map[string]PoolConfig{"checkout": {}, "reports": {}}})
 			if err != nil {
 				t.Fatal(err)
 			}

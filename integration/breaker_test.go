@@ -48,7 +48,7 @@ func TestReplicaBreakerFallback(t *testing.T) {
 			Tracer:              events,
 		}
 	})
-	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, replica.Config{ReplicaTimeout: 300 * time.Millisecond})
+	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, &replica.Config{ReplicaTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestReplicaRouterNoFallbackOnCallerErrors(t *testing.T) {
 	dsn := newDB(t)
 	primary := newPool(t, dsn, nil)
 	replicaPool := newPool(t, dsn, func(c *pgtx.Config) { c.Breaker = &pgtx.BreakerConfig{} })
-	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, replica.Config{})
+	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestReplicaRouterNoFallbackOnCallerErrors(t *testing.T) {
 	if s := router.Stats(); s.FallbackCount != 0 {
 		t.Errorf("stats %+v: no fallback for the caller's errors", s)
 	}
-	if _, err := replica.New(nil, nil, replica.Config{}); !errors.Is(err, pgtx.ErrInvalidArgument) {
+	if _, err := replica.New(nil, nil, nil); !errors.Is(err, pgtx.ErrInvalidArgument) {
 		t.Errorf("nil primary: err = %v", err)
 	}
 }
@@ -180,7 +180,7 @@ func TestReplicaRouterRetargetOnOverload(t *testing.T) {
 	overloaded := newPool(t, dsn+"&application_name=overloaded", nil)
 	healthy := newPool(t, dsn+"&application_name=healthy", nil)
 	for _, retarget := range []bool{true, false} {
-		router, err := replica.New(primary, []*pgtx.Pool{overloaded, healthy}, replica.Config{RetargetOnOverload: retarget})
+		router, err := replica.New(primary, []*pgtx.Pool{overloaded, healthy}, &replica.Config{RetargetOnOverload: retarget})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -125,10 +125,10 @@ func TestBulkheadKeepsFastClassThroughput(t *testing.T) {
 		t.Fatal(err)
 	}
 	base.AcquireTimeout = 500 * time.Millisecond // fail, rather than hang, when no connection comes
-	bh, err := bulkhead.New(ctx, base, map[string]bulkhead.PoolConfig{
+	bh, err := bulkhead.New(ctx, &bulkhead.Config{Base: base, Pools: map[string]bulkhead.PoolConfig{
 		"fast": {MaxConns: 4},
 		"slow": {MaxConns: 4},
-	})
+	}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,7 +127,7 @@ func TestBouncerReplicaFallsBackOnRelayedOverload(t *testing.T) {
 	tr := &bouncerTracer{}
 	replicaPool := newPool(t, b.DSN("replica_db"), func(c *pgtx.Config) { bouncerSettings(c); c.Tracer = tr; c.CancelMode = pgtx.CancelModeProtocol })
 	primary := newPool(t, newDB(t), nil)
-	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, replica.Config{ReplicaTimeout: 3 * time.Second})
+	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, &replica.Config{ReplicaTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

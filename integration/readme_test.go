@@ -142,7 +142,7 @@ func readmeReplica(ctx context.Context, primary *pgtx.Pool, replicaCfg *pgtx.Con
 	if err != nil {
 		return err
 	}
-	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, replica.Config{})
+	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, nil)
 	if err != nil {
 		return err
 	}
@@ -153,10 +153,10 @@ func readmeReplica(ctx context.Context, primary *pgtx.Pool, replicaCfg *pgtx.Con
 }
 
 func readmeBulkheads(ctx context.Context, cfg *pgtx.Config) error {
-	bh, err := bulkhead.New(ctx, cfg, map[string]bulkhead.PoolConfig{
+	bh, err := bulkhead.New(ctx, &bulkhead.Config{Base: cfg, Pools: map[string]bulkhead.PoolConfig{
 		"checkout":  {MaxConns: 8},
 		"analytics": {MaxConns: 2, MaxWaiters: 4}, // a 5th waiter gets ErrQueueFull at once
-	})
+	}})
 	if err != nil {
 		return err
 	}

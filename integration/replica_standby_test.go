@@ -70,7 +70,7 @@ func TestReplicaRouterStandby(t *testing.T) {
 		c.CancelGrace = 100 * time.Millisecond // a read that falls back must not wait for the replica's cancel
 		c.Breaker = &pgtx.BreakerConfig{Name: "standby", ConsecutiveFailures: 3, MinCalls: 5, OpenFor: openFor}
 	})
-	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, replica.Config{ReplicaTimeout: 300 * time.Millisecond})
+	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, &replica.Config{ReplicaTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

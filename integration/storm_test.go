@@ -85,7 +85,7 @@ func takeStats(pool *pgtx.Pool) statsSnapshot { return statsSnapshot{pool.Stats(
 // diagnose diagnoses the interval between two snapshots and logs the result.
 func logDiagnosis(t *testing.T, what string, from, to statsSnapshot, cfg storm.Config) storm.Diagnosis {
 	t.Helper()
-	d := storm.Diagnose(from.stats, to.stats, to.at.Sub(from.at), cfg)
+	d := storm.Diagnose(from.stats, to.stats, to.at.Sub(from.at), &cfg)
 	t.Logf("%s over %v: %v\n\tadvice: %s\n\t%s", what, d.Interval.Round(time.Millisecond), d, d.Advice, strings.Join(d.Reasons, "\n\t"))
 	return d
 }

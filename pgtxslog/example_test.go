@@ -118,7 +118,7 @@ func ExampleDiagnosis() {
 		Waiting:             20,
 		InFlight:            4, OldestInFlight: 290 * time.Millisecond,
 	}
-	d := storm.Diagnose(before, after, 10*time.Second, storm.Config{MaxConns: 4})
+	d := storm.Diagnose(before, after, 10*time.Second, &storm.Config{MaxConns: 4})
 	if d.Verdict != storm.Healthy {
 		logger.Warn("pool saturated", "diagnosis", pgtxslog.Diagnosis(d))
 	}

@@ -148,7 +148,7 @@ func contentionValue(cs []pgtx.ContentionStats) (slog.Value, bool) {
 // oldest_in_flight, advice, and reasons (a list of sentences; left out
 // when there are none):
 //
-//	if d := storm.Diagnose(before, after, interval, storm.Config{}); d.Verdict != storm.Healthy {
+//	if d := storm.Diagnose(before, after, interval, nil); d.Verdict != storm.Healthy {
 //		logger.Warn("pool saturated", "diagnosis", pgtxslog.Diagnosis(d))
 //	}
 func Diagnosis(d storm.Diagnosis) slog.LogValuer { return diagnosisValue(d) }

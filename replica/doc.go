@@ -10,7 +10,7 @@
 // again on the primary. The caller's own errors and the query's errors are
 // returned as they are: the primary would say the same.
 //
-//	router, err := replica.New(primary, []*pgtx.Pool{replica1, replica2}, replica.Config{})
+//	router, err := replica.New(primary, []*pgtx.Pool{replica1, replica2}, nil)
 //	if err != nil {
 //		return err
 //	}

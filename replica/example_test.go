@@ -36,7 +36,7 @@ func Example() {
 	}
 	defer rp.Close()
 
-	router, err := replica.New(primary, []*pgtx.Pool{rp}, replica.Config{ReplicaTimeout: 300 * time.Millisecond})
+	router, err := replica.New(primary, []*pgtx.Pool{rp}, &replica.Config{ReplicaTimeout: 300 * time.Millisecond})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -68,7 +68,7 @@ func ExampleRouter_ReadWithOptions() {
 		return
 	}
 	defer rp.Close()
-	router, err := replica.New(primary, []*pgtx.Pool{rp}, replica.Config{})
+	router, err := replica.New(primary, []*pgtx.Pool{rp}, nil)
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -34,12 +34,12 @@ type Router struct {
 // New returns a router over primary and replicas; it keeps its own copy of
 // the replicas slice. A nil primary or replica is an error matching
 // [pgtx.ErrInvalidArgument]. No replicas is allowed: every read then goes
-// to the primary. The router does not own the pools: close them after the
-// last read.
+// to the primary. A nil cfg is the zero [Config]: the defaults. The router
+// does not own the pools: close them after the last read.
 //
 // Give each replica pool a [pgtx.Config].Breaker: without one a failing
 // replica costs every read its ReplicaTimeout.
-func New(primary *pgtx.Pool, replicas []*pgtx.Pool, cfg Config) (*Router, error) {
+func New(primary *pgtx.Pool, replicas []*pgtx.Pool, cfg *Config) (*Router, error) {
 	if primary == nil {
 		return nil, fmt.Errorf("pgtx/replica: New: nil primary: %w", pgtx.ErrInvalidArgument)
 	}
@@ -47,6 +47,9 @@ func New(primary *pgtx.Pool, replicas []*pgtx.Pool, cfg Config) (*Router, error)
 		if p == nil {
 			return nil, fmt.Errorf("pgtx/replica: New: replica %d is nil: %w", i, pgtx.ErrInvalidArgument)
 		}
+	}
+	if cfg == nil {
+		cfg = &Config{}
 	}
 	timeout := cfg.ReplicaTimeout
 	if timeout == 0 {

@@ -79,7 +79,7 @@ func newRouter(t *testing.T, replicas int, cfg Config, behave map[string]behavio
 		f.names[r] = fmt.Sprintf("r%d", i)
 		rs = append(rs, r)
 	}
-	router, err := New(primary, rs, cfg)
+	router, err := New(primary, rs, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestNew(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := New(tt.primary, tt.replicas, Config{})
+			r, err := New(tt.primary, tt.replicas, &Config{})
 			if tt.wantErr {
 				if r != nil || !errors.Is(err, pgtx.ErrInvalidArgument) {
 					t.Fatalf("New = %v, %v, want nil and an ErrInvalidArgument", r, err)
@@ -149,7 +149,7 @@ func TestNew(t *testing.T) {
 func TestNewCopiesReplicas(t *testing.T) {
 	router, f := newRouter(t, 1, Config{}, nil)
 	replicas := []*pgtx.Pool{router.replicas[0]}
-	r2, err := New(router.primary, replicas, Config{})
+	r2, err := New(router.primary, replicas, &Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +389,7 @@ func TestReadRoundRobin(t *testing.T) {
 func TestReadUnreachable(t *testing.T) {
 	primary := unreachablePool(t, nil)
 	replica := unreachablePool(t, &pgtx.BreakerConfig{Name: "replica", ConsecutiveFailures: 1})
-	router, err := New(primary, []*pgtx.Pool{replica}, Config{})
+	router, err := New(primary, []*pgtx.Pool{replica}, &Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,8 +72,12 @@ const (
 // pool re-created), the interval's figures are unusable: the changes count
 // as 0 and the verdict rests on the instant readings (queue depth, the
 // oldest attempt in flight); a Reason says so. A nil Stats.Pool only loses
-// the pool size, which Config.MaxConns can supply.
-func Diagnose(before, after pgtx.Stats, interval time.Duration, cfg Config) Diagnosis {
+// the pool size, which Config.MaxConns can supply. A nil cfg is the zero
+// Config: the defaults.
+func Diagnose(before, after pgtx.Stats, interval time.Duration, cfg *Config) Diagnosis {
+	if cfg == nil {
+		cfg = &Config{}
+	}
 	d := Diagnosis{
 		Interval:       interval,
 		Waiting:        max(after.Waiting, 0),
@@ -140,7 +144,7 @@ func Diagnose(before, after pgtx.Stats, interval time.Duration, cfg Config) Diag
 	}
 
 	// Slow or fast holds.
-	threshold, why, judged := slowThreshold(cfg)
+	threshold, why, judged := slowThreshold(*cfg)
 	unknownHold := func() {
 		if arrivalHigh {
 			d.Reasons = append(d.Reasons, fmt.Sprintf("arrivals are at least %.1f× the baseline: a spike", spikeArrivalFactor))

@@ -190,7 +190,7 @@ func TestDiagnose(t *testing.T) {
 			case -1:
 				iv = 0
 			}
-			d := Diagnose(before, after, iv, tt.cfg)
+			d := Diagnose(before, after, iv, &tt.cfg)
 			t.Logf("%v\n\t%s", d, strings.Join(d.Reasons, "\n\t"))
 			if d.Verdict != tt.want {
 				t.Errorf("Verdict = %v, want %v", d.Verdict, tt.want)
@@ -282,7 +282,7 @@ func TestDiagnosePoolSize(t *testing.T) {
 		want     int32
 	}{{0, 5}, {4, 4}, {-1, 0}}
 	for _, tt := range tests {
-		d := Diagnose(before, after, 10*time.Second, Config{MaxConns: tt.maxConns})
+		d := Diagnose(before, after, 10*time.Second, &Config{MaxConns: tt.maxConns})
 		wantUtil := 0.0
 		if tt.want > 0 {
 			wantUtil = 40 * 0.3 / float64(tt.want)
@@ -323,7 +323,7 @@ func TestDiagnosisString(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Diagnose(before, after, 10*time.Second, tt.cfg).String(); got != tt.want {
+			if got := Diagnose(before, after, 10*time.Second, &tt.cfg).String(); got != tt.want {
 				t.Errorf("String() =\n%s\nwant\n%s", got, tt.want)
 			}
 		})

@@ -14,7 +14,7 @@
 //
 //	before, t0 := pool.Stats(), time.Now()
 //	// ... some seconds later ...
-//	d := storm.Diagnose(before, pool.Stats(), time.Since(t0), storm.Config{})
+//	d := storm.Diagnose(before, pool.Stats(), time.Since(t0), nil)
 //	if d.Verdict != storm.Healthy {
 //		log.Printf("pool saturated: %v; %s", d, d.Advice)
 //	}

@@ -27,7 +27,7 @@ func ExampleDiagnose() {
 		InFlight:            4, OldestInFlight: 290 * time.Millisecond,
 	}
 
-	d := storm.Diagnose(before, after, 10*time.Second, storm.Config{
+	d := storm.Diagnose(before, after, 10*time.Second, &storm.Config{
 		MaxConns:            4, // read from after.Pool when the snapshots come from a Pool
 		BaselineArrivalRate: 40,
 		BaselineHold:        20 * time.Millisecond,
@@ -58,7 +58,7 @@ func ExampleDiagnose_trafficSpike() {
 		AcquireWait: pgtx.Histogram{Count: 19_990, Duration: 19_990 * 30 * time.Millisecond},
 		Waiting:     50,
 	}
-	d := storm.Diagnose(before, after, 10*time.Second, storm.Config{MaxConns: 4, BaselineArrivalRate: 400})
+	d := storm.Diagnose(before, after, 10*time.Second, &storm.Config{MaxConns: 4, BaselineArrivalRate: 400})
 	fmt.Println(d)
 	fmt.Println(d.Advice)
 	// Output:
@@ -79,7 +79,7 @@ func ExampleDiagnose_pool() {
 
 	before, t0 := pool.Stats(), time.Now()
 	time.Sleep(10 * time.Second)
-	d := storm.Diagnose(before, pool.Stats(), time.Since(t0), storm.Config{})
+	d := storm.Diagnose(before, pool.Stats(), time.Since(t0), nil)
 	if d.Verdict != storm.Healthy {
 		fmt.Println(d)
 		fmt.Println(d.Advice)

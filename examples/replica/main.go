@@ -134,7 +134,7 @@ func run(ctx context.Context, durs phaseDurations, readers int) error {
 		proxy.SetLatency(0)
 		replicaPool.Close()
 	}()
-	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, replica.Config{ReplicaTimeout: replicaTimeout})
+	router, err := replica.New(primary, []*pgtx.Pool{replicaPool}, &replica.Config{ReplicaTimeout: replicaTimeout})
 	if err != nil {
 		return err
 	}
