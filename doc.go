@@ -18,11 +18,10 @@
 //
 // In [Config], [RetryConfig], [BreakerConfig], [ContentionConfig], [Options]
 // and the config types of the sub-packages, a zero value means the default
-// the field's doc states, a negative value switches the setting off (the
-// field's doc says what remains: the caller's context, the server's
-// setting), and an optional feature ([Config].Breaker, [Config].Tracer) is
-// off while nil. Nothing is switched off any other way, and no negative
-// value is an error.
+// the field's doc states. A setting that is on by default is switched off
+// by a negative value (the field's doc says what remains: the caller's
+// context, the server's setting); one that is off by default
+// ([Config].Breaker, [Config].Tracer, [Config].MaxWaiters) is on while set.
 //
 // # What a call guarantees
 //
@@ -57,15 +56,29 @@
 // ([TransactionTracer], [CancelTracer], [BreakerTracer],
 // [ContentionTracer], and Tracer of the failover package, which holds the
 // failover events' types). The sub-packages build on this package's API:
-// replica, bulkhead, storm, multitracer and pgtxslog; the modules pgtxotel,
+// replica, bulkhead, storm, tracers and pgtxslog; the modules pgtxotel,
 // pgtxprom and pgtxtest adapt pgtx to OpenTelemetry, Prometheus and
 // integration tests.
 //
 // # Guides
 //
-// The repository's docs directory has one guide per topic, each with its
-// reasons and measurements: retries.md, overload.md, hot-rows.md,
-// cancellation.md, ambiguous-commits.md, configuration.md, poolers.md,
-// replicas-breakers-bulkheads.md, observability.md, testing.md,
-// migrating.md and troubleshooting.md.
+// One guide per topic, each with its reasons and measurements:
+// [retries], [overload], [hot rows], [cancellation], [ambiguous commits],
+// [lost commits], [configuration], [poolers],
+// [replicas, breakers and bulkheads], [observability], [testing],
+// [migrating] and [troubleshooting].
+//
+// [retries]: https://github.com/pgtx-go/pgtx/blob/main/docs/retries.md
+// [overload]: https://github.com/pgtx-go/pgtx/blob/main/docs/overload.md
+// [hot rows]: https://github.com/pgtx-go/pgtx/blob/main/docs/hot-rows.md
+// [cancellation]: https://github.com/pgtx-go/pgtx/blob/main/docs/cancellation.md
+// [ambiguous commits]: https://github.com/pgtx-go/pgtx/blob/main/docs/ambiguous-commits.md
+// [lost commits]: https://github.com/pgtx-go/pgtx/blob/main/docs/lost-commits.md
+// [configuration]: https://github.com/pgtx-go/pgtx/blob/main/docs/configuration.md
+// [poolers]: https://github.com/pgtx-go/pgtx/blob/main/docs/poolers.md
+// [replicas, breakers and bulkheads]: https://github.com/pgtx-go/pgtx/blob/main/docs/replicas-breakers-bulkheads.md
+// [observability]: https://github.com/pgtx-go/pgtx/blob/main/docs/observability.md
+// [testing]: https://github.com/pgtx-go/pgtx/blob/main/docs/testing.md
+// [migrating]: https://github.com/pgtx-go/pgtx/blob/main/docs/migrating.md
+// [troubleshooting]: https://github.com/pgtx-go/pgtx/blob/main/docs/troubleshooting.md
 package pgtx

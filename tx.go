@@ -87,44 +87,25 @@ type Options struct {
 	RetryUniqueViolations bool
 }
 
-// Transaction runs fn in a transaction on a connection from pool and commits
-// it. It is [TransactionWithOptions] with the zero [Options].
+// Transaction runs fn in a transaction on a connection from pool and
+// commits it when fn returns nil. It is [TransactionWithOptions] with the
+// zero [Options].
 //
-// After a serialization failure (40001) or a deadlock (40P01) the whole
-// transaction runs again (a new BEGIN, fn again, a new COMMIT) after a short
-// jittered pause; so it does on a fresh connection when the connection was
-// lost before COMMIT. Overload is retried with exponential backoff and full
-// jitter, and a server that cannot be reached (while it restarts or fails
-// over) until ctx's deadline or [RetryConfig].UnavailableTimeout. When the
-// connection is lost while COMMIT is in flight, pgtx asks the server whether
-// it committed ([Config].ResolveTimeout); when nothing can tell, the error
-// matches [ErrCommitUnknown] and fn is not run again. Timeouts and all other
-// errors end the call. fn must therefore be safe to run more than once:
-// work outside the transaction belongs in [AfterCommit]; [Attempt] tells fn
-// which attempt it is.
+// A serialization failure or a deadlock runs the whole transaction again
+// (BEGIN, fn, COMMIT), as does a connection lost before COMMIT, an
+// overload and a server restarting or failing over, within ctx's deadline
+// and the pool's [RetryConfig]; fn must therefore be safe to run more than
+// once ([AfterCommit], [Attempt]). A COMMIT whose answer was lost is
+// resolved by asking the server; when nothing can tell, the error matches
+// [ErrCommitUnknown]. When ctx ends, the running statement is cancelled on
+// the server and errors.Is(err, ctx.Err()) holds.
 //
-// BEGIN is sent with fn's first statement, in the same write; a fn that
-// sends nothing sends nothing. fn's [pgx.Tx] is of this attempt only: once
-// the attempt has ended, every method refuses with [pgx.ErrTxClosed]. Its
-// Commit and Rollback are refused, since Transaction ends the transaction
-// itself: fn calling them, returning with rows still open, or calling
-// Transaction again on the same pool with the ctx it received, is an error
-// matching [ErrInvalidArgument], and nothing is committed. (Called with the
-// request's ctx instead of fn's, a nested call cannot be seen: it commits
-// on its own; see docs/retries.md.) A COMMIT or
-// ROLLBACK that fn runs as SQL is run by the server as sent; Transaction
-// then returns an error matching ErrInvalidArgument without running fn
-// again (the guide docs/retries.md says what each such statement does).
+// fn's [pgx.Tx] is of this attempt only. fn must not end the transaction
+// itself, keep rows open, or call Transaction on the same pool with its
+// ctx: each is an error matching [ErrInvalidArgument]. The guide
+// [retries] says what each rule means and why.
 //
-// When ctx ends the call, errors.Is(err, ctx.Err()) holds, and the running
-// statement is cancelled on the server ([CancelMode]); a ctx that has ended
-// by the time fn returns nil rolls the transaction back. A deadline is sent
-// to the server too, as the transaction's statement_timeout. A panic in fn
-// rolls back, releases the connection and propagates unchanged. After more
-// than one attempt, or when a retry was refused, the error is a
-// [*RetryError] that says how many attempts were made and why no more; so
-// is the error of every call that ended on a server it could not connect
-// to, whose message begins "pgtx: the server is unreachable".
+// [retries]: https://github.com/pgtx-go/pgtx/blob/main/docs/retries.md
 func Transaction(ctx context.Context, pool *Pool, iso Isolation, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return TransactionWithOptions(ctx, pool, iso, Options{}, fn)
 }
