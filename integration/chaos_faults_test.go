@@ -100,11 +100,13 @@ func newChaosInjector(t *testing.T, srv *pgtxtest.Server, proxy *pgtxtest.Proxy,
 // server once, at a random point between 30% and 60% of dur; and crashes it
 // twice (an immediate shutdown, then a start: crash recovery, as after a
 // kill -9 of the postmaster), between 10% and 25% and between 65% and 85%
-// of dur. The restarts are bounded by ctx, which outlives runCtx, so one
-// begun just before the end is finished, never left half done; every other
-// wait ends with runCtx. It leaves the proxy without rules, latency or
-// refusal, and closes its admin connection.
-func (in *chaosInjector) run(ctx, runCtx context.Context, dur time.Duration) {
+// of dur. Once dur has passed and the restarts are done (one that a slow
+// machine pushed past dur is run then), it ends the run with stop, which
+// cancels runCtx. The restarts are bounded by ctx, which outlives runCtx;
+// every other wait ends with runCtx. It leaves the proxy without rules,
+// latency or refusal, and closes its admin connection.
+func (in *chaosInjector) run(ctx, runCtx context.Context, dur time.Duration, stop context.CancelFunc) {
+	defer stop()
 	defer in.closeAdmin()
 	defer in.proxy.Reset()
 	total := 0
@@ -119,12 +121,16 @@ func (in *chaosInjector) run(ctx, runCtx context.Context, dur time.Duration) {
 	crashAt := []time.Time{at(0.1, 0.25), at(0.65, 0.85)}
 	restarted := false
 	for runCtx.Err() == nil {
-		if !restarted && !time.Now().Before(restartAt) {
+		over := time.Since(start) >= dur
+		if over && restarted && len(crashAt) == 0 {
+			return
+		}
+		if !restarted && (over || !time.Now().Before(restartAt)) {
 			restarted = true
 			in.restartServer(ctx)
 			continue
 		}
-		if len(crashAt) > 0 && !time.Now().Before(crashAt[0]) {
+		if len(crashAt) > 0 && (over || !time.Now().Before(crashAt[0])) {
 			crashAt = crashAt[1:]
 			in.crashServer(ctx)
 			continue

@@ -167,6 +167,10 @@ func resolveRound(t *testing.T, f *pgtxtest.Formation, uri, prefix string, kind 
 	pool := newPool(t, uri, func(c *pgtx.Config) {
 		c.MaxConns = formationWriters
 		c.ConnConfig.ConnectTimeout = 2 * time.Second
+		// A resolution rides out an unreachable server up to
+		// UnavailableTimeout: on a loaded machine the formation's
+		// transition has taken 15.5s, past the default 15s.
+		c.Retry.UnavailableTimeout = time.Minute
 	})
 	probe := startWriteProbe(t, uri)
 	stop := make(chan struct{})
@@ -329,8 +333,11 @@ func timeRound(t *testing.T, ctx context.Context, f *pgtxtest.Formation, calls [
 	if late > formationLate {
 		t.Errorf("the first success came %v after the server took writes again, want within %v", late.Round(time.Millisecond), formationLate)
 	}
-	if gap >= ledgerDeadline {
-		t.Errorf("successes stopped for %v, longer than a call's deadline", gap)
+	// A transition longer than a call's deadline fails calls whatever the
+	// client does; what is the client's is the gap past the transition.
+	if gap >= ledgerDeadline && gap > transition+formationLate {
+		t.Errorf("successes stopped for %v, longer than a call's deadline and %v past the formation's transition (%v)",
+			gap.Round(time.Millisecond), (gap - transition).Round(time.Millisecond), transition.Round(time.Millisecond))
 	}
 }
 
