@@ -3,202 +3,127 @@ package pgtx
 import (
 	"context"
 	"errors"
-	"fmt"
-	"time"
+	"sync"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/pgtx-go/pgtx/internal/resolve"
-	"github.com/pgtx-go/pgtx/internal/txn"
 )
 
-// txAttempt is one call: its attempts acquire a connection, run fn on a
-// fresh [txn.Tx], commit, and release.
-type txAttempt struct {
-	pool             *Pool
-	statementTimeout time.Duration // Options.StatementTimeout
-	fn               func(context.Context, pgx.Tx) error
-	readOnly         bool            // Options.ReadOnly
-	deferrable       bool            // Options.Deferrable
-	uniqueAsConflict bool            // Options.RetryUniqueViolations under SERIALIZABLE
-	parent           *attemptCtx     // the attempt whose fn made this call, on another pool
-	caller           <-chan struct{} // the caller's ctx.Done(), which names the call to a waiting one
-	attempts         int
-	first            attemptCtx  // the first attempt's context, without an allocation
-	cur              *attemptCtx // the current attempt's
-	firstTx          txn.Tx      // the first attempt's handle, without an allocation
-	loop             retryLoop   // the call's retry loop, here to be its tracer without an allocation
-	// The attempt's connection while it holds it: when it was acquired and
-	// its slot among the attempts in flight.
-	conn   *pgxpool.Conn
-	heldAt time.Time
-	slot   int
+// attempt is the context fn receives: the attempt's context, which also
+// carries what the call's guards need: the pool (to refuse a nested call),
+// the attempt's number, and the work it registered to run after the commit.
+// Each attempt has its own, so a goroutine fn left running still sees its
+// own attempt; the first is part of the call's call and costs no
+// allocation.
+type attempt struct {
+	context.Context
+	pool   *Pool
+	parent *attempt // the attempt whose fn made this call (on another pool)
+	n      int
+
+	// mu guards inFn and hooks: fn's goroutines may call AfterCommit.
+	mu    sync.Mutex
+	inFn  bool // fn is running
+	hooks []func(context.Context)
 }
 
-// txnSettings resolves what p's transactions need of it, once per pool.
-func (p *Pool) txnSettings() txn.Settings {
-	s := txn.Settings{
-		CommitTimeout:   p.settings.commitTimeout,
-		RollbackTimeout: p.settings.rollbackTimeout,
-		SessionTimeout:  p.settings.statementTimeout,
-		Resolving:       p.settings.resolveCommits,
-		ResolveTimeout:  p.settings.resolveTimeout,
-		// A failover or a restart takes seconds: a resolution rides it
-		// out as a call does.
-		UnavailableTimeout: p.settings.retry.UnavailableTimeout,
-		Resolver:           p.resolver,
-		Clock:              p.clock,
-		Counters:           &p.resolved,
-	}
-	if w := p.acked; w != nil {
-		s.Captured = func(system int64, run resolve.Run) { w.Seen(system, run, time.Now()) }
-	}
-	return s
+// setInFn records that fn runs, or has returned.
+func (c *attempt) setInFn(in bool) {
+	c.mu.Lock()
+	c.inFn = in
+	c.mu.Unlock()
 }
 
-// run performs one attempt. It returns only after the connection has been
-// rolled back (if needed) and released, so the retry loop never sleeps while
-// holding a connection.
-func (a *txAttempt) run(ctx context.Context) (Class, error) {
-	a.attempts++
-	ac := &a.first
-	if a.attempts > 1 {
-		ac = new(attemptCtx)
+// callKey is the context key of an attempt.
+type callKey struct{}
+
+// Value returns the attempt for callKey, and otherwise asks the attempt's
+// context.
+func (c *attempt) Value(key any) any {
+	if key == (callKey{}) {
+		return c
 	}
-	*ac = attemptCtx{Context: ctx, pool: a.pool, parent: a.parent, n: a.attempts}
-	a.cur = ac
-	c, err := a.held(ctx)
-	if a.uniqueAsConflict && c == ClassPermanent && isUniqueViolation(err) {
-		c = ClassConflict
-	}
-	return c, err
+	return c.Context.Value(key)
 }
 
-// held acquires a connection, runs the attempt on it and releases it.
-func (a *txAttempt) held(ctx context.Context) (Class, error) {
-	conn, held, err := a.pool.acquire(ctx, a.caller)
-	if err != nil {
-		return acquireClass(ctx, err), err
-	}
-	a.conn, a.heldAt, a.slot = conn, held, a.pool.queue.inflight.Add(held, a.caller)
-	defer a.Release()
-	// The work on the connection is a function of its own so that each of
-	// the two defers is in a function with few returns, which the compiler
-	// runs inline instead of through the runtime's defer records.
-	return a.onConn(ctx, conn)
-}
-
-// Release gives the attempt's connection back to the pool, once: when the
-// attempt ends, or as soon as COMMIT's answer is lost ([txn.Releaser]), so
-// that the dead connection's slot is not held while the resolution waits.
-func (a *txAttempt) Release() {
-	if a.conn == nil {
-		return
-	}
-	a.conn.Release()
-	a.pool.queue.inflight.Remove(a.slot, a.pool.clock.Now().Sub(a.heldAt))
-	a.conn = nil
-}
-
-// onConn runs fn and COMMIT on conn, rolling back when it does not commit.
-// fn's handle refuses every method once this returns.
-func (a *txAttempt) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, error) {
-	if err := ctx.Err(); err != nil {
-		// The deadline passed while waiting for the connection: do not begin
-		// a transaction nobody will read.
-		return ClassTimeout, err
-	}
-	c := conn.Conn()
-	if err := txn.SetUp(ctx, c, &a.pool.txn); err != nil {
-		err = withContextErr(ctx, err)
-		return Classify(err), err
-	}
-	t := &a.firstTx
-	if a.attempts > 1 {
-		t = new(txn.Tx)
-	}
-	t.Start(ctx, c, &a.pool.txn, txn.BeginSQL(int(a.loop.isolation), a.readOnly, a.deferrable), a.statementTimeout)
-	done := false
-	defer func() {
-		t.End()
-		if !done {
-			// Runs on an error and on a panic in fn (which then goes on up
-			// the stack unchanged).
-			txn.Rollback(ctx, t)
-		}
-	}()
-
-	ac := a.cur
-	ac.Context = ctx
-	ac.setInFn(true)
-	err := a.fn(ac, t)
-	ac.setInFn(false)
-	if berr := t.BeginErr(); berr != nil {
-		// BEGIN failed: that is the attempt's failure, whatever fn made of
-		// it.
-		return Classify(berr), berr
-	}
-	if err != nil {
-		if misuse := t.CheckFailed(err); misuse != nil {
-			return ClassPermanent, misuse
-		}
-		return classifyFnError(err, conn), err
-	}
-	if c.PgConn().IsClosed() && t.Begun() {
-		// fn swallowed the error of a connection that died under it: the
-		// transaction died with its session, and COMMIT is never sent.
-		return ClassConnectionLost, errLostBeforeCommit
-	}
-	if err := t.Check(); err != nil {
-		return ClassPermanent, err
-	}
-	if err := ctx.Err(); err != nil {
-		// The caller gave up while fn ran: COMMIT is not sent for a caller
-		// who is gone (as pgx's BeginTxFunc would not), and the transaction
-		// is rolled back.
-		return ClassTimeout, err
-	}
-	done = true
-	class, err := txn.Commit(ctx, t, a)
-	if err == nil && a.pool.acked != nil {
-		a.pool.acknowledged(t, a.loop.label)
-	}
-	return Class(class), err
-}
-
-// acquireClass classifies an acquire's error as [Classify] does, but for a
-// connect that timed out while ctx still runs (its deadline was the connect
-// timeout's, not the caller's), or an acquire timeout that came while the
-// pool, with room, was connecting: a server too slow to accept, which may
-// be too loaded to, is an overload.
-func acquireClass(ctx context.Context, err error) Class {
-	if ctx.Err() != nil {
-		return Classify(err)
-	}
-	var connectErr *pgconn.ConnectError
-	var timeoutErr *acquireTimeoutError
-	if errors.As(err, &connectErr) && pgconn.Timeout(err) || errors.As(err, &timeoutErr) && timeoutErr.connecting {
-		return ClassOverload
-	}
-	return Classify(err)
-}
-
-// errLostBeforeCommit is the error of an attempt whose connection was closed
-// when fn returned nil.
-var errLostBeforeCommit = fmt.Errorf("pgtx: the connection was lost before COMMIT was sent: %w", pgconn.ErrConnClosed)
-
-// classifyFnError classifies an error returned by fn. A network-level error
-// only counts as a lost connection when the transaction's connection is in
-// fact gone: fn may return a network error from some other system, which
-// must not make pgtx run the transaction again.
-func classifyFnError(err error, conn *pgxpool.Conn) Class {
-	c := Classify(err)
-	if c == ClassConnectionLost && !conn.Conn().IsClosed() {
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) {
-			return ClassPermanent
-		}
-	}
+// attemptOf returns the innermost attempt ctx is inside, or nil.
+func attemptOf(ctx context.Context) *attempt {
+	c, _ := ctx.Value(callKey{}).(*attempt)
 	return c
+}
+
+// inside reports whether the attempt or one of its parents runs on pool.
+func (c *attempt) inside(pool *Pool) bool {
+	for ; c != nil; c = c.parent {
+		if c.pool == pool {
+			return true
+		}
+	}
+	return false
+}
+
+// afterCommit runs the work the committed attempt registered, in order,
+// once.
+func (c *attempt) afterCommit(ctx context.Context) {
+	c.mu.Lock()
+	hooks := c.hooks
+	c.hooks = nil
+	c.mu.Unlock()
+	for _, h := range hooks {
+		h(ctx)
+	}
+}
+
+// AfterCommit registers fn to run once the transaction whose fn received ctx
+// has committed: exactly once, after COMMIT succeeded (or a lost COMMIT was
+// resolved as committed) and the connection went back to the pool, in the
+// order registered, with the call's own context, before [Transaction]
+// returns nil. Work registered by an attempt that rolled back or was
+// retried is dropped with it, so an HTTP call or a message registered here
+// happens once however often fn ran. When the call fails, fn is not run,
+// [ErrCommitUnknown] included: the caller, who sees that error, decides. A
+// panic in one propagates from Transaction, the transaction committed.
+//
+// AfterCommit may be called from goroutines fn started, while fn runs.
+// Called with another context, or after fn returned, it returns an error
+// matching [ErrInvalidArgument] and registers nothing.
+func AfterCommit(ctx context.Context, fn func(ctx context.Context)) error {
+	if fn == nil {
+		return &invalidArgError{Msg: "AfterCommit: nil fn"}
+	}
+	if ctx == nil {
+		return &invalidArgError{Msg: "AfterCommit: nil context"}
+	}
+	c := attemptOf(ctx)
+	if c == nil {
+		return &invalidArgError{Msg: "AfterCommit: ctx is not the context fn of a Transaction received"}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.inFn {
+		return &invalidArgError{Msg: "AfterCommit: called after fn returned; register work while fn runs"}
+	}
+	c.hooks = append(c.hooks, fn)
+	return nil
+}
+
+// Attempt returns the number of the attempt running fn, counted from 1, for
+// the context fn of a [Transaction] received (or one derived from it), and
+// 0 for any other context.
+func Attempt(ctx context.Context) int {
+	if ctx == nil {
+		return 0
+	}
+	if c := attemptOf(ctx); c != nil {
+		return c.n
+	}
+	return 0
+}
+
+// isUniqueViolation reports a unique or exclusion violation that the caller
+// did not mark NonRetryable.
+func isUniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.UniqueViolation || pgErr.Code == pgerrcode.ExclusionViolation) &&
+		!errors.Is(err, errNonRetryableMarker)
 }

@@ -126,13 +126,13 @@ func newTestPool(t *testing.T) *Pool {
 func TestNestedTransactionRefused(t *testing.T) {
 	a, b := newTestPool(t), newTestPool(t)
 	fn := func(context.Context, pgx.Tx) error { t.Error("fn ran"); return nil }
-	outer := &attemptCtx{Context: context.Background(), pool: a, n: 1, inFn: true}
+	outer := &attempt{Context: context.Background(), pool: a, n: 1, inFn: true}
 	ctx := context.Context(outer)
 	err := Transaction(ctx, a, Serializable, fn)
 	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "nested Transaction") || !strings.Contains(err.Error(), "pass its pgx.Tx down") {
 		t.Errorf("same pool: err = %v", err)
 	}
-	inner := &attemptCtx{Context: ctx, pool: b, parent: outer, n: 1, inFn: true}
+	inner := &attempt{Context: ctx, pool: b, parent: outer, n: 1, inFn: true}
 	if err := Transaction(inner, a, Serializable, fn); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("same pool through another pool's call: err = %v", err)
 	}
@@ -153,9 +153,9 @@ func TestAfterCommitAndAttempt(t *testing.T) {
 		t.Errorf("Attempt outside a Transaction = %d", n)
 	}
 	var ran []int
-	var last *attemptCtx
+	var last *attempt
 	for n := 1; n <= 3; n++ {
-		ac := &attemptCtx{Context: bg, n: n, inFn: true}
+		ac := &attempt{Context: bg, n: n, inFn: true}
 		ctx := context.WithValue(ac, ctxKey{}, 1) // derived contexts carry it too
 		if got := Attempt(ctx); got != n {
 			t.Errorf("Attempt = %d, want %d", got, n)

@@ -3,27 +3,21 @@ package pgtx
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx/internal/acked"
+	"github.com/pgtx-go/pgtx/internal/acquire"
 	"github.com/pgtx-go/pgtx/internal/cancel"
 	"github.com/pgtx-go/pgtx/internal/contention"
+	"github.com/pgtx-go/pgtx/internal/histogram"
 	"github.com/pgtx-go/pgtx/internal/hooks"
 	"github.com/pgtx-go/pgtx/internal/params"
 	"github.com/pgtx-go/pgtx/internal/reach"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 	"github.com/pgtx-go/pgtx/internal/retry"
 	"github.com/pgtx-go/pgtx/internal/txn"
-)
-
-// The defaults of Config, stated on each field.
-const (
-	defaultAcquireTimeout           = 2 * time.Second
-	defaultStatementTimeout         = 5 * time.Second
-	defaultIdleInTransactionTimeout = 10 * time.Second
-	defaultCommitTimeout            = 5 * time.Second
-	defaultRollbackTimeout          = 2 * time.Second
 )
 
 // While calls wait for a server that cannot be reached, one probe connects
@@ -34,198 +28,6 @@ const (
 	probeEvery   = 250 * time.Millisecond
 	probeTimeout = 2 * time.Second
 )
-
-// Config configures a [Pool]. Every pgtx field follows one rule: 0 means
-// the default stated on the field; a setting that is on by default is
-// switched off by a negative value; one that is off by default (Breaker,
-// Tracer, MaxWaiters) is on while set, and has no negative value. The embedded
-// [pgxpool.Config] works as in pgxpool; it must come from
-// [pgxpool.ParseConfig] (a *pgxpool.Config built elsewhere is adopted as
-// &pgtx.Config{Config: poolConfig}), and [NewWithConfig] reports one that
-// did not as an error.
-type Config struct {
-	*pgxpool.Config
-
-	// AcquireTimeout bounds the wait for a pool connection in
-	// [Transaction]: the call then returns an error matching
-	// [ErrAcquireTimeout] and does not retry, unless the caller's context
-	// ended first. Default 2s; negative: only the caller's context bounds it.
-	AcquireTimeout time.Duration
-
-	// StatementTimeout is the server's statement_timeout, sent as a session
-	// parameter when each connection starts, so every statement has a
-	// server-side limit at no per-transaction cost. One given in the
-	// connection string (or its "-c" options) wins over the default, not
-	// over an explicit value here. Default 5s; negative: no parameter is
-	// sent at all, as a pooler that refuses startup parameters (PgBouncer)
-	// needs. Rounded up to milliseconds.
-	StatementTimeout time.Duration
-
-	// IdleInTransactionTimeout is the server's
-	// idle_in_transaction_session_timeout, sent as StatementTimeout is: the
-	// server ends a session left idle inside a transaction after this long.
-	// Default 10s; negative: not sent.
-	IdleInTransactionTimeout time.Duration
-
-	// CommitTimeout bounds COMMIT, which runs on a context the caller's
-	// cancellation cannot interrupt (an interrupted COMMIT has an unknown
-	// outcome). A transaction that provably wrote nothing keeps the
-	// caller's deadline instead. When it fires, the outcome is resolved as
-	// any lost COMMIT. Default 5s; negative: no bound of its own.
-	CommitTimeout time.Duration
-
-	// RollbackTimeout bounds ROLLBACK, which also runs on a context the
-	// caller's cancellation cannot interrupt; if it fires, the connection
-	// is closed. Default 2s; negative: no bound of its own.
-	RollbackTimeout time.Duration
-
-	// Retry says how [Transaction] runs transactions again; its zero value
-	// is the default of every field.
-	Retry RetryConfig
-
-	// CancelMode is how a running statement is stopped when its context
-	// ends; the zero value is [CancelModePool]. pgtx installs its own
-	// ConnConfig.BuildContextWatcherHandler, replacing one set here.
-	CancelMode CancelMode
-
-	// CancelGrace bounds a cancellation: if the statement has not returned,
-	// or its cancel was not confirmed finished, this long after its context
-	// ended, the call returns and the connection is discarded. Default 2s;
-	// negative: no bound of its own.
-	CancelGrace time.Duration
-
-	// CancelConnString, when set, is the connection string of the cancel
-	// pool, for a role of its own (see [CancelModePool]); it must reach the
-	// same server. By default the cancel pool reaches the main pool's server
-	// as the same role, running the Config's BeforeConnect too.
-	CancelConnString string
-
-	// CancelConnectTimeout bounds a connect of the cancel pool, over which
-	// ambiguous COMMITs are resolved too: raise it where a connection
-	// takes longer to make. Default 1s; negative: no bound of its own.
-	CancelConnectTimeout time.Duration
-
-	// MaxWaiters, when positive, bounds the callers of [Transaction]
-	// waiting for a connection: when that many already wait, the call
-	// fails at once with [ErrQueueFull] (a bulkhead's bounded queue). The
-	// query methods are not counted. Default: no bound; negative is an
-	// error.
-	MaxWaiters int
-
-	// ResolveTimeout bounds the resolution of an ambiguous COMMIT: when the
-	// connection is lost (or the session ends) while COMMIT is in flight,
-	// pgtx asks the server, over the cancel pool or a connection made for
-	// it, what became of the transaction instead of returning
-	// [ErrCommitUnknown]. Committed means success; aborted means the whole
-	// transaction runs again; one still in progress has its backend ended
-	// first. The transaction's id is read, at no extra round trip, with the
-	// statements that write; a transaction without one wrote nothing and
-	// runs again. An answer from another system or timeline, a server
-	// without pg_xact_status, or an id that never arrived leaves
-	// [ErrCommitUnknown]; docs/ambiguous-commits.md has every case, and
-	// [Stats].Resolved counts each outcome. It bounds the time servers
-	// answer; while none can be reached (a restart, a failover), the
-	// resolution waits up to [RetryConfig].UnavailableTimeout more. Default
-	// 5s; negative: resolution is off, and every lost COMMIT is
-	// [ErrCommitUnknown].
-	ResolveTimeout time.Duration
-
-	// RecentCommits is how many of its latest writing commits a resolving
-	// pool keeps (those of the last 5 minutes), with each call's label, so
-	// that when it meets a later run of its server (a standby promoted
-	// after a failover, or the server after a restart) it asks that run
-	// about them, once, and names each one the run's history provably
-	// lacks to a [failover.Tracer] ([Stats].LostCommitCount). The same
-	// question tells that tracer when the server acknowledges commits that
-	// no standby has. docs/lost-commits.md says how to reconcile, and
-	// how to make failover lossless. Default 1024; negative: none are kept
-	// and nothing is asked, as when ResolveTimeout is negative.
-	RecentCommits int
-
-	// Breaker, when set, puts a circuit breaker in front of the pool's
-	// Transaction calls: for a database the application can do without (a
-	// read replica, an analytics store), never the primary. See
-	// [BreakerConfig].
-	Breaker *BreakerConfig
-
-	// Contention configures the contention manager, which limits how many
-	// attempts of a kind of transaction run at once while they conflict
-	// with each other; its zero value is on, with the defaults of
-	// [ContentionConfig].
-	Contention ContentionConfig
-
-	// Tracer, when set, receives an event at the start and end of every
-	// Transaction call and every attempt; one that also implements
-	// [CancelTracer] or [BreakerTracer] receives those events too.
-	Tracer TransactionTracer
-}
-
-// ParseConfig parses connString (a URL or keyword/value DSN, as pgxpool)
-// into a [Config] with every pgtx field at its default.
-func ParseConfig(connString string) (*Config, error) {
-	pc, err := pgxpool.ParseConfig(connString)
-	if err != nil {
-		return nil, err
-	}
-	return &Config{Config: pc}, nil
-}
-
-// New creates a [Pool] from connString with the default configuration. Like
-// [pgxpool.New] it does not connect until a connection is needed.
-func New(ctx context.Context, connString string) (*Pool, error) {
-	cfg, err := ParseConfig(connString)
-	if err != nil {
-		return nil, err
-	}
-	return NewWithConfig(ctx, cfg)
-}
-
-// Copy returns a deep copy of c: the embedded [pgxpool.Config] copied as
-// its own Copy copies it, and every pgtx field, the Breaker's config
-// included. (pgxpool.Config's Copy, which Config would otherwise promote,
-// returns a *pgxpool.Config and drops every pgtx field.) The Tracer and
-// the hooks are shared, as pgxpool shares its own.
-func (c *Config) Copy() *Config {
-	if c == nil {
-		return nil
-	}
-	cp := *c
-	if c.Config != nil {
-		cp.Config = c.Config.Copy()
-	}
-	if c.Breaker != nil {
-		b := *c.Breaker
-		cp.Breaker = &b
-	}
-	return &cp
-}
-
-// validate reports a Config NewWithConfig cannot use.
-func (c *Config) validate() error {
-	switch {
-	case c == nil:
-		return &invalidArgError{Msg: "nil Config"}
-	case c.Config == nil:
-		return &invalidArgError{Msg: "Config.Config is nil: create the Config with ParseConfig, or set Config to a *pgxpool.Config from pgxpool.ParseConfig"}
-	case c.ConnConfig == nil:
-		return &invalidArgError{Msg: "Config.ConnConfig is nil"}
-	case c.MaxConns < 1:
-		return &invalidArgError{Msg: fmt.Sprintf("MaxConns must be at least 1, got %d", c.MaxConns)}
-	case c.MinConns < 0 || c.MinConns > c.MaxConns:
-		return &invalidArgError{Msg: fmt.Sprintf("MinConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinConns)}
-	case c.MinIdleConns < 0 || c.MinIdleConns > c.MaxConns:
-		return &invalidArgError{Msg: fmt.Sprintf("MinIdleConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinIdleConns)}
-	case c.MaxWaiters < 0:
-		return &invalidArgError{Msg: fmt.Sprintf("MaxWaiters must be 0 (no bound, the default) or a bound, got %d", c.MaxWaiters)}
-	case c.CancelMode < CancelModePool || c.CancelMode > CancelModeClose:
-		return &invalidArgError{Msg: "unknown " + c.CancelMode.String()}
-	case c.Breaker != nil && c.Breaker.validate() != nil:
-		return c.Breaker.validate()
-	case c.Contention.validate() != nil:
-		return c.Contention.validate()
-	}
-	return c.Retry.validate()
-}
 
 // Pool is a pool of connections whose every method carries pgtx's
 // guarantees: [Transaction] runs transactions on it, and its query methods
@@ -255,6 +57,16 @@ type Pool struct {
 	acked *acked.Watcher
 }
 
+// New creates a [Pool] from connString with the default configuration. Like
+// [pgxpool.New] it does not connect until a connection is needed.
+func New(ctx context.Context, connString string) (*Pool, error) {
+	cfg, err := ParseConfig(connString)
+	if err != nil {
+		return nil, err
+	}
+	return NewWithConfig(ctx, cfg)
+}
+
 // NewWithConfig creates a [Pool] from cfg. An invalid cfg is an error
 // matching [ErrInvalidArgument], never a panic. cfg is not modified and may
 // be reused.
@@ -271,13 +83,23 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	params.Set(pc.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", cfg.IdleInTransactionTimeout, defaultIdleInTransactionTimeout)
 	params.AskUTF8(pc.ConnConfig.RuntimeParams)
 
-	q := newQueue(cfg)
-	resolving := cfg.ResolveTimeout >= 0 // "resolution on", derived here only
+	// Every default is resolved here, once.
+	retryPolicy := cfg.Retry.withDefaults()
+	st := settings{
+		acquireTimeout:   defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout),
+		commitTimeout:    defaultOrNone(cfg.CommitTimeout, defaultCommitTimeout),
+		rollbackTimeout:  defaultOrNone(cfg.RollbackTimeout, defaultRollbackTimeout),
+		retry:            retryPolicy,
+		tracer:           cfg.Tracer,
+		resolveCommits:   cfg.ResolveTimeout >= 0,
+		resolveTimeout:   durDefault(cfg.ResolveTimeout, defaultResolveTimeout),
+		statementTimeout: params.Duration(pc.ConnConfig.RuntimeParams["statement_timeout"]),
+	}
+	q := newQueue(st.acquireTimeout, cfg.MaxWaiters)
 	canceller, err := newCanceller(ctx, cfg, pc)
 	if err != nil {
 		return nil, err
 	}
-	retryPolicy := cfg.Retry.withDefaults()
 	var pool *pgxpool.Pool // the probe's, set below before any call can wait
 	signal := reach.New(reach.Settings{
 		Probe: func(ctx context.Context) error {
@@ -297,27 +119,18 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		return nil, err
 	}
 	p := &Pool{
-		pool:     pool,
-		cfg:      own,
-		cancel:   canceller,
-		reach:    signal,
-		acked:    newAcked(cfg, canceller),
-		resolver: resolve.NewResolver(durDefault(cfg.ResolveTimeout, defaultResolveTimeout), canceller.Pool(), cfg.ConnConfig, cfg.BeforeConnect),
-		settings: settings{
-			acquireTimeout:   defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout),
-			commitTimeout:    defaultOrNone(cfg.CommitTimeout, defaultCommitTimeout),
-			rollbackTimeout:  defaultOrNone(cfg.RollbackTimeout, defaultRollbackTimeout),
-			retry:            retryPolicy,
-			tracer:           cfg.Tracer,
-			resolveCommits:   resolving,
-			resolveTimeout:   durDefault(cfg.ResolveTimeout, defaultResolveTimeout),
-			statementTimeout: params.Duration(pc.ConnConfig.RuntimeParams["statement_timeout"]),
-		},
+		pool:       pool,
+		cfg:        own,
+		cancel:     canceller,
+		reach:      signal,
+		acked:      newAcked(cfg, canceller),
+		resolver:   resolve.NewResolver(st.resolveTimeout, canceller.Pool(), cfg.ConnConfig, cfg.BeforeConnect),
+		settings:   st,
 		clock:      realClock{},
 		budget:     newRetryBudget(cfg.Retry, time.Now()),
 		queue:      q,
 		breaker:    newBreaker(cfg.Breaker, cfg.Tracer, realClock{}),
-		contention: newContention(cfg.Contention, realClock{}, int(cfg.MaxConns), defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout), cfg.Tracer),
+		contention: newContention(cfg.Contention, realClock{}, int(cfg.MaxConns), st.acquireTimeout, cfg.Tracer),
 	}
 	p.txn = p.txnSettings()
 	return p, nil
@@ -390,4 +203,83 @@ func (p *Pool) BreakerState() BreakerState {
 		return BreakerClosed
 	}
 	return p.breaker.State()
+}
+
+// acquire takes a connection through p's queue ([acquire.Queue]) and
+// returns it with the time the wait ended. When the acquire timeout (not
+// ctx) ends the wait, the error matches ErrAcquireTimeout and deliberately
+// not context.DeadlineExceeded, and says whether the pool was connecting;
+// when MaxWaiters callers already wait, it fails at once with ErrQueueFull.
+// caller is the Done channel of the call's own context: a timeout says
+// when a call with the same context holds a connection (a Transaction
+// nested with the request's context instead of fn's waits for itself).
+func (p *Pool) acquire(ctx context.Context, caller <-chan struct{}) (*pgxpool.Conn, time.Time, error) {
+	conn, end, waited, err := p.queue.Acquire(ctx, p.pool, p.clock)
+	if err == acquire.ErrFull {
+		return nil, time.Time{}, ErrQueueFull
+	}
+	p.queue.acquireWait.Observe(waited)
+	if err == acquire.ErrTimeout {
+		err = &acquireTimeoutError{timeout: p.queue.Bounds().Timeout, connecting: p.connecting(),
+			sameCtx: p.queue.inflight.HeldBy(caller)}
+	}
+	return conn, end, err
+}
+
+// connecting reports whether the pool is making connections while it has
+// room: an acquire that waits then waits for a connect.
+func (p *Pool) connecting() bool {
+	s := p.pool.Stat()
+	return s.ConstructingConns() > 0 && s.AcquiredConns() < s.MaxConns()
+}
+
+// queue is what a Pool knows about the wait for its connections and the
+// transactions that hold them: pgxpool counts neither waiters nor hold times.
+type queue struct {
+	// Queue bounds Transaction's acquires and counts the waiters on every
+	// path (Transaction and the pool's query methods), through the tracer
+	// hooks.Install gives the pgxpool.
+	acquire.Queue
+	inflight    acquire.InFlight // attempts holding a connection
+	acquireWait histogram.Live   // Transaction's acquires
+	calls       atomic.Int64     // Transaction calls started
+}
+
+// newQueue returns the queue of a pool with these bounds, resolved.
+func newQueue(timeout time.Duration, maxWaiters int) *queue {
+	q := &queue{}
+	q.Init(acquire.Bounds{Timeout: timeout, MaxWaiters: maxWaiters})
+	return q
+}
+
+// settings is a Config resolved to its effective values.
+type settings struct {
+	acquireTimeout  time.Duration // 0: no bound of its own
+	commitTimeout   time.Duration // 0: no bound of its own
+	rollbackTimeout time.Duration // 0: no bound of its own
+	retry           RetryConfig
+	tracer          TransactionTracer
+	resolveCommits  bool
+	resolveTimeout  time.Duration
+	// statementTimeout is the session's statement_timeout pgtx sent (0:
+	// none sent): a deadline carried to the server never raises it.
+	statementTimeout time.Duration
+}
+
+// Defaults of the retry budget ([RetryConfig].BudgetRatio and the fields
+// after it).
+const (
+	defaultBudgetRatio        = 0.2
+	defaultBudgetMinPerSecond = 10
+	defaultBudgetWindow       = 10 * time.Second
+)
+
+// newRetryBudget returns the budget p configures, its defaults applied, or
+// nil when it is off.
+func newRetryBudget(p RetryConfig, now time.Time) *retry.Budget {
+	if p.BudgetRatio < 0 {
+		return nil
+	}
+	return retry.NewBudget(defaultOrNone(p.BudgetRatio, defaultBudgetRatio), defaultOrNone(p.BudgetMinPerSecond, defaultBudgetMinPerSecond),
+		durDefault(p.BudgetWindow, defaultBudgetWindow), now)
 }

@@ -2,10 +2,15 @@ package pgtx
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx/internal/classify"
 	"github.com/pgtx-go/pgtx/internal/errs"
+	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
 // The query methods of Pool are those of pgxpool.Pool with two
@@ -111,3 +116,173 @@ func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNam
 // errPoolNotOpened is the error of every method of a Pool that New or
 // NewWithConfig did not make (a zero Pool).
 var errPoolNotOpened = &invalidArgError{Msg: "the Pool was not created by New or NewWithConfig"}
+
+// The query methods take their connection as Transaction does when the
+// server cannot be reached: a statement for which no connection could be
+// made (the server refuses, answers 57P03 while it starts or shuts down, or
+// no host takes writes while a standby is promoted) was never sent, so it
+// waits for the server within its context's deadline (or
+// RetryConfig.UnavailableTimeout without one), paced by the backoff and the
+// retry budget, and woken as soon as a connection is made. A statement
+// already sent is never sent again.
+
+// conn returns a connection for a query method, waiting out a server that
+// cannot be reached. A connection found closed before anything was sent on
+// it is given back (the pool destroys it) and another taken.
+func (p *Pool) conn(ctx context.Context) (*pgxpool.Conn, error) {
+	var st retry.State
+	for closed := 0; ; {
+		c, err := p.pool.Acquire(ctx)
+		switch {
+		case err == nil && !c.Conn().IsClosed():
+			return c, nil
+		case err == nil:
+			c.Release()
+			if closed++; closed > int(p.cfg.MaxConns) {
+				return nil, pgconn.ErrConnClosed
+			}
+		case !p.rideOut(ctx, &st, err):
+			return nil, err
+		}
+	}
+}
+
+// rideOut reports whether a query method whose connection could not be made
+// (err) tries again, after waiting for the server: only for a server that
+// cannot be reached, while ctx runs and the policy's bound allows.
+func (p *Pool) rideOut(ctx context.Context, st *retry.State, err error) bool {
+	var connectErr *pgconn.ConnectError
+	if ctx.Err() != nil || !errors.As(err, &connectErr) || Classify(err) != ClassUnavailable {
+		return false
+	}
+	now := p.clock.Now()
+	deadline, hasDeadline := ctx.Deadline()
+	policy := p.settings.retry.decider()
+	d := policy.Next(st, classify.Unavailable, 0, now, deadline, hasDeadline)
+	if !d.Retry {
+		return false
+	}
+	if p.budget != nil {
+		d.Backoff = max(d.Backoff, p.budget.Pace(now))
+	}
+	return p.reach.Sleep(ctx, d.Backoff) == nil && ctx.Err() == nil
+}
+
+// The results of the query methods give their connection back to the pool
+// when they are done with it, as pgxpool's own do: rows when closed or read
+// to the end, a row when scanned, a batch when closed (or, when the batch
+// began a transaction, that transaction when it ends).
+
+// poolRows are the rows of Query, which release their connection.
+type poolRows struct {
+	r pgx.Rows
+	c *pgxpool.Conn
+}
+
+func (rows *poolRows) Close() {
+	rows.r.Close()
+	if rows.c != nil {
+		rows.c.Release()
+		rows.c = nil
+	}
+}
+
+func (rows *poolRows) Err() error                    { return rows.r.Err() }
+func (rows *poolRows) CommandTag() pgconn.CommandTag { return rows.r.CommandTag() }
+func (rows *poolRows) FieldDescriptions() []pgconn.FieldDescription {
+	return rows.r.FieldDescriptions()
+}
+func (rows *poolRows) RawValues() [][]byte  { return rows.r.RawValues() }
+func (rows *poolRows) Conn() *pgx.Conn      { return rows.r.Conn() }
+func (rows *poolRows) TypeMap() *pgtype.Map { return rows.r.TypeMap() }
+
+func (rows *poolRows) Next() bool {
+	n := rows.r.Next()
+	if !n {
+		rows.Close()
+	}
+	return n
+}
+
+func (rows *poolRows) Scan(dest ...any) error {
+	err := rows.r.Scan(dest...)
+	if err != nil {
+		rows.Close()
+	}
+	return err
+}
+
+func (rows *poolRows) Values() ([]any, error) {
+	values, err := rows.r.Values()
+	if err != nil {
+		rows.Close()
+	}
+	return values, err
+}
+
+// poolRow is the row of QueryRow, which releases its connection when
+// scanned, even when Scan panics.
+type poolRow struct {
+	r pgx.Row
+	c *pgxpool.Conn
+}
+
+func (row *poolRow) Scan(dest ...any) error {
+	defer row.c.Release()
+	return row.r.Scan(dest...)
+}
+
+// poolBatch is the batch of SendBatch, which releases its connection when
+// closed, unless the batch began a transaction: then the transaction owns
+// the connection.
+type poolBatch struct {
+	br pgx.BatchResults
+	c  *pgxpool.Conn
+	tx *poolTx
+}
+
+func (b *poolBatch) Exec() (pgconn.CommandTag, error) { return b.br.Exec() }
+func (b *poolBatch) Query() (pgx.Rows, error)         { return b.br.Query() }
+func (b *poolBatch) QueryRow() pgx.Row                { return b.br.QueryRow() }
+
+func (b *poolBatch) Close() error {
+	err := b.br.Close()
+	if b.c != nil {
+		b.c.Release()
+		b.c = nil
+	}
+	return err
+}
+
+func (b *poolBatch) Tx() pgx.Tx {
+	if b.tx == nil {
+		return nil
+	}
+	return b.tx
+}
+
+// poolTx is a transaction a batch began, which releases the connection
+// when it ends.
+type poolTx struct {
+	pgx.Tx
+	c *pgxpool.Conn
+}
+
+func (tx *poolTx) Commit(ctx context.Context) error {
+	err := tx.Tx.Commit(ctx)
+	tx.release()
+	return err
+}
+
+func (tx *poolTx) Rollback(ctx context.Context) error {
+	err := tx.Tx.Rollback(ctx)
+	tx.release()
+	return err
+}
+
+func (tx *poolTx) release() {
+	if tx.c != nil {
+		tx.c.Release()
+		tx.c = nil
+	}
+}

@@ -135,7 +135,7 @@ type realClock = retry.RealClock
 
 // retryLoop is the root's side of a call's [retry.Loop]: the call's
 // settings, and its trace as the [TransactionTracer]'s events. A call keeps
-// it in its txAttempt, which is on the heap already, so that handing it to
+// it in its call, which is on the heap already, so that handing it to
 // the loop as its tracer costs no allocation.
 type retryLoop struct {
 	policy     *RetryConfig
@@ -155,14 +155,14 @@ type attemptFunc func(ctx context.Context) (Class, error)
 // run returns nil after a successful attempt, or the last attempt's error,
 // as a *RetryError when the call was retried or a retry was refused. When
 // ctx ended the call, the error matches ctx.Err() as well.
-func (l *retryLoop) run(ctx context.Context, attempt attemptFunc) error {
+func (l *retryLoop) run(ctx context.Context, try attemptFunc) error {
 	loop := retry.Loop{Policy: l.policy.decider(), MaxRetries: l.maxRetries, Clock: l.clock,
 		Budget: l.budget, Gate: l.gate, Wake: l.wake, GaveUp: gaveUp}
 	if l.tracer != nil {
 		loop.Tracer = l
 	}
 	return loop.Run(ctx, func(ctx context.Context) (classify.Class, error) {
-		c, err := attempt(ctx)
+		c, err := try(ctx)
 		return classify.Class(c), err
 	})
 }

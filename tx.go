@@ -120,7 +120,7 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts
 		return err
 	}
 	pool.queue.calls.Add(1)
-	a := &txAttempt{pool: pool, fn: fn, readOnly: opts.ReadOnly, deferrable: opts.Deferrable,
+	a := &call{pool: pool, fn: fn, readOnly: opts.ReadOnly, deferrable: opts.Deferrable,
 		statementTimeout: opts.StatementTimeout, uniqueAsConflict: opts.RetryUniqueViolations && iso == Serializable}
 	a.parent, a.caller = attemptOf(ctx), ctx.Done()
 	a.loop = retryLoop{

@@ -274,14 +274,14 @@ func TestUnavailableContextEnds(t *testing.T) {
 		defer cancel()
 		clk := &fakeclock.Clock{T: time.Unix(1000, 0)}
 		calls := 0
-		attempt := func(context.Context) (Class, error) {
+		try := func(context.Context) (Class, error) {
 			calls++
 			if calls == 3 {
 				cancel()
 			}
 			return ClassUnavailable, refused
 		}
-		err := newLoop(RetryConfig{Jitter: constJitter(1)}, clk).run(ctx, attempt)
+		err := newLoop(RetryConfig{Jitter: constJitter(1)}, clk).run(ctx, try)
 		if calls != 3 || !errors.Is(err, context.Canceled) || !errors.Is(err, refused) {
 			t.Errorf("attempts %d, err %v: want 3 and both context.Canceled and the refusal", calls, err)
 		}
@@ -297,14 +297,14 @@ func TestUnavailableContextEnds(t *testing.T) {
 		defer cancel()
 		clk := &fakeclock.Clock{T: deadline.Add(-time.Second)}
 		calls := 0
-		attempt := func(context.Context) (Class, error) {
+		try := func(context.Context) (Class, error) {
 			calls++
 			if calls == 2 {
 				clk.T = deadline.Add(time.Millisecond)
 			}
 			return ClassUnavailable, refused
 		}
-		err := newLoop(RetryConfig{Jitter: constJitter(1)}, clk).run(ctx, attempt)
+		err := newLoop(RetryConfig{Jitter: constJitter(1)}, clk).run(ctx, try)
 		if calls != 2 || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, refused) {
 			t.Errorf("attempts %d, err %v: want 2 and both context.DeadlineExceeded and the refusal", calls, err)
 		}
