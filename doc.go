@@ -57,7 +57,7 @@
 // ([TransactionTracer], [CancelTracer], [BreakerTracer],
 // [ContentionTracer], and Tracer of the failover package, which holds the
 // failover events' types). The sub-packages build on this package's API:
-// replica, bulkhead, storm, multitracer and pgtxslog; the modules pgtxotel,
+// replica, bulkhead, storm, tracers and pgtxslog; the modules pgtxotel,
 // pgtxprom and pgtxtest adapt pgtx to OpenTelemetry, Prometheus and
 // integration tests.
 //

@@ -10,8 +10,8 @@
 // every change of state of the pool's circuit breaker (Stats keeps only
 // the state and the openings), the commits a failover lost by label, and
 // whether the server acknowledges commits that no standby has. To send the
-// same events to a log too, join the Tracer and pgtxslog's with the
-// multitracer package.
+// same events to a log too, join the Tracer and pgtxslog's with
+// [github.com/pgtx-go/pgtx/tracers.Join].
 //
 // The directory dashboard holds a Grafana dashboard over these metrics
 // (dashboard/pgtx.json); a test checks its queries against the names this

@@ -33,8 +33,8 @@ var attemptBuckets = []float64{1, 2, 3, 4, 6, 8, 11}
 // commits a failover lost and whether the server acknowledges commits that
 // no standby has. It is a [pgtx.TransactionTracer], a [pgtx.BreakerTracer],
 // a [failover.Tracer] and a [prometheus.Collector]: set it as a pool's
-// [pgtx.Config].Tracer and register it (to log the same events too, see
-// the multitracer package). What a snapshot of [pgtx.Stats] already holds
+// [pgtx.Config].Tracer and register it (to log the same events too, join
+// it with another tracer by [github.com/pgtx-go/pgtx/tracers.Join]). What a snapshot of [pgtx.Stats] already holds
 // (the pool, the cancels by outcome, the resolutions of ambiguous COMMITs,
 // the commits a later run was asked about, the breaker, the contention
 // manager) is a [Collector]'s; register both.
