@@ -101,7 +101,11 @@ func readmeObservability(cfg *pgtx.Config, pool *pgtx.Pool) error {
 
 	metrics := pgtxprom.NewTracer(pgtxprom.WithPoolName("main")) // calls by outcome, attempts, retries by class, backoff, budget refusals, breaker changes
 	cfg.Tracer = metrics
-	prometheus.MustRegister(metrics, pgtxprom.NewCollector(pool, "main"))
+	collector, err := pgtxprom.NewCollector(pool, "main") // the pool's statistics: queue depth, waits, cancels, breaker
+	if err != nil {
+		return err
+	}
+	prometheus.MustRegister(metrics, collector)
 
 	cfg.Tracer = tracers.Join(pgtxslog.NewTracer(), metrics) // each tracer receives every event it implements
 	return nil

@@ -22,16 +22,18 @@
 // pool, as client_golang's collectors.NewDBStatsCollector does for a
 // database/sql pool, and register it after creating the pool:
 //
+//	collector, err := pgtxprom.NewCollector(pool, "main")
+//	if err != nil {
+//		return err
+//	}
 //	reg := prometheus.NewRegistry()
-//	reg.MustRegister(pgtxprom.NewCollector(pool, "main"))
+//	reg.MustRegister(collector)
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
 // Every metric has the label pool, the name given to [NewCollector]. A
 // bulkhead (one [pgtx.Pool] per class of work, so that a slow class cannot
 // take the connections of the others) is one Collector per pool, each under
-// the name of its class:
-//
-//	reg.MustRegister(pgtxprom.NewCollector(web, "interactive"), pgtxprom.NewCollector(jobs, "batch"))
+// the name of its class (see [NewCollector]'s example).
 //
 // For a [github.com/pgtx-go/pgtx/bulkhead.Pools], register one for each of
 // its Names, with its Pool.

@@ -98,8 +98,13 @@ var (
 
 // NewTracer returns a [Tracer] configured by opts: [WithPoolName] names
 // its pool, [WithNamespace] sets the prefix of its metrics' names.
-func NewTracer(opts ...Option) *Tracer {
-	cfg := newConfig(opts)
+func NewTracer(opts ...TracerOption) *Tracer {
+	cfg := config{namespace: DefaultNamespace}
+	for _, opt := range opts {
+		if opt != nil {
+			opt.applyTracer(&cfg)
+		}
+	}
 	var constLabels prometheus.Labels
 	if cfg.pool != "" {
 		constLabels = prometheus.Labels{labelPool: cfg.pool}
