@@ -33,9 +33,7 @@ type poolInstruments struct {
 // collections.
 //
 // Every measurement carries db.client.connection.pool.name=name and the
-// attributes given with [WithAttributes]; the meter comes from
-// [WithMeterProvider] (by default [otel.GetMeterProvider] at the time of the
-// call), and [WithTracerProvider] has no effect. Call it once per pool, with
+// attributes given with [WithAttributes]. Call it once per pool, with
 // a distinct name (the same as the pool's [PoolTracer]'s): for a bulkhead
 // (one [pgtx.Pool] per class of work), once per class. The instruments are
 // shared, each call adds its own series. Unregister the returned
@@ -79,11 +77,11 @@ type poolInstruments struct {
 //   - pgtx.breaker.rejection.count {transaction} (counter): calls refused
 //     while it was open.
 //   - pgtx.breaker.open.count {open} (counter): the times it opened.
-func RegisterPoolMetrics(pool *pgtx.Pool, name string, opts ...Option) (metric.Registration, error) {
+func RegisterPoolMetrics(pool *pgtx.Pool, name string, opts ...PoolOption) (metric.Registration, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("pgtxotel: RegisterPoolMetrics: nil pool: %w", pgtx.ErrInvalidArgument)
+		return nil, fmt.Errorf("pgtxotel: RegisterPoolMetrics %q: nil pool: %w", name, pgtx.ErrInvalidArgument)
 	}
-	c := newConfig(opts)
+	c := newPoolConfig(opts)
 	meter := c.mp.Meter(ScopeName)
 	ins, err := newPoolInstruments(meter)
 	if err != nil {

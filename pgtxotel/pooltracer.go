@@ -58,13 +58,11 @@ var (
 	_ pgxpool.ReleaseTracer = (*PoolTracer)(nil)
 )
 
-// NewPoolTracer returns the [PoolTracer] of the pool called name. The meter
-// comes from [WithMeterProvider] (by default [otel.GetMeterProvider] at the
-// time of the call); [WithTracerProvider] has no effect. An instrument that
-// cannot be created is reported to [otel.Handle], and the PoolTracer then
-// records nothing.
-func NewPoolTracer(name string, opts ...Option) *PoolTracer {
-	c := newConfig(opts)
+// NewPoolTracer returns the [PoolTracer] of the pool called name. An
+// instrument that cannot be created is reported to [otel.Handle], and the
+// PoolTracer then records nothing.
+func NewPoolTracer(name string, opts ...PoolOption) *PoolTracer {
+	c := newPoolConfig(opts)
 	buckets := metric.WithExplicitBucketBoundaries(durationBuckets...)
 	instruments := func(m metric.Meter) (metric.Float64Histogram, metric.Float64Histogram, error) {
 		wait, err1 := dbconv.NewClientConnectionWaitTime(m, buckets)

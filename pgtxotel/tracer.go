@@ -116,8 +116,8 @@ var (
 // skipped). A metric instrument that cannot be created is reported to
 // [otel.Handle], as OpenTelemetry's instrumentation libraries do, and the
 // Tracer's metrics are then not recorded; its spans still are.
-func NewTracer(opts ...Option) *Tracer {
-	c := newConfig(opts)
+func NewTracer(opts ...TracerOption) *Tracer {
+	c := newTracerConfig(opts)
 	t := &Tracer{
 		tracer:    c.tp.Tracer(ScopeName),
 		spanAttrs: append([]attribute.KeyValue{dbSystem}, c.attrs...),
