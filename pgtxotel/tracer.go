@@ -65,7 +65,7 @@ var classNames = func() [numClasses]string {
 // [pgtx.CancelTracer], [pgtx.BreakerTracer], [pgtx.ContentionTracer] and
 // [failover.Tracer]; set as [pgtx.Config].Tracer it receives the events
 // of the pool's calls, cancels, circuit breaker, contention manager and
-// failovers. The package documentation lists its spans, events and
+// failovers. docs/observability.md lists its spans, events and
 // instruments. A Tracer is safe for concurrent use and may be shared by
 // several pools.
 type Tracer struct {

@@ -80,7 +80,7 @@ func WithPoolName(name string) TracerOption { return poolNameOption(name) }
 
 // Collector exports the statistics of a pgtx pool as Prometheus metrics. It
 // implements [prometheus.Collector] and reads the pool's [pgtx.Stats] once
-// per collection. It is safe for concurrent use. The package documentation
+// per collection. It is safe for concurrent use. docs/observability.md
 // lists its metrics.
 type Collector struct {
 	pool  *pgtx.Pool

@@ -29,7 +29,7 @@ func WithLogger(logger *slog.Logger) Option {
 
 // WithLevels sets the levels of the Tracer's lines: it maps a kind of line
 // to its level. A kind that is missing, or whose level is nil, has its
-// default level (see the package documentation); [LevelOff] silences it. A
+// default level (see [Event]); [LevelOff] silences it. A
 // level is read at each event, so a [*slog.LevelVar] changes it while the
 // program runs. The map is copied; a key that is none of the kinds is
 // ignored. Given more than once, each map is applied over the ones before
