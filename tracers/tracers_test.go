@@ -104,6 +104,29 @@ func TestOptionalEventsReachOnlyTheirTracers(t *testing.T) {
 	}
 }
 
+// TestJoinOfJoins: a joined Tracer joined again still hands each optional
+// event to the tracers inside it that implement its interface.
+func TestJoinOfJoins(t *testing.T) {
+	plain, a, b := &recorder{name: "plain"}, &full{recorder{name: "a"}}, &full{recorder{name: "b"}}
+	tr := tracers.Join(tracers.Join(a, plain), nil, b)
+	ctx := tr.TraceTransactionStart(context.Background(), pgtx.TraceTransactionStartData{})
+	tr.TraceCancel(ctx, pgtx.TraceCancelData{})
+	tr.TraceCommitLost(ctx, failover.CommitLostData{})
+	tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{})
+	want := []string{"tx start", "cancel", "commit lost", "tx end"}
+	for _, f := range []*full{a, b} {
+		if got := f.events(); !slices.Equal(got, want) {
+			t.Errorf("%s got %v, want %v", f.name, got, want)
+		}
+	}
+	if got, want := plain.events(), []string{"tx start", "tx end"}; !slices.Equal(got, want) {
+		t.Errorf("plain got %v, want %v", got, want)
+	}
+	if a.lost != 0 || b.lost != 0 || plain.lost != 0 {
+		t.Error("an end's context lacked its start's value")
+	}
+}
+
 // TestEmpty: Join with no tracer, or only nil ones, is a tracer that does
 // nothing and passes the context through.
 func TestEmpty(t *testing.T) {
