@@ -38,7 +38,11 @@ func TestCollectorWithServer(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(pgtxprom.NewCollector(pool, "main"))
+	collector, err := pgtxprom.NewCollector(pool, "main")
+	if err != nil {
+		t.Fatalf("NewCollector: %v", err)
+	}
+	reg.MustRegister(collector)
 
 	noop := func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, "select 1")

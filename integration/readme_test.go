@@ -24,12 +24,12 @@ import (
 	"github.com/pgtx-go/pgtx/bulkhead"
 	"github.com/pgtx-go/pgtx/examples/repository/db"
 	"github.com/pgtx-go/pgtx/failover"
-	"github.com/pgtx-go/pgtx/multitracer"
 	"github.com/pgtx-go/pgtx/pgtxotel"
 	"github.com/pgtx-go/pgtx/pgtxprom"
 	"github.com/pgtx-go/pgtx/pgtxslog"
 	"github.com/pgtx-go/pgtx/pgtxtest"
 	"github.com/pgtx-go/pgtx/replica"
+	"github.com/pgtx-go/pgtx/tracers"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -101,9 +101,13 @@ func readmeObservability(cfg *pgtx.Config, pool *pgtx.Pool) error {
 
 	metrics := pgtxprom.NewTracer(pgtxprom.WithPoolName("main")) // calls by outcome, attempts, retries by class, backoff, budget refusals, breaker changes
 	cfg.Tracer = metrics
-	prometheus.MustRegister(metrics, pgtxprom.NewCollector(pool, "main"))
+	collector, err := pgtxprom.NewCollector(pool, "main") // the pool's statistics: queue depth, waits, cancels, breaker
+	if err != nil {
+		return err
+	}
+	prometheus.MustRegister(metrics, collector)
 
-	cfg.Tracer = multitracer.New(pgtxslog.NewTracer(), metrics) // each tracer receives every event it implements
+	cfg.Tracer = tracers.Join(pgtxslog.NewTracer(), metrics) // each tracer receives every event it implements
 	return nil
 }
 

@@ -2,7 +2,6 @@ package pgtxotel_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 
@@ -12,43 +11,69 @@ import (
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxotel"
 	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
-// Example sets a pgtxotel Tracer on a pool. The spans and metrics go to the
-// global providers (otel.SetTracerProvider, otel.SetMeterProvider) unless
-// WithTracerProvider and WithMeterProvider say otherwise.
+// Example reports a call as spans. The pool calls the Tracer's hooks; here
+// they are called by hand, for a call that committed at its first attempt,
+// and the spans go to an in-memory recorder.
 func Example() {
-	ctx := context.Background()
-
-	tr := pgtxotel.NewTracer(pgtxotel.WithAttributes(attribute.String("db.namespace", "shop")))
-	cfg, err := pgtx.ParseConfig(os.Getenv("DATABASE_URL"))
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	tr := pgtxotel.NewTracer(
+		pgtxotel.WithTracerProvider(tp),
+		pgtxotel.WithMeterProvider(sdkmetric.NewMeterProvider()),
+		pgtxotel.WithAttributes(attribute.String("db.namespace", "shop")),
+	)
+	cfg, err := pgtx.ParseConfig("postgres://app@127.0.0.1:5432/app")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	cfg.Tracer = tr
-	pool, err := pgtx.NewWithConfig(ctx, cfg)
+
+	ctx := tr.TraceTransactionStart(context.Background(), pgtx.TraceTransactionStartData{Label: "transfer", Isolation: pgtx.Serializable})
+	attempt := tr.TraceAttemptStart(ctx, pgtx.TraceAttemptStartData{Label: "transfer", Isolation: pgtx.Serializable, Attempt: 1})
+	tr.TraceAttemptEnd(attempt, pgtx.TraceAttemptEndData{Label: "transfer", Isolation: pgtx.Serializable, Attempt: 1})
+	tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{Label: "transfer", Isolation: pgtx.Serializable, Attempts: 1})
+	for _, s := range spans.Ended() {
+		fmt.Println(s.Name(), s.SpanKind())
+	}
+	// Output:
+	// pgtx.attempt internal
+	// pgtx.transaction transfer internal
+}
+
+// Example_options shows which option each constructor takes.
+// WithMeterProvider and WithAttributes are Options, taken by all three;
+// WithTracerProvider is a TracerOption, taken by NewTracer only, as the
+// pool's instruments make no span:
+// pgtxotel.NewPoolTracer("main", pgtxotel.WithTracerProvider(tp)) does not
+// compile.
+func Example_options() {
+	tp := sdktrace.NewTracerProvider()
+	mp := sdkmetric.NewMeterProvider()
+	db := attribute.String("db.namespace", "shop")
+
+	tr := pgtxotel.NewTracer(pgtxotel.WithTracerProvider(tp), pgtxotel.WithMeterProvider(mp), pgtxotel.WithAttributes(db))
+	pt := pgtxotel.NewPoolTracer("main", pgtxotel.WithMeterProvider(mp), pgtxotel.WithAttributes(db))
+	pool, err := pgtx.New(context.Background(), "postgres://app@127.0.0.1:5432/app")
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	defer pool.Close()
-
-	// One "pgtx.transaction transfer" span, child of the span in ctx, with a
-	// "pgtx.attempt" span per attempt.
-	err = pgtx.TransactionWithOptions(ctx, pool, pgtx.Serializable, pgtx.Options{Label: "transfer"},
-		func(ctx context.Context, tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, "update accounts set balance = balance - $1 where id = $2", 10, 1); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, "update accounts set balance = balance + $1 where id = $2", 10, 2)
-			return err
-		})
-	if errors.Is(err, pgtx.ErrCommitUnknown) {
-		fmt.Println("may have committed: check before doing it again")
-	} else if err != nil {
-		fmt.Println("failed:", err)
+	reg, err := pgtxotel.RegisterPoolMetrics(pool, "main", pgtxotel.WithMeterProvider(mp), pgtxotel.WithAttributes(db))
+	if err != nil {
+		fmt.Println(err)
+		return
 	}
+	defer func() { _ = reg.Unregister() }()
+	fmt.Printf("%T, %T\n", tr, pt)
+	// Output:
+	// *pgtxotel.Tracer, *pgtxotel.PoolTracer
 }
 
 // Example_otelpgx runs pgtxotel beside otelpgx on one pool. otelpgx traces

@@ -26,64 +26,25 @@ type poolInstruments struct {
 	breakerOpens    metric.Int64ObservableCounter
 }
 
-// RegisterPoolMetrics registers asynchronous (observable) instruments that
-// report a pool's [pgtx.Stats] on every collection: a single callback reads
-// [pgtx.Pool.Stats] once per collection and observes every instrument, so
-// they all describe the same moment and the pool pays nothing between
-// collections.
+// RegisterPoolMetrics registers observable instruments that report a
+// pool's [pgtx.Stats] at each collection: one callback reads the
+// statistics once and observes every instrument, so they all describe the
+// same moment and the pool pays nothing between collections. They are the
+// convention's db.client.connection.count, .max, .pending_requests (the
+// queue depth) and .timeouts, and pgtx's pool and breaker signals;
+// docs/observability.md lists them.
 //
 // Every measurement carries db.client.connection.pool.name=name and the
-// attributes given with [WithAttributes]; the meter comes from
-// [WithMeterProvider] (by default [otel.GetMeterProvider] at the time of the
-// call), and [WithTracerProvider] has no effect. Call it once per pool, with
-// a distinct name (the same as the pool's [PoolTracer]'s): for a bulkhead
-// (one [pgtx.Pool] per class of work), once per class. The instruments are
-// shared, each call adds its own series. Unregister the returned
-// Registration before closing the pool; after Unregister the pool is no
-// longer read or reported. A nil pool is an error matching
+// attributes of [WithAttributes]. Call it once per pool, with a distinct
+// name, the same as the pool's [PoolTracer]'s. Unregister the returned
+// Registration before closing the pool. A nil pool is an error matching
 // [pgtx.ErrInvalidArgument]; an instrument that cannot be created is an
 // error too, and nothing is then registered.
-//
-// The instruments of the OpenTelemetry database conventions:
-//
-//   - db.client.connection.count {connection} (up-down counter): the pool's
-//     connections by db.client.connection.state, "used" (acquired) or
-//     "idle". Connections being made are in neither.
-//   - db.client.connection.max {connection} (up-down counter): the pool's
-//     MaxConns.
-//   - db.client.connection.pending_requests {request} (up-down counter):
-//     the queue depth ([pgtx.Stats].Waiting), acquires of a pool
-//     connection in progress now, on every path. Alert on it staying above
-//     0, not on utilisation: callers that wait mean the pool cannot serve
-//     the arrival rate at the current query latency.
-//   - db.client.connection.timeouts {timeout} (counter): Transaction's waits
-//     for a connection ended by [pgtx.Config].AcquireTimeout.
-//
-// The distributions db.client.connection.wait_time and
-// db.client.connection.use_time are histograms, which OpenTelemetry cannot
-// observe from a snapshot: a [PoolTracer] records them, one measurement per
-// acquire and per release.
-//
-// The pgtx signals without a convention, in seconds where they are times:
-//
-//   - pgtx.pool.queue_full.count {transaction} (counter): Transaction calls
-//     refused at once because [pgtx.Config].MaxWaiters callers were waiting.
-//   - pgtx.pool.in_flight {transaction} (up-down counter): attempts holding
-//     a connection now.
-//   - pgtx.pool.oldest_in_flight (s, gauge): the age of the oldest of them,
-//     0 when there is none.
-//
-// And, only for a pool with a circuit breaker ([pgtx.Config].Breaker):
-//
-//   - pgtx.breaker.state {state} (gauge): 0 closed, 1 half-open, 2 open.
-//   - pgtx.breaker.rejection.count {transaction} (counter): calls refused
-//     while it was open.
-//   - pgtx.breaker.open.count {open} (counter): the times it opened.
-func RegisterPoolMetrics(pool *pgtx.Pool, name string, opts ...Option) (metric.Registration, error) {
+func RegisterPoolMetrics(pool *pgtx.Pool, name string, opts ...PoolOption) (metric.Registration, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("pgtxotel: RegisterPoolMetrics: nil pool: %w", pgtx.ErrInvalidArgument)
+		return nil, fmt.Errorf("pgtxotel: RegisterPoolMetrics %q: nil pool: %w", name, pgtx.ErrInvalidArgument)
 	}
-	c := newConfig(opts)
+	c := newPoolConfig(opts)
 	meter := c.mp.Meter(ScopeName)
 	ins, err := newPoolInstruments(meter)
 	if err != nil {

@@ -64,7 +64,7 @@ func newManualMeterProvider(t *testing.T) (*sdkmetric.MeterProvider, *sdkmetric.
 }
 
 // registerPool calls RegisterPoolMetrics and unregisters when the test ends.
-func registerPool(t *testing.T, pool *pgtx.Pool, name string, opts ...Option) metric.Registration {
+func registerPool(t *testing.T, pool *pgtx.Pool, name string, opts ...PoolOption) metric.Registration {
 	t.Helper()
 	reg, err := RegisterPoolMetrics(pool, name, opts...)
 	if err != nil {
@@ -410,10 +410,15 @@ func TestRegisterPoolMetricsUnregister(t *testing.T) {
 	}
 }
 
+// TestRegisterPoolMetricsNilPool: a nil pool is an invalid argument, named
+// in the error, and nothing is registered.
 func TestRegisterPoolMetricsNilPool(t *testing.T) {
 	reg, err := RegisterPoolMetrics(nil, "x", WithMeterProvider(noop.NewMeterProvider()))
 	if !errors.Is(err, pgtx.ErrInvalidArgument) {
-		t.Errorf("error = %v, want one matching pgtx.ErrInvalidArgument", err)
+		t.Fatalf("error = %v, want one matching pgtx.ErrInvalidArgument", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, `"x"`) || !strings.Contains(msg, "nil pool") {
+		t.Errorf("error %q does not name the pool and the nil pool", msg)
 	}
 	if reg != nil {
 		t.Error("RegisterPoolMetrics returned a Registration with an error")

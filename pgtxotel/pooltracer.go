@@ -16,35 +16,22 @@ import (
 )
 
 // PoolTracer records the connection pool's distributions,
-// db.client.connection.wait_time and db.client.connection.use_time, from
-// pgxpool's acquire and release events. pgtx keeps its own histogram of
-// waits ([pgtx.Stats].AcquireWait), but OpenTelemetry has no observable
-// histogram, and a distribution rebuilt from a snapshot's buckets would be
-// made up; so these are synchronous histograms, one measurement per acquire
-// and per release, with the buckets of [pgtx.Histogram].
+// db.client.connection.wait_time (each acquire, on every path, failed ones
+// included) and db.client.connection.use_time (from acquire to release),
+// from pgxpool's acquire and release events. OpenTelemetry has no
+// observable histogram, so [RegisterPoolMetrics] cannot report them from a
+// snapshot.
 //
 // Set it as the pgx tracer of the pool's connections,
-// [pgtx.Config].ConnConfig.Tracer, before creating the pool (pgtx passes
-// the acquire and release events of its pgxpool on to it); beside another
-// pgx tracer such as otelpgx's, combine them with
+// [pgtx.Config].ConnConfig.Tracer, before creating the pool; beside another
+// pgx tracer such as otelpgx's, join them with pgx's
 // github.com/jackc/pgx/v5/multitracer:
 //
 //	cfg.ConnConfig.Tracer = multitracer.New(otelpgx.NewTracer(), pt)
 //
-// Its instruments, with db.client.connection.pool.name (the name given to
-// [NewPoolTracer]: use the same for [RegisterPoolMetrics]) and the
-// attributes of [WithAttributes]:
-//
-//   - db.client.connection.wait_time (s, histogram): the time each acquire
-//     of a pool connection took, on every path (Transaction and the pool's
-//     query methods), including the acquires that failed or timed out.
-//   - db.client.connection.use_time (s, histogram): the time between
-//     borrowing a connection and returning it to the pool: a Transaction
-//     attempt's hold, or a query method's.
-//
-// A connection hijacked from the pool (not something pgtx does) is never
-// released, so it has no use_time. A PoolTracer is safe for concurrent use;
-// give each pool its own.
+// Its measurements carry db.client.connection.pool.name, the name given to
+// [NewPoolTracer], and the attributes of [WithAttributes]. A PoolTracer is
+// safe for concurrent use; give each pool its own.
 type PoolTracer struct {
 	wait, use metric.Float64Histogram
 	opts      []metric.RecordOption
@@ -58,13 +45,11 @@ var (
 	_ pgxpool.ReleaseTracer = (*PoolTracer)(nil)
 )
 
-// NewPoolTracer returns the [PoolTracer] of the pool called name. The meter
-// comes from [WithMeterProvider] (by default [otel.GetMeterProvider] at the
-// time of the call); [WithTracerProvider] has no effect. An instrument that
-// cannot be created is reported to [otel.Handle], and the PoolTracer then
-// records nothing.
-func NewPoolTracer(name string, opts ...Option) *PoolTracer {
-	c := newConfig(opts)
+// NewPoolTracer returns the [PoolTracer] of the pool called name. An
+// instrument that cannot be created is reported to [otel.Handle], and the
+// PoolTracer then records nothing.
+func NewPoolTracer(name string, opts ...PoolOption) *PoolTracer {
+	c := newPoolConfig(opts)
 	buckets := metric.WithExplicitBucketBoundaries(durationBuckets...)
 	instruments := func(m metric.Meter) (metric.Float64Histogram, metric.Float64Histogram, error) {
 		wait, err1 := dbconv.NewClientConnectionWaitTime(m, buckets)

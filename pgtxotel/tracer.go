@@ -65,7 +65,7 @@ var classNames = func() [numClasses]string {
 // [pgtx.CancelTracer], [pgtx.BreakerTracer], [pgtx.ContentionTracer] and
 // [failover.Tracer]; set as [pgtx.Config].Tracer it receives the events
 // of the pool's calls, cancels, circuit breaker, contention manager and
-// failovers. The package documentation lists its spans, events and
+// failovers. docs/observability.md lists its spans, events and
 // instruments. A Tracer is safe for concurrent use and may be shared by
 // several pools.
 type Tracer struct {
@@ -116,8 +116,8 @@ var (
 // skipped). A metric instrument that cannot be created is reported to
 // [otel.Handle], as OpenTelemetry's instrumentation libraries do, and the
 // Tracer's metrics are then not recorded; its spans still are.
-func NewTracer(opts ...Option) *Tracer {
-	c := newConfig(opts)
+func NewTracer(opts ...TracerOption) *Tracer {
+	c := newTracerConfig(opts)
 	t := &Tracer{
 		tracer:    c.tp.Tracer(ScopeName),
 		spanAttrs: append([]attribute.KeyValue{dbSystem}, c.attrs...),

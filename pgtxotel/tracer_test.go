@@ -37,12 +37,12 @@ type harness struct {
 	reader *sdkmetric.ManualReader
 }
 
-func newHarness(t *testing.T, opts ...Option) *harness {
+func newHarness(t *testing.T, opts ...TracerOption) *harness {
 	t.Helper()
 	return newHarnessSampler(t, sdktrace.AlwaysSample(), opts...)
 }
 
-func newHarnessSampler(t *testing.T, sampler sdktrace.Sampler, opts ...Option) *harness {
+func newHarnessSampler(t *testing.T, sampler sdktrace.Sampler, opts ...TracerOption) *harness {
 	t.Helper()
 	h := &harness{spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
 	h.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(h.spans), sdktrace.WithSampler(sampler))
@@ -51,7 +51,7 @@ func newHarnessSampler(t *testing.T, sampler sdktrace.Sampler, opts ...Option) *
 		_ = h.tp.Shutdown(context.Background())
 		_ = mp.Shutdown(context.Background())
 	})
-	h.tr = NewTracer(append([]Option{WithTracerProvider(h.tp), WithMeterProvider(mp)}, opts...)...)
+	h.tr = NewTracer(append([]TracerOption{WithTracerProvider(h.tp), WithMeterProvider(mp)}, opts...)...)
 	return h
 }
 

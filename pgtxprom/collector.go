@@ -34,45 +34,53 @@ const (
 	outcomeClosed    = "closed"
 )
 
-// config is what the Options set.
+// config is what the options set.
 type config struct {
 	namespace string
 	pool      string // the Tracer's pool label; "": none
 }
 
-// newConfig applies opts, skipping nil ones, over the defaults.
-func newConfig(opts []Option) config {
-	cfg := config{namespace: DefaultNamespace}
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&cfg)
-		}
-	}
-	return cfg
+// CollectorOption configures a [Collector] made by [NewCollector].
+type CollectorOption interface {
+	applyCollector(*config)
 }
 
-// Option configures a [Collector] made by [NewCollector] or a [Tracer] made
-// by [NewTracer].
-type Option func(*config)
+// TracerOption configures a [Tracer] made by [NewTracer].
+type TracerOption interface {
+	applyTracer(*config)
+}
+
+// Option configures both a [Collector] and a [Tracer].
+type Option interface {
+	CollectorOption
+	TracerOption
+}
+
+// namespaceOption is the Option of WithNamespace.
+type namespaceOption string
+
+func (o namespaceOption) applyCollector(c *config) { c.namespace = string(o) }
+func (o namespaceOption) applyTracer(c *config)    { c.namespace = string(o) }
+
+// poolNameOption is the TracerOption of WithPoolName.
+type poolNameOption string
+
+func (o poolNameOption) applyTracer(c *config) { c.pool = string(o) }
 
 // WithNamespace sets the prefix of every metric name, [DefaultNamespace] by
 // default. An empty namespace leaves the names without a prefix
 // (pool_waiters, ...).
-func WithNamespace(ns string) Option {
-	return func(c *config) { c.namespace = ns }
-}
+func WithNamespace(ns string) Option { return namespaceOption(ns) }
 
-// WithPoolName gives a [Tracer]'s metrics the label pool=name: the name the
+// WithPoolName gives a [Tracer]'s metrics the label pool=name, the name its
 // pool has in its [Collector], so that a dashboard joins the two. Without
-// it the Tracer's metrics have no pool label. A Collector takes its pool's
-// name from [NewCollector] and ignores it.
-func WithPoolName(name string) Option {
-	return func(c *config) { c.pool = name }
-}
+// it the Tracer's metrics have no pool label. A Collector's pool name is
+// an argument of [NewCollector].
+func WithPoolName(name string) TracerOption { return poolNameOption(name) }
 
 // Collector exports the statistics of a pgtx pool as Prometheus metrics. It
 // implements [prometheus.Collector] and reads the pool's [pgtx.Stats] once
-// per collection. It is safe for concurrent use. The package documentation
+// per collection. It is safe for concurrent use. docs/observability.md
 // lists its metrics.
 type Collector struct {
 	pool  *pgtx.Pool
@@ -106,17 +114,22 @@ var _ prometheus.Collector = (*Collector)(nil)
 // NewCollector returns the [Collector] of pool, whose metrics have the
 // label pool=name, as [collectors.NewDBStatsCollector] names a database/sql
 // pool: one Collector per pool, each registered with a
-// [prometheus.Registerer] (their names must differ in one registry). It
-// panics if pool is nil, as [prometheus.MustRegister] does on a programming
-// error. Unregister the Collector before closing the pool, or it keeps
-// reporting the pool's last counters.
+// [prometheus.Registerer] (their names must differ in one registry). A nil
+// pool is an error matching [pgtx.ErrInvalidArgument]. Unregister the
+// Collector before closing the pool, or it keeps reporting the pool's last
+// counters.
 //
 // [collectors.NewDBStatsCollector]: https://pkg.go.dev/github.com/prometheus/client_golang/prometheus/collectors#NewDBStatsCollector
-func NewCollector(pool *pgtx.Pool, name string, opts ...Option) *Collector {
+func NewCollector(pool *pgtx.Pool, name string, opts ...CollectorOption) (*Collector, error) {
 	if pool == nil {
-		panic(fmt.Sprintf("pgtxprom: NewCollector: pool %q is nil", name))
+		return nil, fmt.Errorf("pgtxprom: NewCollector %q: nil pool: %w", name, pgtx.ErrInvalidArgument)
 	}
-	cfg := newConfig(opts)
+	cfg := config{namespace: DefaultNamespace}
+	for _, opt := range opts {
+		if opt != nil {
+			opt.applyCollector(&cfg)
+		}
+	}
 	c := &Collector{pool: pool}
 	constLabels := prometheus.Labels{labelPool: name}
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
@@ -199,7 +212,7 @@ func NewCollector(pool *pgtx.Pool, name string, opts ...Option) *Collector {
 		"Transaction attempts of the label.", labelLabel)
 	c.contentionConflicts = desc("contention_conflicts_total",
 		"Transaction attempts of the label that failed with a conflict (40001, 40P01).", labelLabel)
-	return c
+	return c, nil
 }
 
 // Describe sends the descriptors of every metric the Collector can report.

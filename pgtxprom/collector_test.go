@@ -45,6 +45,16 @@ func newOfflinePoolWith(t *testing.T, edit func(*pgtx.Config)) *pgtx.Pool {
 	return pool
 }
 
+// newCollector is NewCollector, which must not fail.
+func newCollector(t *testing.T, pool *pgtx.Pool, name string, opts ...CollectorOption) *Collector {
+	t.Helper()
+	c, err := NewCollector(pool, name, opts...)
+	if err != nil {
+		t.Fatalf("NewCollector: %v", err)
+	}
+	return c
+}
+
 // collectors are the Collectors of several pools, collected as one, as a
 // registry collects them.
 type collectors []*Collector
@@ -63,11 +73,11 @@ func (cs collectors) Collect(ch chan<- prometheus.Metric) {
 
 // newOfflineCollector returns the Collectors of two offline pools: "a" with
 // 3 connections at most and "b" with 7.
-func newOfflineCollector(t *testing.T, opts ...Option) collectors {
+func newOfflineCollector(t *testing.T, opts ...CollectorOption) collectors {
 	t.Helper()
 	return collectors{
-		NewCollector(newOfflinePool(t, 7), "b", opts...),
-		NewCollector(newOfflinePool(t, 3), "a", opts...),
+		newCollector(t, newOfflinePool(t, 7), "b", opts...),
+		newCollector(t, newOfflinePool(t, 3), "a", opts...),
 	}
 }
 
@@ -245,7 +255,7 @@ func TestCollectorLint(t *testing.T) {
 		c    func(t *testing.T) prometheus.Collector
 	}{
 		{"two pools", func(t *testing.T) prometheus.Collector { return newOfflineCollector(t) }},
-		{"one pool", func(t *testing.T) prometheus.Collector { return NewCollector(newOfflinePool(t, 1), "main") }},
+		{"one pool", func(t *testing.T) prometheus.Collector { return newCollector(t, newOfflinePool(t, 1), "main") }},
 		{"namespace", func(t *testing.T) prometheus.Collector { return newOfflineCollector(t, WithNamespace("app")) }},
 	}
 	for _, tt := range tests {
@@ -265,18 +275,18 @@ func TestWithNamespace(t *testing.T) {
 	pool := newOfflinePool(t, 2)
 	tests := []struct {
 		name string
-		opts []Option
+		opts []CollectorOption
 		want string
 	}{
 		{"default", nil, "pgtx_pool_waiters"},
-		{"nil option", []Option{nil}, "pgtx_pool_waiters"},
-		{"custom", []Option{WithNamespace("app")}, "app_pool_waiters"},
-		{"empty", []Option{WithNamespace("")}, "pool_waiters"},
-		{"last wins", []Option{WithNamespace("x"), WithNamespace("y")}, "y_pool_waiters"},
+		{"nil option", []CollectorOption{nil}, "pgtx_pool_waiters"},
+		{"custom", []CollectorOption{WithNamespace("app")}, "app_pool_waiters"},
+		{"empty", []CollectorOption{WithNamespace("")}, "pool_waiters"},
+		{"last wins", []CollectorOption{WithNamespace("x"), WithNamespace("y")}, "y_pool_waiters"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := NewCollector(pool, "main", tt.opts...)
+			c := newCollector(t, pool, "main", tt.opts...)
 			if got := testutil.CollectAndCount(c, tt.want); got != 1 {
 				t.Errorf("CollectAndCount(%s) = %d, want 1", tt.want, got)
 			}
@@ -285,7 +295,7 @@ func TestWithNamespace(t *testing.T) {
 }
 
 func TestDescribe(t *testing.T) {
-	c := NewCollector(newOfflinePool(t, 1), "main")
+	c := newCollector(t, newOfflinePool(t, 1), "main")
 	ch := make(chan *prometheus.Desc, 64)
 	c.Describe(ch)
 	close(ch)
@@ -310,13 +320,16 @@ func TestDescribe(t *testing.T) {
 	}
 }
 
-func TestNewCollectorNilPoolPanics(t *testing.T) {
-	defer func() {
-		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), `"broken"`) {
-			t.Errorf("recovered %v, want a panic naming the pool", r)
-		}
-	}()
-	NewCollector(nil, "broken")
+// TestNewCollectorNilPool: a nil pool is an invalid argument, named in
+// the error, not a panic.
+func TestNewCollectorNilPool(t *testing.T) {
+	c, err := NewCollector(nil, "broken")
+	if c != nil || !errors.Is(err, pgtx.ErrInvalidArgument) {
+		t.Fatalf("NewCollector(nil) = %v, %v; want nil and an error matching pgtx.ErrInvalidArgument", c, err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, `"broken"`) || !strings.Contains(msg, "nil pool") {
+		t.Errorf("error %q does not name the pool and the nil pool", msg)
+	}
 }
 
 // TestCollectorsOfSeveralPools: the Collectors of several pools register in
@@ -324,10 +337,10 @@ func TestNewCollectorNilPoolPanics(t *testing.T) {
 // second Collector under a name already taken is refused.
 func TestCollectorsOfSeveralPools(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(NewCollector(newOfflinePool(t, 1), "interactive")); err != nil {
+	if err := reg.Register(newCollector(t, newOfflinePool(t, 1), "interactive")); err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.Register(NewCollector(newOfflinePool(t, 2), "batch")); err != nil {
+	if err := reg.Register(newCollector(t, newOfflinePool(t, 2), "batch")); err != nil {
 		t.Fatalf("a second pool's Collector: %v", err)
 	}
 	want := `
@@ -339,7 +352,7 @@ pgtx_pool_max_connections{pool="interactive"} 1
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "pgtx_pool_max_connections"); err != nil {
 		t.Error(err)
 	}
-	if err := reg.Register(NewCollector(newOfflinePool(t, 3), "batch")); err == nil {
+	if err := reg.Register(newCollector(t, newOfflinePool(t, 3), "batch")); err == nil {
 		t.Error("a Collector under a pool name already registered was accepted")
 	}
 }
@@ -355,7 +368,7 @@ func TestCollectorBreaker(t *testing.T) {
 		})
 	}
 	open, halfOpen := newPool(time.Hour), newPool(time.Nanosecond)
-	c := collectors{NewCollector(open, "open"), NewCollector(halfOpen, "half")}
+	c := collectors{newCollector(t, open, "open"), newCollector(t, halfOpen, "half")}
 	call := func(pool *pgtx.Pool) error {
 		return pgtx.Transaction(context.Background(), pool, pgtx.ReadCommitted, func(context.Context, pgx.Tx) error { return nil })
 	}
@@ -534,7 +547,7 @@ func TestCollectStatsFields(t *testing.T) {
 			{Label: "transfer", Limiting: true, Limit: 24, Waiting: 25, AttemptCount: 26, ConflictCount: 27, CommitCount: 28},
 		},
 	}
-	sc := statsCollector{c: NewCollector(newOfflinePool(t, 1), "main"), s: s}
+	sc := statsCollector{c: newCollector(t, newOfflinePool(t, 1), "main"), s: s}
 	want := `
 # HELP pgtx_pool_waiters Acquires of a pool connection in progress now: the queue depth. Alert on it staying above 0, not on utilisation.
 # TYPE pgtx_pool_waiters gauge

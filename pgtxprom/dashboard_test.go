@@ -64,7 +64,7 @@ func exportedNames(t *testing.T) map[string]bool {
 	tr.TraceReplication(context.Background(), failover.ReplicationData{Asynchronous: true, Standbys: 1})
 
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(NewCollector(pool, "main"), tr)
+	reg.MustRegister(newCollector(t, pool, "main"), tr)
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("Gather: %v", err)

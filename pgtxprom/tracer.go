@@ -27,56 +27,19 @@ var durationBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10}
 var attemptBuckets = []float64{1, 2, 3, 4, 6, 8, 11}
 
 // Tracer counts, as Prometheus metrics, what pgtx does for every
-// transaction: how calls end, how many attempts they take, which errors
-// are retried and how long the retries wait, the retries the retry budget
-// refuses, every change of state of the pool's circuit breaker, the
-// commits a failover lost and whether the server acknowledges commits that
-// no standby has. It is a [pgtx.TransactionTracer], a [pgtx.BreakerTracer],
-// a [failover.Tracer] and a [prometheus.Collector]: set it as a pool's
-// [pgtx.Config].Tracer and register it (to log the same events too, see
-// the multitracer package). What a snapshot of [pgtx.Stats] already holds
-// (the pool, the cancels by outcome, the resolutions of ambiguous COMMITs,
-// the commits a later run was asked about, the breaker, the contention
-// manager) is a [Collector]'s; register both.
+// transaction: how calls end (pgtx_transactions_total{outcome}), their
+// duration and attempts, the retries by class and their backoff, the
+// retries the budget refused, every breaker transition, the commits a
+// failover lost and whether the server acknowledges commits no standby
+// has. docs/observability.md lists its metrics. It is a
+// [pgtx.TransactionTracer], a [pgtx.BreakerTracer], a [failover.Tracer]
+// and a [prometheus.Collector]: set it as the pool's [pgtx.Config].Tracer
+// and register it, beside the pool's [Collector].
 //
-// Its metrics, under the namespace "pgtx" ([WithNamespace] changes it),
-// have the label pool when [WithPoolName] names the pool, and the
-// transactions' ones the label label ([pgtx.Options].Label, "" for calls
-// without one; keep labels few, one per kind of transaction):
-//
-//   - pgtx_transactions_total{outcome} (counter): calls ended, by outcome:
-//     committed, or the class of the error the call returned
-//     ([pgtx.Class.String]: conflict, overload, unavailable,
-//     connection_lost, ambiguous — the COMMIT's outcome is unknown,
-//     [pgtx.ErrCommitUnknown] —, timeout, permanent).
-//   - pgtx_transaction_duration_seconds{outcome} (histogram): the calls'
-//     wall time, retries and backoffs included, in the buckets
-//     OpenTelemetry advises for db.client.operation.duration.
-//   - pgtx_transaction_attempts (histogram): attempts per call.
-//   - pgtx_retries_total{class} (counter): attempts run again, by the class
-//     of the error that ended the attempt before.
-//   - pgtx_retry_backoff_seconds_total{class} (counter): the time those
-//     retries waited first.
-//   - pgtx_retry_budget_refusals_total (counter): retries the pool's
-//     retry budget ([pgtx.RetryConfig].BudgetRatio) refused.
-//   - pgtx_breaker_transitions_total{breaker, from, to} (counter): changes
-//     of state of the pool's circuit breaker, where breaker is the
-//     [pgtx.BreakerConfig].Name and from and to are the states left and
-//     entered, as [pgtx.BreakerState.String] ("closed", "half-open",
-//     "open"). The breaker's state and its openings are in [pgtx.Stats],
-//     which a Collector exports; this counter adds what a snapshot misses,
-//     every change, the short ones included (half-open to open and back).
-//   - pgtx_commits_lost_total{status} (counter): commits calls reported
-//     that a later run of the server (a standby promoted after a failover,
-//     the server after a restart) provably does not have, by that run's
-//     answer (aborted, not yet assigned, in progress, committed). The
-//     Collector counts every commit asked about, unproven ones included.
-//   - pgtx_replication_asynchronous (gauge): 1 while the pool's server
-//     acknowledges commits that no standby has (standbys stream, none is
-//     synchronous), 0 once it no longer does; set at each change.
-//
-// A series appears once it has something to count. It is safe for
-// concurrent use; one Tracer serves one pool (its events carry no pool).
+// Metrics have the label pool when [WithPoolName] names the pool, and the
+// transactions' ones the label label ([pgtx.Options].Label): keep labels
+// few, one per kind of transaction. A series appears once it has something
+// to count. It is safe for concurrent use; one Tracer serves one pool.
 type Tracer struct {
 	transactions *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
@@ -98,8 +61,13 @@ var (
 
 // NewTracer returns a [Tracer] configured by opts: [WithPoolName] names
 // its pool, [WithNamespace] sets the prefix of its metrics' names.
-func NewTracer(opts ...Option) *Tracer {
-	cfg := newConfig(opts)
+func NewTracer(opts ...TracerOption) *Tracer {
+	cfg := config{namespace: DefaultNamespace}
+	for _, opt := range opts {
+		if opt != nil {
+			opt.applyTracer(&cfg)
+		}
+	}
 	var constLabels prometheus.Labels
 	if cfg.pool != "" {
 		constLabels = prometheus.Labels{labelPool: cfg.pool}

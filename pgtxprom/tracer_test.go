@@ -126,8 +126,8 @@ pgtx_retry_budget_refusals_total{label="transfer",pool="main"} 1
 // TestTracerLint: the Tracer's metrics pass promlint, with a namespace of
 // their own too.
 func TestTracerLint(t *testing.T) {
-	for _, opts := range [][]Option{nil, {WithNamespace("app")}} {
-		tr := NewTracer(append([]Option{WithPoolName("main")}, opts...)...)
+	for _, opts := range [][]TracerOption{nil, {WithNamespace("app")}} {
+		tr := NewTracer(append([]TracerOption{WithPoolName("main")}, opts...)...)
 		scriptedTransactions(tr)
 		problems, err := testutil.CollectAndLint(tr)
 		if err != nil {

@@ -7,7 +7,7 @@ import (
 )
 
 // Event is a kind of line a [Tracer] writes. Each kind has a default level,
-// given in the package documentation; [WithLevels] changes it.
+// chosen by severity; [WithLevels] changes it.
 type Event int
 
 // The kinds of line of a [Tracer], with their messages.
@@ -15,68 +15,84 @@ const (
 	// RetryConflict is a retry after a serialization failure or a deadlock
 	// ([pgtx.ClassConflict]), routine under SERIALIZABLE: "retrying
 	// transaction".
+	// Default level: Debug.
 	RetryConflict Event = iota
 	// RetryOverload is a retry after the server or a pooler shed load
 	// ([pgtx.ClassOverload]) or could not be reached
 	// ([pgtx.ClassUnavailable]): "retrying transaction".
+	// Default level: Warn.
 	RetryOverload
 	// RetryConnectionLost is a retry after the connection was lost before
 	// COMMIT was sent ([pgtx.ClassConnectionLost]): "retrying transaction".
+	// Default level: Warn.
 	RetryConnectionLost
 	// BudgetExhausted is a retry the retry budget refused; the call fails
 	// with an error matching [pgtx.ErrRetryBudgetExhausted]: "retry budget
 	// exhausted". The call's end is not logged again.
+	// Default level: Warn.
 	BudgetExhausted
 	// CommitUnknown is a call whose error matches [pgtx.ErrCommitUnknown]:
 	// the transaction may or may not have committed: "commit outcome
 	// unknown".
+	// Default level: Error.
 	CommitUnknown
 	// FailedRetryable is a call that failed with a retryable error
 	// (conflict, overload, lost connection) because its retries ran out or
 	// its deadline left no room for another: "transaction failed".
+	// Default level: Warn.
 	FailedRetryable
 	// FailedTimeout is a call that failed with a timeout: 57014, 25P03,
 	// 25P04, the context's deadline or [pgtx.ErrAcquireTimeout]:
 	// "transaction failed".
+	// Default level: Warn.
 	FailedTimeout
 	// FailedCanceled is a call that ended because its caller cancelled its
 	// context ([context.Canceled]): "transaction failed".
+	// Default level: Debug.
 	FailedCanceled
 	// FailedServer is a call that failed with an error saying the server is
 	// in trouble: SQLSTATE class 53 other than 53300 (disk full, out of
 	// memory), class 58 (system error) and class XX (internal error):
 	// "transaction failed".
+	// Default level: Error.
 	FailedServer
 	// FailedPermanent is a call that failed with any other error:
 	// constraint violations, data and syntax errors, the caller's own errors
 	// and errors wrapped by [pgtx.NonRetryable]. The caller gets the error
 	// and decides what it means: "transaction failed".
+	// Default level: Debug.
 	FailedPermanent
 	// Cancel is a statement cancelled as configured: signalled over the
 	// cancel pool, found already gone, cancelled with the protocol cancel
 	// request, or its connection closed in [pgtx.CancelModeClose]:
 	// "statement cancelled".
+	// Default level: Debug.
 	Cancel
 	// CancelFallback is a cancel that fell back: the cancel pool failed, or
 	// the connection was closed although the pool's mode is not
 	// [pgtx.CancelModeClose] (the cancel was not confirmed, or the statement
 	// did not return within [pgtx.Config].CancelGrace): "statement
 	// cancelled".
+	// Default level: Warn.
 	CancelFallback
 	// BreakerOpened is a circuit breaker's change to [pgtx.BreakerOpen]:
 	// calls now fail at once with [pgtx.ErrCircuitOpen]: "circuit breaker
 	// state changed".
+	// Default level: Warn.
 	BreakerOpened
 	// BreakerChanged is a circuit breaker's other changes of state, to
 	// [pgtx.BreakerHalfOpen] or [pgtx.BreakerClosed]: "circuit breaker
 	// state changed".
+	// Default level: Info.
 	BreakerChanged
 	// ContentionSwitched is the contention manager starting or stopping to
 	// limit a label's attempts: "contention limit changed".
+	// Default level: Info.
 	ContentionSwitched
 	// ContentionChanged is the contention manager changing the limit of a
 	// label it keeps limiting, as it probes for the limit that commits
 	// most: "contention limit changed".
+	// Default level: Debug.
 	ContentionChanged
 	// Committed is a call that committed: "transaction committed". It is
 	// off by default.
@@ -84,20 +100,22 @@ const (
 	// Attempt is the last attempt of a call, so that with the retries every
 	// attempt has a line: "attempt finished". It is off by default.
 	Attempt
-	// CommitLost (after Attempt, so that the values of the kinds before
-	// stay) is a commit a call reported that a later run of the
+	// CommitLost is a commit a call reported that a later run of the
 	// server (a standby promoted after a failover, or the server after a
 	// restart) provably does not have ([failover.Tracer]): "commit
 	// lost".
+	// Default level: Error.
 	CommitLost
 	// ReplicationAsync is the server starting to acknowledge commits that
 	// no standby has: standbys stream from it and synchronous_standby_names
 	// is empty. A failover to one of them can lose acknowledged commits:
 	// "replication changed".
+	// Default level: Warn.
 	ReplicationAsync
 	// ReplicationChanged is the server no longer acknowledging commits
 	// that no standby has (a standby became synchronous, or none streams):
 	// "replication changed".
+	// Default level: Info.
 	ReplicationChanged
 
 	numEvents = iota

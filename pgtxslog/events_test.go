@@ -23,7 +23,7 @@ type trigger struct {
 }
 
 // triggers lists every kind of line with its default level and message:
-// the table of the package documentation.
+// the table of docs/observability.md.
 func triggers() []trigger {
 	retry := func(err error) func(context.Context, *pgtxslog.Tracer) {
 		return func(ctx context.Context, tr *pgtxslog.Tracer) {

@@ -3,36 +3,46 @@ package pgtxslog
 import (
 	"context"
 	"log/slog"
+	"maps"
 
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/failover"
 )
 
-// Option configures a [Tracer] made by [NewTracer].
-type Option func(*Tracer)
+// Option configures a [Tracer] made by [NewTracer]; the With functions
+// make them.
+type Option interface {
+	apply(*Tracer)
+}
+
+// optionFunc is an Option made of a function.
+type optionFunc func(*Tracer)
+
+func (f optionFunc) apply(t *Tracer) { f(t) }
 
 // WithLogger makes the Tracer write to logger. Without it, or with a nil
 // logger, it writes to [slog.Default] at the time of each event, so a later
 // [slog.SetDefault] takes effect.
 func WithLogger(logger *slog.Logger) Option {
-	return func(t *Tracer) { t.logger = logger }
+	return optionFunc(func(t *Tracer) { t.logger = logger })
 }
 
 // WithLevels sets the levels of the Tracer's lines: it maps a kind of line
 // to its level. A kind that is missing, or whose level is nil, has its
-// default level (see the package documentation); [LevelOff] silences it. A
+// default level (see [Event]); [LevelOff] silences it. A
 // level is read at each event, so a [*slog.LevelVar] changes it while the
-// program runs. The map is copied: changing it later has no effect; a key
-// that is none of the kinds is ignored. Given more than once, each map is
-// applied over the ones before it.
+// program runs. The map is copied; a key that is none of the kinds is
+// ignored. Given more than once, each map is applied over the ones before
+// it.
 func WithLevels(levels map[Event]slog.Leveler) Option {
-	return func(t *Tracer) {
-		for e, l := range levels {
+	m := maps.Clone(levels)
+	return optionFunc(func(t *Tracer) {
+		for e, l := range m {
 			if e >= 0 && e < numEvents {
 				t.levels[e] = l
 			}
 		}
-	}
+	})
 }
 
 // Tracer logs pgtx events to a [*slog.Logger]. It implements every tracer
@@ -61,7 +71,7 @@ func NewTracer(opts ...Option) *Tracer {
 	t := &Tracer{}
 	for _, opt := range opts {
 		if opt != nil {
-			opt(t)
+			opt.apply(t)
 		}
 	}
 	return t

@@ -1,4 +1,4 @@
-package multitracer_test
+package tracers_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/failover"
 	"github.com/pgtx-go/pgtx/internal/leakcheck"
-	"github.com/pgtx-go/pgtx/multitracer"
+	"github.com/pgtx-go/pgtx/tracers"
 )
 
 func TestMain(m *testing.M) { leakcheck.Main(m) }
@@ -86,7 +86,7 @@ func (f *full) TraceReplication(context.Context, failover.ReplicationData) {
 // skipped.
 func TestOptionalEventsReachOnlyTheirTracers(t *testing.T) {
 	plain, a, b := &recorder{name: "plain"}, &full{recorder{name: "a"}}, &full{recorder{name: "b"}}
-	tr := multitracer.New(a, nil, plain, b)
+	tr := tracers.Join(a, nil, plain, b)
 	ctx := context.Background()
 	tr.TraceCancel(ctx, pgtx.TraceCancelData{})
 	tr.TraceContention(ctx, pgtx.TraceContentionData{})
@@ -104,10 +104,33 @@ func TestOptionalEventsReachOnlyTheirTracers(t *testing.T) {
 	}
 }
 
-// TestEmpty: New with no tracer, or only nil ones, is a tracer that does
+// TestJoinOfJoins: a joined Tracer joined again still hands each optional
+// event to the tracers inside it that implement its interface.
+func TestJoinOfJoins(t *testing.T) {
+	plain, a, b := &recorder{name: "plain"}, &full{recorder{name: "a"}}, &full{recorder{name: "b"}}
+	tr := tracers.Join(tracers.Join(a, plain), nil, b)
+	ctx := tr.TraceTransactionStart(context.Background(), pgtx.TraceTransactionStartData{})
+	tr.TraceCancel(ctx, pgtx.TraceCancelData{})
+	tr.TraceCommitLost(ctx, failover.CommitLostData{})
+	tr.TraceTransactionEnd(ctx, pgtx.TraceTransactionEndData{})
+	want := []string{"tx start", "cancel", "commit lost", "tx end"}
+	for _, f := range []*full{a, b} {
+		if got := f.events(); !slices.Equal(got, want) {
+			t.Errorf("%s got %v, want %v", f.name, got, want)
+		}
+	}
+	if got, want := plain.events(), []string{"tx start", "tx end"}; !slices.Equal(got, want) {
+		t.Errorf("plain got %v, want %v", got, want)
+	}
+	if a.lost != 0 || b.lost != 0 || plain.lost != 0 {
+		t.Error("an end's context lacked its start's value")
+	}
+}
+
+// TestEmpty: Join with no tracer, or only nil ones, is a tracer that does
 // nothing and passes the context through.
 func TestEmpty(t *testing.T) {
-	for _, tr := range []*multitracer.Tracer{multitracer.New(), multitracer.New(nil, nil)} {
+	for _, tr := range []*tracers.Tracer{tracers.Join(), tracers.Join(nil, nil)} {
 		ctx := context.WithValue(context.Background(), ctxKey("k"), "v")
 		if got := tr.TraceTransactionStart(ctx, pgtx.TraceTransactionStartData{}); got != ctx {
 			t.Error("TraceTransactionStart changed the context")
@@ -134,7 +157,7 @@ func TestOnePoolTwoTracers(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := &full{recorder{name: "a"}}, &recorder{name: "b"}
-	cfg.Tracer = multitracer.New(a, b)
+	cfg.Tracer = tracers.Join(a, b)
 	cfg.Retry.UnavailableTimeout = -1 // fail on the first refusal
 	cfg.Breaker = &pgtx.BreakerConfig{MinCalls: 1, FailureRatio: 0.5}
 	pool, err := pgtx.NewWithConfig(context.Background(), cfg)

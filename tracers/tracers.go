@@ -1,4 +1,4 @@
-package multitracer
+package tracers
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"github.com/pgtx-go/pgtx/failover"
 )
 
-// Tracer forwards every event to each of its tracers, in the order given to
-// [New]. It implements every tracer interface of pgtx.
+// Tracer sends every event to each of its tracers, in the order given to
+// [Join]. It implements every tracer interface of pgtx.
 type Tracer struct {
 	tx         []pgtx.TransactionTracer
 	cancel     []pgtx.CancelTracer
@@ -25,11 +25,11 @@ var (
 	_ failover.Tracer        = (*Tracer)(nil)
 )
 
-// New returns a [Tracer] over tracers; nil entries are skipped. Each
-// tracer's start methods receive the context the tracer before it returned,
-// so every tracer finds its own values (a span, a start time) in the
-// context its end methods receive.
-func New(tracers ...pgtx.TransactionTracer) *Tracer {
+// Join returns a [Tracer] over tracers; nil entries are skipped, and with
+// none left it does nothing. Each tracer's start methods receive the
+// context the tracer before it returned, so every tracer finds its own
+// values (a span, a start time) in the context its end methods receive.
+func Join(tracers ...pgtx.TransactionTracer) *Tracer {
 	t := &Tracer{}
 	for _, tr := range tracers {
 		if tr == nil {

@@ -1,4 +1,4 @@
-package multitracer_test
+package tracers_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/multitracer"
+	"github.com/pgtx-go/pgtx/tracers"
 )
 
 // counter counts the calls that ended.
@@ -53,7 +53,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	cfg.Tracer = multitracer.New(log, metrics)
+	cfg.Tracer = tracers.Join(log, metrics)
 
 	// The pool calls the tracer; here it is called by hand.
 	ctx := cfg.Tracer.TraceTransactionStart(context.Background(), pgtx.TraceTransactionStartData{Label: "transfer"})
