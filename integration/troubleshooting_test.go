@@ -433,7 +433,7 @@ func troubleshootingScenarios() []scenario {
 				if strings.Contains(dsn, "?") {
 					sep = "&"
 				}
-				pool := newPool(t, dsn+sep+"client_encoding=LATIN1&default_query_exec_mode=simple_protocol", nil)
+				pool := newPool(t, dsn+sep+"client_encoding=LATIN1", nil)
 				return pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 					_, err := tx.Exec(ctx, "select $1::text", "x")
 					return err
