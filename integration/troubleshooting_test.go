@@ -358,7 +358,7 @@ func troubleshootingScenarios() []scenario {
 					return err
 				})
 			}},
-		{doc: "pgtx: nested Transaction on the same pool: …", is: pgtx.ErrInvalidArgument,
+		{doc: "pgtx: invalid argument: nested Transaction on the same pool: …", is: pgtx.ErrInvalidArgument,
 			run: func(t *testing.T, ctx context.Context) error {
 				pool := newPool(t, newDB(t), nil)
 				return pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
