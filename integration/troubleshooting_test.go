@@ -230,6 +230,15 @@ func troubleshootingScenarios() []scenario {
 				pool := newPool(t, dsn, func(c *pgtx.Config) { c.Retry.UnavailableTimeout = 300 * time.Millisecond })
 				return pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, noop)
 			}},
+		{doc: "pgtx: the server is unreachable: gave up after … attempts in … (the context ended): …", is: context.DeadlineExceeded,
+			run: func(t *testing.T, ctx context.Context) error {
+				proxy, dsn := viaProxy(t, newDB(t))
+				proxy.RefuseNew(true)
+				pool := newPool(t, dsn, nil)
+				ctx, cancel := context.WithTimeout(ctx, 400*time.Millisecond)
+				defer cancel()
+				return pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, noop)
+			}},
 		{doc: "… (retry budget exhausted): …", is: pgtx.ErrRetryBudgetExhausted,
 			run: func(t *testing.T, ctx context.Context) error {
 				// Every attempt loses its connection; a budget of almost
@@ -385,7 +394,7 @@ func troubleshootingScenarios() []scenario {
 					return nil
 				})
 			}},
-		{doc: "pgtx: failed after … attempts (not retryable: timeout): …",
+		{doc: "pgtx: failed after … attempts (not retryable: …): …",
 			run: func(t *testing.T, ctx context.Context) error {
 				// A conflict, then a statement timeout on the retry.
 				proxy, dsn := viaProxy(t, withTable(t, ctx))
