@@ -108,7 +108,7 @@ type invalidArgError = errs.InvalidArgError
 type nestedError struct{}
 
 func (nestedError) Error() string {
-	return "pgtx: nested Transaction on the same pool: fn of a Transaction called Transaction again with its ctx; " +
+	return "pgtx: invalid argument: nested Transaction on the same pool: fn of a Transaction called Transaction again with its ctx; " +
 		"pass its pgx.Tx down instead (tx.Begin makes a savepoint), or start the second transaction after the first returns"
 }
 func (nestedError) Is(target error) bool {

@@ -69,10 +69,11 @@ type tally struct {
 	attempts                    int
 	p99                         time.Duration
 	gaveUp                      [numKinds]int
-	doubled, lost, hidden       int   // transfers
-	doubledSum, lostSum, hidSum int64 // money
-	stray                       int   // ledger entries of transfers never asked for
-	cuts                        int64 // COMMIT answers the fault proxy lost
+	unrun                       [numKinds]int // of gaveUp: no try ran before the loop gave up
+	doubled, lost, hidden       int           // transfers
+	doubledSum, lostSum, hidSum int64         // money
+	stray                       int           // ledger entries of transfers never asked for
+	cuts                        int64         // COMMIT answers the fault proxy lost
 	b                           books
 }
 
@@ -93,6 +94,9 @@ func judge(name string, outcomes []outcome, b books, cuts int64) tally {
 		}
 		if o.gaveUp {
 			r.gaveUp[o.k]++
+			if o.attempts == 0 {
+				r.unrun[o.k]++
+			}
 		} else {
 			lat = append(lat, o.latency)
 		}
@@ -149,11 +153,16 @@ func writeTable(w io.Writer, rows []tally) {
 	_ = tw.Flush()
 }
 
-// failures lists what the loop gave up on, by kind.
+// failures lists what the loop gave up on, by kind, and how many of them
+// before a first try (a deadline that passed while the transfer waited for a
+// connection, or for its turn at a hot row).
 func (r tally) failures() string {
 	var f []string
 	for k, name := range kindNames() {
-		if n := r.gaveUp[k]; n > 0 {
+		switch n, u := r.gaveUp[k], r.unrun[k]; {
+		case u > 0:
+			f = append(f, fmt.Sprintf("%s %d (%d before a try)", name, n, u))
+		case n > 0:
 			f = append(f, fmt.Sprintf("%s %d", name, n))
 		}
 	}
@@ -230,7 +239,8 @@ func (r tally) damage() string {
 // footer says what the columns and each loop are, how many COMMIT answers
 // each loop's proxy lost, and what pgtx did inside its calls.
 func footer(w io.Writer, cs []*contender) {
-	fmt.Fprintln(w, "done: reported done to the caller (of the transfers); applied: in the ledger; tries: runs of its statements per transfer;")
+	fmt.Fprintln(w, "done: reported done to the caller (of the transfers); applied: in the ledger; tries: runs of its statements per transfer,")
+	fmt.Fprintln(w, "below 1 when transfers ran out of time before a first try (\"before a try\": waiting for a connection, or for their turn);")
 	fmt.Fprintln(w, "p99: latency of those that committed; cut: COMMIT answers the fault proxy lost; doubled: applied twice;")
 	fmt.Fprintln(w, "lost: reported done, never applied; hidden: reported failed, yet applied (money in brackets)")
 	fmt.Fprintln(w)

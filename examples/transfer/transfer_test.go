@@ -210,3 +210,18 @@ func TestEveryLoopDrawsTheSameTransfers(t *testing.T) {
 		t.Errorf("%d slow transfers of 2000, want about %d", slow, 2000/slowShare)
 	}
 }
+
+// TestFailuresSayWhichNeverRan: a transfer whose deadline passed before its
+// first try counts no try, and the failed column says how many did so.
+func TestFailuresSayWhichNeverRan(t *testing.T) {
+	t.Parallel()
+	outcomes := []outcome{
+		{t: transferReq{id: 1, amount: 3}, gaveUp: true, k: kindTimeout},
+		{t: transferReq{id: 2, amount: 3}, gaveUp: true, k: kindTimeout, attempts: 1},
+		{t: transferReq{id: 3, amount: 3}, gaveUp: true, k: kindConflict, attempts: 3},
+	}
+	r := judge("pgtx", outcomes, books{applied: map[int64]int{}}, 0)
+	if got, want := r.failures(), "conflict 1, timeout 2 (1 before a try)"; got != want {
+		t.Errorf("failures() = %q, want %q", got, want)
+	}
+}

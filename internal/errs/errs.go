@@ -37,10 +37,11 @@ func (e *CommitUnknownError) Is(target error) bool {
 }
 
 // InvalidArgError is a bad-input error that matches [ErrInvalidArgument]; its
-// message is Msg after "pgtx: ".
+// message is Msg after "pgtx: invalid argument: ", so a log says what
+// errors.Is does.
 type InvalidArgError struct{ Msg string }
 
-func (e *InvalidArgError) Error() string        { return "pgtx: " + e.Msg }
+func (e *InvalidArgError) Error() string        { return ErrInvalidArgument.Error() + ": " + e.Msg }
 func (e *InvalidArgError) Is(target error) bool { return target == ErrInvalidArgument }
 
 // MisuseError is a misuse error that also carries the error fn returned

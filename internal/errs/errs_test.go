@@ -27,8 +27,8 @@ func TestErrorsMatch(t *testing.T) {
 			"pgtx: commit outcome unknown: connection lost while COMMIT was in flight: read: unexpected EOF"},
 		{"commit unknown, with why", &CommitUnknownError{Err: cause, Why: "no answer"}, []error{ErrCommitUnknown, cause}, nil,
 			"pgtx: commit outcome unknown: connection lost while COMMIT was in flight (no answer): read: unexpected EOF"},
-		{"invalid argument", arg, []error{ErrInvalidArgument}, []error{ErrNonRetryable, ErrCommitUnknown}, "pgtx: nil fn"},
-		{"misuse with fn's error", &MisuseError{InvalidArgError: arg, FnErr: fnErr}, []error{ErrInvalidArgument, ErrNonRetryable, fnErr}, []error{ErrCommitUnknown}, "pgtx: nil fn"},
+		{"invalid argument", arg, []error{ErrInvalidArgument}, []error{ErrNonRetryable, ErrCommitUnknown}, "pgtx: invalid argument: nil fn"},
+		{"misuse with fn's error", &MisuseError{InvalidArgError: arg, FnErr: fnErr}, []error{ErrInvalidArgument, ErrNonRetryable, fnErr}, []error{ErrCommitUnknown}, "pgtx: invalid argument: nil fn"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

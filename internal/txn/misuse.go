@@ -43,9 +43,10 @@ func misuse(ended string, fnErr error) error {
 // nothing, so a statement of fn's own ended it (COMMIT, END,
 // ROLLBACK, ABORT or PREPARE TRANSACTION). A closed connection ended
 // nothing by a statement; COMMIT AND CHAIN and ROLLBACK AND CHAIN leave a
-// transaction open and are not seen.
+// transaction open and are not seen. A connection still reading fn's
+// rows has not read BEGIN's status yet, so it ended nothing that is known.
 func (t *Tx) endedBySQL() bool {
-	return t.begun && t.beginErr == nil && !t.pgConn.IsClosed() && t.pgConn.TxStatus() == 'I'
+	return t.begun && t.beginErr == nil && !t.pgConn.IsClosed() && !t.pgConn.IsBusy() && t.pgConn.TxStatus() == 'I'
 }
 
 // endedError is the error of a call whose fn ended the transaction with a

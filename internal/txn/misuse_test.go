@@ -20,12 +20,12 @@ func TestMisuse(t *testing.T) {
 		wantFnErr  bool
 	}{
 		{"nothing left behind", leftBehind(false, "", false), "", false},
-		{"fn called Commit", leftBehind(false, "Commit", false), "pgtx: fn called tx.Commit: Transaction ends the transaction itself (COMMIT when fn returns nil, ROLLBACK when it returns an error); return instead. Nothing was committed", false},
-		{"fn called Rollback, rows open too", leftBehind(false, "Rollback", true), "pgtx: fn called tx.Rollback: ", false},
-		{"a statement of fn's ended it", leftBehind(true, "Commit", true), "pgtx: fn ended the transaction itself with a statement, which the server ran as sent: a COMMIT or END committed", false},
-		{"rows still open", leftBehind(false, "", true), "pgtx: fn returned with rows still open: close every pgx.Rows (rows.Close, or read them to the end) before fn returns. Nothing was committed", false},
-		{"fn called Commit and failed", misuse("Commit", fnErr), "pgtx: fn called tx.Commit: ", true},
-		{"a statement ended it and fn failed", endedError(fnErr), "pgtx: fn ended the transaction itself with a statement", true},
+		{"fn called Commit", leftBehind(false, "Commit", false), "pgtx: invalid argument: fn called tx.Commit: Transaction ends the transaction itself (COMMIT when fn returns nil, ROLLBACK when it returns an error); return instead. Nothing was committed", false},
+		{"fn called Rollback, rows open too", leftBehind(false, "Rollback", true), "pgtx: invalid argument: fn called tx.Rollback: ", false},
+		{"a statement of fn's ended it", leftBehind(true, "Commit", true), "pgtx: invalid argument: fn ended the transaction itself with a statement, which the server ran as sent: a COMMIT or END committed", false},
+		{"rows still open", leftBehind(false, "", true), "pgtx: invalid argument: fn returned with rows still open: close every pgx.Rows (rows.Close, or read them to the end) before fn returns. Nothing was committed", false},
+		{"fn called Commit and failed", misuse("Commit", fnErr), "pgtx: invalid argument: fn called tx.Commit: ", true},
+		{"a statement ended it and fn failed", endedError(fnErr), "pgtx: invalid argument: fn ended the transaction itself with a statement", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
