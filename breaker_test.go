@@ -50,7 +50,7 @@ func TestBreakerJudge(t *testing.T) {
 		{"deadline", context.Background(), context.DeadlineExceeded, true, true},
 		{"statement timeout", context.Background(), errTimeout, true, true},
 		{"lost connection", context.Background(), errLost, true, true},
-		{"ambiguous commit", context.Background(), &commitUnknownError{Err: errLost}, true, true},
+		{"ambiguous commit", context.Background(), lostCommit(errLost), true, true},
 		{"overload", context.Background(), pgErr(pgerrcode.TooManyConnections), true, true},
 		{"unavailable", context.Background(), refusedErr(), true, true},
 		{"acquire timeout", context.Background(), &acquireTimeoutError{timeout: time.Second}, true, true},

@@ -153,7 +153,7 @@ func TestEventPairing(t *testing.T) {
 		{name: "overload cap", errs: repeat(overload, 5)},
 		{name: "overload then conflicts", errs: append([]error{overload}, repeat(conflict, 5)...)},
 		{name: "permanent", errs: []error{pgErr("23505")}},
-		{name: "ambiguous commit", errs: []error{&commitUnknownError{Err: errors.New("eof")}}},
+		{name: "ambiguous commit", errs: []error{lostCommit(errors.New("eof"))}},
 		{name: "budget refusal", budget: newRetryBudget(RetryConfig{BudgetMinPerSecond: -1}, t0), errs: []error{overload}},
 		{name: "deadline bail-out", policy: RetryConfig{Jitter: constJitter(1)}, clock: &fakeclock.Clock{T: time.Now().Add(time.Hour - 50*time.Millisecond)}, ctx: deadlineSoon, errs: repeat(overload, 5)},
 		{name: "context cancelled during the call", ctx: func() (context.Context, context.CancelFunc) {

@@ -161,6 +161,9 @@ func (a *call) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, error) {
 	}
 	done = true
 	class, err := txn.Commit(ctx, t, a)
+	if Class(class) == ClassAmbiguous {
+		err = commitUnknown(err)
+	}
 	if err == nil && a.pool.acked != nil {
 		a.pool.acknowledged(t, a.loop.label)
 	}

@@ -14,9 +14,8 @@ import (
 // ErrCommitUnknown is matched (errors.Is) by the error [Transaction] returns
 // when the connection was lost while COMMIT was in flight and nothing could
 // tell what became of it: the transaction may or may not have committed, so
-// it is never run again. It means exactly that, never misuse and never a
-// definitive failure. The error also wraps the original network error.
-var ErrCommitUnknown = errs.ErrCommitUnknown
+// it is never run again. The error also wraps the original network error.
+var ErrCommitUnknown = errors.New("pgtx: commit outcome unknown: connection lost while COMMIT was in flight")
 
 // ErrAcquireTimeout is matched (errors.Is) by the error [Transaction] returns
 // when the pool could not hand out a connection within [Config].AcquireTimeout
@@ -56,9 +55,23 @@ func (e *nonRetryableError) Is(target error) bool {
 	return target == errNonRetryableMarker
 }
 
-// commitUnknownError is the ambiguous-COMMIT error ([errs.CommitUnknownError]):
-// it matches ErrCommitUnknown and unwraps to the error COMMIT returned.
-type commitUnknownError = errs.CommitUnknownError
+// commitUnknownError is the ambiguous-COMMIT error as Transaction returns
+// it: the internal one ([errs.CommitUnknownError], with the same text),
+// matching ErrCommitUnknown and unwrapping to the error COMMIT returned.
+type commitUnknownError struct{ err *errs.CommitUnknownError }
+
+func (e *commitUnknownError) Error() string        { return e.err.Error() }
+func (e *commitUnknownError) Unwrap() error        { return e.err.Err }
+func (e *commitUnknownError) Is(target error) bool { return target == ErrCommitUnknown }
+
+// commitUnknown returns err, an ambiguous COMMIT's error, as
+// [commitUnknownError] when it is the internal one.
+func commitUnknown(err error) error {
+	if cu, ok := err.(*errs.CommitUnknownError); ok {
+		return &commitUnknownError{err: cu}
+	}
+	return err
+}
 
 // acquireTimeoutError is returned when the acquire timeout, not the caller,
 // ended the pool wait. It matches ErrAcquireTimeout only: it deliberately does

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgerrcode"
+	"github.com/pgtx-go/pgtx/internal/errs"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -59,3 +60,6 @@ func sqlState(err error) string {
 	}
 	return ""
 }
+
+// lostCommit is the error Transaction returns for a COMMIT lost with err.
+func lostCommit(err error) error { return commitUnknown(&errs.CommitUnknownError{Err: err}) }

@@ -86,7 +86,7 @@ func TestContextErrorOnlyWhenItEndedTheCall(t *testing.T) {
 		wantCtx   bool
 		wantClass Class
 	}{
-		{"ambiguous commit", &commitUnknownError{Err: pgconn.ErrConnClosed}, false, ClassAmbiguous},
+		{"ambiguous commit", lostCommit(pgconn.ErrConnClosed), false, ClassAmbiguous},
 		{"unique violation", pgErr("23505"), false, ClassPermanent},
 		{"caller error", errCaller, false, ClassPermanent},
 		{"conflict the loop would retry", pgErr(pgerrcode.SerializationFailure), true, ClassTimeout},

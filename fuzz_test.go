@@ -70,7 +70,7 @@ func FuzzClassify(f *testing.F) {
 				t.Fatalf("a deadline joined in: %v", got)
 			}
 		case 4:
-			ce := &commitUnknownError{Err: err}
+			ce := lostCommit(err)
 			if Classify(ce) != ClassAmbiguous || Classify(ce).Retryable() || !errors.Is(ce, ErrCommitUnknown) {
 				t.Fatalf("an ambiguous commit must stay ambiguous and not retryable")
 			}

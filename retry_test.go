@@ -69,7 +69,7 @@ func TestRetryLoopAttempts(t *testing.T) {
 		{"unique violation not retried", RetryConfig{}, []error{pgErr("23505")}, 1, pgErr("23505")},
 		{"statement timeout not retried", RetryConfig{}, []error{pgErr(pgerrcode.QueryCanceled)}, 1, pgErr(pgerrcode.QueryCanceled)},
 		{"NonRetryable conflict not retried", RetryConfig{}, []error{NonRetryable(conflict)}, 1, conflict},
-		{"ambiguous commit not retried", RetryConfig{}, []error{&commitUnknownError{Err: pgconn.ErrConnClosed}}, 1, ErrCommitUnknown},
+		{"ambiguous commit not retried", RetryConfig{}, []error{lostCommit(pgconn.ErrConnClosed)}, 1, ErrCommitUnknown},
 		{"acquire timeout not retried", RetryConfig{}, []error{&acquireTimeoutError{timeout: time.Second}}, 1, ErrAcquireTimeout},
 	}
 	for _, tt := range tests {

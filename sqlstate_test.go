@@ -44,7 +44,7 @@ func TestClassify(t *testing.T) {
 		{"caller error", errCaller, ClassPermanent},
 		{"tx closed", pgx.ErrTxClosed, ClassPermanent},
 		{"commit rollback", pgx.ErrTxCommitRollback, ClassPermanent},
-		{"commit unknown", &commitUnknownError{Err: io.EOF}, ClassAmbiguous},
+		{"commit unknown", lostCommit(io.EOF), ClassAmbiguous},
 		{"wrapped 40001", fmt.Errorf("withdraw: %w", pgErr("40001")), ClassConflict},
 		{"twice wrapped 53300", fmt.Errorf("a: %w", fmt.Errorf("b: %w", pgErr("53300"))), ClassOverload},
 		{"joined caller error and 40001", errors.Join(errCaller, pgErr("40001")), ClassConflict},
@@ -74,7 +74,7 @@ func TestSQLStateHelper(t *testing.T) {
 		{pgErr("40001"), "40001"},
 		{fmt.Errorf("w: %w", pgErr("23505")), "23505"},
 		{errors.Join(errCaller, pgErr("57014")), "57014"},
-		{&commitUnknownError{Err: pgErr("08006")}, "08006"},
+		{lostCommit(pgErr("08006")), "08006"},
 	}
 	for _, tt := range tests {
 		if got := sqlState(tt.err); got != tt.want {
