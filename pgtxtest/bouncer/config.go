@@ -39,35 +39,35 @@ func (o Config) config() (bouncerConfig, error) {
 		c.mode = PoolTransaction
 	case PoolTransaction, PoolSession:
 	default:
-		return c, fmt.Errorf("pgtxtest: Config.Mode %q: want %q or %q", o.Mode, PoolTransaction, PoolSession)
+		return c, fmt.Errorf("pgtxtest: bouncer.Config.Mode %q: want %q or %q", o.Mode, PoolTransaction, PoolSession)
 	}
 	switch {
 	case c.poolSize < 0:
-		return c, fmt.Errorf("pgtxtest: Config.DefaultPoolSize %d is negative", c.poolSize)
+		return c, fmt.Errorf("pgtxtest: bouncer.Config.DefaultPoolSize %d is negative", c.poolSize)
 	case c.poolSize == 0:
 		c.poolSize = 4
 	}
 	switch {
 	case c.maxClientConn < 0:
-		return c, fmt.Errorf("pgtxtest: Config.MaxClientConn %d is negative", c.maxClientConn)
+		return c, fmt.Errorf("pgtxtest: bouncer.Config.MaxClientConn %d is negative", c.maxClientConn)
 	case c.maxClientConn == 0:
 		c.maxClientConn = 100
 	}
 	switch {
 	case o.QueryWaitTimeout < 0:
-		return c, fmt.Errorf("pgtxtest: Config.QueryWaitTimeout %v is negative", o.QueryWaitTimeout)
+		return c, fmt.Errorf("pgtxtest: bouncer.Config.QueryWaitTimeout %v is negative", o.QueryWaitTimeout)
 	case o.QueryWaitTimeout > 0:
 		c.queryWaitSeconds = ceilDiv(o.QueryWaitTimeout, time.Second)
 	}
 	switch {
 	case o.ServerLoginRetry < 0:
-		return c, fmt.Errorf("pgtxtest: Config.ServerLoginRetry %v is negative", o.ServerLoginRetry)
+		return c, fmt.Errorf("pgtxtest: bouncer.Config.ServerLoginRetry %v is negative", o.ServerLoginRetry)
 	case o.ServerLoginRetry > 0:
 		c.loginRetryMillis = ceilDiv(o.ServerLoginRetry, time.Millisecond)
 	}
 	for _, p := range o.IgnoreStartupParameters {
 		if !proc.SettingName.MatchString(p) {
-			return c, fmt.Errorf("pgtxtest: Config.IgnoreStartupParameters: invalid parameter name %q", p)
+			return c, fmt.Errorf("pgtxtest: bouncer.Config.IgnoreStartupParameters: invalid parameter name %q", p)
 		}
 		if !containsFold(c.ignore, p) {
 			c.ignore = append(c.ignore, p)
@@ -75,10 +75,10 @@ func (o Config) config() (bouncerConfig, error) {
 	}
 	for name, value := range o.Extra {
 		if !proc.SettingName.MatchString(name) {
-			return c, fmt.Errorf("pgtxtest: Config.Extra: invalid setting name %q", name)
+			return c, fmt.Errorf("pgtxtest: bouncer.Config.Extra: invalid setting name %q", name)
 		}
 		if strings.ContainsAny(value, "\x00\r\n") {
-			return c, fmt.Errorf("pgtxtest: Config.Extra: the value of %s contains a line break or NUL byte", name)
+			return c, fmt.Errorf("pgtxtest: bouncer.Config.Extra: the value of %s contains a line break or NUL byte", name)
 		}
 	}
 	return c, nil

@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -174,13 +173,6 @@ func (f *fakeTB) Cleanup(fn func()) {
 	f.cleanups = append(f.cleanups, fn)
 }
 
-// messages returns what was reported, one message a line.
-func (f *fakeTB) messages() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return strings.Join(f.msgs, "\n")
-}
-
 // runFakeTB runs fn with a fakeTB in a goroutine of its own and waits for it,
 // then runs its cleanups, last registered first.
 func runFakeTB(fn func(testing.TB)) *fakeTB {
@@ -199,13 +191,6 @@ func runFakeTB(fn func(testing.TB)) *fakeTB {
 		cleanups[i]()
 	}
 	return tb
-}
-
-// gone reports whether a removal failed only because the container is gone, or
-// going (testcontainers' Terminate may be removing it at the same time).
-func gone(err error) bool {
-	msg := strings.ToLower(err.Error())
-	return strings.Contains(msg, "no such container") || strings.Contains(msg, "already in progress")
 }
 
 // inRecovery asks the server at dsn whether it is in recovery, that is a standby.

@@ -19,15 +19,15 @@ var plainDatabaseName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 func (o Config) validate() error {
 	if o.Database != "" && !plainDatabaseName.MatchString(o.Database) {
-		return fmt.Errorf("pgtxtest: Config.Database %q: want a plain name (letters, digits, underscores)", o.Database)
+		return fmt.Errorf("pgtxtest: formation.Config.Database %q: want a plain name (letters, digits, underscores)", o.Database)
 	}
 	for what, settings := range map[string]map[string]string{"Settings": o.Settings, "MonitorSettings": o.MonitorSettings} {
 		if err := proc.ValidateSettings(settings); err != nil {
-			return fmt.Errorf("Config.%s: %w", what, err)
+			return fmt.Errorf("pgtxtest: formation.Config.%s: %w", what, err)
 		}
 		for name, value := range settings {
 			if strings.ContainsAny(value, "\r\n") {
-				return fmt.Errorf("pgtxtest: Config.%s: the value of %s contains a line break", what, name)
+				return fmt.Errorf("pgtxtest: formation.Config.%s: the value of %s contains a line break", what, name)
 			}
 		}
 	}

@@ -237,13 +237,6 @@ func (f *fakeTB) Cleanup(fn func()) {
 	f.cleanups = append(f.cleanups, fn)
 }
 
-// messages returns what was reported, one message a line.
-func (f *fakeTB) messages() string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return strings.Join(f.msgs, "\n")
-}
-
 // runFakeTB runs fn with a fakeTB in a goroutine of its own and waits for it,
 // then runs its cleanups, last registered first.
 func runFakeTB(fn func(testing.TB)) *fakeTB {
