@@ -58,7 +58,7 @@ type Config struct {
 // Bouncer is a running PgBouncer in front of one Server, started by New.
 //
 // It listens on 127.0.0.1 only, forwards every database name to the server (a
-// wildcard entry, so databases made with NewDatabaseOn work through it), and
+// wildcard entry, so databases made with pgtxtest.NewDatabase work through it), and
 // authenticates clients with trust: the server's user is in its auth file, and any
 // other role is looked up on the server with an auth_query run as the server's user
 // (so connecting as a role the test created works, as long as the server lets that

@@ -191,7 +191,7 @@ func selected() plan {
 
 // Shared returns the server for this test binary, starting it on first use. Without
 // any server the test is skipped, or fails when CI=true; if the chosen server cannot
-// be started or reached, every test that asks for it fails. Main stops it.
+// be started or reached, every test that asks for it fails. pgtxtest.Main stops it.
 func Shared(tb testing.TB) *Server {
 	tb.Helper()
 	p := selected()

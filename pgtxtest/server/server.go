@@ -238,7 +238,7 @@ func cloneURL(u *url.URL) *url.URL {
 	return &c
 }
 
-// DSNWithAddr returns dsn, a URL DSN such as one from [Server.DSN] or [NewDatabase],
+// DSNWithAddr returns dsn, a URL DSN such as one from [Server.DSN] or pgtxtest.NewDatabase,
 // with its host and port replaced by addr (host:port), for example the address of a
 // fault proxy. Everything else, the database and the options included, is kept.
 func DSNWithAddr(dsn, addr string) (string, error) {

@@ -63,7 +63,7 @@ func NewStandby(tb testing.TB, primary *Server) *Server {
 func standbyVerdict(getenv func(string) string, primary *Server, haveLocal bool) (fail bool, msg string) {
 	switch {
 	case primary == nil || primary.base == nil:
-		return true, "pgtxtest: NewStandby needs a server from Shared or New"
+		return true, "pgtxtest: server.NewStandby needs a server from server.New as its primary"
 	case primary.local != nil:
 		return false, ""
 	case haveLocal && proc.IsCI(getenv):
