@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/failcode"
 )
 
@@ -49,14 +50,14 @@ func failSQL(code string) string {
 // fires instead.
 //
 // Like t.Fatal, a refused code fails the test that made the proxy with [New],
-// and must be called from its goroutine; for a proxy from [Start], it panics.
-func (p *Proxy) FailCommits(n int, code string) {
+// and must be called from its goroutine; for a proxy from [Start], it is returned
+// as an error wrapping [pgtx.ErrInvalidArgument]. The error is nil otherwise.
+func (p *Proxy) FailCommits(n int, code string) error {
 	if p.tb != nil {
 		p.tb.Helper() // a refused code fails the test at the line of the call
 	}
 	if err := failcode.Check(code); err != nil {
-		p.badArgument("FailCommits", err)
-		return
+		return p.badArgument("FailCommits", err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -65,6 +66,7 @@ func (p *Proxy) FailCommits(n int, code string) {
 		p.failN = -1 // every COMMIT
 	}
 	p.failArmed.Store(true)
+	return nil
 }
 
 // FailEveryCommitOnce makes the first COMMIT of every transaction fail with
@@ -87,13 +89,12 @@ func (p *Proxy) FailCommits(n int, code string) {
 // keeps the counts.
 //
 // A refused code is reported as for FailCommits.
-func (p *Proxy) FailEveryCommitOnce(code string) {
+func (p *Proxy) FailEveryCommitOnce(code string) error {
 	if p.tb != nil {
 		p.tb.Helper() // a refused code fails the test at the line of the call
 	}
 	if err := failcode.Check(code); err != nil {
-		p.badArgument("FailEveryCommitOnce", err)
-		return
+		return p.badArgument("FailEveryCommitOnce", err)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -103,6 +104,7 @@ func (p *Proxy) FailEveryCommitOnce(code string) {
 	}
 	p.failArmed.Store(true)
 	p.everyOn.Store(true)
+	return nil
 }
 
 // StopFailing turns [Proxy.FailCommits] and [Proxy.FailEveryCommitOnce] off and
@@ -121,14 +123,14 @@ func (p *Proxy) stopFailingLocked() {
 }
 
 // badArgument reports a bad argument to a fault method: it fails the test of a proxy
-// from New, and panics for one from Start.
-func (p *Proxy) badArgument(method string, err error) {
-	msg := fmt.Sprintf("pgtxtest: Proxy.%s: %v", method, err)
-	if p.tb == nil {
-		panic(msg)
+// from New, and is returned for one from Start.
+func (p *Proxy) badArgument(method string, err error) error {
+	err = fmt.Errorf("pgtxtest: Proxy.%s: %w: %w", method, pgtx.ErrInvalidArgument, err)
+	if p.tb != nil {
+		p.tb.Helper()
+		p.tb.Fatal(err)
 	}
-	p.tb.Helper()
-	p.tb.Fatal(msg)
+	return err
 }
 
 // commitFailure decides whether a COMMIT fails, and with which code. fp is the

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx"
 )
 
 // xactRollbacks returns the server's count of rolled-back transactions in the
@@ -166,23 +167,18 @@ func TestProxyFailCodeRefused(t *testing.T) {
 	}
 	defer p.Close()
 	for _, code := range []string{"", "23505", "40002", "57P01", "40001'; DROP TABLE x; --"} {
-		for name, arm := range map[string]func(){
-			"FailCommits":         func() { p.FailCommits(1, code) },
-			"FailEveryCommitOnce": func() { p.FailEveryCommitOnce(code) },
+		for name, arm := range map[string]func() error{
+			"FailCommits":         func() error { return p.FailCommits(1, code) },
+			"FailEveryCommitOnce": func() error { return p.FailEveryCommitOnce(code) },
 		} {
-			tb := runFakeTB(func(tb testing.TB) { p.tb = tb; arm() })
+			tb := runFakeTB(func(tb testing.TB) { p.tb = tb; _ = arm() })
 			if !tb.failed || !strings.Contains(tb.messages(), "use 40001 (serialization_failure) or 40P01") {
 				t.Errorf("%s(%q) with a test: failed %t, %q", name, code, tb.failed, tb.messages())
 			}
 			p.tb = nil
-			func() {
-				defer func() {
-					if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "cannot be injected") {
-						t.Errorf("%s(%q) without a test: recovered %v, want a panic", name, code, r)
-					}
-				}()
-				arm()
-			}()
+			if err := arm(); !errors.Is(err, pgtx.ErrInvalidArgument) || !strings.Contains(err.Error(), "cannot be injected") {
+				t.Errorf("%s(%q) without a test: %v, want an error wrapping pgtx.ErrInvalidArgument", name, code, err)
+			}
 		}
 	}
 	if p.failArmed.Load() || p.everyOn.Load() {
