@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/proc"
 )
 
@@ -25,6 +26,15 @@ type bouncerConfig struct {
 
 // config validates o and fills in the defaults.
 func (o Config) config() (bouncerConfig, error) {
+	c, err := o.check()
+	if err != nil {
+		return c, fmt.Errorf("%w: %w", err, pgtx.ErrInvalidArgument)
+	}
+	return c, nil
+}
+
+// check is config without the wrapping of its error.
+func (o Config) check() (bouncerConfig, error) {
 	c := bouncerConfig{
 		mode:             o.Mode,
 		poolSize:         o.DefaultPoolSize,

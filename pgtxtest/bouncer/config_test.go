@@ -2,11 +2,13 @@ package bouncer
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/proc"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
@@ -112,6 +114,9 @@ func TestBouncerBadOptions(t *testing.T) {
 			}
 			if !strings.HasPrefix(err.Error(), "pgtxtest: ") || !strings.Contains(err.Error(), tc.wantMsg) {
 				t.Errorf("error %q, want one starting with \"pgtxtest: \" that says %q", err, tc.wantMsg)
+			}
+			if tc.s != nil && tc.s.DSN("") != "" && !errors.Is(err, pgtx.ErrInvalidArgument) {
+				t.Errorf("error %q does not wrap pgtx.ErrInvalidArgument", err)
 			}
 		})
 	}

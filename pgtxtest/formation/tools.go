@@ -2,6 +2,7 @@ package formation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/pgbin"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/proc"
 )
@@ -18,6 +20,15 @@ const autoctlDefaultPath = "/usr/bin/pg_autoctl" // where Debian's postgresql-NN
 var plainDatabaseName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 func (o Config) validate() error {
+	err := o.check()
+	if err != nil && !errors.Is(err, pgtx.ErrInvalidArgument) {
+		err = fmt.Errorf("%w: %w", err, pgtx.ErrInvalidArgument)
+	}
+	return err
+}
+
+// check is validate without the wrapping of its error.
+func (o Config) check() error {
 	if o.Database != "" && !plainDatabaseName.MatchString(o.Database) {
 		return fmt.Errorf("pgtxtest: formation.Config.Database %q: want a plain name (letters, digits, underscores)", o.Database)
 	}

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/pgtx-go/pgtx"
 )
 
 var SettingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]*$`)
@@ -13,10 +15,10 @@ var SettingName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]*$`)
 func ValidateSettings(settings map[string]string) error {
 	for name, value := range settings {
 		if !SettingName.MatchString(name) {
-			return fmt.Errorf("pgtxtest: invalid server setting name %q", name)
+			return fmt.Errorf("pgtxtest: invalid server setting name %q: %w", name, pgtx.ErrInvalidArgument)
 		}
 		if strings.ContainsRune(value, 0) {
-			return fmt.Errorf("pgtxtest: server setting %s: value contains a NUL byte", name)
+			return fmt.Errorf("pgtxtest: server setting %s: value contains a NUL byte: %w", name, pgtx.ErrInvalidArgument)
 		}
 	}
 	return nil
