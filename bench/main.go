@@ -39,7 +39,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // options are the command-line settings every scenario sees.
@@ -223,7 +223,7 @@ func parseArgs(args []string, stderr io.Writer) (options, []string, error) {
 // runScenarios starts or finds the server, runs the chosen scenarios in the
 // order of the scenarios list, and writes the reports.
 func runScenarios(ctx context.Context, opts options, names []string, stdout, stderr io.Writer) error {
-	dsn, cleanup, err := pgtxtest.DatabaseURL(ctx)
+	dsn, cleanup, err := server.DatabaseURL(ctx)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // attemptTracer counts calls and attempts and lets a test act when an
@@ -61,7 +61,7 @@ func (a *attemptTracer) TraceAttemptEnd(_ context.Context, d pgtx.TraceAttemptEn
 // after exactly 1 + MaxAdaptiveRetries connection attempts.
 func TestOverloadAtConnect(t *testing.T) {
 	ctx := testCtx(t)
-	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{
+	srv := server.New(t, &server.Config{Settings: map[string]string{
 		"max_connections": "4", "superuser_reserved_connections": "0",
 	}})
 	dsn := srv.DSN("")

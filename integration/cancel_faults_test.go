@@ -14,7 +14,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // warmCancel cancels one statement so the cancel path (its pool connection)
@@ -32,10 +33,10 @@ func warmCancel(t *testing.T, ctx context.Context, pool *pgtx.Pool) {
 // goes through a fault proxy, with mutate applied to its Config, and cancels
 // one statement so the cancel pool's connection is made before a fault is
 // put on the proxy.
-func slowCancelPath(t *testing.T, ctx context.Context, mutate func(*pgtx.Config)) (*pgtx.Pool, *pgtxtest.Proxy) {
+func slowCancelPath(t *testing.T, ctx context.Context, mutate func(*pgtx.Config)) (*pgtx.Pool, *faultproxy.Proxy) {
 	t.Helper()
 	direct := newDB(t)
-	cancelProxy := pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
+	cancelProxy := faultproxy.New(t, server.Shared(t).Addr())
 	cancelDSN, err := cancelProxy.DSN(direct)
 	if err != nil {
 		t.Fatal(err)
@@ -285,7 +286,7 @@ func TestUnconfirmedProtocolCancelNeverReused(t *testing.T) {
 	})
 	warmCancel(t, ctx, pool)
 	before := pool.Stats()
-	proxy.SetConnLatency(pgtxtest.ConnCancelRequest, 1500*time.Millisecond)
+	proxy.SetConnLatency(faultproxy.ConnCancelRequest, 1500*time.Millisecond)
 
 	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	_, _ = pool.Exec(cctx, "select pg_sleep(0.3)") // ends by itself before the grace

@@ -8,7 +8,8 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // chaosAdminTimeout bounds every statement and connect of the fault injector.
@@ -31,19 +32,19 @@ type chaosFault struct {
 // connection; the others act for a short, random while.
 var chaosFaults = []chaosFault{
 	{"cut before BEGIN", 3, func(_ context.Context, in *chaosInjector) (bool, error) {
-		in.proxy.CutBeforeForward(pgtxtest.MatchPrefix("begin"), 1)
+		in.proxy.CutBeforeForward(faultproxy.MatchPrefix("begin"), 1)
 		return true, nil
 	}},
 	{"cut before UPDATE", 3, func(_ context.Context, in *chaosInjector) (bool, error) {
-		in.proxy.CutBeforeForward(pgtxtest.MatchPrefix("update accounts"), 1)
+		in.proxy.CutBeforeForward(faultproxy.MatchPrefix("update accounts"), 1)
 		return true, nil
 	}},
 	{"cut after UPDATE", 3, func(_ context.Context, in *chaosInjector) (bool, error) {
-		in.proxy.CutAfterForward(pgtxtest.MatchPrefix("update accounts"), 1)
+		in.proxy.CutAfterForward(faultproxy.MatchPrefix("update accounts"), 1)
 		return true, nil
 	}},
 	{"cut before COMMIT", 2, func(_ context.Context, in *chaosInjector) (bool, error) {
-		in.proxy.CutBeforeForward(pgtxtest.IsCommit, 1)
+		in.proxy.CutBeforeForward(faultproxy.IsCommit, 1)
 		return true, nil
 	}},
 	{"cut after COMMIT forwarded", 3, func(_ context.Context, in *chaosInjector) (bool, error) {
@@ -69,8 +70,8 @@ var chaosFaults = []chaosFault{
 // goroutine has been joined.
 type chaosInjector struct {
 	t     *testing.T
-	srv   *pgtxtest.Server
-	proxy *pgtxtest.Proxy
+	srv   *server.Server
+	proxy *faultproxy.Proxy
 	dsn   string // the test database, directly (not through the proxy)
 	rng   *rand.Rand
 
@@ -87,7 +88,7 @@ type chaosInjector struct {
 // newChaosInjector returns an injector for the server srv behind proxy;
 // dsn reaches the test database directly. seed fixes the order of the
 // faults and their parameters.
-func newChaosInjector(t *testing.T, srv *pgtxtest.Server, proxy *pgtxtest.Proxy, dsn string, seed uint64) *chaosInjector {
+func newChaosInjector(t *testing.T, srv *server.Server, proxy *faultproxy.Proxy, dsn string, seed uint64) *chaosInjector {
 	return &chaosInjector{
 		t: t, srv: srv, proxy: proxy, dsn: dsn,
 		rng:      rand.New(rand.NewPCG(seed, 0x5eed)),

@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 var (
@@ -125,14 +127,14 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 	ctx, cancel := context.WithTimeout(context.Background(), dur+3*time.Minute)
 	defer cancel()
 
-	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{
+	srv := server.New(t, &server.Config{Settings: map[string]string{
 		"max_connections": strconv.Itoa(chaosMaxConnections),
 		// A COMMIT acknowledged is on disk (the harness turns that off for
 		// speed): a crash must not take back what the server said it did.
 		"synchronous_commit": "on",
 	}})
-	direct := pgtxtest.NewDatabaseOn(t, srv)
-	proxy := pgtxtest.NewProxy(t, srv.Addr())
+	direct := pgtxtest.NewDatabase(t, pgtxtest.WithServer(srv))
+	proxy := faultproxy.New(t, srv.Addr())
 	through, err := proxy.DSN(direct)
 	if err != nil {
 		t.Fatal(err)

@@ -8,15 +8,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // proxied returns a fresh database, a fault proxy in front of the server and
 // the proxied DSN.
-func proxied(t *testing.T) (direct string, proxy *pgtxtest.Proxy, through string) {
+func proxied(t *testing.T) (direct string, proxy *faultproxy.Proxy, through string) {
 	t.Helper()
 	direct = newDB(t)
-	proxy = pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
+	proxy = faultproxy.New(t, server.Shared(t).Addr())
 	through, err := proxy.DSN(direct)
 	if err != nil {
 		t.Fatal(err)
@@ -85,8 +86,10 @@ func TestConnectionCutMidFnRetried(t *testing.T) {
 		name string
 		arm  func()
 	}{
-		{"cut before the statement reaches the server", func() { proxy.CutBeforeForward(pgtxtest.MatchPrefix("update accounts set balance = balance + 10"), 1) }},
-		{"cut after the statement reached the server", func() { proxy.CutAfterForward(pgtxtest.MatchPrefix("update accounts set balance = balance + 10"), 1) }},
+		{"cut before the statement reaches the server", func() {
+			proxy.CutBeforeForward(faultproxy.MatchPrefix("update accounts set balance = balance + 10"), 1)
+		}},
+		{"cut after the statement reached the server", func() { proxy.CutAfterForward(faultproxy.MatchPrefix("update accounts set balance = balance + 10"), 1) }},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,6 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // Bounds of TestResolveFailover.
@@ -44,9 +46,9 @@ func TestResolveFailover(t *testing.T) {
 	ctx := testCtx(t)
 	// The harness turns synchronous_commit off for speed; replication
 	// waits only with it on.
-	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
-	standby := pgtxtest.StartStandby(t, primary)
-	dsn := pgtxtest.NewDatabaseOn(t, primary)
+	primary := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+	standby := server.NewStandby(t, primary)
+	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
 	admin := directConn(t, dsn)
 	mustExec(t, ctx, admin, "create table ledger (id text not null)")
 	// Synchronous replication: a COMMIT acknowledged by the old primary is
@@ -267,16 +269,16 @@ func TestResolveNotAskedElsewhere(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtx(t)
-	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{})
-	standby := pgtxtest.StartStandby(t, primary)
-	dsn := pgtxtest.NewDatabaseOn(t, primary)
+	primary := server.New(t, nil)
+	standby := server.NewStandby(t, primary)
+	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
 	admin := directConn(t, dsn)
 	mustExec(t, ctx, admin, "create table ledger (id text not null)")
 	mustExec(t, ctx, admin, `create function slow_commit() returns trigger language plpgsql as $$
 		begin perform pg_sleep(2); return null; end $$`)
 	mustExec(t, ctx, admin, `create constraint trigger slow after insert on ledger deferrable initially deferred
 		for each row execute function slow_commit()`)
-	standbyDSN, err := pgtxtest.DSNWithAddr(dsn, standby.Addr())
+	standbyDSN, err := server.DSNWithAddr(dsn, standby.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +291,7 @@ func TestResolveNotAskedElsewhere(t *testing.T) {
 
 	// The pool reaches the standby through a slow network, so a question
 	// asked there arrives after the id has been given again.
-	slow := pgtxtest.NewProxy(t, standby.Addr())
+	slow := faultproxy.New(t, standby.Addr())
 	pool := newPool(t, failoverDSN(t, dsn, primary.Addr(), slow.Addr()), func(c *pgtx.Config) {
 		c.MaxConns = 2
 		c.ConnConfig.ConnectTimeout = 20 * time.Second

@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/formation"
 )
 
 // formationRounds is how many failovers of each kind TestFormationResolve
@@ -102,7 +102,7 @@ func TestFormationResolve(t *testing.T) {
 		t.Skip("starts a pg_auto_failover formation")
 	}
 	rounds := formationRounds(t)
-	f := pgtxtest.StartFormation(t, pgtxtest.FormationOptions{})
+	f := formation.New(t, &formation.Config{})
 	var uri string
 	{
 		ctx := testCtx(t)
@@ -155,7 +155,7 @@ func TestFormationResolve(t *testing.T) {
 // resolveRound runs one failover of kind formationFaults[kind] under eight
 // writers, checks every answer against the final primary's ledger, and
 // adds the round to tally.
-func resolveRound(t *testing.T, f *pgtxtest.Formation, uri, prefix string, kind int, tally *resolveTally) {
+func resolveRound(t *testing.T, f *formation.Formation, uri, prefix string, kind int, tally *resolveTally) {
 	fault := formationFaults[kind]
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -209,7 +209,7 @@ func resolveRound(t *testing.T, f *pgtxtest.Formation, uri, prefix string, kind 
 
 // checkResolveRound checks the final primary's ledger (the ids with
 // prefix) against the calls, and adds them to tally.
-func checkResolveRound(t *testing.T, ctx context.Context, f *pgtxtest.Formation, pool *pgtx.Pool, prefix string, calls []ledgerCall, lossy bool, tally *resolveTally) {
+func checkResolveRound(t *testing.T, ctx context.Context, f *formation.Formation, pool *pgtx.Pool, prefix string, calls []ledgerCall, lossy bool, tally *resolveTally) {
 	t.Helper()
 	primary, err := f.Primary(ctx)
 	for deadline := time.Now().Add(time.Minute); err != nil && time.Now().Before(deadline); {
@@ -305,7 +305,7 @@ func checkResolveRound(t *testing.T, ctx context.Context, f *pgtxtest.Formation,
 // timeRound adds to tally how far the longest gap between the round's
 // successes exceeded the formation's transition, and how long after the
 // server took writes again (probes) the first success after it came.
-func timeRound(t *testing.T, ctx context.Context, f *pgtxtest.Formation, calls []ledgerCall, faultAt time.Time, probes []probeResult, tally *resolveTally) {
+func timeRound(t *testing.T, ctx context.Context, f *formation.Formation, calls []ledgerCall, faultAt time.Time, probes []probeResult, tally *resolveTally) {
 	t.Helper()
 	var successes []time.Time
 	for _, c := range calls {
@@ -361,7 +361,7 @@ func waitSyncStandby(t *testing.T, ctx context.Context, dsn string) {
 // state wait_primary: pg_auto_failover then stops waiting for the
 // secondary (synchronous_standby_names is emptied), and a commit the old
 // primary acknowledges is lost if the secondary is promoted all the same.
-func wentAsync(t *testing.T, ctx context.Context, f *pgtxtest.Formation, old string, faultAt time.Time) bool {
+func wentAsync(t *testing.T, ctx context.Context, f *formation.Formation, old string, faultAt time.Time) bool {
 	t.Helper()
 	events, err := f.Events(ctx)
 	if err != nil {

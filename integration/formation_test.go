@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/formation"
 )
 
 // Bounds of the formation workload (TestFormationResolve).
@@ -23,34 +23,34 @@ const (
 // ledger goes through, each with the states it ends in.
 var formationFaults = []struct {
 	name  string
-	fault func(ctx context.Context, f *pgtxtest.Formation) error
+	fault func(ctx context.Context, f *formation.Formation) error
 	// back returns once the formation serves writes again as it will stay.
-	back func(ctx context.Context, f *pgtxtest.Formation, before pgtxtest.FormationNode) error
+	back func(ctx context.Context, f *formation.Formation, before formation.Node) error
 }{
-	{"planned switchover", func(ctx context.Context, f *pgtxtest.Formation) error { return f.Failover(ctx) },
-		func(ctx context.Context, f *pgtxtest.Formation, before pgtxtest.FormationNode) error {
+	{"planned switchover", func(ctx context.Context, f *formation.Formation) error { return f.Failover(ctx) },
+		func(ctx context.Context, f *formation.Formation, before formation.Node) error {
 			_, err := f.WaitState(ctx, map[string]string{before.Name: "secondary", other(before.Name): "primary"})
 			return err
 		}},
-	{"kill -9 of the primary's postmaster", func(ctx context.Context, f *pgtxtest.Formation) error {
+	{"kill -9 of the primary's postmaster", func(ctx context.Context, f *formation.Formation) error {
 		_, err := f.KillPrimary(ctx)
 		return err
-	}, func(ctx context.Context, f *pgtxtest.Formation, before pgtxtest.FormationNode) error {
+	}, func(ctx context.Context, f *formation.Formation, before formation.Node) error {
 		// The keeper restarts it in place, or the monitor fails over
 		// first: either way, a primary (a new postmaster) and a secondary
 		// again.
 		return waitNewPrimary(ctx, f, before)
 	}},
-	{"fast restart of the primary's postmaster (57P03)", func(ctx context.Context, f *pgtxtest.Formation) error {
+	{"fast restart of the primary's postmaster (57P03)", func(ctx context.Context, f *formation.Formation) error {
 		_, err := f.RestartPrimary(ctx)
 		return err
-	}, func(ctx context.Context, f *pgtxtest.Formation, before pgtxtest.FormationNode) error {
+	}, func(ctx context.Context, f *formation.Formation, before formation.Node) error {
 		return waitNewPrimary(ctx, f, before)
 	}},
-	{"primary node stopped", func(ctx context.Context, f *pgtxtest.Formation) error {
+	{"primary node stopped", func(ctx context.Context, f *formation.Formation) error {
 		_, err := f.StopPrimary(ctx)
 		return err
-	}, func(ctx context.Context, f *pgtxtest.Formation, before pgtxtest.FormationNode) error {
+	}, func(ctx context.Context, f *formation.Formation, before formation.Node) error {
 		_, err := f.WaitState(ctx, map[string]string{other(before.Name): "wait_primary"})
 		return err
 	}},
@@ -66,7 +66,7 @@ func other(node string) string {
 // waitNewPrimary waits until one node is primary and the other secondary,
 // and the primary is not the postmaster that was before (another node, or
 // the same one restarted).
-func waitNewPrimary(ctx context.Context, f *pgtxtest.Formation, before pgtxtest.FormationNode) error {
+func waitNewPrimary(ctx context.Context, f *formation.Formation, before formation.Node) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -98,15 +98,15 @@ const steadyFor = 3 * time.Second
 // waitSteady waits until one node is primary and the other secondary (each
 // reported by its keeper and assigned by the monitor), the same nodes for
 // steadyFor, and returns the primary.
-func waitSteady(ctx context.Context, f *pgtxtest.Formation) (pgtxtest.FormationNode, error) {
+func waitSteady(ctx context.Context, f *formation.Formation) (formation.Node, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	var (
 		since   time.Time
-		primary pgtxtest.FormationNode
-		nodes   []pgtxtest.FormationNode
+		primary formation.Node
+		nodes   []formation.Node
 		err     error
 	)
 	for {
@@ -130,7 +130,7 @@ func waitSteady(ctx context.Context, f *pgtxtest.Formation) (pgtxtest.FormationN
 		}
 		select {
 		case <-ctx.Done():
-			return pgtxtest.FormationNode{}, fmt.Errorf("the formation did not settle on a primary and a secondary: %v (last: %+v, %v)", ctx.Err(), nodes, err)
+			return formation.Node{}, fmt.Errorf("the formation did not settle on a primary and a secondary: %v (last: %+v, %v)", ctx.Err(), nodes, err)
 		case <-tick.C:
 		}
 	}
@@ -138,7 +138,7 @@ func waitSteady(ctx context.Context, f *pgtxtest.Formation) (pgtxtest.FormationN
 
 // formationTransition is the time from the formation's first event after
 // the fault to its last, and how many there were.
-func formationTransition(t *testing.T, ctx context.Context, f *pgtxtest.Formation, faultAt time.Time) (time.Duration, int) {
+func formationTransition(t *testing.T, ctx context.Context, f *formation.Formation, faultAt time.Time) (time.Duration, int) {
 	t.Helper()
 	events, err := f.Events(ctx)
 	if err != nil {

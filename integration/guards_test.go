@@ -27,6 +27,8 @@ import (
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/examples/repository/db"
 	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // SQLSTATEs the guards expect from the server.
@@ -90,10 +92,10 @@ func guardConn(t *testing.T, dsn string) *pgx.Conn {
 
 // guardProxied returns a fresh database, a fault proxy in front of the
 // server, and the DSN that goes through the proxy.
-func guardProxied(t *testing.T) (direct string, proxy *pgtxtest.Proxy, through string) {
+func guardProxied(t *testing.T) (direct string, proxy *faultproxy.Proxy, through string) {
 	t.Helper()
 	direct = pgtxtest.NewDatabase(t)
-	proxy = pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
+	proxy = faultproxy.New(t, server.Shared(t).Addr())
 	through, err := proxy.DSN(direct)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/failover"
 	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // lostCommits is how many commits each phase of TestLostCommits makes.
@@ -92,14 +93,14 @@ func TestLostCommits(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtxFor(t, 3*time.Minute)
-	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
-	standby := pgtxtest.StartStandby(t, primary)
-	dsn := pgtxtest.NewDatabaseOn(t, primary)
+	primary := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+	standby := server.NewStandby(t, primary)
+	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
 	admin := directConn(t, dsn)
 	mustExec(t, ctx, admin, "create table ledger (id text primary key)")
 	role, roleDSN := testRole(t, ctx, admin, dsn, "lost", "")
 	mustExec(t, ctx, admin, "grant select, insert on ledger to "+role)
-	standbyDSN, err := pgtxtest.DSNWithAddr(dsn, standby.Addr())
+	standbyDSN, err := server.DSNWithAddr(dsn, standby.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,9 +317,9 @@ func TestNoCommitLostUnderSynchronousReplication(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtxFor(t, 3*time.Minute)
-	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
-	standby := pgtxtest.StartStandby(t, primary)
-	dsn := pgtxtest.NewDatabaseOn(t, primary)
+	primary := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+	standby := server.NewStandby(t, primary)
+	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
 	admin := directConn(t, dsn)
 	mustExec(t, ctx, admin, "create table ledger (id text primary key)")
 	makeSynchronous(t, ctx, admin)
@@ -381,7 +382,7 @@ func TestNoCommitLostUnderSynchronousReplication(t *testing.T) {
 	if len(rep) != 0 {
 		t.Errorf("told of replication %+v: the server never acknowledged a commit no standby had", rep)
 	}
-	standbyDSN, err := pgtxtest.DSNWithAddr(dsn, standby.Addr())
+	standbyDSN, err := server.DSNWithAddr(dsn, standby.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,12 +400,12 @@ func TestPausedStandbyPromotionReplaysWhatItReceived(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtxFor(t, 2*time.Minute)
-	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
-	standby := pgtxtest.StartStandby(t, primary)
-	dsn := pgtxtest.NewDatabaseOn(t, primary)
+	primary := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+	standby := server.NewStandby(t, primary)
+	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
 	admin := directConn(t, dsn)
 	mustExec(t, ctx, admin, "create table ledger (id text primary key)")
-	standbyDSN, err := pgtxtest.DSNWithAddr(dsn, standby.Addr())
+	standbyDSN, err := server.DSNWithAddr(dsn, standby.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,8 @@ import (
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/bouncer"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 	"github.com/pgtx-go/pgtx/replica"
 )
 
@@ -23,7 +24,7 @@ import (
 // nothing lost, nothing doubled.
 func TestBouncerAdminLedger(t *testing.T) {
 	ctx := testCtx(t)
-	direct, through, b := behindBouncer(t, pgtxtest.BouncerOptions{DefaultPoolSize: 2})
+	direct, through, b := behindBouncer(t, bouncer.Config{DefaultPoolSize: 2})
 	admin := directConn(t, direct)
 	mustExec(t, ctx, admin, "create table ledger (id text not null)") // no key: a doubled commit must show
 	db := admin.Config().Database
@@ -117,11 +118,11 @@ func TestBouncerAdminLedger(t *testing.T) {
 // the router serves the read from the primary.
 func TestBouncerReplicaFallsBackOnRelayedOverload(t *testing.T) {
 	ctx := testCtx(t)
-	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"max_connections": "5", "superuser_reserved_connections": "0"}})
+	srv := server.New(t, &server.Config{Settings: map[string]string{"max_connections": "5", "superuser_reserved_connections": "0"}})
 	setup := directConn(t, srv.DSN(""))
 	mustExec(t, ctx, setup, "create database replica_db")
 	_ = setup.Close(ctx)
-	b := pgtxtest.StartBouncer(t, srv, pgtxtest.BouncerOptions{})
+	b := bouncer.New(t, srv, &bouncer.Config{})
 	logOnFailure(t, b)
 	fillSlots(t, ctx, srv.DSN(""))
 	tr := &bouncerTracer{}

@@ -14,26 +14,27 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/bouncer"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // behindBouncer creates a database for the test and a PgBouncer in front of
 // the shared server; it returns the database's DSN directly and through the
 // bouncer.
-func behindBouncer(t *testing.T, opts pgtxtest.BouncerOptions) (direct, through string, b *pgtxtest.Bouncer) {
+func behindBouncer(t *testing.T, opts bouncer.Config) (direct, through string, b *bouncer.Bouncer) {
 	t.Helper()
 	direct = newDB(t)
 	u, err := url.Parse(direct)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b = pgtxtest.StartBouncer(t, pgtxtest.Shared(t), opts)
+	b = bouncer.New(t, server.Shared(t), &opts)
 	logOnFailure(t, b)
 	return direct, b.DSN(strings.TrimPrefix(u.Path, "/")), b
 }
 
 // logOnFailure logs the tail of the bouncer's log when the test fails.
-func logOnFailure(t *testing.T, b *pgtxtest.Bouncer) {
+func logOnFailure(t *testing.T, b *bouncer.Bouncer) {
 	t.Helper()
 	t.Cleanup(func() {
 		if !t.Failed() {
@@ -62,10 +63,10 @@ func bouncerSettings(c *pgtx.Config) {
 // pool hold: every call succeeds and no money is made or lost.
 func TestBouncerWorkload(t *testing.T) {
 	ctx := testCtx(t)
-	for _, mode := range []pgtxtest.PoolMode{pgtxtest.PoolTransaction, pgtxtest.PoolSession} {
+	for _, mode := range []bouncer.PoolMode{bouncer.PoolTransaction, bouncer.PoolSession} {
 		t.Run(string(mode), func(t *testing.T) {
 			maxConns, serverConns := int32(8), 2
-			if mode == pgtxtest.PoolSession {
+			if mode == bouncer.PoolSession {
 				// A client holds a server for its whole session, and so does
 				// the cancel pool's connection: as docs/poolers.md says, both
 				// must fit in default_pool_size, or a client waits in
@@ -73,7 +74,7 @@ func TestBouncerWorkload(t *testing.T) {
 				// times out. One more is spare.
 				maxConns, serverConns = 2, 4
 			}
-			direct, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{Mode: mode, DefaultPoolSize: serverConns})
+			direct, through, _ := behindBouncer(t, bouncer.Config{Mode: mode, DefaultPoolSize: serverConns})
 			admin := directConn(t, direct)
 			mustExec(t, ctx, admin, "create table acct (id int primary key, balance bigint not null)")
 			mustExec(t, ctx, admin, "insert into acct select g, 1000 from generate_series(1, 10) g")
@@ -136,8 +137,8 @@ func TestBouncerCancelStopsStatement(t *testing.T) {
 		{"protocol", pgtx.CancelModeProtocol, false},
 		{"close", pgtx.CancelModeClose, false},
 	}
-	for _, poolMode := range []pgtxtest.PoolMode{pgtxtest.PoolTransaction, pgtxtest.PoolSession} {
-		direct, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{Mode: poolMode, DefaultPoolSize: 3})
+	for _, poolMode := range []bouncer.PoolMode{bouncer.PoolTransaction, bouncer.PoolSession} {
+		direct, through, _ := behindBouncer(t, bouncer.Config{Mode: poolMode, DefaultPoolSize: 3})
 		admin := directConn(t, direct)
 		mustExec(t, ctx, admin, "create table hot (id int primary key, n int not null)")
 		mustExec(t, ctx, admin, "insert into hot values (1, 0)")
@@ -187,7 +188,7 @@ func TestBouncerCancelStopsStatement(t *testing.T) {
 // every CancelMode: no statement is hit by a cancel meant for the one
 // before.
 func TestBouncerNoBleed(t *testing.T) {
-	_, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{DefaultPoolSize: 2})
+	_, through, _ := behindBouncer(t, bouncer.Config{DefaultPoolSize: 2})
 	for _, mode := range []pgtx.CancelMode{pgtx.CancelModePool, pgtx.CancelModeProtocol, pgtx.CancelModeClose} {
 		t.Run(mode.String(), func(t *testing.T) {
 			pool := newPool(t, through, func(c *pgtx.Config) { bouncerSettings(c); c.MaxConns = 1; c.CancelMode = mode })
@@ -201,7 +202,7 @@ func TestBouncerNoBleed(t *testing.T) {
 // each: a late cancel never reaches another client's statement on a shared
 // server connection, nor the next statement of its own.
 func TestBouncerNoBleedConcurrentClients(t *testing.T) {
-	_, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{DefaultPoolSize: 2})
+	_, through, _ := behindBouncer(t, bouncer.Config{DefaultPoolSize: 2})
 	for _, mode := range []pgtx.CancelMode{pgtx.CancelModePool, pgtx.CancelModeProtocol} {
 		t.Run(mode.String(), func(t *testing.T) {
 			ctx := testCtxFor(t, noBleedBound)
@@ -220,7 +221,7 @@ func TestBouncerNoBleedConcurrentClients(t *testing.T) {
 // too.
 func TestBouncerCancelPoolConnects(t *testing.T) {
 	ctx := testCtx(t)
-	_, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{})
+	_, through, _ := behindBouncer(t, bouncer.Config{})
 	pool := newPool(t, through, bouncerSettings)
 	if err := pool.Ping(ctx); err != nil {
 		t.Fatal(err)
@@ -239,7 +240,7 @@ func TestBouncerCancelPoolConnects(t *testing.T) {
 // not depend on it: two clients sharing one server connection both connect.
 func TestBouncerDefaultExecModeConnects(t *testing.T) {
 	ctx := testCtx(t)
-	_, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{DefaultPoolSize: 1})
+	_, through, _ := behindBouncer(t, bouncer.Config{DefaultPoolSize: 1})
 	pool := newPool(t, through, func(c *pgtx.Config) {
 		c.StatementTimeout, c.IdleInTransactionTimeout = -1, -1
 		c.MaxConns = 2
@@ -265,7 +266,7 @@ func TestBouncerDefaultExecModeConnects(t *testing.T) {
 // overrun is bounded by CancelGrace.
 func TestBouncerQueuedClientDeadline(t *testing.T) {
 	ctx := testCtx(t)
-	_, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{DefaultPoolSize: 1, QueryWaitTimeout: 10 * time.Second})
+	_, through, _ := behindBouncer(t, bouncer.Config{DefaultPoolSize: 1, QueryWaitTimeout: 10 * time.Second})
 	const grace = 500 * time.Millisecond
 	pool := newPool(t, through, func(c *pgtx.Config) { bouncerSettings(c); c.CancelGrace = grace; c.MaxConns = 1 })
 	if err := pool.Ping(ctx); err != nil {
@@ -340,7 +341,7 @@ func TestBouncerAdmissionBackoff(t *testing.T) {
 	ctx := testCtx(t)
 	half := func() float64 { return 0.5 }
 	t.Run("max_client_conn", func(t *testing.T) {
-		_, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{MaxClientConn: 2})
+		_, through, _ := behindBouncer(t, bouncer.Config{MaxClientConn: 2})
 		for range 2 {
 			c, err := pgx.Connect(ctx, through)
 			if err != nil {
@@ -361,7 +362,7 @@ func TestBouncerAdmissionBackoff(t *testing.T) {
 		}
 	})
 	t.Run("query_wait_timeout", func(t *testing.T) {
-		_, through, _ := behindBouncer(t, pgtxtest.BouncerOptions{DefaultPoolSize: 1, QueryWaitTimeout: time.Second})
+		_, through, _ := behindBouncer(t, bouncer.Config{DefaultPoolSize: 1, QueryWaitTimeout: time.Second})
 		holder, err := pgx.Connect(ctx, through)
 		if err != nil {
 			t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
 )
 
 // writeCounter counts the writes of the connections it dials: pgx flushes
@@ -223,7 +223,7 @@ func TestBeginFailureIsTheAttempts(t *testing.T) {
 	admin := directConn(t, direct)
 	mustExec(t, ctx, admin, "create table items (id int primary key)")
 	pool := newPool(t, through, nil)
-	proxy.CutBeforeForward(pgtxtest.MatchPrefix("begin"), 1)
+	proxy.CutBeforeForward(faultproxy.MatchPrefix("begin"), 1)
 	var runs counter
 	err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 		runs.inc()

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
 )
 
 // TestKeptTxIsClosed: fn keeps the pgx.Tx it received and uses it after the
@@ -199,13 +199,13 @@ func TestResolveIDReadAtCommit(t *testing.T) {
 	)
 	tests := []struct {
 		name        string
-		cut         func(*pgtxtest.Proxy)
+		cut         func(*faultproxy.Proxy)
 		asked       int // what the question about the cut backend finds; -1: none is asked
 		wantUnknown bool
 	}{
-		{"answer dropped", func(p *pgtxtest.Proxy) { p.CutOnCommitReply(1) }, -1, false},
-		{"cut as the write left", func(p *pgtxtest.Proxy) { p.CutOnCommit(1) }, backendEnded, true},
-		{"cut as the write left, COMMIT still running", func(p *pgtxtest.Proxy) { p.CutOnCommit(1) }, commitRunning, false},
+		{"answer dropped", func(p *faultproxy.Proxy) { p.CutOnCommitReply(1) }, -1, false},
+		{"cut as the write left", func(p *faultproxy.Proxy) { p.CutOnCommit(1) }, backendEnded, true},
+		{"cut as the write left, COMMIT still running", func(p *faultproxy.Proxy) { p.CutOnCommit(1) }, commitRunning, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -290,7 +290,7 @@ func TestResolveIDReadAtCommit(t *testing.T) {
 // of an id. SlowStatements runs its matcher in the proxy before it
 // forwards a statement; this one matches nothing, so nothing is held (the
 // duration is never used), and f blocks the statement while it runs.
-func watchAsk(t *testing.T, proxy *pgtxtest.Proxy, marker string, f func()) {
+func watchAsk(t *testing.T, proxy *faultproxy.Proxy, marker string, f func()) {
 	t.Helper()
 	proxy.SlowStatements(func(sql string) bool {
 		if strings.Contains(sql, marker) {
@@ -327,12 +327,12 @@ func waitBackendGone(t *testing.T, ctx context.Context, conn *pgx.Conn, pid uint
 func TestResolveByFaultReadFirst(t *testing.T) {
 	faults := []struct {
 		name        string
-		arm         func(p *pgtxtest.Proxy)
+		arm         func(p *faultproxy.Proxy)
 		allResolved bool
 	}{
-		{"cut before COMMIT", func(p *pgtxtest.Proxy) { p.CutBeforeForward(pgtxtest.IsCommit, 1) }, true},
-		{"cut after COMMIT", func(p *pgtxtest.Proxy) { p.CutOnCommit(1) }, true},
-		{"answer dropped", func(p *pgtxtest.Proxy) { p.CutOnCommitReply(1) }, true},
+		{"cut before COMMIT", func(p *faultproxy.Proxy) { p.CutBeforeForward(faultproxy.IsCommit, 1) }, true},
+		{"cut after COMMIT", func(p *faultproxy.Proxy) { p.CutOnCommit(1) }, true},
+		{"answer dropped", func(p *faultproxy.Proxy) { p.CutOnCommitReply(1) }, true},
 	}
 	for _, f := range faults {
 		t.Run(f.name, func(t *testing.T) {

@@ -321,7 +321,7 @@ func TestTransferIsSafeToRerun(t *testing.T) {
 	ctx := t.Context()
 	// Every transaction's first COMMIT fails with a real serialization
 	// failure (40001) from the server, so pgtx runs every fn twice.
-	pool := pgtxtest.NewPool(t, migrations, pgtxtest.FailEveryCommitOnce("40001"))
+	pool := pgtxtest.NewPool(t, migrations, pgtxtest.WithFailEveryCommitOnce("40001"))
 	repo := New(pool)
 	openAccounts(t, repo, 100, 0)
 	notified := 0

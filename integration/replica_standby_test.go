@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 	"github.com/pgtx-go/pgtx/replica"
 )
 
@@ -52,10 +53,10 @@ func waitReplicated(t *testing.T, ctx context.Context, dsn string, rows int) {
 // and reads return to the standby.
 func TestReplicaRouterStandby(t *testing.T) {
 	ctx := testCtx(t)
-	primarySrv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{})
-	standbySrv := pgtxtest.StartStandby(t, primarySrv)
-	dsn := pgtxtest.NewDatabaseOn(t, primarySrv)
-	standbyDSN, err := pgtxtest.DSNWithAddr(dsn, standbySrv.Addr())
+	primarySrv := server.New(t, nil)
+	standbySrv := server.NewStandby(t, primarySrv)
+	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primarySrv))
+	standbyDSN, err := server.DSNWithAddr(dsn, standbySrv.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

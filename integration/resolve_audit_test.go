@@ -13,6 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/bouncer"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // The ways, besides a crash restart in place (TestResolveCrashReusedID), in
@@ -34,13 +37,13 @@ func TestResolveCrashReusedIDBehindPgBouncer(t *testing.T) {
 		t.Skip("crashes a server of its own")
 	}
 	ctx := testCtx(t)
-	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
-	dsn := pgtxtest.NewDatabaseOn(t, srv)
+	srv := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(srv))
 	_, roleDSN := heldCommitSchema(t, ctx, dsn)
-	bouncer := pgtxtest.StartBouncer(t, srv, pgtxtest.BouncerOptions{
+	pgb := bouncer.New(t, srv, &bouncer.Config{
 		QueryWaitTimeout: 50 * time.Second, ServerLoginRetry: 50 * time.Millisecond,
 	})
-	through, err := pgtxtest.DSNWithAddr(roleDSN, bouncer.Addr())
+	through, err := server.DSNWithAddr(roleDSN, pgb.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,8 +60,8 @@ func TestResolveCrashReusedIDBehindPgBouncer(t *testing.T) {
 	}
 	db := dbName(t, dsn)
 	paused := make(chan error, 1)
-	go func() { paused <- bouncer.Admin(ctx, "PAUSE "+db) }()
-	waitBouncerPaused(t, ctx, bouncer, db)
+	go func() { paused <- pgb.Admin(ctx, "PAUSE "+db) }()
+	waitBouncerPaused(t, ctx, pgb, db)
 	if err := srv.Crash(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +74,7 @@ func TestResolveCrashReusedIDBehindPgBouncer(t *testing.T) {
 	reused := reuseID(t, ctx, dsn, first.xid)
 	t.Logf("the transaction had id %d; after the crash the server gave ids from %d, and %d is now %q",
 		first.xid, reused.from, first.xid, reused.status)
-	if err := bouncer.Admin(ctx, "RESUME "+db); err != nil {
+	if err := pgb.Admin(ctx, "RESUME "+db); err != nil {
 		t.Fatal(err)
 	}
 
@@ -80,7 +83,7 @@ func TestResolveCrashReusedIDBehindPgBouncer(t *testing.T) {
 
 // waitBouncerPaused waits until PgBouncer's SHOW DATABASES says database db
 // is paused.
-func waitBouncerPaused(t *testing.T, ctx context.Context, b *pgtxtest.Bouncer, db string) {
+func waitBouncerPaused(t *testing.T, ctx context.Context, b *bouncer.Bouncer, db string) {
 	t.Helper()
 	conn := directConn(t, b.AdminDSN())
 	for deadline := time.Now().Add(10 * time.Second); ; {
@@ -123,12 +126,12 @@ func TestResolveBehindPgBouncerCapturesEachTransactionsRun(t *testing.T) {
 		t.Skip("crashes a server of its own")
 	}
 	ctx := testCtx(t)
-	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
-	dsn := pgtxtest.NewDatabaseOn(t, srv)
+	srv := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(srv))
 	mustExec(t, ctx, directConn(t, dsn), "create table ledger (id text primary key)")
-	bouncer := pgtxtest.StartBouncer(t, srv, pgtxtest.BouncerOptions{ServerLoginRetry: 50 * time.Millisecond})
-	proxy := pgtxtest.NewProxy(t, bouncer.Addr())
-	through, err := pgtxtest.DSNWithAddr(dsn, proxy.Addr())
+	pgb := bouncer.New(t, srv, &bouncer.Config{ServerLoginRetry: 50 * time.Millisecond})
+	proxy := faultproxy.New(t, pgb.Addr())
+	through, err := server.DSNWithAddr(dsn, proxy.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,17 +191,17 @@ func TestResolveRestoredBackup(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtx(t)
-	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
-	standby := pgtxtest.StartStandby(t, primary)
-	dsn := pgtxtest.NewDatabaseOn(t, primary)
+	primary := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+	standby := server.NewStandby(t, primary)
+	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
 	_, roleDSN := heldCommitSchema(t, ctx, dsn)
-	copyDSN, err := pgtxtest.DSNWithAddr(dsn, standby.Addr())
+	copyDSN, err := server.DSNWithAddr(dsn, standby.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitTable(t, ctx, copyDSN, "ledger")
-	toPrimary := pgtxtest.NewProxy(t, primary.Addr())
-	toCopy := pgtxtest.NewProxy(t, standby.Addr())
+	toPrimary := faultproxy.New(t, primary.Addr())
+	toCopy := faultproxy.New(t, standby.Addr())
 	toCopy.RefuseNew(true)
 	pool := newPool(t, failoverDSN(t, roleDSN, toPrimary.Addr(), toCopy.Addr()), func(c *pgtx.Config) {
 		c.MaxConns = 2
@@ -267,11 +270,11 @@ func TestResolveNeverAsksAStandby(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtx(t)
-	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
-	standby := pgtxtest.StartStandby(t, primary)
-	dsn := pgtxtest.NewDatabaseOn(t, primary)
+	primary := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+	standby := server.NewStandby(t, primary)
+	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
 	_, roleDSN := heldCommitSchema(t, ctx, dsn)
-	standbyDSN, err := pgtxtest.DSNWithAddr(dsn, standby.Addr())
+	standbyDSN, err := server.DSNWithAddr(dsn, standby.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,14 +319,14 @@ func TestResolveAnotherSystemListed(t *testing.T) {
 		t.Skip("starts two servers of its own")
 	}
 	ctx := testCtx(t)
-	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
-	other := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{OwnSystem: true})
-	dsn := pgtxtest.NewDatabaseOn(t, primary)
+	primary := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+	other := server.New(t, &server.Config{OwnSystem: true})
+	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
 	role, roleDSN := heldCommitSchema(t, ctx, dsn)
 	// The same database, role and table on the other system.
 	otherAdmin := directConn(t, other.DSN(""))
 	mustExec(t, ctx, otherAdmin, "create database "+dbName(t, dsn))
-	otherDSN, err := pgtxtest.DSNWithAddr(dsn, other.Addr())
+	otherDSN, err := server.DSNWithAddr(dsn, other.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // resolveRounds is how many transactions each fault of TestResolveByFault
@@ -35,13 +37,13 @@ func TestResolveByFault(t *testing.T) {
 		slow bool
 		// arm arms the fault for the next COMMIT; strike, when set, is
 		// called with the backend's pid while that COMMIT runs.
-		arm    func(p *pgtxtest.Proxy)
+		arm    func(p *faultproxy.Proxy)
 		strike func(ctx context.Context, env *faultEnv, pid uint32) error
 	}
 	faults := []fault{
-		{name: "cut before COMMIT", arm: func(p *pgtxtest.Proxy) { p.CutBeforeForward(pgtxtest.IsCommit, 1) }},
-		{name: "cut after COMMIT", committed: true, arm: func(p *pgtxtest.Proxy) { p.CutOnCommit(1) }},
-		{name: "answer dropped", committed: true, arm: func(p *pgtxtest.Proxy) { p.CutOnCommitReply(1) }},
+		{name: "cut before COMMIT", arm: func(p *faultproxy.Proxy) { p.CutBeforeForward(faultproxy.IsCommit, 1) }},
+		{name: "cut after COMMIT", committed: true, arm: func(p *faultproxy.Proxy) { p.CutOnCommit(1) }},
+		{name: "answer dropped", committed: true, arm: func(p *faultproxy.Proxy) { p.CutOnCommitReply(1) }},
 		{name: "terminate", slow: true, strike: func(ctx context.Context, env *faultEnv, pid uint32) error {
 			return terminateInCommit(ctx, env.admin, pid)
 		}},
@@ -127,8 +129,8 @@ func TestResolveByFault(t *testing.T) {
 // faultEnv is a database behind a fault proxy, with a direct admin
 // connection and the server.
 type faultEnv struct {
-	srv     *pgtxtest.Server
-	proxy   *pgtxtest.Proxy
+	srv     *server.Server
+	proxy   *faultproxy.Proxy
 	admin   *pgx.Conn
 	direct  string
 	through string
@@ -138,12 +140,12 @@ type faultEnv struct {
 // when the test restarts it.
 func newFaultEnv(t *testing.T, dedicated bool) *faultEnv {
 	t.Helper()
-	srv := pgtxtest.Shared(t)
+	srv := server.Shared(t)
 	if dedicated {
-		srv = pgtxtest.Dedicated(t, pgtxtest.ServerOptions{})
+		srv = server.New(t, nil)
 	}
-	direct := pgtxtest.NewDatabaseOn(t, srv)
-	proxy := pgtxtest.NewProxy(t, srv.Addr())
+	direct := pgtxtest.NewDatabase(t, pgtxtest.WithServer(srv))
+	proxy := faultproxy.New(t, srv.Addr())
 	through, err := proxy.DSN(direct)
 	if err != nil {
 		t.Fatal(err)

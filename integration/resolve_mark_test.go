@@ -7,6 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // TestResolveWithoutTheMessage: an administrator revoked
@@ -20,8 +22,8 @@ func TestResolveWithoutTheMessage(t *testing.T) {
 		t.Skip("changes a privilege on a server of its own")
 	}
 	ctx := testCtx(t)
-	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{})
-	dsn := pgtxtest.NewDatabaseOn(t, srv)
+	srv := server.New(t, nil)
+	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(srv))
 	admin := directConn(t, dsn)
 	mustExec(t, ctx, admin, "create table ledger (id text primary key)")
 	mustExec(t, ctx, admin, "revoke execute on function pg_logical_emit_message(boolean, text, text) from public")
@@ -30,7 +32,7 @@ func TestResolveWithoutTheMessage(t *testing.T) {
 	if _, err := directConn(t, roleDSN).Exec(ctx, "select pg_logical_emit_message(true, 'x', '')"); sqlState(err) != "42501" {
 		t.Fatalf("the role called pg_logical_emit_message: %v; the test did not revoke it", err)
 	}
-	proxy := pgtxtest.NewProxy(t, srv.Addr())
+	proxy := faultproxy.New(t, srv.Addr())
 	through, err := proxy.DSN(roleDSN)
 	if err != nil {
 		t.Fatal(err)

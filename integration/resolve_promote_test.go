@@ -11,6 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/bouncer"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // promotion is a primary and its streaming standby, each behind a proxy,
@@ -20,8 +23,8 @@ import (
 // connections of their own (CancelModeProtocol), so that a proxy that
 // refuses new connections keeps them from a server.
 type promotion struct {
-	primary, standby *pgtxtest.Server
-	pproxy, sproxy   *pgtxtest.Proxy
+	primary, standby *server.Server
+	pproxy, sproxy   *faultproxy.Proxy
 	admin            *pgx.Conn // the primary's superuser, on the test's database
 	standbyDSN       string    // the standby's superuser, on the test's database
 	pool             *pgtx.Pool
@@ -30,20 +33,20 @@ type promotion struct {
 func startPromotion(t *testing.T, ctx context.Context) *promotion {
 	t.Helper()
 	p := &promotion{}
-	p.primary = pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
-	p.standby = pgtxtest.StartStandby(t, p.primary)
-	dsn := pgtxtest.NewDatabaseOn(t, p.primary)
+	p.primary = server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+	p.standby = server.NewStandby(t, p.primary)
+	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(p.primary))
 	p.admin = directConn(t, dsn)
 	mustExec(t, ctx, p.admin, "create table ledger (id text primary key)")
 	role, roleDSN := testRole(t, ctx, p.admin, dsn, "resolver", "")
 	mustExec(t, ctx, p.admin, "grant all on ledger to "+role)
 	var err error
-	if p.standbyDSN, err = pgtxtest.DSNWithAddr(dsn, p.standby.Addr()); err != nil {
+	if p.standbyDSN, err = server.DSNWithAddr(dsn, p.standby.Addr()); err != nil {
 		t.Fatal(err)
 	}
 	p.waitCaughtUp(t, ctx)
-	p.pproxy = pgtxtest.NewProxy(t, p.primary.Addr())
-	p.sproxy = pgtxtest.NewProxy(t, p.standby.Addr())
+	p.pproxy = faultproxy.New(t, p.primary.Addr())
+	p.sproxy = faultproxy.New(t, p.standby.Addr())
 	p.pool = newPool(t, failoverDSN(t, roleDSN, p.pproxy.Addr(), p.sproxy.Addr()), func(c *pgtx.Config) {
 		c.MaxConns = 2
 		c.CancelMode = pgtx.CancelModeProtocol
@@ -98,11 +101,11 @@ func (p *promotion) detach(t *testing.T, ctx context.Context) {
 // server, which runs it, and its connection is cut before the answer; from
 // that moment on the proxy refuses new connections, so that no question
 // reaches the old primary. The channel is closed when the trap fires.
-func trapCommit(proxy *pgtxtest.Proxy) <-chan struct{} {
+func trapCommit(proxy *faultproxy.Proxy) <-chan struct{} {
 	fired := make(chan struct{})
 	var once sync.Once
 	proxy.CutAfterForward(func(sql string) bool {
-		if !pgtxtest.IsCommit(sql) {
+		if !faultproxy.IsCommit(sql) {
 			return false
 		}
 		proxy.RefuseNew(true)
@@ -329,18 +332,18 @@ func TestResolveRidesOutARestart(t *testing.T) {
 		name := map[bool]string{false: "direct", true: "behind PgBouncer"}[behindBouncer]
 		t.Run(name, func(t *testing.T) {
 			ctx := testCtxFor(t, 2*time.Minute)
-			srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
-			dsn := pgtxtest.NewDatabaseOn(t, srv)
+			srv := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+			dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(srv))
 			admin := directConn(t, dsn)
 			mustExec(t, ctx, admin, "create table ledger (id text primary key)")
 			role, roleDSN := testRole(t, ctx, admin, dsn, "resolver", "")
 			mustExec(t, ctx, admin, "grant all on ledger to "+role)
 			upstream := srv.Addr()
 			if behindBouncer {
-				upstream = pgtxtest.StartBouncer(t, srv, pgtxtest.BouncerOptions{}).Addr()
+				upstream = bouncer.New(t, srv, &bouncer.Config{}).Addr()
 			}
-			proxy := pgtxtest.NewProxy(t, upstream)
-			through, err := pgtxtest.DSNWithAddr(roleDSN, proxy.Addr())
+			proxy := faultproxy.New(t, upstream)
+			through, err := server.DSNWithAddr(roleDSN, proxy.Addr())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // crashKinds are the two ways a PostgreSQL server loses what its WAL did not
@@ -21,15 +23,15 @@ import (
 // (pg_postmaster_start_time does not change).
 var crashKinds = []struct {
 	name  string
-	crash func(t *testing.T, ctx context.Context, srv *pgtxtest.Server, dsn string) error
+	crash func(t *testing.T, ctx context.Context, srv *server.Server, dsn string) error
 }{
-	{"immediate stop and start", func(t *testing.T, ctx context.Context, srv *pgtxtest.Server, _ string) error {
+	{"immediate stop and start", func(t *testing.T, ctx context.Context, srv *server.Server, _ string) error {
 		if err := srv.Crash(ctx); err != nil {
 			return err
 		}
 		return srv.Start(ctx)
 	}},
-	{"backend killed, reinitialised in place", func(t *testing.T, ctx context.Context, _ *pgtxtest.Server, dsn string) error {
+	{"backend killed, reinitialised in place", func(t *testing.T, ctx context.Context, _ *server.Server, dsn string) error {
 		victim, err := pgx.Connect(ctx, dsn)
 		if err != nil {
 			return err
@@ -65,10 +67,10 @@ func TestResolveCrashReusedID(t *testing.T) {
 			ctx := testCtx(t)
 			// Commits are flushed when acknowledged (the harness turns that
 			// off for speed), so the setup survives the crash.
-			srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
-			dsn := pgtxtest.NewDatabaseOn(t, srv)
+			srv := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+			dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(srv))
 			role, roleDSN := heldCommitSchema(t, ctx, dsn)
-			proxy := pgtxtest.NewProxy(t, srv.Addr())
+			proxy := faultproxy.New(t, srv.Addr())
 			through, err := proxy.DSN(roleDSN)
 			if err != nil {
 				t.Fatal(err)
@@ -267,10 +269,10 @@ func TestResolveNeverEndsAnotherTransactionsBackend(t *testing.T) {
 		t.Skip("crashes a server of its own")
 	}
 	ctx := testCtx(t)
-	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
-	dsn := pgtxtest.NewDatabaseOn(t, srv)
+	srv := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(srv))
 	_, roleDSN := heldCommitSchema(t, ctx, dsn)
-	proxy := pgtxtest.NewProxy(t, srv.Addr())
+	proxy := faultproxy.New(t, srv.Addr())
 	through, err := proxy.DSN(roleDSN)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // TestResolveCommittedOnlyLocally: the primary has a synchronous standby,
@@ -26,9 +28,9 @@ func TestResolveCommittedOnlyLocally(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtx(t)
-	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
-	standby := pgtxtest.StartStandby(t, primary)
-	dsn := pgtxtest.NewDatabaseOn(t, primary)
+	primary := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+	standby := server.NewStandby(t, primary)
+	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
 	admin := directConn(t, dsn)
 	mustExec(t, ctx, admin, "create table ledger (id text primary key)")
 	makeSynchronous(t, ctx, admin)
@@ -36,7 +38,7 @@ func TestResolveCommittedOnlyLocally(t *testing.T) {
 	// need no privilege.
 	role, roleDSN := testRole(t, ctx, admin, dsn, "resolver", "")
 	mustExec(t, ctx, admin, "grant all on ledger to "+role)
-	proxy := pgtxtest.NewProxy(t, primary.Addr())
+	proxy := faultproxy.New(t, primary.Addr())
 	through, err := proxy.DSN(roleDSN)
 	if err != nil {
 		t.Fatal(err)

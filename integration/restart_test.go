@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // TestServerRestartRetried: the server restarts (fast shutdown: sessions end
@@ -23,7 +23,7 @@ import (
 // classified and reported to the tracer.
 func TestServerRestartRetried(t *testing.T) {
 	ctx := testCtx(t)
-	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{})
+	srv := server.New(t, nil)
 	dsn := srv.DSN("")
 	tr := &attemptTracer{}
 	pool := newPool(t, dsn, func(c *pgtx.Config) { c.Tracer = tr })
@@ -96,7 +96,7 @@ func TestCrashRestartRiddenOut(t *testing.T) {
 	ctx := testCtx(t)
 	// The harness turns synchronous_commit off for speed; a crash would
 	// then lose commits already acknowledged.
-	srv := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{Settings: map[string]string{"synchronous_commit": "on"}})
+	srv := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
 	dsn := srv.DSN("")
 	pool := newPool(t, dsn, func(c *pgtx.Config) { c.MaxConns = workers })
 	mustExec(t, ctx, pool, "create table ledger (id text primary key)")

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
 )
 
 // Bounds of the ride-through tests: an outage of outageFor, calls with
@@ -29,10 +29,10 @@ const (
 // end would end them.
 var outages = []struct {
 	name string
-	set  func(p *pgtxtest.Proxy, on bool)
+	set  func(p *faultproxy.Proxy, on bool)
 }{
-	{"connections refused", func(p *pgtxtest.Proxy, on bool) { p.RefuseNew(on) }},
-	{"FATAL 57P03", func(p *pgtxtest.Proxy, on bool) {
+	{"connections refused", func(p *faultproxy.Proxy, on bool) { p.RefuseNew(on) }},
+	{"FATAL 57P03", func(p *faultproxy.Proxy, on bool) {
 		if on {
 			p.RejectNew("57P03")
 		} else {
@@ -44,7 +44,7 @@ var outages = []struct {
 // outage ends the proxy's live sessions and keeps new connections out for
 // outageFor, from a goroutine the test waits for; it returns when the
 // outage began and a channel that yields when it ended.
-func outage(t *testing.T, p *pgtxtest.Proxy, set func(*pgtxtest.Proxy, bool)) (began time.Time, ended <-chan time.Time) {
+func outage(t *testing.T, p *faultproxy.Proxy, set func(*faultproxy.Proxy, bool)) (began time.Time, ended <-chan time.Time) {
 	t.Helper()
 	set(p, true)
 	p.CutAll()

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // TestNoReadWriteHostUntilPromoted: the connection string names only a
@@ -22,11 +23,11 @@ func TestNoReadWriteHostUntilPromoted(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtx(t)
-	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{})
-	standby := pgtxtest.StartStandby(t, primary)
-	dsn := pgtxtest.NewDatabaseOn(t, primary)
+	primary := server.New(t, nil)
+	standby := server.NewStandby(t, primary)
+	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
 	mustExec(t, ctx, directConn(t, dsn), "create table ledger (id text primary key)")
-	standbyDSN, err := pgtxtest.DSNWithAddr(dsn, standby.Addr())
+	standbyDSN, err := server.DSNWithAddr(dsn, standby.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

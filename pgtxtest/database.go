@@ -15,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/lifecycle"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // dbTimeout bounds creating or dropping one test database, connection included.
@@ -27,7 +29,7 @@ var dbSeq atomic.Uint64
 // (FORCE), so connections left open do not stop it).
 //
 // Without options the database is empty (a copy of template0) and lives on the
-// [Shared] server. [WithServer] picks another server, and [WithMigrations],
+// [server.Shared] server. [WithServer] picks another server, and [WithMigrations],
 // [WithMigrationsDir] and [WithMigrate] give it a schema: the migrations run once
 // per server into a template database, and every test's database is a copy of the
 // template, which takes milliseconds (see [WithMigrations]). NewDatabase is safe to
@@ -40,22 +42,11 @@ var dbSeq atomic.Uint64
 // with everything in it in cleanup. See [WithMigrations] for what migrations can do
 // there.
 //
-// A migration that fails, or an option meant for [NewPool] only, fails the test;
-// without a server the test is skipped, or fails, as with [Shared].
+// A migration that fails fails the test; without a server the test is skipped, or
+// fails, as with [server.Shared].
 func NewDatabase(tb testing.TB, opts ...Option) string {
 	tb.Helper()
-	o := collectOptions(tb, "NewDatabase", opts, false)
-	return newDatabase(tb, o)
-}
-
-// NewDatabaseOn is [NewDatabase] on the given server, such as one from
-// [Dedicated] or [StartStandby]'s primary; it is NewDatabase with [WithServer](s)
-// given last. If the server is stopped by the time the test ends, there is nothing
-// to drop.
-func NewDatabaseOn(tb testing.TB, s *Server, opts ...Option) string {
-	tb.Helper()
-	opts = append(opts[:len(opts):len(opts)], WithServer(s))
-	o := collectOptions(tb, "NewDatabaseOn", opts, false)
+	o := collectOptions(tb, "NewDatabase", asPoolOptions(opts))
 	return newDatabase(tb, o)
 }
 
@@ -71,7 +62,7 @@ func newDatabase(tb testing.TB, o *options) string {
 	}
 	tb.Cleanup(func() {
 		tb.Helper() // a failure to drop is reported at the line of the call
-		if s.isStopped() {
+		if !lifecycle.Live(s) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
@@ -81,12 +72,6 @@ func newDatabase(tb testing.TB, o *options) string {
 		}
 	})
 	return dsn
-}
-
-func (s *Server) isStopped() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stopped
 }
 
 // databaseName makes a name that is unique across tests and test binaries and a
@@ -116,20 +101,20 @@ func databaseName(testName string) string {
 // the migrations steps applied, and returns its DSN and the function that drops it.
 // Without steps the database is a copy of template0; with steps, of the template
 // that ensureTemplate makes for them.
-func createDatabase(ctx context.Context, s *Server, name string, steps []step) (string, func(context.Context) error, error) {
+func createDatabase(ctx context.Context, s *server.Server, name string, steps []step) (string, func(context.Context) error, error) {
 	ident := pgx.Identifier{name}.Sanitize()
 	err := errNoCreateDB
-	if !s.noCreateDB.Load() {
+	if !stateOf(s).noCreateDB.Load() {
 		err = cloneFor(ctx, s, ident, steps)
 		if err == nil {
 			return s.DSN(name), func(ctx context.Context) error { return dropDatabase(ctx, s, name) }, nil
 		}
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "42501" { // insufficient_privilege
-			s.noCreateDB.Store(true)
+			stateOf(s).noCreateDB.Store(true)
 			err = fmt.Errorf("%w: %w", errNoCreateDB, err)
 		}
 		if !errors.Is(err, errNoCreateDB) {
-			return "", nil, fmt.Errorf("create database %s on the %s server: %w", name, s.kind, err)
+			return "", nil, fmt.Errorf("create database %s on the %s server: %w", name, s.Kind(), err)
 		}
 	}
 	if serr := withAdmin(ctx, s, func(conn *pgx.Conn) error {
@@ -155,7 +140,7 @@ func createDatabase(ctx context.Context, s *Server, name string, steps []step) (
 // cloneFor creates the database ident as a copy of template0, or with steps, of
 // their template, which it makes first if need be. A template that this binary
 // made but someone has since dropped is made again.
-func cloneFor(ctx context.Context, s *Server, ident string, steps []step) error {
+func cloneFor(ctx context.Context, s *server.Server, ident string, steps []step) error {
 	if len(steps) == 0 {
 		return cloneDatabase(ctx, s, ident, "template0")
 	}
@@ -166,7 +151,7 @@ func cloneFor(ctx context.Context, s *Server, ident string, steps []step) error 
 		}
 		err = cloneDatabase(ctx, s, ident, pgx.Identifier{source}.Sanitize())
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "3D000" && attempt == 0 { // invalid_catalog_name
-			s.template(source).forget()
+			stateOf(s).template(source).forget()
 			continue
 		}
 		return err
@@ -184,7 +169,7 @@ const cloneRetryFor = 10 * time.Second
 // database is being accessed by other users", after waiting 5 seconds itself); the
 // harness's own sessions are gone before a template is marked ready, so that is a
 // stray session, and the clone is tried again for a while.
-func cloneDatabase(ctx context.Context, s *Server, ident, source string) error {
+func cloneDatabase(ctx context.Context, s *server.Server, ident, source string) error {
 	return withAdmin(ctx, s, func(conn *pgx.Conn) error {
 		deadline := time.Now().Add(cloneRetryFor)
 		pause := 10 * time.Millisecond
@@ -206,7 +191,7 @@ func cloneDatabase(ctx context.Context, s *Server, ident, source string) error {
 	})
 }
 
-func dropDatabase(ctx context.Context, s *Server, name string) error {
+func dropDatabase(ctx context.Context, s *server.Server, name string) error {
 	if err := withAdmin(ctx, s, func(conn *pgx.Conn) error { return dropDatabaseOn(ctx, conn, name) }); err != nil {
 		return fmt.Errorf("drop database %s: %w", name, err)
 	}
@@ -228,7 +213,7 @@ func dropDatabaseOn(ctx context.Context, conn *pgx.Conn, name string) error {
 	return err
 }
 
-func dropSchema(ctx context.Context, s *Server, name string) error {
+func dropSchema(ctx context.Context, s *server.Server, name string) error {
 	err := withAdmin(ctx, s, func(conn *pgx.Conn) error {
 		_, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
 		return err
@@ -240,7 +225,7 @@ func dropSchema(ctx context.Context, s *Server, name string) error {
 }
 
 // withAdmin runs fn on a connection to the server's default database.
-func withAdmin(ctx context.Context, s *Server, fn func(*pgx.Conn) error) error {
+func withAdmin(ctx context.Context, s *server.Server, fn func(*pgx.Conn) error) error {
 	conn, err := pgx.Connect(ctx, s.DSN(""))
 	if err != nil {
 		return fmt.Errorf("connect: %w", err)
@@ -265,4 +250,13 @@ func withSearchPath(dsn, schema string) (string, error) {
 	q.Set("options", opt)
 	u.RawQuery = q.Encode()
 	return u.String(), nil
+}
+
+// redact hides the password of a URL DSN, for error messages.
+func redact(dsn string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "(unparsable DSN)"
+	}
+	return u.Redacted()
 }

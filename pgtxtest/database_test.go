@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // exists reports whether a database (or, with schema, a schema) exists.
@@ -26,7 +27,7 @@ func exists(t *testing.T, admin *pgx.Conn, catalog, name string) bool {
 
 func TestDatabaseIsolatedAndDropped(t *testing.T) {
 	t.Parallel()
-	s := Shared(t)
+	s := server.Shared(t)
 	admin := connect(t, s.DSN(""))
 	var names [2]string
 	var leftOpen *pgx.Conn
@@ -102,7 +103,7 @@ func TestDatabaseNames(t *testing.T) {
 // A role that may not CREATE DATABASE gets a schema of its own instead.
 func TestDatabaseSchemaFallback(t *testing.T) {
 	t.Parallel()
-	s := Shared(t)
+	s := server.Shared(t)
 	admin := connect(t, s.DSN(""))
 	if queryString(t, admin, "SELECT rolsuper::text FROM pg_roles WHERE rolname = current_user") != "true" {
 		t.Skip("the shared server's role is not a superuser and cannot make the role this test needs")
@@ -131,23 +132,23 @@ func TestDatabaseSchemaFallback(t *testing.T) {
 	}
 
 	// The limited role's server, as if it came from PGTX_TEST_DATABASE_URL.
-	u, err := envURL(s.DSN(homeName))
+	u, err := url.Parse(s.DSN(homeName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	u.User = url.UserPassword(role, password)
-	limited, err := openEnv(ctx, "TEST_URL", u.String())
+	limited, err := server.Open(ctx, u.String())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = limited.Stop() })
-	if limited.Kind() != KindEnv {
+	if limited.Kind() != server.KindEnv {
 		t.Errorf("Kind() = %q", limited.Kind())
 	}
 
 	var schema string
 	t.Run("schema instead of database", func(t *testing.T) {
-		dsn := NewDatabaseOn(t, limited)
+		dsn := NewDatabase(t, WithServer(limited))
 		cfg, err := pgconn.ParseConfig(dsn)
 		if err != nil {
 			t.Fatal(err)
@@ -180,7 +181,7 @@ func TestDatabaseSchemaFallback(t *testing.T) {
 	// With migrations, they run in the test's schema.
 	var migrated string
 	t.Run("migrations in the schema", func(t *testing.T) {
-		conn := connect(t, NewDatabaseOn(t, limited, WithMigrations(accountsMigrations)))
+		conn := connect(t, NewDatabase(t, WithServer(limited), WithMigrations(accountsMigrations)))
 		migrated = queryString(t, conn, "SELECT current_schema()::text")
 		if got := queryString(t, conn, "SELECT schemaname || '.' || tablename || ' ' || (SELECT count(*) FROM accounts) FROM pg_tables WHERE tablename = 'accounts'"); got != migrated+".accounts 1" {
 			t.Errorf("table and rows: %q, want the seeded accounts in %s", got, migrated)
@@ -196,18 +197,18 @@ func TestDatabaseSchemaFallback(t *testing.T) {
 
 func TestDatabaseOnZeroServerFails(t *testing.T) {
 	t.Parallel()
-	for _, s := range []*Server{nil, {}} {
-		if tb := runFakeTB(func(tb testing.TB) { NewDatabaseOn(tb, s) }); !tb.failed {
-			t.Errorf("NewDatabaseOn(%v) did not fail the test", s)
+	for _, s := range []*server.Server{nil, {}} {
+		if tb := runFakeTB(func(tb testing.TB) { NewDatabase(tb, WithServer(s)) }); !tb.failed {
+			t.Errorf("NewDatabase(WithServer(%v)) did not fail the test", s)
 		}
 	}
 }
 
 func TestDatabaseOnStoppedServer(t *testing.T) {
 	t.Parallel()
-	s := Dedicated(t, ServerOptions{})
+	s := server.New(t, nil)
 	t.Run("server stopped before cleanup", func(t *testing.T) {
-		dsn := NewDatabaseOn(t, s)
+		dsn := NewDatabase(t, WithServer(s))
 		connect(t, dsn)
 		if err := s.Stop(); err != nil {
 			t.Fatal(err)

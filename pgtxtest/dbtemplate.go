@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // Bounds of building a template database.
@@ -72,8 +74,27 @@ func (st *templateState) forget() {
 	st.ready = false
 }
 
-// template returns the state of the named template on s.
-func (s *Server) template(name string) *templateState {
+// serverState is what this test binary knows of one server for its databases.
+type serverState struct {
+	noCreateDB atomic.Bool // the role was refused CREATE DATABASE: NewDatabase makes schemas
+
+	tmplMu    sync.Mutex
+	templates map[string]*templateState // the migrated templates this binary used, by name
+}
+
+var serverStates sync.Map // *server.Server → *serverState
+
+// stateOf returns what this binary knows of s.
+func stateOf(s *server.Server) *serverState {
+	if st, ok := serverStates.Load(s); ok {
+		return st.(*serverState)
+	}
+	st, _ := serverStates.LoadOrStore(s, &serverState{})
+	return st.(*serverState)
+}
+
+// template returns the state of the named template on the server.
+func (s *serverState) template(name string) *templateState {
 	s.tmplMu.Lock()
 	defer s.tmplMu.Unlock()
 	if s.templates == nil {
@@ -90,9 +111,9 @@ func (s *Server) template(name string) *templateState {
 // ensureDBTemplate returns the name of the template database for steps on s, making
 // it first if it does not exist. Tests of this binary that need the same template
 // wait for one of them to make it; other binaries wait on the advisory lock.
-func ensureDBTemplate(ctx context.Context, s *Server, steps []step) (string, error) {
+func ensureDBTemplate(ctx context.Context, s *server.Server, steps []step) (string, error) {
 	name := templateName(steps)
-	st := s.template(name)
+	st := stateOf(s).template(name)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.ready {
@@ -109,7 +130,7 @@ func ensureDBTemplate(ctx context.Context, s *Server, steps []step) (string, err
 // there already, holding the advisory lock of its name on an admin connection. A
 // template is ready once it IS_TEMPLATE: that is set last, after the migrations and
 // once no session is connected to it, so a ready template can be copied at once.
-func buildTemplate(ctx context.Context, s *Server, name string, steps []step) error {
+func buildTemplate(ctx context.Context, s *server.Server, name string, steps []step) error {
 	return withAdmin(ctx, s, func(admin *pgx.Conn) error {
 		if ready, _, err := templateStatus(ctx, admin, name); err != nil || ready {
 			return err

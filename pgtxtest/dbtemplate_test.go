@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // uniqueKey returns a WithMigrate key no other test or run uses, so that the test
@@ -30,12 +30,13 @@ func uniqueKey(t *testing.T) string {
 // dropTemplateAtCleanup drops the template database name when the test ends, so
 // that the templates of unique keys do not pile up on a server named by the
 // environment. Register it before making databases from the template.
-func dropTemplateAtCleanup(t *testing.T, s *Server, name string) {
+func dropTemplateAtCleanup(t *testing.T, s *server.Server, name string) {
 	t.Helper()
 	t.Cleanup(func() {
-		s.tmplMu.Lock()
-		delete(s.templates, name)
-		s.tmplMu.Unlock()
+		st := stateOf(s)
+		st.tmplMu.Lock()
+		delete(st.templates, name)
+		st.tmplMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), dbTimeout)
 		defer cancel()
 		err := withAdmin(ctx, s, func(conn *pgx.Conn) error {
@@ -89,7 +90,7 @@ var accountsMigrations = mapFS(map[string]string{
 // schema; the migrations run once, into one template.
 func TestMigratedDatabasesParallel(t *testing.T) {
 	t.Parallel()
-	s := Shared(t)
+	s := server.Shared(t)
 	admin := connect(t, s.DSN(""))
 	var runs atomic.Int64
 	key := uniqueKey(t)
@@ -99,7 +100,7 @@ func TestMigratedDatabasesParallel(t *testing.T) {
 		return err
 	}
 	opts := []Option{WithMigrations(accountsMigrations), WithMigrate(key, migrate)}
-	steps := collectOptions(t, "test", opts, false).steps
+	steps := collectOptions(t, "test", asPoolOptions(opts)).steps
 	tmpl := templateName(steps)
 	dropTemplateAtCleanup(t, s, tmpl)
 
@@ -145,7 +146,7 @@ func TestMigratedDatabasesParallel(t *testing.T) {
 // different ones, or a changed file, make another.
 func TestMigrationTemplateNames(t *testing.T) {
 	t.Parallel()
-	s := Shared(t)
+	s := server.Shared(t)
 	admin := connect(t, s.DSN(""))
 	dir := t.TempDir()
 	write := func(name, sql string) {
@@ -156,7 +157,7 @@ func TestMigrationTemplateNames(t *testing.T) {
 	}
 	nameOf := func(opts ...Option) string {
 		t.Helper()
-		return templateName(collectOptions(t, "test", opts, false).steps)
+		return templateName(collectOptions(t, "test", asPoolOptions(opts)).steps)
 	}
 	noop := func(context.Context, *pgx.Conn) error { return nil }
 	tests := []struct {
@@ -224,7 +225,7 @@ func TestMigrationTemplateNames(t *testing.T) {
 // template once; a template left unfinished is built again.
 func TestMigrationTemplateBuildersSerialized(t *testing.T) {
 	t.Parallel()
-	s := Shared(t)
+	s := server.Shared(t)
 	admin := connect(t, s.DSN(""))
 	ctx := testContext(t)
 	var runs atomic.Int64
@@ -297,13 +298,13 @@ func TestMigrationTemplateBuildersSerialized(t *testing.T) {
 // leaves no template; errors in the options fail it too.
 func TestMigrationErrors(t *testing.T) {
 	t.Parallel()
-	s := Shared(t)
+	s := server.Shared(t)
 	admin := connect(t, s.DSN(""))
 	broken := mapFS(map[string]string{
 		"0001_ok.sql":     "CREATE TABLE fine (id int);",
 		"0002_broken.sql": "CREATE TABLE fine (id int); -- " + uniqueKey(t),
 	})
-	tmpl := templateName(collectOptions(t, "test", []Option{WithMigrations(broken)}, false).steps)
+	tmpl := templateName(collectOptions(t, "test", []PoolOption{WithMigrations(broken)}).steps)
 	tests := []struct {
 		name string
 		run  func(tb testing.TB)
@@ -320,7 +321,6 @@ func TestMigrationErrors(t *testing.T) {
 			NewDatabase(tb, WithMigrate("", func(context.Context, *pgx.Conn) error { return nil }))
 		}, "WithMigrate needs a key"},
 		{"a nil file system", func(tb testing.TB) { NewDatabase(tb, WithMigrations(nil)) }, "nil fs.FS"},
-		{"a pool option", func(tb testing.TB) { NewDatabase(tb, WithConfig(func(*pgtx.Config) {})) }, "WithConfig configure a pool: use NewPool"},
 		{"a nil server", func(tb testing.TB) { NewDatabase(tb, WithServer(nil)) }, "needs a server"},
 	}
 	for _, tc := range tests {
@@ -340,7 +340,7 @@ func TestMigrationErrors(t *testing.T) {
 // migrations) or of a migrated template (twenty tables with indexes), and building
 // such a template. Drops are not timed; ms/drop reports them.
 func BenchmarkNewDatabase(b *testing.B) {
-	s := Shared(b)
+	s := server.Shared(b)
 	var schema strings.Builder
 	for i := range 20 {
 		fmt.Fprintf(&schema, `CREATE TABLE t%[1]d (id bigserial PRIMARY KEY, name text NOT NULL UNIQUE,
@@ -427,7 +427,7 @@ func BenchmarkNewDatabase(b *testing.B) {
 // A template dropped behind this binary's back is made again.
 func TestMigrationTemplateDroppedMeanwhile(t *testing.T) {
 	t.Parallel()
-	s := Shared(t)
+	s := server.Shared(t)
 	admin := connect(t, s.DSN(""))
 	ctx := testContext(t)
 	var runs atomic.Int64
@@ -436,7 +436,7 @@ func TestMigrationTemplateDroppedMeanwhile(t *testing.T) {
 		_, err := conn.Exec(ctx, "CREATE TABLE again (id int)")
 		return err
 	})
-	name := templateName(collectOptions(t, "test", []Option{opt}, false).steps)
+	name := templateName(collectOptions(t, "test", []PoolOption{opt}).steps)
 	dropTemplateAtCleanup(t, s, name)
 	NewDatabase(t, opt)
 	ident := pgx.Identifier{name}.Sanitize()

@@ -3,16 +3,16 @@ package pgtxtest_test
 import (
 	"context"
 	"embed"
-	"errors"
 	"io/fs"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // The examples need a server, so they are compiled but not run. Each is the body of
@@ -115,13 +115,13 @@ func ExampleWithConfig() {
 // With every transaction's first COMMIT failing, each transaction function runs
 // twice: work done outside the transaction (here a counter standing for a message
 // sent before the commit) shows up twice, and the database once.
-func ExampleFailEveryCommitOnce() {
+func ExampleWithFailEveryCommitOnce() {
 	var t *testing.T // the test's
 
-	p := pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
+	p := faultproxy.New(t, server.Shared(t).Addr())
 	pool := pgtxtest.NewPool(t,
 		pgtxtest.WithMigrationsDir("testdata/migrations"),
-		pgtxtest.FailEveryCommitOnce("40001"),
+		pgtxtest.WithFailEveryCommitOnce("40001"),
 		pgtxtest.WithProxy(p))
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, "INSERT INTO accounts VALUES (1, 0)"); err != nil {
@@ -140,115 +140,4 @@ func ExampleFailEveryCommitOnce() {
 		t.Errorf("the message was sent %d times", sent.Load()) // this test fails: 2
 	}
 	t.Logf("%d COMMITs failed", p.Stats().InjectedFailures)
-}
-
-// Proxy.FailCommits fails the next COMMITs; a plain pgx transaction sees the
-// server's error and is rolled back.
-func ExampleProxy_FailCommits() {
-	var t *testing.T // the test's
-
-	p := pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
-	pool := pgtxtest.NewPool(t, pgtxtest.WithMigrationsDir("testdata/migrations"), pgtxtest.WithProxy(p))
-	ctx := context.Background()
-	if _, err := pool.Exec(ctx, "INSERT INTO accounts VALUES (1, 0)"); err != nil { // no COMMIT: not failed
-		t.Fatal(err)
-	}
-	p.FailCommits(1, "40001")
-	conn, err := pool.Pgxpool().Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Release()
-	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, "UPDATE accounts SET balance = 10 WHERE id = 1")
-		return err
-	})
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || pgErr.Code != "40001" {
-		t.Fatalf("COMMIT: %v, want a serialization failure", err)
-	}
-	// The next COMMIT passes, and pgtx.Transaction retries a failed one.
-	if err := deposit(ctx, pool, 1, 5); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// Proxy.SlowStatements delays statements, to test that a deadline ends the wait.
-func ExampleProxy_SlowStatements() {
-	var t *testing.T // the test's
-
-	srv := pgtxtest.Shared(t)
-	p := pgtxtest.NewProxy(t, srv.Addr())
-	dsn, err := p.DSN(pgtxtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.SlowStatements(pgtxtest.MatchPrefix("select pg_database_size"), time.Minute)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	conn, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var size int64
-	err = conn.QueryRow(ctx, "select pg_database_size(current_database())").Scan(&size)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("got %v, want the deadline", err)
-	}
-}
-
-// StartBouncer puts a PgBouncer in transaction pooling mode in front of the shared
-// server.
-func ExampleStartBouncer() {
-	var t *testing.T // the test's
-
-	srv := pgtxtest.Shared(t)
-	b := pgtxtest.StartBouncer(t, srv, pgtxtest.BouncerOptions{Mode: pgtxtest.PoolTransaction, DefaultPoolSize: 2})
-	dsn, err := pgtxtest.DSNWithAddr(pgtxtest.NewDatabase(t), b.Addr()) // the database, through the bouncer
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgtx.New(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-}
-
-// StartStandby starts a hot standby of a dedicated server; Promote makes it the
-// primary, as a failover would.
-func ExampleStartStandby() {
-	var t *testing.T // the test's
-
-	primary := pgtxtest.Dedicated(t, pgtxtest.ServerOptions{})
-	standby := pgtxtest.StartStandby(t, primary)
-	dsn := pgtxtest.NewDatabaseOn(t, primary) // replicated to the standby
-	onStandby, err := pgtxtest.DSNWithAddr(dsn, standby.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// ... write through dsn, read (a moment later) through onStandby ...
-	if err := standby.Promote(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pgx.Connect(context.Background(), onStandby) // now a primary: it takes writes
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-}
-
-// Programs, such as examples or benchmarks, start a server with Start, or take
-// DATABASE_URL with DatabaseURL.
-func ExampleDatabaseURL() {
-	ctx := context.Background()
-	dsn, cleanup, err := pgtxtest.DatabaseURL(ctx)
-	if err != nil {
-		panic(err)
-	}
-	defer cleanup()
-	pool, err := pgtx.New(ctx, dsn)
-	if err != nil {
-		panic(err)
-	}
-	defer pool.Close()
 }

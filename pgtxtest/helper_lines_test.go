@@ -12,6 +12,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx/pgtxtest/bouncer"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/formation"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // helperLinesEnv, set, makes TestHelperLinesChild run: it is the child test binary
@@ -81,40 +85,40 @@ func TestHelperLinesChild(t *testing.T) {
 		t.Skip("run by TestKitReportsAtCallersLine in a child test binary")
 	}
 	t.Run("Shared's first use", func(t *testing.T) {
-		Shared(t) // reported here
+		server.Shared(t) // reported here
 	})
 	t.Run("NewDatabase, a bad option", func(t *testing.T) {
 		NewDatabase(t, WithMigrationsDir("/no/such/directory")) // reported here
 	})
-	t.Run("NewDatabaseOn, no server", func(t *testing.T) {
-		NewDatabaseOn(t, nil) // reported here
+	t.Run("NewDatabase, no server", func(t *testing.T) {
+		NewDatabase(t, WithServer(nil)) // reported here
 	})
 	t.Run("NewPool, a bad fault", func(t *testing.T) {
-		NewPool(t, FailEveryCommitOnce("42P01")) // reported here
+		NewPool(t, WithFailEveryCommitOnce("42P01")) // reported here
 	})
 	t.Run("Proxy.FailCommits, a bad code", func(t *testing.T) {
-		p := NewProxy(t, "127.0.0.1:1")
+		p := faultproxy.New(t, "127.0.0.1:1")
 		p.FailCommits(1, "42P01") // reported here
 	})
 	t.Run("Proxy.FailEveryCommitOnce, a bad code", func(t *testing.T) {
-		p := NewProxy(t, "127.0.0.1:1")
+		p := faultproxy.New(t, "127.0.0.1:1")
 		p.FailEveryCommitOnce("42P01") // reported here
 	})
-	t.Run("StartBouncer, no server", func(t *testing.T) {
-		StartBouncer(t, nil, BouncerOptions{}) // reported here
+	t.Run("bouncer.New, no server", func(t *testing.T) {
+		bouncer.New(t, nil, nil) // reported here
 	})
-	t.Run("StartStandby, no primary", func(t *testing.T) {
-		StartStandby(t, nil) // reported here
+	t.Run("server.NewStandby, no primary", func(t *testing.T) {
+		server.NewStandby(t, nil) // reported here
 	})
-	t.Run("StartFormation, bad options", func(t *testing.T) {
-		StartFormation(t, FormationOptions{Database: "not a name"}) // reported here
+	t.Run("formation.New, a bad Config", func(t *testing.T) {
+		formation.New(t, &formation.Config{Database: "not a name"}) // reported here
 	})
-	t.Run("Dedicated, a bad setting", func(t *testing.T) {
-		Dedicated(t, ServerOptions{Settings: map[string]string{"not a name": "1"}}) // reported here
+	t.Run("server.New, a bad setting", func(t *testing.T) {
+		server.New(t, &server.Config{Settings: map[string]string{"not a name": "1"}}) // reported here
 	})
 	t.Run("a drop that fails in a cleanup", func(t *testing.T) {
-		s := Shared(t)
-		if s.Kind() != KindLocal {
+		s := server.Shared(t)
+		if s.Kind() != server.KindLocal {
 			t.SkipNow() // the template database below is left on no server but a throwaway one
 		}
 		var name string

@@ -13,24 +13,45 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/failcode"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
-// Option configures [NewDatabase], [NewDatabaseOn] and [NewPool]. The zero Option
-// does nothing.
-type Option struct {
-	apply func(*options)
+// Option configures [NewDatabase] and [NewPool]: the server the database is on
+// and its schema. Every Option is also a [PoolOption].
+type Option interface {
+	PoolOption
+	database()
 }
+
+// PoolOption configures [NewPool]. [WithConfig], [WithProxy] and
+// [WithFailEveryCommitOnce] are PoolOptions only, so that NewDatabase, which makes
+// no pool, does not take them.
+type PoolOption interface {
+	apply(*options)
+}
+
+// databaseOption is an [Option].
+type databaseOption func(*options)
+
+func (f databaseOption) apply(o *options) { f(o) }
+func (databaseOption) database()          {}
+
+// poolOption is a [PoolOption] that is not an [Option].
+type poolOption func(*options)
+
+func (f poolOption) apply(o *options) { f(o) }
 
 // options is what a list of [Option] values says.
 type options struct {
-	server    *Server
+	server    *server.Server
 	serverSet bool
 	steps     []step
 	errs      []error
-	poolOnly  []string // the NewPool-only options given
 	configs   []func(*pgtx.Config)
-	proxy     *Proxy // WithProxy's proxy, nil when not given
-	failEvery string // FailEveryCommitOnce's code, "" when not given
+	proxy     *faultproxy.Proxy // WithProxy's proxy, nil when not given
+	failEvery string            // WithFailEveryCommitOnce's code, "" when not given
 }
 
 // step is one migration: an SQL file's contents or a Go function.
@@ -40,18 +61,23 @@ type step struct {
 	fn   func(context.Context, *pgx.Conn) error
 }
 
-// collectOptions applies opts. Errors in them, or an option for NewPool only when
-// forPool is false, fail tb.
-func collectOptions(tb testing.TB, caller string, opts []Option, forPool bool) *options {
+// asPoolOptions returns opts as PoolOptions.
+func asPoolOptions(opts []Option) []PoolOption {
+	po := make([]PoolOption, len(opts))
+	for i, opt := range opts {
+		po[i] = opt
+	}
+	return po
+}
+
+// collectOptions applies opts, skipping nil ones. Errors in them fail tb.
+func collectOptions(tb testing.TB, caller string, opts []PoolOption) *options {
 	tb.Helper()
 	o := &options{}
 	for _, opt := range opts {
-		if opt.apply != nil {
+		if opt != nil {
 			opt.apply(o)
 		}
-	}
-	if !forPool && len(o.poolOnly) > 0 {
-		tb.Fatalf("pgtxtest: %s: %s configure a pool: use NewPool", caller, strings.Join(o.poolOnly, ", "))
 	}
 	for _, err := range o.errs {
 		tb.Errorf("pgtxtest: %s: %v", caller, err)
@@ -63,13 +89,13 @@ func collectOptions(tb testing.TB, caller string, opts []Option, forPool bool) *
 }
 
 // serverFor returns the server the options name, or the shared one.
-func (o *options) serverFor(tb testing.TB) *Server {
+func (o *options) serverFor(tb testing.TB) *server.Server {
 	tb.Helper()
 	if !o.serverSet {
-		return Shared(tb)
+		return server.Shared(tb)
 	}
-	if o.server == nil || o.server.base == nil {
-		tb.Fatal("pgtxtest: NewDatabase needs a server from Shared, Dedicated or StartStandby")
+	if o.server == nil || o.server.DSN("") == "" {
+		tb.Fatal("pgtxtest: NewDatabase needs a server from server.Shared, server.New or server.NewStandby")
 	}
 	return o.server
 }
@@ -83,11 +109,12 @@ func (o *options) migrateTimeout() (d time.Duration) {
 	return d
 }
 
-// WithServer makes the database on s, a server from [Shared] or [Dedicated] (or
-// one that [Server.Promote] made a primary: a standby is read-only), instead of
-// the shared server. A nil s fails the test.
-func WithServer(s *Server) Option {
-	return Option{func(o *options) { o.server, o.serverSet = s, true }}
+// WithServer makes the database on s, a server from [server.Shared] or
+// [server.New] (or one that [server.Server.Promote] made a primary: a standby is
+// read-only), instead of the shared server. If the server is stopped by the time
+// the test ends, there is nothing to drop. A nil s fails the test.
+func WithServer(s *server.Server) Option {
+	return databaseOption(func(o *options) { o.server, o.serverSet = s, true })
 }
 
 // WithMigrations gives the database the schema that the SQL files at the root of
@@ -128,21 +155,21 @@ func WithServer(s *Server) Option {
 // fails the test; a migration that fails fails it with the file's name and the
 // server's error, and leaves no template behind.
 func WithMigrations(fsys fs.FS) Option {
-	return Option{func(o *options) {
+	return databaseOption(func(o *options) {
 		steps, err := readMigrations(fsys)
 		if err != nil {
 			o.errs = append(o.errs, err)
 			return
 		}
 		o.steps = append(o.steps, steps...)
-	}}
+	})
 }
 
 // WithMigrationsDir is [WithMigrations] of the directory dir (os.DirFS(dir)); a
 // relative dir is relative to the test's working directory, which go test sets to
 // the package's directory. A missing directory fails the test.
 func WithMigrationsDir(dir string) Option {
-	return Option{func(o *options) {
+	return databaseOption(func(o *options) {
 		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 			if err == nil {
 				err = fmt.Errorf("%s is not a directory", dir)
@@ -151,7 +178,7 @@ func WithMigrationsDir(dir string) Option {
 			return
 		}
 		WithMigrations(os.DirFS(dir)).apply(o)
-	}}
+	})
 }
 
 // WithMigrate adds a Go function to the migrations (see [WithMigrations]), run in
@@ -161,74 +188,70 @@ func WithMigrationsDir(dir string) Option {
 // by the old fn is reused. fn must not keep conn, nor leave other connections to
 // the template open. An empty key or a nil fn fails the test.
 func WithMigrate(key string, fn func(ctx context.Context, conn *pgx.Conn) error) Option {
-	return Option{func(o *options) {
+	return databaseOption(func(o *options) {
 		if key == "" || fn == nil {
 			o.errs = append(o.errs, fmt.Errorf("WithMigrate needs a key and a function, got key %q and a nil function: %t", key, fn == nil))
 			return
 		}
 		o.steps = append(o.steps, step{name: key, fn: fn})
-	}}
+	})
 }
 
 // WithConfig changes the [pgtx.Config] of the pool [NewPool] makes, after it is
 // parsed from the database's DSN and before the pool is created, for example to set
-// MaxConns or a Tracer. Several add up, in the order given. It is an option of
-// NewPool only: NewDatabase fails the test if given it.
-func WithConfig(fn func(*pgtx.Config)) Option {
-	return Option{func(o *options) {
-		o.poolOnly = append(o.poolOnly, "WithConfig")
+// MaxConns or a Tracer. Several add up, in the order given.
+func WithConfig(fn func(*pgtx.Config)) PoolOption {
+	return poolOption(func(o *options) {
 		if fn != nil {
 			o.configs = append(o.configs, fn)
 		}
-	}}
+	})
 }
 
 // WithProxy routes the pool that [NewPool] makes through p, a fault-injecting
-// [Proxy] that the test made first for the server the database will be on, so that
-// the test can inject faults into the pool's connections (see [Proxy.FailCommits]):
+// [faultproxy.Proxy] that the test made first for the server the database will be
+// on, so that the test can inject faults into the pool's connections (see
+// [faultproxy.Proxy.FailCommits]):
 //
-//	proxy := pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
+//	proxy := faultproxy.New(t, server.Shared(t).Addr())
 //	pool := pgtxtest.NewPool(t, pgtxtest.WithProxy(proxy))
 //
-// p must forward to the [Server.Addr] of that server: [Shared], or the one that
-// [WithServer] names. A nil p, a p that forwards to another address, or two
-// different proxies fail the test. The proxy stays the caller's: NewPool does not
-// close it. One from [NewProxy] is closed in the cleanup of the test that made it,
-// which, when it was made before NewPool in the same test, runs after the pool is
-// closed. It is an option of NewPool only.
-func WithProxy(p *Proxy) Option {
-	return Option{func(o *options) {
-		o.poolOnly = append(o.poolOnly, "WithProxy")
+// p must forward to the [server.Server.Addr] of that server: [server.Shared], or the
+// one that [WithServer] names. A nil p, a p that forwards to another address, or
+// two different proxies fail the test. The proxy stays the caller's: NewPool does
+// not close it. One from [faultproxy.New] is closed in the cleanup of the test that
+// made it, which, when it was made before NewPool in the same test, runs after the
+// pool is closed.
+func WithProxy(p *faultproxy.Proxy) PoolOption {
+	return poolOption(func(o *options) {
 		switch {
 		case p == nil:
-			o.errs = append(o.errs, fmt.Errorf("WithProxy needs a proxy, got a nil *Proxy: make one with NewProxy"))
+			o.errs = append(o.errs, fmt.Errorf("WithProxy needs a proxy, got a nil *faultproxy.Proxy: make one with faultproxy.New"))
 		case o.proxy != nil && o.proxy != p:
-			o.errs = append(o.errs, fmt.Errorf("WithProxy given two proxies (to %s and to %s): a pool goes through one", o.proxy.upstream, p.upstream))
+			o.errs = append(o.errs, fmt.Errorf("WithProxy given two proxies (to %s and to %s): a pool goes through one", o.proxy.Upstream(), p.Upstream()))
 		default:
 			o.proxy = p
 		}
-	}}
+	})
 }
 
-// FailEveryCommitOnce makes [NewPool]'s pool go through a [Proxy] on which
-// [Proxy.FailEveryCommitOnce](code) is on from the start: the first COMMIT of every
-// transaction fails with SQLSTATE code, 40001 or 40P01, raised by the server, and
-// its retry passes. A pgtx transaction function therefore runs twice, and what it
-// does outside the transaction (a counter, a message sent, a row written on another
-// connection) happens twice, which the test's own assertions then see. Without
-// [WithProxy], NewPool makes the proxy and closes it in cleanup, after the pool;
-// with WithProxy(p), the rule is turned on on p, which the test can then use (to
-// turn the rule off, or read its Stats). Another code fails the test. It is an
-// option of NewPool only.
-func FailEveryCommitOnce(code string) Option {
-	return Option{func(o *options) {
-		o.poolOnly = append(o.poolOnly, "FailEveryCommitOnce")
-		if err := checkFailCode(code); err != nil {
-			o.errs = append(o.errs, fmt.Errorf("FailEveryCommitOnce: %w", err))
+// WithFailEveryCommitOnce makes [NewPool]'s pool go through a [faultproxy.Proxy] on
+// which [faultproxy.Proxy.FailEveryCommitOnce](code) is on from the start: the first
+// COMMIT of every transaction fails with SQLSTATE code, 40001 or 40P01, raised by
+// the server, and its retry passes. A pgtx transaction function therefore runs
+// twice, and what it does outside the transaction (a counter, a message sent, a row
+// written on another connection) happens twice, which the test's own assertions
+// then see. Without [WithProxy], NewPool makes the proxy and closes it in cleanup,
+// after the pool; with WithProxy(p), the rule is turned on on p, which the test can
+// then use (to turn the rule off, or read its Stats). Another code fails the test.
+func WithFailEveryCommitOnce(code string) PoolOption {
+	return poolOption(func(o *options) {
+		if err := failcode.Check(code); err != nil {
+			o.errs = append(o.errs, fmt.Errorf("WithFailEveryCommitOnce: %w", err))
 			return
 		}
 		o.failEvery = code
-	}}
+	})
 }
 
 // readMigrations returns the migrations at the root of fsys, in order.

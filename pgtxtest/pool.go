@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
 )
 
 // NewPool returns a [pgtx.Pool] on a fresh database of its own for one test, made
@@ -15,26 +16,26 @@ import (
 //
 // The pool's configuration is [pgtx.ParseConfig] of the database's DSN, changed by
 // the [WithConfig] functions; pool.Config().ConnString() returns that DSN.
-// [WithProxy] and [FailEveryCommitOnce] route the pool through a fault-injecting
-// [Proxy] in front of the server (which must then be reached over TCP): the one
+// [WithProxy] and [WithFailEveryCommitOnce] route the pool through a fault-injecting
+// [faultproxy.Proxy] in front of the server (which must then be reached over TCP): the one
 // WithProxy gives, or else one that NewPool makes and closes after the pool. A
 // configuration pgtx refuses fails the test.
-func NewPool(tb testing.TB, opts ...Option) *pgtx.Pool {
+func NewPool(tb testing.TB, opts ...PoolOption) *pgtx.Pool {
 	tb.Helper()
-	o := collectOptions(tb, "NewPool", opts, true)
+	o := collectOptions(tb, "NewPool", opts)
 	s := o.serverFor(tb)
 	p := o.proxy
 	if p != nil || o.failEvery != "" {
 		if s.Addr() == "" {
 			tb.Fatalf("pgtxtest: NewPool: the %s server is reached over a Unix socket, and a proxy needs TCP: name a server with a host and port", s.Kind())
 		}
-		if p != nil && !strings.EqualFold(p.upstream, s.Addr()) {
-			tb.Fatalf("pgtxtest: NewPool: WithProxy: the proxy forwards to %s, but the database is on %s", p.upstream, s.Addr())
+		if p != nil && !strings.EqualFold(p.Upstream(), s.Addr()) {
+			tb.Fatalf("pgtxtest: NewPool: WithProxy: the proxy forwards to %s, but the database is on %s", p.Upstream(), s.Addr())
 		}
 	}
 	dsn := newDatabase(tb, o)
 	if p == nil && o.failEvery != "" {
-		p = NewProxy(tb, s.Addr())
+		p = faultproxy.New(tb, s.Addr())
 	}
 	if p != nil {
 		if o.failEvery != "" {

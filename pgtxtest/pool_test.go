@@ -6,13 +6,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // NewPool makes a pgtx pool on a migrated database of its own, with the
 // configuration changes asked for, and closes it when the test ends.
 func TestNewPool(t *testing.T) {
 	t.Parallel()
-	admin := connect(t, Shared(t).DSN(""))
+	admin := connect(t, server.Shared(t).DSN(""))
 	var pool *pgtx.Pool
 	var database string
 	t.Run("pool", func(t *testing.T) {

@@ -40,7 +40,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // admitSQL creates the admission function. It counts the running calls of
@@ -96,7 +96,7 @@ func main() {
 // run sets up the server, runs the storm with and without the budget,
 // explains the difference and checks it.
 func run(ctx context.Context, o options) error {
-	dsn, cleanup, err := pgtxtest.DatabaseURL(ctx)
+	dsn, cleanup, err := server.DatabaseURL(ctx)
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,7 @@
 // replica recovers.
 //
 // There is one database. The "primary" pool connects to it directly; the
-// "replica" pool goes through a fault-injecting TCP proxy (pgtxtest.StartProxy)
+// "replica" pool goes through a fault-injecting TCP proxy (faultproxy.Start)
 // and has a circuit breaker (Config.Breaker: a call of 200ms or more is slow,
 // 3 failures in a row open it, it stays open for 1s) and a CancelGrace of
 // 100ms, so that a read that gives up on the replica does not wait for the
@@ -45,7 +45,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 	"github.com/pgtx-go/pgtx/replica"
 )
 
@@ -98,7 +99,7 @@ var phaseNames = [numPhases]string{"healthy", "slow", "breaker open", "recovered
 // run sets up the server, the proxy, the two pools and the router, runs
 // the phases, reports, and returns an error when a check fails.
 func run(ctx context.Context, durs phaseDurations, readers int) error {
-	dsn, cleanup, err := pgtxtest.DatabaseURL(ctx)
+	dsn, cleanup, err := server.DatabaseURL(ctx)
 	if err != nil {
 		return err
 	}
@@ -108,7 +109,7 @@ func run(ctx context.Context, durs phaseDurations, readers int) error {
 	if err != nil {
 		return err
 	}
-	proxy, err := pgtxtest.StartProxy(addr)
+	proxy, err := faultproxy.Start(addr)
 	if err != nil {
 		return err
 	}
@@ -272,7 +273,7 @@ func (d *demo) printf(format string, args ...any) {
 }
 
 // runPhases runs the readers through the three phases and joins them.
-func (d *demo) runPhases(ctx context.Context, proxy *pgtxtest.Proxy, durs phaseDurations, readers int) error {
+func (d *demo) runPhases(ctx context.Context, proxy *faultproxy.Proxy, durs phaseDurations, readers int) error {
 	runCtx, stopReaders := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for r := range readers {

@@ -36,7 +36,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/examples/repository/db"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 //go:embed db/schema.sql
@@ -160,7 +160,7 @@ func main() {
 // run sets up the server and the schema, then runs the round, the load
 // and the final checks.
 func run(ctx context.Context, workers, perWorker int) error {
-	dsn, cleanup, err := pgtxtest.DatabaseURL(ctx)
+	dsn, cleanup, err := server.DatabaseURL(ctx)
 	if err != nil {
 		return err
 	}

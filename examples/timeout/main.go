@@ -43,7 +43,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // The SQL of the two sessions. A selects its own pid in the statement that
@@ -94,7 +94,7 @@ type sessions struct {
 // run starts (or finds) the server, runs the traced round and the
 // comparison, and returns an error when a check fails.
 func run(ctx context.Context, deadline time.Duration, rounds int) error {
-	dsn, cleanup, err := pgtxtest.DatabaseURL(ctx)
+	dsn, cleanup, err := server.DatabaseURL(ctx)
 	if err != nil {
 		return err
 	}

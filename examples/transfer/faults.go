@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
 )
 
 // faults is a loop's fault proxy (pgtxtest's), through which all of the
@@ -13,7 +13,7 @@ import (
 // and is applied, then the proxy drops the server's answer and cuts the
 // connection, as a network failure at that moment would.
 type faults struct {
-	proxy *pgtxtest.Proxy
+	proxy *faultproxy.Proxy
 	every time.Duration
 
 	stop chan struct{}
@@ -23,7 +23,7 @@ type faults struct {
 // newFaults starts a fault proxy in front of upstream (host:port). Nothing
 // is cut until start.
 func newFaults(upstream string, every time.Duration) (*faults, error) {
-	p, err := pgtxtest.StartProxy(upstream)
+	p, err := faultproxy.Start(upstream)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,7 @@
 // The trouble is real: SERIALIZABLE transfers between five accounts
 // conflict (40001); every transfer runs under a deadline, and one in twenty
 // first runs a check (pg_sleep) longer than it; and each loop reaches the
-// server through a fault proxy (pgtxtest.StartProxy) that every so often
+// server through a fault proxy (faultproxy.Start) that every so often
 // lets a COMMIT run, then drops its answer and cuts the connection.
 //
 // Every transfer is recorded, by its id, in its bank's ledger. At the end

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	pgserver "github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // connectTimeout bounds the first connection to the server DATABASE_URL
@@ -49,12 +49,12 @@ func findServer(ctx context.Context) (*server, error) {
 	if dsn := strings.TrimSpace(os.Getenv("DATABASE_URL")); dsn != "" {
 		return envServer(ctx, dsn)
 	}
-	s, err := pgtxtest.Start(ctx)
+	s, err := pgserver.Start(ctx, nil)
 	if err != nil {
 		return nil, fmt.Errorf("no DATABASE_URL, and no throwaway PostgreSQL could be started: %w", err)
 	}
 	srv := &server{dsn: s.DSN(""), addr: s.Addr(), where: s.String(), stop: func() { _ = s.Stop() }}
-	if s.Kind() == pgtxtest.KindEnv {
+	if s.Kind() == pgserver.KindEnv {
 		srv.named = "PGTX_TEST_DATABASE_URL"
 		srv.where = "PGTX_TEST_DATABASE_URL=" + redact(srv.dsn)
 	}

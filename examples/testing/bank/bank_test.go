@@ -10,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // TestMain lets pgtxtest stop the server it started and check for leaked
@@ -68,7 +70,7 @@ func TestTransferIsSafeToRerun(t *testing.T) {
 	ctx := t.Context()
 	// Every transaction's first COMMIT fails with a real serialization
 	// failure (40001) from the server, so pgtx runs every fn twice.
-	pool := pgtxtest.NewPool(t, migrations, pgtxtest.FailEveryCommitOnce("40001"))
+	pool := pgtxtest.NewPool(t, migrations, pgtxtest.WithFailEveryCommitOnce("40001"))
 	repo := New(pool)
 	openAccounts(t, repo, 100, 0)
 	notified := 0
@@ -241,7 +243,7 @@ func TestTransferOnceAppliesAKeyOnce(t *testing.T) {
 func TestDeadlockAtCommitIsRetried(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	proxy := pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
+	proxy := faultproxy.New(t, server.Shared(t).Addr())
 	repo := New(pgtxtest.NewPool(t, migrations, pgtxtest.WithProxy(proxy)))
 	openAccounts(t, repo, 100, 0)
 	notified := 0
@@ -266,7 +268,7 @@ func TestDeadlockAtCommitIsRetried(t *testing.T) {
 func TestLostCommitReplyIsResolved(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	proxy := pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
+	proxy := faultproxy.New(t, server.Shared(t).Addr())
 	pool := pgtxtest.NewPool(t, migrations, pgtxtest.WithProxy(proxy))
 	repo := New(pool)
 	openAccounts(t, repo, 100, 0)
@@ -294,7 +296,7 @@ func TestLostCommitReplyIsResolved(t *testing.T) {
 func TestLostCommitReplyWithoutResolution(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	proxy := pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
+	proxy := faultproxy.New(t, server.Shared(t).Addr())
 	repo := New(pgtxtest.NewPool(t, migrations, pgtxtest.WithProxy(proxy),
 		pgtxtest.WithConfig(func(c *pgtx.Config) { c.ResolveTimeout = -1 })))
 	openAccounts(t, repo, 100, 0)

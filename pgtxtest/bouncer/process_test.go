@@ -1,0 +1,130 @@
+package bouncer
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/proc"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
+)
+
+func TestBouncerStop(t *testing.T) {
+	t.Parallel()
+	e := newBouncerEnv(t, Config{Mode: PoolSession})
+	ctx := testContext(t)
+	c := testConnect(t, ctx, bouncerConnConfig(t, e.via))
+	testExec(t, ctx, c, "begin")
+	testExec(t, ctx, c, "select 1")
+	pid := e.b.proc.Cmd.Process.Pid
+
+	start := time.Now()
+	if err := e.b.Stop(); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("Stop with a client in a transaction took %v", took)
+	}
+	if err := e.b.Stop(); err != nil {
+		t.Errorf("second Stop: %v", err)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("pgbouncer (pid %d) still exists after Stop: kill(0) = %v", pid, err)
+	}
+	if _, err := os.Stat(e.b.dir); !os.IsNotExist(err) {
+		t.Errorf("directory %s after Stop: %v, want it removed", e.b.dir, err)
+	}
+	ln, err := net.Listen("tcp", e.b.Addr())
+	if err != nil {
+		t.Fatalf("port of the stopped bouncer: %v", err)
+	}
+	_ = ln.Close()
+	if _, err := c.Exec(ctx, "select 1"); err == nil {
+		t.Error("a client of the stopped bouncer still runs queries")
+	}
+}
+
+func TestBouncerPortTaken(t *testing.T) {
+	t.Parallel()
+	s := server.Shared(t)
+	bin, err := findBouncer(os.Getenv)
+	if err != nil {
+		t.Skip(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dir, err := os.MkdirTemp(proc.BaseDir(), bouncerDirPrefix+strconv.Itoa(os.Getpid())+"-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	b := &Bouncer{server: s, bin: bin, dir: dir, user: proc.Superuser, port: ln.Addr().(*net.TCPAddr).Port}
+	if b.cred, err = proc.Credential(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.prepare(""); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Config{}.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(s.Addr())
+	if err := b.writeConfig(cfg, host, port); err != nil {
+		t.Fatal(err)
+	}
+	err = b.start(context.Background())
+	if !errors.Is(err, proc.ErrPortTaken) {
+		t.Fatalf("start on a taken port = %v, want proc.ErrPortTaken", err)
+	}
+	if b.proc != nil {
+		t.Error("the failed start left its process recorded")
+	}
+}
+
+func TestBouncerSweepsDeadBinariesDirs(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	dead := filepath.Join(base, bouncerDirPrefix+"999999999-1")
+	mine := filepath.Join(base, bouncerDirPrefix+strconv.Itoa(os.Getpid())+"-1")
+	cluster := filepath.Join(base, "pgtx-pgtest-cluster-999999999-1")
+	for _, dir := range []string{dead, mine, cluster} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweepStaleBouncers(base)
+	for dir, wantGone := range map[string]bool{dead: true, mine: false, cluster: false} {
+		_, err := os.Stat(dir)
+		if gone := os.IsNotExist(err); gone != wantGone {
+			t.Errorf("%s: removed %v, want %v", filepath.Base(dir), gone, wantGone)
+		}
+	}
+}
+
+func TestBouncerMissingBinary(t *testing.T) {
+	t.Parallel()
+	env := func(vars map[string]string) func(string) string {
+		return func(name string) string { return vars[name] }
+	}
+	_, err := findBouncer(env(map[string]string{"PGTX_TEST_PGBOUNCER": "/nonexistent/pgbouncer"}))
+	if err == nil || !strings.Contains(err.Error(), "PGTX_TEST_PGBOUNCER=/nonexistent/pgbouncer") {
+		t.Fatalf("findBouncer with a bad PGTX_TEST_PGBOUNCER = %v", err)
+	}
+	for _, ci := range []string{"", "true"} {
+		fail, msg := missingBouncer(env(map[string]string{"CI": ci}), err)
+		if fail != (ci == "true") || !strings.Contains(msg, "apt-get install pgbouncer") || !strings.Contains(msg, "/nonexistent/pgbouncer") {
+			t.Errorf("CI=%q: missingBouncer = %v, %q", ci, fail, msg)
+		}
+	}
+}
