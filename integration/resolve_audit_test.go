@@ -162,7 +162,7 @@ func TestResolveBehindPgBouncerCapturesEachTransactionsRun(t *testing.T) {
 	// A login PgBouncer tried while the server was down makes it refuse
 	// clients for server_login_retry, ending their sessions ("server login
 	// has been failing"): the pool's connection must not meet that.
-	bouncerServes(t, ctx, dsn, bouncer.Addr())
+	bouncerServes(t, ctx, dsn, pgb.Addr())
 	proxy.CutOnCommitReply(1)
 	err = insert("after", &after)
 	if proxy.Stats().CutsOnCommitReply != 1 {
@@ -364,7 +364,7 @@ func TestResolveAnotherSystemListed(t *testing.T) {
 // statement on dsn's database.
 func bouncerServes(t *testing.T, ctx context.Context, dsn, addr string) {
 	t.Helper()
-	through, err := pgtxtest.DSNWithAddr(dsn, addr)
+	through, err := server.DSNWithAddr(dsn, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/bouncer"
+	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // troubleshootingDoc is the guide whose table TestTroubleshootingTable checks.
@@ -113,8 +115,8 @@ func withTable(t *testing.T, ctx context.Context) string {
 }
 
 // viaProxy returns dsn through a new fault proxy.
-func viaProxy(t *testing.T, dsn string) (*pgtxtest.Proxy, string) {
-	p := pgtxtest.NewProxy(t, pgtxtest.Shared(t).Addr())
+func viaProxy(t *testing.T, dsn string) (*faultproxy.Proxy, string) {
+	p := faultproxy.New(t, server.Shared(t).Addr())
 	pdsn, err := p.DSN(dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -433,8 +435,8 @@ func troubleshootingScenarios() []scenario {
 		{doc: "FATAL: unsupported startup parameter: …",
 			run: func(t *testing.T, ctx context.Context) error {
 				dsn := newDB(t)
-				bouncer := pgtxtest.StartBouncer(t, pgtxtest.Shared(t), pgtxtest.BouncerOptions{})
-				pool := newPool(t, bouncer.DSN(dbName(t, dsn)), nil)
+				pgb := bouncer.New(t, server.Shared(t), &bouncer.Config{})
+				pool := newPool(t, pgb.DSN(dbName(t, dsn)), nil)
 				return pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, noop)
 			}},
 		{doc: `prepared statement "stmtcache_…" already exists`,
@@ -442,13 +444,13 @@ func troubleshootingScenarios() []scenario {
 				// Two clients of one server connection, each preparing
 				// the same statement under pgx's name for it.
 				dsn := newDB(t)
-				bouncer := pgtxtest.StartBouncer(t, pgtxtest.Shared(t), pgtxtest.BouncerOptions{DefaultPoolSize: 1})
+				pgb := bouncer.New(t, server.Shared(t), &bouncer.Config{DefaultPoolSize: 1})
 				noTimeouts := func(c *pgtx.Config) {
 					c.StatementTimeout, c.IdleInTransactionTimeout = -1, -1
 				}
 				var err error
 				for range 2 {
-					pool := newPool(t, bouncer.DSN(dbName(t, dsn)), noTimeouts)
+					pool := newPool(t, pgb.DSN(dbName(t, dsn)), noTimeouts)
 					if err = pool.QueryRow(ctx, "select $1::int", 1).Scan(new(int)); err != nil {
 						break
 					}

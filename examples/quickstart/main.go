@@ -12,14 +12,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 func main() {
 	// DATABASE_URL when it is set; else a throwaway PostgreSQL (Docker, or
 	// the local server binaries) that stop removes. Your program would
 	// read its own setting here.
-	dsn, stop, err := pgtxtest.DatabaseURL(context.Background())
+	dsn, stop, err := server.DatabaseURL(context.Background())
 	if err != nil {
 		log.Fatal(err)
 	}
