@@ -48,7 +48,8 @@ type Pool struct {
 	reach      *reach.Signal // wakes the calls waiting for the server
 	txn        txn.Settings  // what its transactions need of it (txnSettings)
 
-	acked *acked.Watcher // nil: off
+	// acked keeps the commits a failover may lose; nil: off.
+	acked *acked.Watcher
 }
 
 // New creates a [Pool] from connString with the default configuration. Like

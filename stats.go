@@ -85,9 +85,10 @@ type Histogram struct {
 	Count    int64
 	Duration time.Duration
 	Max      time.Duration
-	// Bounds are the buckets' upper bounds, ascending; Buckets has one
-	// count per bucket, len(Bounds)+1, the last above the last bound.
-	Bounds  []time.Duration
+	// Bounds are the buckets' upper bounds, ascending.
+	Bounds []time.Duration
+	// Buckets has one count per bucket, len(Bounds)+1, the last above the
+	// last bound.
 	Buckets []int64
 }
 

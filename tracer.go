@@ -62,9 +62,9 @@ type TraceAttemptEndData struct {
 	Label     string
 	Isolation Isolation
 	Attempt   int
-	// Err is the attempt's error (nil when it committed) and Class its
-	// class.
-	Err   error
+	// Err is the attempt's error; nil when it committed.
+	Err error
+	// Class is Err's class.
 	Class Class
 	// Duration is the attempt's wall time, acquire to release.
 	Duration time.Duration
