@@ -14,16 +14,14 @@ import (
 // circuit breaker refused, without I/O, until OpenFor has passed.
 var ErrCircuitOpen = errors.New("pgtx: circuit breaker is open")
 
-// BreakerState is the state of a circuit breaker, in the order a breaker
-// goes through them.
+// BreakerState is the state of a circuit breaker.
 type BreakerState int
 
 // The states of a circuit breaker.
 const (
 	// BreakerClosed lets every call through and counts their outcomes.
 	BreakerClosed BreakerState = iota
-	// BreakerHalfOpen lets [BreakerConfig].HalfOpenProbes calls through to
-	// decide whether to close again.
+	// BreakerHalfOpen lets [BreakerConfig].HalfOpenProbes calls through.
 	BreakerHalfOpen
 	// BreakerOpen refuses every call with [ErrCircuitOpen].
 	BreakerOpen
@@ -55,10 +53,8 @@ const (
 )
 
 // BreakerConfig configures a circuit breaker for a database the application
-// can do without (a read replica, an analytics store), never the primary.
-// It opens on consecutive failures, a failure ratio or a slow-call ratio;
-// the caller's own cancellation, conflicts and permanent errors are not
-// counted. The zero value of each field means its default. See the
+// can do without (a read replica), never the primary. The caller's own
+// cancellation, conflicts and permanent errors are not counted. See the
 // [breakers guide].
 //
 // [breakers guide]: https://github.com/pgtx-go/pgtx/blob/main/docs/replicas-breakers-bulkheads.md
@@ -74,9 +70,8 @@ type BreakerConfig struct {
 	// SlowCallRatio opens the breaker when at least that share of the calls
 	// in the window were slow. Default 0.5; negative: the rule is off.
 	SlowCallRatio float64
-	// SlowCallThreshold is the duration from which a call counts as slow.
-	// Size it to 2-3x the normal latency of the calls. Default 1s;
-	// negative: no call counts as slow.
+	// SlowCallThreshold is the duration from which a call counts as slow,
+	// 2-3x the normal latency. Default 1s; negative: none is.
 	SlowCallThreshold time.Duration
 	// MinCalls is how many calls the window must hold before the ratio
 	// rules apply. Default 10; negative: no minimum.
@@ -87,9 +82,8 @@ type BreakerConfig struct {
 	// OpenFor is how long the breaker stays open before it lets probes
 	// through. Default 5s; negative: no wait, the next call is a probe.
 	OpenFor time.Duration
-	// HalfOpenProbes is how many calls the half-open breaker lets through
-	// to decide whether to close. Default 1; negative: no probes, the
-	// breaker closes once OpenFor has passed.
+	// HalfOpenProbes is how many calls the half-open breaker lets through.
+	// Default 1; negative: it closes once OpenFor has passed.
 	HalfOpenProbes int
 	// Tracer, when set, receives the breaker's state changes, as does the
 	// pool's [Config].Tracer when it implements [BreakerTracer].
@@ -105,9 +99,8 @@ func (c BreakerConfig) validate() error {
 
 // BreakerTracer receives a circuit breaker's state changes.
 type BreakerTracer interface {
-	// TraceBreakerStateChange is called after the breaker changed state.
-	// ctx is the context of the call whose outcome changed it, or
-	// context.Background when time did (open to half-open).
+	// TraceBreakerStateChange is called after the breaker changed state,
+	// with the context of the call that changed it, if any.
 	TraceBreakerStateChange(ctx context.Context, data TraceBreakerStateChangeData)
 }
 
@@ -127,8 +120,7 @@ type BreakerStats struct {
 	State BreakerState
 	// CallCount, FailureCount and SlowCount count the current window.
 	CallCount, FailureCount, SlowCount int64
-	// RejectedCount counts calls refused with [ErrCircuitOpen];
-	// OpenedCount the times the breaker opened.
+	// RejectedCount counts refused calls, OpenedCount the times it opened.
 	RejectedCount, OpenedCount int64
 }
 
@@ -139,8 +131,7 @@ type breaker struct {
 	cb      *circuit.Breaker
 }
 
-// newBreaker returns nil when cfg is nil. A tracer that is both cfg.Tracer
-// and the pool's is told once.
+// newBreaker tells a tracer that is both cfg.Tracer and the pool's once.
 func newBreaker(cfg *BreakerConfig, tracer TransactionTracer, clk clock) *breaker {
 	if cfg == nil {
 		return nil
@@ -176,14 +167,12 @@ func breakerSettings(cfg BreakerConfig) circuit.Settings {
 		ErrOpen:        ErrCircuitOpen,
 	}
 	if cfg.Window < 0 {
-		// No window: the ratio rules have nothing to look at.
 		s.FailureRatio, s.SlowCallRatio = 0, 0
 	}
 	return s
 }
 
-// judgeBreakerCall decides how a call that ended with err counts; a nested
-// breaker's refusal is not counted either.
+// judgeBreakerCall does not count a nested breaker's refusal either.
 func judgeBreakerCall(ctx context.Context, err error) (counted, failed bool) {
 	if errors.Is(err, ErrCircuitOpen) || (errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled)) {
 		return false, false

@@ -19,8 +19,8 @@ const (
 // Config configures a [Pool]. For every pgtx field, 0 means the default
 // stated on the field and a negative value switches it off; a setting off
 // by default (Breaker, Tracer, MaxWaiters) is on while set. The embedded
-// [pgxpool.Config] must come from [pgxpool.ParseConfig]. See the
-// [configuration guide].
+// [pgxpool.Config] must come from [pgxpool.ParseConfig]; adopt one as
+// &pgtx.Config{Config: pc}. See the [configuration guide].
 //
 // [configuration guide]: https://github.com/pgtx-go/pgtx/blob/main/docs/configuration.md
 type Config struct {
@@ -31,10 +31,9 @@ type Config struct {
 	// retried. Default 2s; negative: only the caller's context bounds it.
 	AcquireTimeout time.Duration
 
-	// StatementTimeout is the server's statement_timeout, sent as a session
-	// parameter when each connection starts; one in the connection string
-	// wins over the default. Default 5s; negative: not sent (as PgBouncer
-	// needs). Rounded up to milliseconds.
+	// StatementTimeout is the server's statement_timeout, sent when each
+	// connection starts. Default 5s, or the connection string's; negative:
+	// not sent (as PgBouncer needs).
 	StatementTimeout time.Duration
 
 	// IdleInTransactionTimeout is the server's
@@ -43,8 +42,7 @@ type Config struct {
 	IdleInTransactionTimeout time.Duration
 
 	// CommitTimeout bounds COMMIT, which the caller's cancellation cannot
-	// interrupt (an interrupted COMMIT has an unknown outcome). Default 5s;
-	// negative: no bound of its own.
+	// interrupt. Default 5s; negative: no bound of its own.
 	CommitTimeout time.Duration
 
 	// RollbackTimeout bounds ROLLBACK, which the caller's cancellation
@@ -55,17 +53,15 @@ type Config struct {
 	Retry RetryConfig
 
 	// CancelMode is how a running statement is stopped when its context
-	// ends. Default [CancelModePool]. It replaces any
-	// ConnConfig.BuildContextWatcherHandler set here.
+	// ends; it replaces ConnConfig.BuildContextWatcherHandler.
 	CancelMode CancelMode
 
 	// CancelGrace bounds a cancellation: after it the call returns and the
 	// connection is discarded. Default 2s; negative: no bound of its own.
 	CancelGrace time.Duration
 
-	// CancelConnString, when set, is the connection string of the cancel
-	// pool, for a role of its own; it must reach the same server. Default:
-	// the main pool's server and role.
+	// CancelConnString, when set, connects the cancel pool to the same
+	// server as a role of its own. Default: the main pool's role.
 	CancelConnString string
 
 	// CancelConnectTimeout bounds a connect of the cancel pool, which also
@@ -77,37 +73,30 @@ type Config struct {
 	// [ErrQueueFull]. Default: no bound; negative is an error.
 	MaxWaiters int
 
-	// ResolveTimeout bounds the resolution of an ambiguous COMMIT: pgtx
-	// asks the server what became of the transaction instead of returning
-	// [ErrCommitUnknown]. Default 5s, plus up to
+	// ResolveTimeout bounds asking the server what became of a lost COMMIT
+	// (docs/ambiguous-commits.md). Default 5s, plus
 	// [RetryConfig].UnavailableTimeout while no server can be reached;
-	// negative: every lost COMMIT is [ErrCommitUnknown]. See
-	// docs/ambiguous-commits.md.
+	// negative: every lost COMMIT is [ErrCommitUnknown].
 	ResolveTimeout time.Duration
 
-	// RecentCommits is how many of its latest writing commits (of the last
-	// 5 minutes) a pool keeps, to ask a later run of its server about them
-	// and report those a failover lost to a [failover.Tracer]. Default
-	// 1024; negative (or a negative ResolveTimeout): none. See
-	// docs/lost-commits.md.
+	// RecentCommits is how many recent commits a pool keeps to report
+	// those a failover lost to a [failover.Tracer] (docs/lost-commits.md).
+	// Default 1024; negative, or a negative ResolveTimeout: none.
 	RecentCommits int
 
-	// Breaker, when set, puts a circuit breaker in front of the pool's
-	// Transaction calls: for a database the application can do without,
-	// never the primary.
+	// Breaker, when set, puts a circuit breaker in front of Transaction.
 	Breaker *BreakerConfig
 
 	// Contention configures the contention manager, on by default.
 	Contention ContentionConfig
 
-	// Tracer, when set, receives the start and end of every Transaction
-	// call and attempt, and [CancelTracer] or [BreakerTracer] events when
-	// it implements them.
+	// Tracer, when set, receives every call's and attempt's events, and
+	// those of the optional tracer interfaces it implements.
 	Tracer TransactionTracer
 }
 
-// ParseConfig parses connString (a URL or keyword/value DSN, as pgxpool)
-// into a [Config] with every pgtx field at its default.
+// ParseConfig parses connString as pgxpool does, into a [Config] with
+// every pgtx field at its default.
 func ParseConfig(connString string) (*Config, error) {
 	pc, err := pgxpool.ParseConfig(connString)
 	if err != nil {

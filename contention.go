@@ -9,9 +9,7 @@ import (
 
 const defaultContentionThreshold = 0.1
 
-// ContentionConfig configures a pool's contention manager. The zero value
-// is the default: on, with Threshold 0.1.
-//
+// ContentionConfig configures a pool's contention manager, on by default.
 // When more than Threshold of an [Options].Label's attempts fail with a
 // conflict, the manager lets only as many of them run at once as commit
 // most; the others wait in the client, holding no connection, within the
@@ -35,16 +33,13 @@ func (c ContentionConfig) validate() error {
 // ContentionStats is the state of the contention manager for one label.
 type ContentionStats struct {
 	Label string
-	// Limiting reports whether the gate limits the label's attempts now,
-	// and Limit to how many at once (0 while it does not).
+	// Limiting reports whether the gate limits the label now, to Limit.
 	Limiting bool
 	Limit    int
-	// Running and Waiting count the label's attempts running and waiting
-	// at the gate now.
+	// Running and Waiting count attempts running and waiting at the gate.
 	Running int
 	Waiting int
-	// AttemptCount, ConflictCount and CommitCount count the label's
-	// attempts, conflicts and commits.
+	// AttemptCount, ConflictCount and CommitCount count attempts' outcomes.
 	AttemptCount  int64
 	ConflictCount int64
 	CommitCount   int64
@@ -61,8 +56,8 @@ type ContentionTracer interface {
 // TraceContentionData describes a change of a label's limit.
 type TraceContentionData struct {
 	Label string
-	// Limiting reports whether the gate limits the label from now on;
-	// Limit is the new limit (0 when it does not) and Previous the old one.
+	// Limiting reports whether the gate limits the label, to Limit;
+	// Previous is the old limit.
 	Limiting bool
 	Limit    int
 	Previous int

@@ -35,9 +35,8 @@ var ErrInvalidArgument = errs.ErrInvalidArgument
 var errNonRetryableMarker = errs.ErrNonRetryable
 
 // NonRetryable wraps err so that [Transaction] does not run the transaction
-// again, whatever err wraps (a serialization failure included). The result
-// unwraps to err, so errors.Is and errors.As still find the caller's error.
-// NonRetryable(nil) returns nil.
+// again, whatever err wraps. The result unwraps to err; NonRetryable(nil)
+// returns nil.
 func NonRetryable(err error) error {
 	if err == nil {
 		return nil
@@ -56,8 +55,7 @@ func (e *nonRetryableError) Is(target error) bool {
 type commitUnknownError = errs.CommitUnknownError
 
 // acquireTimeoutError does not match context.DeadlineExceeded, which would
-// say the caller's own deadline passed. connecting: the wait was for a
-// connect, not for a connection another caller held.
+// say the caller's own deadline passed.
 type acquireTimeoutError struct {
 	timeout    time.Duration
 	connecting bool
@@ -86,9 +84,8 @@ func withContextErr(ctx context.Context, err error) error { return errs.WithCont
 
 type invalidArgError = errs.InvalidArgError
 
-// nestedError refuses a Transaction whose context is inside one of the same
-// pool: it would take a second connection and commit on its own even when
-// the outer one is retried.
+// nestedError refuses a Transaction inside one of the same pool, which
+// would commit on its own even when the outer one is retried.
 type nestedError struct{}
 
 func (nestedError) Error() string {
@@ -99,25 +96,21 @@ func (nestedError) Is(target error) bool {
 	return target == ErrInvalidArgument
 }
 
-// RetryError is the error [Transaction] returns when the call ended after
-// more than one attempt, when a retry was refused, or on a server it could
-// not connect to. Its message says how many attempts were made and why
-// there were no more, for example
+// RetryError is the error [Transaction] returns when the call was retried,
+// a retry was refused, or it could not connect. Its message says why it
+// stopped, for example
 //
 //	pgtx: gave up after 11 attempts (MaxRetries 10): ERROR: could not serialize access ... (SQLSTATE 40001)
 //
-// It unwraps to the last attempt's error, so errors.As and errors.Is find
-// what that error holds, and matches [ErrRetryBudgetExhausted] when the
-// budget refused the retry. An outer retry loop should not retry a
-// RetryError: pgtx already did. See docs/retries.md.
+// It unwraps to the last attempt's error and matches
+// [ErrRetryBudgetExhausted] when the budget refused the retry. Do not retry
+// a RetryError: pgtx already did. See docs/retries.md.
 type RetryError struct {
 	// Attempts is the number of attempts the call made.
 	Attempts int
-	// Reason says why no attempt followed the last one, as a fixed word:
-	// "MaxRetries", "MaxAdaptiveRetries", "UnavailableTimeout" (that
-	// setting ended the retries), "deadline" (the next retry would have
-	// ended past the context's deadline), "budget", "context" or "not
-	// retryable".
+	// Reason says why no attempt followed, as a fixed word: "MaxRetries",
+	// "MaxAdaptiveRetries", "UnavailableTimeout", "deadline", "budget",
+	// "context" or "not retryable".
 	Reason string
 	// Err is the last attempt's error.
 	Err error
@@ -151,13 +144,11 @@ const (
 	// ClassConflict is 40001 serialization_failure and 40P01
 	// deadlock_detected: retried up to [RetryConfig].MaxRetries times.
 	ClassConflict Class = iota + 1
-	// ClassOverload is the server or a pooler shedding load (53300, a
-	// pooler's admission error, a connect that timed out): retried with
-	// backoff up to [RetryConfig].MaxAdaptiveRetries times.
+	// ClassOverload is the server or a pooler shedding load: retried up to
+	// [RetryConfig].MaxAdaptiveRetries times.
 	ClassOverload
-	// ClassUnavailable is a connection that could not be made to a server
-	// that may come back (refused, no read-write host, 57P03): retried
-	// until the deadline or [RetryConfig].UnavailableTimeout.
+	// ClassUnavailable is a server that could not be reached but may come
+	// back: retried up to [RetryConfig].UnavailableTimeout.
 	ClassUnavailable
 	// ClassConnectionLost is a connection that died before COMMIT was sent
 	// (08xxx, 57P01, 57P02, reset, EOF): run again on a fresh connection.
@@ -173,8 +164,7 @@ const (
 	ClassPermanent
 )
 
-// String returns the lower-case name of the class, as used in traces and
-// metrics.
+// String returns the class's name in traces and metrics.
 func (c Class) String() string {
 	switch c {
 	case classNone:
@@ -197,13 +187,11 @@ func (c Class) String() string {
 	return "Class(" + strconv.Itoa(int(c)) + ")"
 }
 
-// Retryable reports whether pgtx runs a transaction again after an error of
-// class c.
+// Retryable reports whether an error of class c is retried.
 func (c Class) Retryable() bool { return retry.Retryable(classify.Class(c)) }
 
-// Classify returns the class of err as [Transaction] sees it outside of
-// COMMIT, looking through wrapped and joined errors. docs/retries.md has
-// the table.
+// Classify returns the class of err outside of COMMIT, looking through
+// wrapped and joined errors (docs/retries.md).
 func Classify(err error) Class {
 	if err == nil {
 		return classNone
@@ -222,8 +210,7 @@ func Classify(err error) Class {
 }
 
 // ErrQueueFull is matched (errors.Is) by the error [Transaction] returns at
-// once, without waiting, when Config.MaxWaiters callers already wait for a
-// connection of the pool. It is not retried: it is the pool shedding load.
+// once when [Config].MaxWaiters callers already wait. It is not retried.
 var ErrQueueFull = errors.New("pgtx: too many callers waiting for a pool connection")
 
 // ErrRetryBudgetExhausted is matched (errors.Is) by the error [Transaction]

@@ -29,10 +29,9 @@ const (
 
 // Pool is a pool of connections whose every method carries pgtx's
 // guarantees: [Transaction] runs transactions on it, and its query methods
-// (Exec, Query, QueryRow, SendBatch, CopyFrom) cancel a statement on the
-// server when its context ends. It has no Begin or Acquire, which would
-// bypass the retries and the bounded acquire; [Pool.Pgxpool] is the one way
-// around it. A Pool satisfies sqlc's DBTX interface, as [pgx.Tx] does.
+// cancel a statement on the server when its context ends. It has no Begin
+// or Acquire; [Pool.Pgxpool] is the one way around it. A Pool satisfies
+// sqlc's DBTX interface, as [pgx.Tx] does.
 type Pool struct {
 	pool       *pgxpool.Pool
 	cfg        *Config // a copy of the Config it was made from

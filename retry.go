@@ -28,27 +28,22 @@ const (
 // [retries]: https://github.com/pgtx-go/pgtx/blob/main/docs/retries.md
 // [overload]: https://github.com/pgtx-go/pgtx/blob/main/docs/overload.md
 type RetryConfig struct {
-	// MaxRetries caps the retries of a call after conflicts (40001, 40P01)
-	// and connections lost before COMMIT, as long as no overload error has
-	// been seen. Default 10; negative: no such retries.
+	// MaxRetries caps the retries after conflicts and connections lost
+	// before COMMIT. Default 10; negative: no such retries.
 	MaxRetries int
 
-	// MaxAdaptiveRetries caps the retries once an overload error
-	// ([ClassOverload]) was seen, whatever their cause but an unavailable
-	// server. Default 2; negative: no overload retries.
+	// MaxAdaptiveRetries caps every retry once an overload error was seen.
+	// Default 2; negative: no overload retries.
 	MaxAdaptiveRetries int
 
-	// UnavailableTimeout is how long a call, and a lost COMMIT's
-	// resolution, keep retrying a server they cannot connect to
-	// ([ClassUnavailable]), from the first such error, when the context has
-	// no earlier deadline. These retries count against neither MaxRetries
-	// nor MaxAdaptiveRetries; the pool's query methods wait too. Default
-	// 15s; negative: not retried, and the query methods do not wait.
+	// UnavailableTimeout is how long a call, a query method and a lost
+	// COMMIT's resolution wait for a server they cannot connect to, unless
+	// the context's deadline is sooner; outside the other caps. Default 15s;
+	// negative: they do not wait.
 	UnavailableTimeout time.Duration
 
-	// Jitter returns a value in [0, 1) that scales every backoff (full
-	// jitter). nil means math/rand/v2. Values outside [0, 1) are clamped.
-	// It must be safe for concurrent use.
+	// Jitter returns a value in [0, 1) that scales every backoff; nil means
+	// math/rand/v2. It must be safe for concurrent use.
 	Jitter func() float64
 
 	// BaseBackoff and MaxBackoff shape the overload backoff, jitter *
@@ -63,17 +58,15 @@ type RetryConfig struct {
 	ConflictBaseBackoff time.Duration
 	ConflictMaxBackoff  time.Duration
 
-	// BudgetRatio, BudgetMinPerSecond and BudgetWindow are the pool's
-	// retry budget for overload and lost-connection retries, so that they
-	// cannot add up to a retry storm; a refused retry ends the call with an
-	// error matching [ErrRetryBudgetExhausted]. Conflict retries are not
-	// budgeted.
+	// BudgetRatio, BudgetMinPerSecond and BudgetWindow bound the pool's
+	// overload and lost-connection retries, so that they cannot add up to
+	// a retry storm; beyond, [ErrRetryBudgetExhausted].
 	//
 	// BudgetRatio is the share of recent successful calls that may be
 	// retried. Default 0.2; negative: the budget is off.
 	BudgetRatio float64
-	// BudgetMinPerSecond is the floor: retries allowed per second whatever
-	// the successes. Default 10; negative: no floor.
+	// BudgetMinPerSecond is the floor of retries per second. Default 10;
+	// negative: no floor.
 	BudgetMinPerSecond float64
 	// BudgetWindow is how far back successes and retries count. Default
 	// 10s; negative: no window, only the floor allows retries.
@@ -114,8 +107,7 @@ type clock = retry.Clock
 
 type realClock = retry.RealClock
 
-// retryLoop is the root's side of a call's [retry.Loop]: the call's
-// settings, and its trace as the [TransactionTracer]'s events.
+// retryLoop holds a call's settings for [retry.Loop], and is its tracer.
 type retryLoop struct {
 	policy     *RetryConfig
 	clock      clock
@@ -130,8 +122,6 @@ type retryLoop struct {
 
 type attemptFunc func(ctx context.Context) (Class, error)
 
-// run returns the last attempt's error, as a *RetryError when the call was
-// retried or a retry was refused.
 func (l *retryLoop) run(ctx context.Context, try attemptFunc) error {
 	loop := retry.Loop{Policy: l.policy.decider(), MaxRetries: l.maxRetries, Clock: l.clock,
 		Budget: l.budget, Gate: l.gate, Wake: l.wake, GaveUp: gaveUp}
@@ -162,8 +152,7 @@ func (l *retryLoop) AttemptEnd(ctx context.Context, e retry.AttemptEnd) {
 		AdmissionWait: e.Wait, Limit: e.Limit})
 }
 
-// CallEnd reports a call the context ended during a backoff as a timeout,
-// whatever the class of its last attempt's error.
+// CallEnd reports a call the context ended during a backoff as a timeout.
 func (l *retryLoop) CallEnd(ctx context.Context, e retry.CallEnd) {
 	class := Classify(e.Err)
 	if e.Interrupted {

@@ -8,13 +8,11 @@ import (
 )
 
 // Stats is a snapshot of a [Pool]'s statistics. Counters end in Count and
-// totals of time in Duration, as in [database/sql.DBStats]; the other
-// fields are readings of the moment.
+// totals of time in Duration, as in [database/sql.DBStats].
 type Stats struct {
 	// Pool is the main pool's pgxpool statistics.
 	Pool *pgxpool.Stat
-	// CancelPool is the cancel pool's; nil unless the [CancelMode] is
-	// [CancelModePool].
+	// CancelPool is the cancel pool's; nil outside [CancelModePool].
 	CancelPool *pgxpool.Stat
 	// Cancels counts the statements cancelled because their context ended.
 	Cancels CancelStats
@@ -24,37 +22,32 @@ type Stats struct {
 	Waiting int64
 	// AcquireWait is the distribution of Transaction's connection waits.
 	AcquireWait Histogram
-	// AcquireTimeoutCount counts Transaction's waits ended by
-	// [Config].AcquireTimeout.
+	// AcquireTimeoutCount counts waits ended by [Config].AcquireTimeout.
 	AcquireTimeoutCount int64
-	// QueueFullCount counts calls refused at once because
-	// [Config].MaxWaiters callers were waiting.
+	// QueueFullCount counts calls refused by [Config].MaxWaiters.
 	QueueFullCount int64
 	// TransactionCount counts Transaction calls started.
 	TransactionCount int64
-	// HeldCount and HeldDuration count the attempts that held a connection
-	// and gave it back, and their total hold time (BEGIN to release).
+	// HeldCount counts attempts that held a connection; HeldDuration, their total.
 	HeldCount    int64
 	HeldDuration time.Duration
-	// InFlight is the number of attempts holding a connection now, and
-	// OldestInFlight the age of the oldest of them.
+	// InFlight counts attempts holding a connection; OldestInFlight is
+	// the oldest one's age.
 	InFlight       int
 	OldestInFlight time.Duration
 
 	// Breaker is the pool's circuit breaker; nil when it has none.
 	Breaker *BreakerStats
 
-	// Contention is the contention manager's state per label, the empty
-	// label first; nil when the manager is off.
+	// Contention has one entry per label, the empty label first; nil when off.
 	Contention []ContentionStats
 
 	// Resolved counts the resolutions of ambiguous COMMITs.
 	Resolved ResolveStats
 
-	// LostCommitCount counts the commits a call reported that a later run
-	// of the server provably does not have; UnprovenCommitCount those of
-	// which nothing tells, and SurvivedCommitCount those proven kept. See
-	// docs/lost-commits.md.
+	// LostCommitCount counts reported commits a later run of the server
+	// provably lacks, UnprovenCommitCount those nothing tells of, and
+	// SurvivedCommitCount those proven kept. See docs/lost-commits.md.
 	LostCommitCount, UnprovenCommitCount, SurvivedCommitCount int64
 }
 
@@ -62,15 +55,13 @@ type Stats struct {
 type CancelStats struct {
 	// SentCount counts cancels sent to the server.
 	SentCount int64
-	// SignalledCount counts pg_cancel_backend calls that signalled the
-	// backend.
+	// SignalledCount counts backends pg_cancel_backend signalled.
 	SignalledCount int64
 	// NotFoundCount counts cancels whose backend no longer existed.
 	NotFoundCount int64
 	// PoolErrorCount counts cancels the cancel pool could not deliver.
 	PoolErrorCount int64
-	// ProtocolCount counts cancels delivered with the protocol cancel
-	// request, in [CancelModeProtocol] or as a fallback.
+	// ProtocolCount counts cancels delivered as protocol cancel requests.
 	ProtocolCount int64
 	// ClosedCount counts connections a cancellation closed.
 	ClosedCount int64
@@ -80,15 +71,13 @@ type CancelStats struct {
 
 // Histogram is a distribution of durations in fixed buckets.
 type Histogram struct {
-	// Count is the number of observations, Duration their total and Max the
-	// longest.
+	// Count, Duration and Max: observations, their total, the longest.
 	Count    int64
 	Duration time.Duration
 	Max      time.Duration
 	// Bounds are the buckets' upper bounds, ascending.
 	Bounds []time.Duration
-	// Buckets has one count per bucket, len(Bounds)+1, the last above the
-	// last bound.
+	// Buckets has len(Bounds)+1 counts, the last above the last bound.
 	Buckets []int64
 }
 
@@ -167,29 +156,25 @@ type ResolveStats struct {
 	CommittedCount int64
 	// AbortedCount: the server had not committed; the call was run again.
 	AbortedCount int64
-	// NotAppliedCount: the transaction provably changed nothing; the call
-	// was run again.
+	// NotAppliedCount: it provably changed nothing; the call was run again.
 	NotAppliedCount int64
-	// LostCount counts, of AbortedCount, the transactions whose commit a
-	// restarted or promoted server's WAL provably never had.
+	// LostCount counts, of AbortedCount, commits a restart or failover lost.
 	LostCount int64
-	// UnknownCount: nothing could tell; the call returned
-	// [ErrCommitUnknown]. It is the sum of the five counts that follow.
+	// UnknownCount: the call returned [ErrCommitUnknown]; the sum of the
+	// five counts that follow.
 	UnknownCount int64
 	// UnsupportedCount: the server cannot be asked (no pg_xact_status).
 	UnsupportedCount int64
 	// ElsewhereCount: the server asked was not on the transaction's
 	// system or timeline, or was promoted since, and proved nothing.
 	ElsewhereCount int64
-	// RestartedCount: the server had restarted since the transaction
-	// began and proved nothing.
+	// RestartedCount: the server had restarted and proved nothing.
 	RestartedCount int64
 	// ForgottenCount: the server no longer knew the id.
 	ForgottenCount int64
 	// UnansweredCount: no server answered within ResolveTimeout.
 	UnansweredCount int64
-	// TerminatedCount counts backends ended to resolve a transaction they
-	// still held open.
+	// TerminatedCount counts backends ended that still held the transaction.
 	TerminatedCount int64
 }
 

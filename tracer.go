@@ -24,8 +24,7 @@ type TransactionTracer interface {
 	// connection; the context it returns is the one fn receives.
 	TraceAttemptStart(ctx context.Context, data TraceAttemptStartData) context.Context
 
-	// TraceAttemptEnd is called after the attempt has released its
-	// connection and the retry decision is made, before any backoff.
+	// TraceAttemptEnd is called after the retry decision, before any backoff.
 	TraceAttemptEnd(ctx context.Context, data TraceAttemptEndData)
 }
 
@@ -68,8 +67,7 @@ type TraceAttemptEndData struct {
 	Class Class
 	// Duration is the attempt's wall time, acquire to release.
 	Duration time.Duration
-	// Retry reports whether another attempt follows, after Backoff,
-	// unless the context ends first.
+	// Retry reports whether another attempt follows, after Backoff.
 	Retry   bool
 	Backoff time.Duration
 	// AdmissionWait is the attempt's wait at the contention manager's gate
@@ -79,7 +77,7 @@ type TraceAttemptEndData struct {
 }
 
 // CancelTracer is an optional interface of a [Config].Tracer, told of every
-// statement cancelled because its context ended.
+// cancelled statement.
 type CancelTracer interface {
 	TraceCancel(ctx context.Context, data TraceCancelData)
 }

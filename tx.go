@@ -9,9 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Isolation is a transaction isolation level. The zero value is not a
-// level: Transaction refuses it, so a forgotten field never silently means
-// something else.
+// Isolation is a transaction isolation level. The zero value is not one:
+// Transaction refuses it.
 type Isolation int
 
 // The isolation levels of PostgreSQL. READ UNCOMMITTED is absent: PostgreSQL
@@ -38,8 +37,7 @@ func (i Isolation) String() string {
 func (i Isolation) valid() bool { return i >= ReadCommitted && i <= Serializable }
 
 // Options are the per-call settings of [TransactionWithOptions] and
-// [TransactionValue]. The zero value is valid: every field as configured on
-// the [Pool].
+// [TransactionValue]. The zero value keeps the [Pool]'s.
 type Options struct {
 	// Label names the call in traces and metrics (e.g. "transfer").
 	Label string
@@ -65,8 +63,7 @@ type Options struct {
 	MaxAdaptiveRetries int
 
 	// UnavailableTimeout overrides [RetryConfig].UnavailableTimeout for
-	// this call: 0 keeps the pool's, negative means an unavailable server
-	// is not retried.
+	// this call: 0 keeps the pool's, negative means no wait.
 	UnavailableTimeout time.Duration
 
 	// RetryUniqueViolations, under [Serializable], retries a unique
@@ -80,14 +77,12 @@ type Options struct {
 // commits it when fn returns nil. It is [TransactionWithOptions] with the
 // zero [Options].
 //
-// A serialization failure or a deadlock runs the whole transaction again
-// (BEGIN, fn, COMMIT), as does a connection lost before COMMIT, an
-// overload and a server restarting or failing over, within ctx's deadline
-// and the pool's [RetryConfig]; fn must therefore be safe to run more than
-// once ([AfterCommit], [Attempt]). A COMMIT whose answer was lost is
-// resolved by asking the server; when nothing can tell, the error matches
-// [ErrCommitUnknown]. When ctx ends, the running statement is cancelled on
-// the server and errors.Is(err, ctx.Err()) holds.
+// A conflict, a lost connection, an overload or a failover runs the whole
+// transaction again within ctx's deadline and the pool's [RetryConfig], so
+// fn must be safe to run more than once ([AfterCommit], [Attempt]). A
+// COMMIT whose answer was lost and cannot be resolved gives an error
+// matching [ErrCommitUnknown]. When ctx ends, the running statement is
+// cancelled on the server and errors.Is(err, ctx.Err()) holds.
 //
 // fn's [pgx.Tx] is of this attempt only. fn must not end the transaction
 // itself, keep rows open, or call Transaction on the same pool with its
@@ -153,8 +148,7 @@ func (o Options) retryPolicy(p *RetryConfig) *RetryConfig {
 }
 
 // TransactionValue is [TransactionWithOptions] for a fn that returns a
-// value: the value of the attempt that committed, or the zero value with
-// the error.
+// value: that of the attempt that committed.
 func TransactionValue[T any](ctx context.Context, pool *Pool, iso Isolation, opts Options, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
 	var v, zero T
 	var inner func(context.Context, pgx.Tx) error
