@@ -39,7 +39,7 @@ type ContentionStats struct {
 	// Running and Waiting count attempts running and waiting at the gate.
 	Running int
 	Waiting int
-	// AttemptCount, ConflictCount and CommitCount count attempts' outcomes.
+	// AttemptCount counts attempts, ConflictCount and CommitCount outcomes.
 	AttemptCount  int64
 	ConflictCount int64
 	CommitCount   int64

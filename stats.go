@@ -71,7 +71,7 @@ type CancelStats struct {
 
 // Histogram is a distribution of durations in fixed buckets.
 type Histogram struct {
-	// Count, Duration and Max: observations, their total, the longest.
+	// Count is the number of observations, Duration their total, Max the longest.
 	Count    int64
 	Duration time.Duration
 	Max      time.Duration
@@ -174,7 +174,7 @@ type ResolveStats struct {
 	ForgottenCount int64
 	// UnansweredCount: no server answered within ResolveTimeout.
 	UnansweredCount int64
-	// TerminatedCount counts backends ended that still held the transaction.
+	// TerminatedCount counts backends ended to resolve a transaction they held.
 	TerminatedCount int64
 }
 
