@@ -9,12 +9,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// attempt is the context fn receives: the attempt's context, which also
-// carries what the call's guards need: the pool (to refuse a nested call),
-// the attempt's number, and the work it registered to run after the commit.
-// Each attempt has its own, so a goroutine fn left running still sees its
-// own attempt; the first is part of the call's call and costs no
-// allocation.
+// attempt is the context fn receives, carrying what the call's guards
+// need. Each attempt has its own, so a goroutine fn left running still sees
+// its own attempt.
 type attempt struct {
 	context.Context
 	pool   *Pool
@@ -27,18 +24,14 @@ type attempt struct {
 	hooks []func(context.Context)
 }
 
-// setInFn records that fn runs, or has returned.
 func (c *attempt) setInFn(in bool) {
 	c.mu.Lock()
 	c.inFn = in
 	c.mu.Unlock()
 }
 
-// callKey is the context key of an attempt.
 type callKey struct{}
 
-// Value returns the attempt for callKey, and otherwise asks the attempt's
-// context.
 func (c *attempt) Value(key any) any {
 	if key == (callKey{}) {
 		return c
@@ -52,7 +45,6 @@ func attemptOf(ctx context.Context) *attempt {
 	return c
 }
 
-// inside reports whether the attempt or one of its parents runs on pool.
 func (c *attempt) inside(pool *Pool) bool {
 	for ; c != nil; c = c.parent {
 		if c.pool == pool {
@@ -62,8 +54,6 @@ func (c *attempt) inside(pool *Pool) bool {
 	return false
 }
 
-// afterCommit runs the work the committed attempt registered, in order,
-// once.
 func (c *attempt) afterCommit(ctx context.Context) {
 	c.mu.Lock()
 	hooks := c.hooks
@@ -74,19 +64,15 @@ func (c *attempt) afterCommit(ctx context.Context) {
 	}
 }
 
-// AfterCommit registers fn to run once the transaction whose fn received ctx
-// has committed: exactly once, after COMMIT succeeded (or a lost COMMIT was
-// resolved as committed) and the connection went back to the pool, in the
-// order registered, with the call's own context, before [Transaction]
-// returns nil. Work registered by an attempt that rolled back or was
-// retried is dropped with it, so an HTTP call or a message registered here
-// happens once however often fn ran. When the call fails, fn is not run,
-// [ErrCommitUnknown] included: the caller, who sees that error, decides. A
-// panic in one propagates from Transaction, the transaction committed.
+// AfterCommit registers fn to run exactly once after the transaction whose
+// fn received ctx has committed and released its connection, in the order
+// registered, before [Transaction] returns nil. Work of an attempt that was
+// retried is dropped with it; when the call fails ([ErrCommitUnknown]
+// included), fn is not run.
 //
 // AfterCommit may be called from goroutines fn started, while fn runs.
 // Called with another context, or after fn returned, it returns an error
-// matching [ErrInvalidArgument] and registers nothing.
+// matching [ErrInvalidArgument]. See docs/retries.md.
 func AfterCommit(ctx context.Context, fn func(ctx context.Context)) error {
 	if fn == nil {
 		return &invalidArgError{Msg: "AfterCommit: nil fn"}
@@ -109,7 +95,7 @@ func AfterCommit(ctx context.Context, fn func(ctx context.Context)) error {
 
 // Attempt returns the number of the attempt running fn, counted from 1, for
 // the context fn of a [Transaction] received (or one derived from it), and
-// 0 for any other context.
+// 0 for any other.
 func Attempt(ctx context.Context) int {
 	if ctx == nil {
 		return 0

@@ -10,21 +10,18 @@ import (
 	circuit "github.com/pgtx-go/pgtx/internal/breaker"
 )
 
-// ErrCircuitOpen is matched (errors.Is) by the error of a call a circuit
-// breaker refused: the database behind it failed or was slow too often, and
-// it gets no calls until OpenFor has passed. The refusal costs no I/O.
+// ErrCircuitOpen is matched (errors.Is) by the error of a call an open
+// circuit breaker refused, without I/O, until OpenFor has passed.
 var ErrCircuitOpen = errors.New("pgtx: circuit breaker is open")
 
-// BreakerState is the state of a circuit breaker, in the order a breaker
-// goes through them.
+// BreakerState is the state of a circuit breaker.
 type BreakerState int
 
 // The states of a circuit breaker.
 const (
 	// BreakerClosed lets every call through and counts their outcomes.
 	BreakerClosed BreakerState = iota
-	// BreakerHalfOpen lets [BreakerConfig].HalfOpenProbes calls through to
-	// decide whether to close again.
+	// BreakerHalfOpen lets [BreakerConfig].HalfOpenProbes calls through.
 	BreakerHalfOpen
 	// BreakerOpen refuses every call with [ErrCircuitOpen].
 	BreakerOpen
@@ -56,25 +53,11 @@ const (
 )
 
 // BreakerConfig configures a circuit breaker for a database the application
-// can do without: a read replica (fall back to the primary), an analytics
-// store. Do not put one on the primary: there is nothing to fall back to,
-// and an open breaker turns "the database is slow" into "every request fails".
+// can do without (a read replica), never the primary. The caller's own
+// cancellation, conflicts and permanent errors are not counted. See the
+// [breakers guide].
 //
-// It opens on any of three rules, each of which can be switched off: N
-// consecutive failures; a failure ratio over a rolling window with a minimum
-// number of calls; and a slow-call ratio over the same window, since a
-// connection-timeout storm starts with slowness, not errors.
-//
-// Counted as failures: lost connections, ambiguous commits, overload, an
-// unavailable server, statement and deadline timeouts, acquire timeouts, a
-// full pool queue, and a panic in the call (as gobreaker counts it).
-// Counted as slow: any counted call that took SlowCallThreshold or longer.
-// Not counted at all: the caller's own cancellation (context.Canceled),
-// conflicts (40001, 40P01), and permanent errors (constraint, syntax, data
-// errors, the caller's own errors): they say nothing about the database's
-// health.
-//
-// The zero value of each field means its default.
+// [breakers guide]: https://github.com/pgtx-go/pgtx/blob/main/docs/replicas-breakers-bulkheads.md
 type BreakerConfig struct {
 	// Name names the breaker in events and statistics.
 	Name string
@@ -87,9 +70,8 @@ type BreakerConfig struct {
 	// SlowCallRatio opens the breaker when at least that share of the calls
 	// in the window were slow. Default 0.5; negative: the rule is off.
 	SlowCallRatio float64
-	// SlowCallThreshold is the duration from which a call counts as slow.
-	// Size it to 2-3x the normal latency of the calls. Default 1s;
-	// negative: no call counts as slow.
+	// SlowCallThreshold is the duration from which a call counts as slow,
+	// 2-3x the normal latency. Default 1s; negative: none is.
 	SlowCallThreshold time.Duration
 	// MinCalls is how many calls the window must hold before the ratio
 	// rules apply. Default 10; negative: no minimum.
@@ -100,14 +82,11 @@ type BreakerConfig struct {
 	// OpenFor is how long the breaker stays open before it lets probes
 	// through. Default 5s; negative: no wait, the next call is a probe.
 	OpenFor time.Duration
-	// HalfOpenProbes is how many calls the half-open breaker lets through;
-	// when all of them succeed without being slow it closes, the first that
-	// fails or is slow opens it again. Default 1; negative: no probes, the
-	// breaker closes once OpenFor has passed.
+	// HalfOpenProbes is how many calls the half-open breaker lets through.
+	// Default 1; negative: it closes once OpenFor has passed.
 	HalfOpenProbes int
-	// Tracer, when set, receives the breaker's state changes. The breaker
-	// also reports to the pool's [Config].Tracer when that implements
-	// [BreakerTracer].
+	// Tracer, when set, receives the breaker's state changes, as does the
+	// pool's [Config].Tracer when it implements [BreakerTracer].
 	Tracer BreakerTracer
 }
 
@@ -120,9 +99,8 @@ func (c BreakerConfig) validate() error {
 
 // BreakerTracer receives a circuit breaker's state changes.
 type BreakerTracer interface {
-	// TraceBreakerStateChange is called after the breaker changed state.
-	// ctx is the context of the call whose outcome changed it, or
-	// context.Background when time did (open to half-open).
+	// TraceBreakerStateChange is called after the breaker changed state,
+	// with the context of the call that changed it, if any.
 	TraceBreakerStateChange(ctx context.Context, data TraceBreakerStateChangeData)
 }
 
@@ -142,24 +120,18 @@ type BreakerStats struct {
 	State BreakerState
 	// CallCount, FailureCount and SlowCount count the current window.
 	CallCount, FailureCount, SlowCount int64
-	// RejectedCount counts calls refused with [ErrCircuitOpen];
-	// OpenedCount the times the breaker opened.
+	// RejectedCount counts refused calls, OpenedCount the times it opened.
 	RejectedCount, OpenedCount int64
 }
 
-// breaker is the circuit breaker of a Pool: the state machine of
-// internal/breaker, under the name of its [BreakerConfig] and reporting to
-// its tracers, judging calls by their [Class].
+// breaker is the circuit breaker of a Pool.
 type breaker struct {
 	name    string
 	tracers []BreakerTracer // none: no one to report to
 	cb      *circuit.Breaker
 }
 
-// newBreaker returns the pool's closed breaker, or nil when cfg is nil (it
-// has been validated). It reports to cfg.Tracer and to the pool's tracer
-// when that is a [BreakerTracer]: once to a tracer that is both, and to
-// tracers of a type that cannot be compared as different ones.
+// newBreaker tells a tracer that is both cfg.Tracer and the pool's once.
 func newBreaker(cfg *BreakerConfig, tracer TransactionTracer, clk clock) *breaker {
 	if cfg == nil {
 		return nil
@@ -179,8 +151,6 @@ func newBreaker(cfg *BreakerConfig, tracer TransactionTracer, clk clock) *breake
 	return b
 }
 
-// breakerSettings resolves cfg to the settings of the state machine: the
-// defaults of BreakerConfig applied, a negative value off.
 func breakerSettings(cfg BreakerConfig) circuit.Settings {
 	s := circuit.Settings{
 		ConsecutiveFailures: defaultOrNone(cfg.ConsecutiveFailures, defaultBreakerConsecutiveFailures),
@@ -197,16 +167,12 @@ func breakerSettings(cfg BreakerConfig) circuit.Settings {
 		ErrOpen:        ErrCircuitOpen,
 	}
 	if cfg.Window < 0 {
-		// No window: the ratio rules have nothing to look at.
 		s.FailureRatio, s.SlowCallRatio = 0, 0
 	}
 	return s
 }
 
-// judgeBreakerCall decides how a call that ended with err counts, as
-// [BreakerConfig] documents: the caller's own cancellation, a nested
-// breaker's refusal, conflicts and permanent errors say nothing about the
-// database's health.
+// judgeBreakerCall does not count a nested breaker's refusal either.
 func judgeBreakerCall(ctx context.Context, err error) (counted, failed bool) {
 	if errors.Is(err, ErrCircuitOpen) || (errors.Is(err, context.Canceled) && errors.Is(ctx.Err(), context.Canceled)) {
 		return false, false
@@ -220,16 +186,12 @@ func judgeBreakerCall(ctx context.Context, err error) (counted, failed bool) {
 	return true, false
 }
 
-// do runs fn through the breaker: at once ErrCircuitOpen when it is open,
-// else fn, whose outcome is counted.
 func (b *breaker) do(ctx context.Context, fn func(ctx context.Context) error) error {
 	return b.cb.Do(ctx, fn)
 }
 
-// State returns the breaker's state now.
 func (b *breaker) State() BreakerState { return breakerState(b.cb.State()) }
 
-// stats returns a snapshot of the breaker.
 func (b *breaker) stats() BreakerStats {
 	s := b.cb.Stats()
 	return BreakerStats{
@@ -239,7 +201,6 @@ func (b *breaker) stats() BreakerStats {
 	}
 }
 
-// report hands a state change to the tracers.
 func (b *breaker) report(ctx context.Context, c circuit.Change) {
 	d := TraceBreakerStateChangeData{
 		Name: b.name, From: breakerState(c.From), To: breakerState(c.To), Reason: c.Reason,
@@ -250,12 +211,10 @@ func (b *breaker) report(ctx context.Context, c circuit.Change) {
 	}
 }
 
-// breakerState converts a state of the state machine: the two enums list
-// the states in the same order (TestBreakerStatesMatch).
+// breakerState relies on the two enums listing the states in one order.
 func breakerState(s circuit.State) BreakerState { return BreakerState(s) }
 
-// same reports whether two tracers are the same value; tracers of a type
-// that cannot be compared are taken as different.
+// same takes tracers of a type that cannot be compared as different.
 func same(a, b BreakerTracer) (eq bool) {
 	defer func() {
 		if recover() != nil {

@@ -29,14 +29,12 @@ type call struct {
 	cur              *attempt  // the current attempt's
 	firstTx          txn.Tx    // the first attempt's handle, without an allocation
 	loop             retryLoop // the call's retry loop, here to be its tracer without an allocation
-	// The attempt's connection while it holds it: when it was acquired and
-	// its slot among the attempts in flight.
+	// The attempt's connection while it holds it.
 	conn   *pgxpool.Conn
 	heldAt time.Time
 	slot   int
 }
 
-// txnSettings resolves what p's transactions need of it, once per pool.
 func (p *Pool) txnSettings() txn.Settings {
 	s := txn.Settings{
 		CommitTimeout:   p.settings.commitTimeout,
@@ -57,9 +55,8 @@ func (p *Pool) txnSettings() txn.Settings {
 	return s
 }
 
-// run performs one attempt. It returns only after the connection has been
-// rolled back (if needed) and released, so the retry loop never sleeps while
-// holding a connection.
+// run returns only after the connection is released, so the retry loop
+// never sleeps holding one.
 func (a *call) run(ctx context.Context) (Class, error) {
 	a.attempts++
 	ac := &a.first
@@ -75,7 +72,6 @@ func (a *call) run(ctx context.Context) (Class, error) {
 	return c, err
 }
 
-// held acquires a connection, runs the attempt on it and releases it.
 func (a *call) held(ctx context.Context) (Class, error) {
 	conn, held, err := a.pool.acquire(ctx, a.caller)
 	if err != nil {
@@ -83,15 +79,11 @@ func (a *call) held(ctx context.Context) (Class, error) {
 	}
 	a.conn, a.heldAt, a.slot = conn, held, a.pool.queue.inflight.Add(held, a.caller)
 	defer a.Release()
-	// The work on the connection is a function of its own so that each of
-	// the two defers is in a function with few returns, which the compiler
-	// runs inline instead of through the runtime's defer records.
 	return a.onConn(ctx, conn)
 }
 
-// Release gives the attempt's connection back to the pool, once: when the
-// attempt ends, or as soon as COMMIT's answer is lost ([txn.Releaser]), so
-// that the dead connection's slot is not held while the resolution waits.
+// Release runs as soon as COMMIT's answer is lost too, so that the dead
+// connection's slot is not held while the resolution waits.
 func (a *call) Release() {
 	if a.conn == nil {
 		return
@@ -101,12 +93,10 @@ func (a *call) Release() {
 	a.conn = nil
 }
 
-// onConn runs fn and COMMIT on conn, rolling back when it does not commit.
-// fn's handle refuses every method once this returns.
+// onConn runs fn and COMMIT on conn; fn's handle refuses every method once
+// it returns.
 func (a *call) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, error) {
 	if err := ctx.Err(); err != nil {
-		// The deadline passed while waiting for the connection: do not begin
-		// a transaction nobody will read.
 		return ClassTimeout, err
 	}
 	c := conn.Conn()
@@ -123,8 +113,7 @@ func (a *call) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, error) {
 	defer func() {
 		t.End()
 		if !done {
-			// Runs on an error and on a panic in fn (which then goes on up
-			// the stack unchanged).
+			// Also on a panic in fn, which then goes on up unchanged.
 			txn.Rollback(ctx, t)
 		}
 	}()
@@ -135,8 +124,7 @@ func (a *call) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, error) {
 	err := a.fn(ac, t)
 	ac.setInFn(false)
 	if berr := t.BeginErr(); berr != nil {
-		// BEGIN failed: that is the attempt's failure, whatever fn made of
-		// it.
+		// BEGIN failed: that is the attempt's failure, whatever fn made of it.
 		return Classify(berr), berr
 	}
 	if err != nil {
@@ -154,9 +142,8 @@ func (a *call) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, error) {
 		return ClassPermanent, err
 	}
 	if err := ctx.Err(); err != nil {
-		// The caller gave up while fn ran: COMMIT is not sent for a caller
-		// who is gone (as pgx's BeginTxFunc would not), and the transaction
-		// is rolled back.
+		// COMMIT is not sent for a caller who is gone, as in pgx's
+		// BeginTxFunc.
 		return ClassTimeout, err
 	}
 	done = true
@@ -170,11 +157,9 @@ func (a *call) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, error) {
 	return Class(class), err
 }
 
-// acquireClass classifies an acquire's error as [Classify] does, but for a
-// connect that timed out while ctx still runs (its deadline was the connect
-// timeout's, not the caller's), or an acquire timeout that came while the
-// pool, with room, was connecting: a server too slow to accept, which may
-// be too loaded to, is an overload.
+// acquireClass counts a connect that timed out while ctx still runs, or an
+// acquire timeout while the pool was connecting, as overload: a server too
+// slow to accept may be too loaded to.
 func acquireClass(ctx context.Context, err error) Class {
 	if ctx.Err() != nil {
 		return Classify(err)
@@ -187,14 +172,10 @@ func acquireClass(ctx context.Context, err error) Class {
 	return Classify(err)
 }
 
-// errLostBeforeCommit is the error of an attempt whose connection was closed
-// when fn returned nil.
 var errLostBeforeCommit = fmt.Errorf("pgtx: the connection was lost before COMMIT was sent: %w", pgconn.ErrConnClosed)
 
-// classifyFnError classifies an error returned by fn. A network-level error
-// only counts as a lost connection when the transaction's connection is in
-// fact gone: fn may return a network error from some other system, which
-// must not make pgtx run the transaction again.
+// classifyFnError counts a network error as a lost connection only when the
+// transaction's connection is gone: fn may return one from another system.
 func classifyFnError(err error, conn *pgxpool.Conn) Class {
 	c := Classify(err)
 	if c == ClassConnectionLost && !conn.Conn().IsClosed() {

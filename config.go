@@ -16,133 +16,87 @@ const (
 	defaultRollbackTimeout          = 2 * time.Second
 )
 
-// Config configures a [Pool]. Every pgtx field follows one rule: 0 means
-// the default stated on the field; a setting that is on by default is
-// switched off by a negative value; one that is off by default (Breaker,
-// Tracer, MaxWaiters) is on while set, and has no negative value. The embedded
-// [pgxpool.Config] works as in pgxpool; it must come from
-// [pgxpool.ParseConfig] (a *pgxpool.Config built elsewhere is adopted as
-// &pgtx.Config{Config: poolConfig}), and [NewWithConfig] reports one that
-// did not as an error.
+// Config configures a [Pool]. For every pgtx field, 0 means the default
+// stated on the field and a negative value switches it off; a setting off
+// by default (Breaker, Tracer, MaxWaiters) is on while set. The embedded
+// [pgxpool.Config] must come from [pgxpool.ParseConfig]; adopt one as
+// &pgtx.Config{Config: pc}. See the [configuration guide].
+//
+// [configuration guide]: https://github.com/pgtx-go/pgtx/blob/main/docs/configuration.md
 type Config struct {
 	*pgxpool.Config
 
 	// AcquireTimeout bounds the wait for a pool connection in
-	// [Transaction]: the call then returns an error matching
-	// [ErrAcquireTimeout] and does not retry, unless the caller's context
-	// ended first. Default 2s; negative: only the caller's context bounds it.
+	// [Transaction]; the error then matches [ErrAcquireTimeout] and is not
+	// retried. Default 2s; negative: only the caller's context bounds it.
 	AcquireTimeout time.Duration
 
-	// StatementTimeout is the server's statement_timeout, sent as a session
-	// parameter when each connection starts, so every statement has a
-	// server-side limit at no per-transaction cost. One given in the
-	// connection string (or its "-c" options) wins over the default, not
-	// over an explicit value here. Default 5s; negative: no parameter is
-	// sent at all, as a pooler that refuses startup parameters (PgBouncer)
-	// needs. Rounded up to milliseconds.
+	// StatementTimeout is the server's statement_timeout, sent when each
+	// connection starts. Default 5s, or the connection string's; negative:
+	// not sent (as PgBouncer needs).
 	StatementTimeout time.Duration
 
 	// IdleInTransactionTimeout is the server's
-	// idle_in_transaction_session_timeout, sent as StatementTimeout is: the
-	// server ends a session left idle inside a transaction after this long.
+	// idle_in_transaction_session_timeout, sent as StatementTimeout is.
 	// Default 10s; negative: not sent.
 	IdleInTransactionTimeout time.Duration
 
-	// CommitTimeout bounds COMMIT, which runs on a context the caller's
-	// cancellation cannot interrupt (an interrupted COMMIT has an unknown
-	// outcome). A transaction that provably wrote nothing keeps the
-	// caller's deadline instead. When it fires, the outcome is resolved as
-	// any lost COMMIT. Default 5s; negative: no bound of its own.
+	// CommitTimeout bounds COMMIT, which the caller's cancellation cannot
+	// interrupt. Default 5s; negative: no bound of its own.
 	CommitTimeout time.Duration
 
-	// RollbackTimeout bounds ROLLBACK, which also runs on a context the
-	// caller's cancellation cannot interrupt; if it fires, the connection
-	// is closed. Default 2s; negative: no bound of its own.
+	// RollbackTimeout bounds ROLLBACK, which the caller's cancellation
+	// cannot interrupt either. Default 2s; negative: no bound of its own.
 	RollbackTimeout time.Duration
 
-	// Retry says how [Transaction] runs transactions again; its zero value
-	// is the default of every field.
+	// Retry says how [Transaction] runs transactions again.
 	Retry RetryConfig
 
 	// CancelMode is how a running statement is stopped when its context
-	// ends; the zero value is [CancelModePool]. pgtx installs its own
-	// ConnConfig.BuildContextWatcherHandler, replacing one set here.
+	// ends; it replaces ConnConfig.BuildContextWatcherHandler.
 	CancelMode CancelMode
 
-	// CancelGrace bounds a cancellation: if the statement has not returned,
-	// or its cancel was not confirmed finished, this long after its context
-	// ended, the call returns and the connection is discarded. Default 2s;
-	// negative: no bound of its own.
+	// CancelGrace bounds a cancellation: after it the call returns and the
+	// connection is discarded. Default 2s; negative: no bound of its own.
 	CancelGrace time.Duration
 
-	// CancelConnString, when set, is the connection string of the cancel
-	// pool, for a role of its own (see [CancelModePool]); it must reach the
-	// same server. By default the cancel pool reaches the main pool's server
-	// as the same role, running the Config's BeforeConnect too.
+	// CancelConnString, when set, connects the cancel pool to the same
+	// server as a role of its own. Default: the main pool's role.
 	CancelConnString string
 
-	// CancelConnectTimeout bounds a connect of the cancel pool, over which
-	// ambiguous COMMITs are resolved too: raise it where a connection
-	// takes longer to make. Default 1s; negative: no bound of its own.
+	// CancelConnectTimeout bounds a connect of the cancel pool, which also
+	// resolves ambiguous COMMITs. Default 1s; negative: no bound of its own.
 	CancelConnectTimeout time.Duration
 
 	// MaxWaiters, when positive, bounds the callers of [Transaction]
-	// waiting for a connection: when that many already wait, the call
-	// fails at once with [ErrQueueFull] (a bulkhead's bounded queue). The
-	// query methods are not counted. Default: no bound; negative is an
-	// error.
+	// waiting for a connection; beyond it the call fails at once with
+	// [ErrQueueFull]. Default: no bound; negative is an error.
 	MaxWaiters int
 
-	// ResolveTimeout bounds the resolution of an ambiguous COMMIT: when the
-	// connection is lost (or the session ends) while COMMIT is in flight,
-	// pgtx asks the server, over the cancel pool or a connection made for
-	// it, what became of the transaction instead of returning
-	// [ErrCommitUnknown]. Committed means success; aborted means the whole
-	// transaction runs again; one still in progress has its backend ended
-	// first. The transaction's id is read, at no extra round trip, with the
-	// statements that write; a transaction without one wrote nothing and
-	// runs again. An answer from another system or timeline, a server
-	// without pg_xact_status, or an id that never arrived leaves
-	// [ErrCommitUnknown]; docs/ambiguous-commits.md has every case, and
-	// [Stats].Resolved counts each outcome. It bounds the time servers
-	// answer; while none can be reached (a restart, a failover), the
-	// resolution waits up to [RetryConfig].UnavailableTimeout more. Default
-	// 5s; negative: resolution is off, and every lost COMMIT is
-	// [ErrCommitUnknown].
+	// ResolveTimeout bounds asking the server what became of a lost COMMIT
+	// (docs/ambiguous-commits.md). Default 5s, plus
+	// [RetryConfig].UnavailableTimeout while no server can be reached;
+	// negative: every lost COMMIT is [ErrCommitUnknown].
 	ResolveTimeout time.Duration
 
-	// RecentCommits is how many of its latest writing commits a resolving
-	// pool keeps (those of the last 5 minutes), with each call's label, so
-	// that when it meets a later run of its server (a standby promoted
-	// after a failover, or the server after a restart) it asks that run
-	// about them, once, and names each one the run's history provably
-	// lacks to a [failover.Tracer] ([Stats].LostCommitCount). The same
-	// question tells that tracer when the server acknowledges commits that
-	// no standby has. docs/lost-commits.md says how to reconcile, and
-	// how to make failover lossless. Default 1024; negative: none are kept
-	// and nothing is asked, as when ResolveTimeout is negative.
+	// RecentCommits is how many recent commits a pool keeps to report
+	// those a failover lost to a [failover.Tracer] (docs/lost-commits.md).
+	// Default 1024; negative, or a negative ResolveTimeout: none.
 	RecentCommits int
 
-	// Breaker, when set, puts a circuit breaker in front of the pool's
-	// Transaction calls: for a database the application can do without (a
-	// read replica, an analytics store), never the primary. See
-	// [BreakerConfig].
+	// Breaker, when set, puts a circuit breaker in front of Transaction.
 	Breaker *BreakerConfig
 
-	// Contention configures the contention manager, which limits how many
-	// attempts of a kind of transaction run at once while they conflict
-	// with each other; its zero value is on, with the defaults of
-	// [ContentionConfig].
+	// Contention configures the contention manager, on by default.
 	Contention ContentionConfig
 
-	// Tracer, when set, receives an event at the start and end of every
-	// Transaction call and every attempt; one that also implements
-	// [CancelTracer] or [BreakerTracer] receives those events too.
+	// Tracer, when set, receives every call's and attempt's events, and
+	// those of the optional tracer interfaces it implements.
 	Tracer TransactionTracer
 }
 
-// ParseConfig parses connString (a URL or keyword/value DSN, as pgxpool)
-// into a [Config] with every pgtx field at its default.
+// ParseConfig parses connString as pgxpool does, into a [Config] with
+// every pgtx field at its default.
 func ParseConfig(connString string) (*Config, error) {
 	pc, err := pgxpool.ParseConfig(connString)
 	if err != nil {
@@ -151,11 +105,8 @@ func ParseConfig(connString string) (*Config, error) {
 	return &Config{Config: pc}, nil
 }
 
-// Copy returns a deep copy of c: the embedded [pgxpool.Config] copied as
-// its own Copy copies it, and every pgtx field, the Breaker's config
-// included. (pgxpool.Config's Copy, which Config would otherwise promote,
-// returns a *pgxpool.Config and drops every pgtx field.) The Tracer and
-// the hooks are shared, as pgxpool shares its own.
+// Copy returns a deep copy of c, the embedded [pgxpool.Config] and the
+// Breaker included. The Tracer and the hooks are shared, as in pgxpool.
 func (c *Config) Copy() *Config {
 	if c == nil {
 		return nil
@@ -171,7 +122,6 @@ func (c *Config) Copy() *Config {
 	return &cp
 }
 
-// validate reports a Config NewWithConfig cannot use.
 func (c *Config) validate() error {
 	switch {
 	case c == nil:
@@ -209,7 +159,6 @@ func defaultOrNone[T int | int32 | float64 | time.Duration](v, def T) T {
 	return v
 }
 
-// durDefault maps 0 to def and keeps every other value.
 func durDefault(v, def time.Duration) time.Duration {
 	if v == 0 {
 		return def

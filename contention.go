@@ -7,31 +7,22 @@ import (
 	"github.com/pgtx-go/pgtx/internal/contention"
 )
 
-// defaultContentionThreshold is the default [ContentionConfig].Threshold.
 const defaultContentionThreshold = 0.1
 
-// ContentionConfig configures a pool's contention manager
-// ([Config].Contention). The zero value is the default: on, with Threshold
-// 0.1.
+// ContentionConfig configures a pool's contention manager, on by default.
+// When more than Threshold of an [Options].Label's attempts fail with a
+// conflict, the manager lets only as many of them run at once as commit
+// most; the others wait in the client, holding no connection, within the
+// call's deadline and [Config].AcquireTimeout. See the [hot rows guide].
 //
-// The manager keeps, for every [Options].Label, the share of attempts that
-// fail with a conflict (40001, 40P01). While it stays at or below
-// Threshold, an attempt pays four atomic additions. Above it, the label's
-// attempts pass through a gate that lets as many run at once as commit
-// most: the others wait in the client, holding no connection, oldest call
-// first, and a retry after a conflict runs as soon as the transaction it
-// lost to has finished instead of after a blind pause. A wait at the gate
-// counts against the call's deadline and [Config].AcquireTimeout. The
-// guide docs/hot-rows.md says how the limit is found and measured.
+// [hot rows guide]: https://github.com/pgtx-go/pgtx/blob/main/docs/hot-rows.md
 type ContentionConfig struct {
 	// Threshold is the share of a label's attempts failing with a conflict
-	// above which the gate limits them. Default 0.1; above 1 or not a
-	// number is an error; negative: the manager is off, and a conflict
-	// retry always waits its [RetryConfig] backoff.
+	// above which the gate limits them. Default 0.1; above 1 is an error;
+	// negative: the manager is off.
 	Threshold float64
 }
 
-// validate reports a ContentionConfig that cannot be applied.
 func (c ContentionConfig) validate() error {
 	if c.Threshold != c.Threshold || c.Threshold > 1 {
 		return &invalidArgError{Msg: "ContentionConfig: Threshold must be a number no greater than 1"}
@@ -42,17 +33,13 @@ func (c ContentionConfig) validate() error {
 // ContentionStats is the state of the contention manager for one label.
 type ContentionStats struct {
 	Label string
-	// Limiting reports whether the gate limits the label's attempts now,
-	// and Limit to how many at once (0 while it does not).
+	// Limiting reports whether the gate limits the label now, to Limit.
 	Limiting bool
 	Limit    int
-	// Running is the number of the label's attempts running now, and
-	// Waiting the number waiting at the gate.
+	// Running and Waiting count attempts running and waiting at the gate.
 	Running int
 	Waiting int
-	// AttemptCount, ConflictCount and CommitCount count the label's
-	// attempts, those that failed with a conflict, and those that
-	// committed.
+	// AttemptCount counts attempts, ConflictCount and CommitCount outcomes.
 	AttemptCount  int64
 	ConflictCount int64
 	CommitCount   int64
@@ -60,9 +47,8 @@ type ContentionStats struct {
 	Wait Histogram
 }
 
-// ContentionTracer is an optional interface of a [Config].Tracer: it
-// receives an event whenever the contention manager starts limiting a
-// label, changes its limit, or stops limiting it.
+// ContentionTracer is an optional interface of a [Config].Tracer, told
+// whenever the contention manager changes a label's limit.
 type ContentionTracer interface {
 	TraceContention(ctx context.Context, data TraceContentionData)
 }
@@ -70,18 +56,15 @@ type ContentionTracer interface {
 // TraceContentionData describes a change of a label's limit.
 type TraceContentionData struct {
 	Label string
-	// Limiting reports whether the gate limits the label from now on;
-	// Limit is the new limit (0 when it does not) and Previous the old one.
+	// Limiting reports whether the gate limits the label, to Limit;
+	// Previous is the old limit.
 	Limiting bool
 	Limit    int
 	Previous int
-	// ConflictRatio is the share of the label's attempts that failed with
-	// a conflict in the measurement that led to the change.
+	// ConflictRatio is the conflict share that led to the change.
 	ConflictRatio float64
 }
 
-// newContention returns the contention manager of a pool, or nil when it
-// is off.
 func newContention(cfg ContentionConfig, c clock, maxConns int, acquireTimeout time.Duration, tracer TransactionTracer) *contention.Manager {
 	if cfg.Threshold < 0 {
 		return nil
@@ -89,9 +72,6 @@ func newContention(cfg ContentionConfig, c clock, maxConns int, acquireTimeout t
 	return contention.New(contentionSettings(cfg, c, maxConns, acquireTimeout, tracer))
 }
 
-// contentionSettings resolves cfg to the manager's settings: the default
-// threshold, the pool's size as the highest limit, the acquire timeout's
-// error, and the tracer's events when it is a [ContentionTracer].
 func contentionSettings(cfg ContentionConfig, c clock, maxConns int, acquireTimeout time.Duration, tracer TransactionTracer) contention.Settings {
 	s := contention.Settings{Clock: c, Threshold: defaultOrNone(cfg.Threshold, defaultContentionThreshold),
 		MaxLimit: max(maxConns, 1), AcquireTimeout: acquireTimeout}
@@ -107,8 +87,6 @@ func contentionSettings(cfg ContentionConfig, c clock, maxConns int, acquireTime
 	return s
 }
 
-// contentionStats returns the state of every label of m, the empty label
-// first.
 func contentionStats(m *contention.Manager) []ContentionStats {
 	in := m.Stats()
 	out := make([]ContentionStats, len(in))

@@ -1,64 +1,37 @@
 // Package pgtx runs PostgreSQL transactions safely under contention,
-// overload and cancellation, on top of pgx v5 and pgxpool.
-//
-// One call does what teams otherwise write by hand and get subtly wrong:
+// overload and cancellation, on top of pgx v5 and pgxpool:
 //
 //	err := pgtx.Transaction(ctx, pool, pgtx.Serializable, func(ctx context.Context, tx pgx.Tx) error {
 //		_, err := tx.Exec(ctx, "update accounts set balance = balance - $1 where id = $2", 10, 1)
 //		return err
 //	})
 //
-// [New] and [NewWithConfig] build a [Pool]; start from [ParseConfig], or
-// adopt a *pgxpool.Config made elsewhere as &pgtx.Config{Config: poolConfig}.
-// The Pool's query methods cancel a statement on the server when its
-// context ends, as [Transaction] does; it has no Begin or Acquire, and
-// [Pool.Pgxpool] is the one way around its guarantees.
-//
-// # One rule for every setting
-//
-// In [Config], [RetryConfig], [BreakerConfig], [ContentionConfig], [Options]
-// and the config types of the sub-packages, a zero value means the default
-// the field's doc states. A setting that is on by default is switched off
-// by a negative value (the field's doc says what remains: the caller's
-// context, the server's setting); one that is off by default
-// ([Config].Breaker, [Config].Tracer, [Config].MaxWaiters) is on while set.
+// [New] and [NewWithConfig] build a [Pool] from a [Config]; in every config
+// of pgtx, a zero field means the default its doc states and a negative one
+// switches it off. The Pool has no Begin or Acquire: [Pool.Pgxpool] is the
+// one way around its guarantees.
 //
 // # What a call guarantees
 //
-//   - A serialization failure (40001) or a deadlock (40P01) runs the whole
-//     transaction again after a short jittered pause; so does a connection
-//     lost before COMMIT. Overload is retried with the Client Backpressure
-//     specification's exponential backoff and full jitter, and a server
-//     that cannot be reached while it restarts or fails over is retried
-//     until the deadline or [RetryConfig].UnavailableTimeout. A retry
-//     budget bounds the retries of the whole pool, and no pause ends past
-//     the context's deadline. A call that made several attempts returns a
-//     [*RetryError] that says why it stopped.
-//   - When ctx ends, the running statement is cancelled on the server, and
-//     the connection is not reused until that cancel is confirmed finished
-//     ([CancelMode]): a late cancel never reaches the next borrower.
-//   - A COMMIT whose answer was lost is resolved by asking the server
-//     ([Config].ResolveTimeout), never with another transaction's answer:
-//     a nil error always means committed. When nothing could know, the
-//     error matches [ErrCommitUnknown].
-//   - Every wait is bounded: the acquire ([Config].AcquireTimeout,
-//     [Config].MaxWaiters), every statement (statement_timeout, and the
-//     context's deadline sent to the server), COMMIT and ROLLBACK (their
-//     own timeouts, since the caller's cancellation cannot interrupt them).
-//   - Errors keep their identity: errors.As finds the *pgconn.PgError,
-//     errors.Is finds the caller's own errors and ctx.Err() when the
-//     context ended the call. [Classify] tells what pgtx makes of an error.
+//   - A conflict (40001, 40P01), a connection lost before COMMIT, an
+//     overload and a server restarting or failing over run the whole
+//     transaction again, within the context's deadline, the pool's
+//     [RetryConfig] and a retry budget; a [*RetryError] says why it stopped.
+//   - When ctx ends, the running statement is cancelled on the server
+//     ([CancelMode]), and a late cancel never reaches the next borrower.
+//   - A COMMIT whose answer was lost is resolved by asking the server: a nil
+//     error always means committed, and when nothing could know, the error
+//     matches [ErrCommitUnknown].
+//   - Every wait is bounded: the acquire, every statement, COMMIT and
+//     ROLLBACK.
+//   - Errors keep their identity for errors.As and errors.Is; [Classify]
+//     tells what pgtx makes of one.
 //
-// Around it: the contention manager ([Config].Contention) for hot rows, a
-// circuit breaker ([Config].Breaker) for a database the application can do
-// without, [Pool.Stats] with the queue depth pgxpool does not report, the
-// commits a failover lost ([Config].RecentCommits), and tracer interfaces
-// ([TransactionTracer], [CancelTracer], [BreakerTracer],
-// [ContentionTracer], and Tracer of the failover package, which holds the
-// failover events' types). The sub-packages build on this package's API:
-// replica, bulkhead, storm, tracers and pgtxslog; the modules pgtxotel,
-// pgtxprom and pgtxtest adapt pgtx to OpenTelemetry, Prometheus and
-// integration tests.
+// Around it: the contention manager for hot rows, a circuit breaker,
+// [Pool.Stats], the commits a failover lost, and tracer interfaces
+// ([TransactionTracer] and the optional ones). The sub-packages replica,
+// bulkhead, storm, tracers and pgtxslog, and the modules pgtxotel, pgtxprom
+// and pgtxtest, build on this package's API.
 //
 // # Guides
 //

@@ -18,10 +18,7 @@ const (
 	replicationRefresh   = time.Minute     // how often a writing pool asks how its server replicates
 )
 
-// newAcked returns the keeper of the pool's acknowledged commits, or nil
-// when it is off (RecentCommits or ResolveTimeout negative). Each
-// connection's capture, at its first transaction, tells it the run the
-// connection reached (txnSettings).
+// newAcked returns nil when RecentCommits or ResolveTimeout is negative.
 func newAcked(cfg *Config, canceller *cancel.Canceller) *acked.Watcher {
 	if cfg.ResolveTimeout < 0 || cfg.RecentCommits < 0 {
 		return nil
@@ -51,15 +48,12 @@ func newAcked(cfg *Config, canceller *cancel.Canceller) *acked.Watcher {
 	return w
 }
 
-// acknowledged keeps t's commit, reported to the call labelled label, when
-// it had an id.
 func (p *Pool) acknowledged(t *txn.Tx, label string) {
 	if id, ok := t.Acknowledged(); ok {
 		p.acked.Record(id, label, time.Now())
 	}
 }
 
-// ackedStats fills the commit counts of s.
 func ackedStats(w *acked.Watcher, s *Stats) {
 	c := w.Counts()
 	s.LostCommitCount, s.UnprovenCommitCount, s.SurvivedCommitCount = c.Discarded, c.Unproven, c.Survived

@@ -20,10 +20,8 @@ import (
 	"github.com/pgtx-go/pgtx/internal/txn"
 )
 
-// While calls wait for a server that cannot be reached, one probe connects
-// every probeEvery (scaled by the jitter to between half and all of it),
-// each bounded by probeTimeout: the server's return is noticed within that,
-// whatever the waiting calls' backoffs, by one connect.
+// While calls wait for an unreachable server, one probe connects every
+// probeEvery (jittered), so its return is noticed whatever their backoffs.
 const (
 	probeEvery   = 250 * time.Millisecond
 	probeTimeout = 2 * time.Second
@@ -31,13 +29,9 @@ const (
 
 // Pool is a pool of connections whose every method carries pgtx's
 // guarantees: [Transaction] runs transactions on it, and its query methods
-// (Exec, Query, QueryRow, SendBatch, CopyFrom) cancel a statement on the
-// server when its context ends. It has no Begin or Acquire: a transaction
-// of its own would bypass the retries, the bounded acquire and the
-// classification of COMMIT. [Pool.Pgxpool] is the one way around it.
-//
-// A Pool satisfies the DBTX interface sqlc generates, as [pgx.Tx] does, so
-// one set of generated queries serves both.
+// cancel a statement on the server when its context ends. It has no Begin
+// or Acquire; [Pool.Pgxpool] is the one way around it. A Pool satisfies
+// sqlc's DBTX interface, as [pgx.Tx] does.
 type Pool struct {
 	pool       *pgxpool.Pool
 	cfg        *Config // a copy of the Config it was made from
@@ -83,7 +77,6 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	params.Set(pc.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", cfg.IdleInTransactionTimeout, defaultIdleInTransactionTimeout)
 	params.AskUTF8(pc.ConnConfig.RuntimeParams)
 
-	// Every default is resolved here, once.
 	retryPolicy := cfg.Retry.withDefaults()
 	st := settings{
 		acquireTimeout:   defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout),
@@ -136,8 +129,8 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	return p, nil
 }
 
-// newPgxpool calls pgxpool.NewWithConfig, turning a panic on a config it
-// rejects (one not made by pgxpool.ParseConfig) into an error.
+// newPgxpool turns pgxpool's panic on a config not made by ParseConfig
+// into an error.
 func newPgxpool(ctx context.Context, pc *pgxpool.Config) (pool *pgxpool.Pool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -166,9 +159,8 @@ func (p *Pool) Close() {
 	}
 }
 
-// Ping acquires a connection and checks that the server answers, as
-// [pgxpool.Pool.Ping]; when the context ends it, the error matches
-// ctx.Err().
+// Ping checks that the server answers, as [pgxpool.Pool.Ping]; when the
+// context ends it, the error matches ctx.Err().
 func (p *Pool) Ping(ctx context.Context) error {
 	if p == nil || p.pool == nil {
 		return errPoolNotOpened
@@ -186,9 +178,8 @@ func (p *Pool) Config() *Config {
 }
 
 // Pgxpool returns the underlying [pgxpool.Pool], for what pgtx does not
-// wrap (LISTEN on an acquired connection, say). It bypasses every guarantee
-// of pgtx but the cancellation of [CancelMode]: do not use it for
-// transactions.
+// wrap (LISTEN, say). It bypasses every guarantee of pgtx but cancellation:
+// do not use it for transactions.
 func (p *Pool) Pgxpool() *pgxpool.Pool {
 	if p == nil {
 		return nil
@@ -205,14 +196,10 @@ func (p *Pool) BreakerState() BreakerState {
 	return p.breaker.State()
 }
 
-// acquire takes a connection through p's queue ([acquire.Queue]) and
-// returns it with the time the wait ended. When the acquire timeout (not
-// ctx) ends the wait, the error matches ErrAcquireTimeout and deliberately
-// not context.DeadlineExceeded, and says whether the pool was connecting;
-// when MaxWaiters callers already wait, it fails at once with ErrQueueFull.
-// caller is the Done channel of the call's own context: a timeout says
-// when a call with the same context holds a connection (a Transaction
-// nested with the request's context instead of fn's waits for itself).
+// acquire takes a connection through p's queue. caller is the Done channel
+// of the call's context: a timeout says when a call with the same context
+// holds a connection (a nested Transaction given the request's context
+// waits for itself).
 func (p *Pool) acquire(ctx context.Context, caller <-chan struct{}) (*pgxpool.Conn, time.Time, error) {
 	conn, end, waited, err := p.queue.Acquire(ctx, p.pool, p.clock)
 	if err == acquire.ErrFull {
@@ -226,26 +213,20 @@ func (p *Pool) acquire(ctx context.Context, caller <-chan struct{}) (*pgxpool.Co
 	return conn, end, err
 }
 
-// connecting reports whether the pool is making connections while it has
-// room: an acquire that waits then waits for a connect.
+// connecting reports whether an acquire that waits now waits for a connect.
 func (p *Pool) connecting() bool {
 	s := p.pool.Stat()
 	return s.ConstructingConns() > 0 && s.AcquiredConns() < s.MaxConns()
 }
 
-// queue is what a Pool knows about the wait for its connections and the
-// transactions that hold them: pgxpool counts neither waiters nor hold times.
+// queue counts waiters and hold times, which pgxpool does not.
 type queue struct {
-	// Queue bounds Transaction's acquires and counts the waiters on every
-	// path (Transaction and the pool's query methods), through the tracer
-	// hooks.Install gives the pgxpool.
 	acquire.Queue
 	inflight    acquire.InFlight // attempts holding a connection
 	acquireWait histogram.Live   // Transaction's acquires
 	calls       atomic.Int64     // Transaction calls started
 }
 
-// newQueue returns the queue of a pool with these bounds, resolved.
 func newQueue(timeout time.Duration, maxWaiters int) *queue {
 	q := &queue{}
 	q.Init(acquire.Bounds{Timeout: timeout, MaxWaiters: maxWaiters})
@@ -261,21 +242,19 @@ type settings struct {
 	tracer          TransactionTracer
 	resolveCommits  bool
 	resolveTimeout  time.Duration
-	// statementTimeout is the session's statement_timeout pgtx sent (0:
-	// none sent): a deadline carried to the server never raises it.
+	// statementTimeout is the one pgtx sent (0: none): a deadline carried
+	// to the server never raises it.
 	statementTimeout time.Duration
 }
 
-// Defaults of the retry budget ([RetryConfig].BudgetRatio and the fields
-// after it).
+// Defaults of the retry budget.
 const (
 	defaultBudgetRatio        = 0.2
 	defaultBudgetMinPerSecond = 10
 	defaultBudgetWindow       = 10 * time.Second
 )
 
-// newRetryBudget returns the budget p configures, its defaults applied, or
-// nil when it is off.
+// newRetryBudget returns nil when the budget is off.
 func newRetryBudget(p RetryConfig, now time.Time) *retry.Budget {
 	if p.BudgetRatio < 0 {
 		return nil

@@ -13,17 +13,10 @@ import (
 	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
-// The query methods of Pool are those of pgxpool.Pool with two
-// differences. When the context ended the statement, the error matches
-// ctx.Err() (as with pgx's default handling) while the server's 57014 stays
-// reachable with errors.As; with server-side cancellation the server
-// answers the cancel with 57014, and the connection is kept. And when no
-// connection can be made to the server (it refuses, starts up, shuts down,
-// or no host takes writes during a failover), a statement waits for it
-// within its context's deadline, or [RetryConfig].UnavailableTimeout
-// without one: nothing had been sent.
-
-// Exec is pgxpool.Pool.Exec; see the note on the query methods above.
+// Exec is pgxpool.Pool.Exec. When the context ended the statement, the
+// error matches ctx.Err(), and the connection is kept. When no connection
+// can be made, it waits for the server within the context's deadline or
+// [RetryConfig].UnavailableTimeout: nothing had been sent.
 func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if p == nil || p.pool == nil {
 		return pgconn.CommandTag{}, errPoolNotOpened
@@ -37,8 +30,8 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 	return tag, withContextErr(ctx, err)
 }
 
-// Query is pgxpool.Pool.Query; the returned Rows' Err and Scan match
-// ctx.Err() when the context ended the statement.
+// Query is pgxpool.Pool.Query, as [Pool.Exec] for the context and an
+// unreachable server.
 func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if p == nil || p.pool == nil {
 		return errs.NewRows(errPoolNotOpened), errPoolNotOpened
@@ -61,8 +54,8 @@ func (p *Pool) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 	return &errs.CtxRows{Rows: pr, Ctx: ctx}, nil
 }
 
-// QueryRow is pgxpool.Pool.QueryRow; Scan's error matches ctx.Err() when the
-// context ended the statement.
+// QueryRow is pgxpool.Pool.QueryRow, as [Pool.Exec] for the context and an
+// unreachable server.
 func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if p == nil || p.pool == nil {
 		return errs.NewRows(errPoolNotOpened)
@@ -78,8 +71,8 @@ func (p *Pool) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return errs.CtxRow{Row: row, Ctx: ctx}
 }
 
-// SendBatch is pgxpool.Pool.SendBatch; the errors of the returned
-// BatchResults match ctx.Err() when the context ended the batch.
+// SendBatch is pgxpool.Pool.SendBatch, as [Pool.Exec] for the context and
+// an unreachable server.
 func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if p == nil || p.pool == nil {
 		return pgx.FailedBatchResults(b, errPoolNotOpened)
@@ -98,8 +91,8 @@ func (p *Pool) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	return &errs.CtxBatchResults{Results: br, Ctx: ctx}
 }
 
-// CopyFrom is pgxpool.Pool.CopyFrom; see the note on the query methods
-// above.
+// CopyFrom is pgxpool.Pool.CopyFrom, as [Pool.Exec] for the context and an
+// unreachable server.
 func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNames []string, rowSrc pgx.CopyFromSource) (int64, error) {
 	if p == nil || p.pool == nil {
 		return 0, errPoolNotOpened
@@ -113,22 +106,10 @@ func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNam
 	return n, withContextErr(ctx, err)
 }
 
-// errPoolNotOpened is the error of every method of a Pool that New or
-// NewWithConfig did not make (a zero Pool).
 var errPoolNotOpened = &invalidArgError{Msg: "the Pool was not created by New or NewWithConfig"}
 
-// The query methods take their connection as Transaction does when the
-// server cannot be reached: a statement for which no connection could be
-// made (the server refuses, answers 57P03 while it starts or shuts down, or
-// no host takes writes while a standby is promoted) was never sent, so it
-// waits for the server within its context's deadline (or
-// RetryConfig.UnavailableTimeout without one), paced by the backoff and the
-// retry budget, and woken as soon as a connection is made. A statement
-// already sent is never sent again.
-
-// conn returns a connection for a query method, waiting out a server that
-// cannot be reached. A connection found closed before anything was sent on
-// it is given back (the pool destroys it) and another taken.
+// conn waits out a server that cannot be reached, as Transaction does; a
+// statement already sent is never sent again.
 func (p *Pool) conn(ctx context.Context) (*pgxpool.Conn, error) {
 	var st retry.State
 	for closed := 0; ; {
@@ -147,9 +128,6 @@ func (p *Pool) conn(ctx context.Context) (*pgxpool.Conn, error) {
 	}
 }
 
-// rideOut reports whether a query method whose connection could not be made
-// (err) tries again, after waiting for the server: only for a server that
-// cannot be reached, while ctx runs and the policy's bound allows.
 func (p *Pool) rideOut(ctx context.Context, st *retry.State, err error) bool {
 	var connectErr *pgconn.ConnectError
 	if ctx.Err() != nil || !errors.As(err, &connectErr) || Classify(err) != ClassUnavailable {
@@ -168,12 +146,8 @@ func (p *Pool) rideOut(ctx context.Context, st *retry.State, err error) bool {
 	return p.reach.Sleep(ctx, d.Backoff) == nil && ctx.Err() == nil
 }
 
-// The results of the query methods give their connection back to the pool
-// when they are done with it, as pgxpool's own do: rows when closed or read
-// to the end, a row when scanned, a batch when closed (or, when the batch
-// began a transaction, that transaction when it ends).
-
-// poolRows are the rows of Query, which release their connection.
+// poolRows, poolRow and poolBatch release their connection when done, as
+// pgxpool's own do.
 type poolRows struct {
 	r pgx.Rows
 	c *pgxpool.Conn
@@ -220,8 +194,6 @@ func (rows *poolRows) Values() ([]any, error) {
 	return values, err
 }
 
-// poolRow is the row of QueryRow, which releases its connection when
-// scanned, even when Scan panics.
 type poolRow struct {
 	r pgx.Row
 	c *pgxpool.Conn
@@ -232,9 +204,8 @@ func (row *poolRow) Scan(dest ...any) error {
 	return row.r.Scan(dest...)
 }
 
-// poolBatch is the batch of SendBatch, which releases its connection when
-// closed, unless the batch began a transaction: then the transaction owns
-// the connection.
+// A batch that began a transaction leaves the connection to that
+// transaction.
 type poolBatch struct {
 	br pgx.BatchResults
 	c  *pgxpool.Conn
@@ -261,8 +232,6 @@ func (b *poolBatch) Tx() pgx.Tx {
 	return b.tx
 }
 
-// poolTx is a transaction a batch began, which releases the connection
-// when it ends.
 type poolTx struct {
 	pgx.Tx
 	c *pgxpool.Conn

@@ -22,79 +22,57 @@ const (
 )
 
 // RetryConfig says how often and how far apart [Transaction] runs a
-// transaction again. The zero value is the default of every field.
+// transaction again. The zero value is the default of every field. See the
+// [retries] and [overload] guides.
+//
+// [retries]: https://github.com/pgtx-go/pgtx/blob/main/docs/retries.md
+// [overload]: https://github.com/pgtx-go/pgtx/blob/main/docs/overload.md
 type RetryConfig struct {
-	// MaxRetries caps the retries of a call after conflicts (40001, 40P01)
-	// and connections lost before COMMIT, as long as no overload error has
-	// been seen. Default 10; negative: no such retries.
+	// MaxRetries caps the retries after conflicts and connections lost
+	// before COMMIT. Default 10; negative: no such retries.
 	MaxRetries int
 
-	// MaxAdaptiveRetries caps the retries after an overload error (53300,
-	// a pooler's admission error, a connect that timed out). Once one has
-	// been seen, it caps every later retry of the call whatever its cause,
-	// but those after an unavailable server. Default 2; negative: no
-	// overload retries.
+	// MaxAdaptiveRetries caps every retry once an overload error was seen.
+	// Default 2; negative: no overload retries.
 	MaxAdaptiveRetries int
 
-	// UnavailableTimeout is how long a call keeps retrying a server it
-	// cannot connect to ([ClassUnavailable]: refused, 57P03, no read-write
-	// host), counted from the call's first such error, when its context has
-	// no earlier deadline: a failover or a restart takes seconds. These
-	// retries count against neither MaxRetries nor MaxAdaptiveRetries; they
-	// are paced by the overload backoff, cut to half the time left so that
-	// the next attempt starts in time, and by the retry budget, which never
-	// ends them; a connection made to the server wakes them at once, and
-	// while any wait one probe connects every 250ms or so
-	// (docs/overload.md). The pool's query methods wait the same way. It
-	// also bounds how long the resolution of a lost COMMIT waits for a
-	// server it cannot reach, beyond [Config].ResolveTimeout. Default 15s;
-	// negative: an unavailable server is not retried, and the query methods
-	// do not wait.
+	// UnavailableTimeout is how long a call, a query method and a lost
+	// COMMIT's resolution wait for a server they cannot connect to, unless
+	// the context's deadline is sooner; outside the other caps. Default 15s;
+	// negative: they do not wait.
 	UnavailableTimeout time.Duration
 
-	// Jitter returns a value in [0, 1) that scales every backoff (full
-	// jitter). nil means math/rand/v2. Values outside [0, 1) are clamped.
-	// It must be safe for concurrent use.
+	// Jitter returns a value in [0, 1) that scales every backoff; nil means
+	// math/rand/v2. It must be safe for concurrent use.
 	Jitter func() float64
 
-	// BaseBackoff and MaxBackoff shape the overload backoff, the Client
-	// Backpressure specification's jitter * min(MaxBackoff,
-	// BaseBackoff * 2^attempt), attempt counted from 1 over the call's
-	// retries. Defaults 100ms and 10s; negative: no pause.
+	// BaseBackoff and MaxBackoff shape the overload backoff, jitter *
+	// min(MaxBackoff, BaseBackoff * 2^attempt). Defaults 100ms and 10s;
+	// negative: no pause.
 	BaseBackoff time.Duration
 	MaxBackoff  time.Duration
 
-	// ConflictBaseBackoff and ConflictMaxBackoff shape the short pause
-	// after a conflict or a lost connection, with the same formula: the
-	// jitter keeps two colliding transactions from colliding again.
-	// Defaults 5ms and 500ms; negative: no pause.
+	// ConflictBaseBackoff and ConflictMaxBackoff shape the pause after a
+	// conflict or a lost connection, with the same formula. Defaults 5ms
+	// and 500ms; negative: no pause.
 	ConflictBaseBackoff time.Duration
 	ConflictMaxBackoff  time.Duration
 
-	// BudgetRatio, BudgetMinPerSecond and BudgetWindow are the pool's
-	// retry budget, so that per-call retries cannot add up to a retry storm
-	// when a database sheds load: over the last BudgetWindow, overload and
-	// lost-connection retries may not exceed BudgetRatio times the calls
-	// that succeeded, plus a floor of BudgetMinPerSecond retries per
-	// second. A refused retry ends the call with an error matching
-	// [ErrRetryBudgetExhausted]. Conflict retries are not budgeted: a
-	// conflict means someone else committed. The retries of a server that
-	// cannot be reached, which they do not load, draw on the budget too,
-	// but are never refused: when it is spent they wait for its next
-	// tokens, within the deadline.
+	// BudgetRatio, BudgetMinPerSecond and BudgetWindow bound the pool's
+	// overload and lost-connection retries, so that they cannot add up to
+	// a retry storm; beyond, [ErrRetryBudgetExhausted].
 	//
 	// BudgetRatio is the share of recent successful calls that may be
 	// retried. Default 0.2; negative: the budget is off.
 	BudgetRatio float64
-	// BudgetMinPerSecond is the floor: retries allowed per second whatever
-	// the successes. Default 10; negative: no floor.
+	// BudgetMinPerSecond is the floor of retries per second. Default 10;
+	// negative: no floor.
 	BudgetMinPerSecond float64
 	// BudgetWindow is how far back successes and retries count. Default
 	// 10s; negative: no window, only the floor allows retries.
 	BudgetWindow time.Duration
 }
 
-// validate reports a policy that cannot be applied.
 func (p RetryConfig) validate() error {
 	if p.BudgetRatio != p.BudgetRatio || p.BudgetMinPerSecond != p.BudgetMinPerSecond {
 		return &invalidArgError{Msg: "Retry: BudgetRatio and BudgetMinPerSecond must be numbers"}
@@ -102,7 +80,6 @@ func (p RetryConfig) validate() error {
 	return nil
 }
 
-// withDefaults returns p with every zero field set to its default.
 func (p RetryConfig) withDefaults() RetryConfig {
 	p.MaxRetries = defaultOrNone(p.MaxRetries, defaultMaxRetries)
 	p.MaxAdaptiveRetries = defaultOrNone(p.MaxAdaptiveRetries, defaultMaxAdaptiveRetries)
@@ -117,7 +94,6 @@ func (p RetryConfig) withDefaults() RetryConfig {
 	return p
 }
 
-// decider returns the settings of p that decide a retry.
 func (p *RetryConfig) decider() retry.Policy {
 	return retry.Policy{
 		MaxAdaptiveRetries: p.MaxAdaptiveRetries, UnavailableTimeout: p.UnavailableTimeout, Jitter: p.Jitter,
@@ -126,17 +102,12 @@ func (p *RetryConfig) decider() retry.Policy {
 	}
 }
 
-// clock is the time seam of the pool ([retry.Clock]): the real clock in
-// production, a fake in unit tests.
+// clock lets unit tests fake the time.
 type clock = retry.Clock
 
-// realClock is the clock of production.
 type realClock = retry.RealClock
 
-// retryLoop is the root's side of a call's [retry.Loop]: the call's
-// settings, and its trace as the [TransactionTracer]'s events. A call keeps
-// it in its call, which is on the heap already, so that handing it to
-// the loop as its tracer costs no allocation.
+// retryLoop holds a call's settings for [retry.Loop], and is its tracer.
 type retryLoop struct {
 	policy     *RetryConfig
 	clock      clock
@@ -149,12 +120,8 @@ type retryLoop struct {
 	wake       retry.Sleeper    // the pause after an unavailable server; nil: the clock's
 }
 
-// attemptFunc runs one whole attempt and returns its error and class.
 type attemptFunc func(ctx context.Context) (Class, error)
 
-// run returns nil after a successful attempt, or the last attempt's error,
-// as a *RetryError when the call was retried or a retry was refused. When
-// ctx ended the call, the error matches ctx.Err() as well.
 func (l *retryLoop) run(ctx context.Context, try attemptFunc) error {
 	loop := retry.Loop{Policy: l.policy.decider(), MaxRetries: l.maxRetries, Clock: l.clock,
 		Budget: l.budget, Gate: l.gate, Wake: l.wake, GaveUp: gaveUp}
@@ -167,13 +134,10 @@ func (l *retryLoop) run(ctx context.Context, try attemptFunc) error {
 	})
 }
 
-// gaveUp is the *RetryError of a call that stopped with err after attempts.
 func gaveUp(err error, attempts int, why retry.Why) error {
 	return &RetryError{Attempts: attempts, Reason: why.Reason, Err: err, why: why}
 }
 
-// CallStart, AttemptStart, AttemptEnd and CallEnd pass the loop's events to
-// the tracer, with the call's label and isolation level.
 func (l *retryLoop) CallStart(ctx context.Context) context.Context {
 	return l.tracer.TraceTransactionStart(ctx, TraceTransactionStartData{Label: l.label, Isolation: l.isolation})
 }
@@ -188,8 +152,7 @@ func (l *retryLoop) AttemptEnd(ctx context.Context, e retry.AttemptEnd) {
 		AdmissionWait: e.Wait, Limit: e.Limit})
 }
 
-// CallEnd reports a call the context ended during a backoff as a timeout:
-// its error is the last attempt's, of whatever class.
+// CallEnd reports a call the context ended during a backoff as a timeout.
 func (l *retryLoop) CallEnd(ctx context.Context, e retry.CallEnd) {
 	class := Classify(e.Err)
 	if e.Interrupted {

@@ -5,17 +5,15 @@ import (
 	"time"
 )
 
-// TransactionTracer traces [Transaction] calls and their attempts, in the
-// style of pgx's tracers: [Config].Tracer receives an event at the start and
-// at the end of every call and of every attempt. Every start has exactly one
-// end. A nil Config.Tracer costs nothing. A tracer that also implements
-// [CancelTracer] or [BreakerTracer] receives those events too.
-// Implementations must be safe for concurrent use and should return
-// quickly: they run on the call's path.
+// TransactionTracer traces [Transaction] calls and their attempts, as pgx's
+// tracers do: every start has exactly one end. Implementations must be
+// safe for concurrent use and return quickly: they run on the call's path.
+// See the [observability guide].
+//
+// [observability guide]: https://github.com/pgtx-go/pgtx/blob/main/docs/observability.md
 type TransactionTracer interface {
-	// TraceTransactionStart is called when a call starts. The context it
-	// returns is the parent of every attempt's context, so a span started
-	// here spans all attempts and backoffs.
+	// TraceTransactionStart is called when a call starts; the context it
+	// returns is the parent of every attempt's.
 	TraceTransactionStart(ctx context.Context, data TraceTransactionStartData) context.Context
 
 	// TraceTransactionEnd is called once the call has ended, with the
@@ -23,15 +21,10 @@ type TransactionTracer interface {
 	TraceTransactionEnd(ctx context.Context, data TraceTransactionEndData)
 
 	// TraceAttemptStart is called before an attempt acquires its
-	// connection. The context it returns is the attempt's context: fn
-	// receives it, and TraceAttemptEnd gets it, so a span started here nests
-	// the attempt's work.
+	// connection; the context it returns is the one fn receives.
 	TraceAttemptStart(ctx context.Context, data TraceAttemptStartData) context.Context
 
-	// TraceAttemptEnd is called after the attempt has released its
-	// connection and the retry decision is made, before any backoff. A
-	// retry the retry budget refused ends with Retry false and an Err
-	// matching [ErrRetryBudgetExhausted].
+	// TraceAttemptEnd is called after the retry decision, before any backoff.
 	TraceAttemptEnd(ctx context.Context, data TraceAttemptEndData)
 }
 
@@ -68,31 +61,23 @@ type TraceAttemptEndData struct {
 	Label     string
 	Isolation Isolation
 	Attempt   int
-	// Err is the attempt's error; nil when it committed. When no retry
-	// follows it is the error the call returns.
+	// Err is the attempt's error; nil when it committed.
 	Err error
-	// Class is the class of the attempt's error (the zero Class, "none", when it
-	// committed).
+	// Class is Err's class.
 	Class Class
 	// Duration is the attempt's wall time, acquire to release.
 	Duration time.Duration
-	// Retry reports whether another attempt follows, after Backoff,
-	// unless the context ends first: after an unavailable server, the last
-	// pause before a deadline lasts until the deadline, and a little past
-	// it (see [RetryConfig].UnavailableTimeout).
+	// Retry reports whether another attempt follows, after Backoff.
 	Retry   bool
 	Backoff time.Duration
-	// AdmissionWait is how long the attempt waited at the contention
-	// manager's gate ([ContentionConfig]) before it acquired a connection,
-	// and Limit the label's limit it was admitted under; 0 when the gate
-	// was not limiting.
+	// AdmissionWait is the attempt's wait at the contention manager's gate
+	// and Limit the label's limit then; 0 when the gate was not limiting.
 	AdmissionWait time.Duration
 	Limit         int
 }
 
-// CancelTracer is an optional interface of a [Config].Tracer: it receives an
-// event for every statement cancelled because its context ended, once the
-// cancel has finished.
+// CancelTracer is an optional interface of a [Config].Tracer, told of every
+// cancelled statement.
 type CancelTracer interface {
 	TraceCancel(ctx context.Context, data TraceCancelData)
 }
@@ -103,14 +88,9 @@ type TraceCancelData struct {
 	PID uint32
 	// Mode is the pool's [CancelMode].
 	Mode CancelMode
-	// How the cancellation ended: Closed reports that the connection was
-	// closed instead of kept (in [CancelModeClose], or because the cancel
-	// could not be confirmed finished in time); NotFound that
-	// pg_cancel_backend found the backend (pid and backend_start) gone, so
-	// nothing was signalled; FellBack that the cancel pool failed and the
-	// protocol cancel request was sent instead. In [CancelModePool] with none
-	// of them set, pg_cancel_backend signalled the backend; in
-	// [CancelModeProtocol], the protocol cancel request was delivered.
+	// Closed reports that the connection was closed instead of kept;
+	// NotFound that the backend was gone, so nothing was signalled;
+	// FellBack that the protocol cancel request replaced the cancel pool's.
 	Closed   bool
 	NotFound bool
 	FellBack bool

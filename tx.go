@@ -9,10 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Isolation is a transaction isolation level. It is a closed set: the SQL it
-// stands for is chosen by pgtx, never taken from the caller. The zero value
-// is not a level: Transaction refuses it, so a forgotten field never silently
-// means something else.
+// Isolation is a transaction isolation level. The zero value is not one:
+// Transaction refuses it.
 type Isolation int
 
 // The isolation levels of PostgreSQL. READ UNCOMMITTED is absent: PostgreSQL
@@ -23,8 +21,7 @@ const (
 	Serializable
 )
 
-// String returns the SQL name of the level, or "Isolation(n)" for a value
-// that is not one.
+// String returns the SQL name of the level.
 func (i Isolation) String() string {
 	switch i {
 	case ReadCommitted:
@@ -40,8 +37,7 @@ func (i Isolation) String() string {
 func (i Isolation) valid() bool { return i >= ReadCommitted && i <= Serializable }
 
 // Options are the per-call settings of [TransactionWithOptions] and
-// [TransactionValue]. The zero value is valid: every field as configured on
-// the [Pool].
+// [TransactionValue]. The zero value keeps the [Pool]'s.
 type Options struct {
 	// Label names the call in traces and metrics (e.g. "transfer").
 	Label string
@@ -49,16 +45,13 @@ type Options struct {
 	// ReadOnly begins the transaction READ ONLY.
 	ReadOnly bool
 
-	// Deferrable begins the transaction DEFERRABLE. PostgreSQL gives it
-	// effect only for SERIALIZABLE READ ONLY transactions, which then wait
-	// for a safe snapshot and can never fail with 40001.
+	// Deferrable begins the transaction DEFERRABLE, which only SERIALIZABLE
+	// READ ONLY transactions heed.
 	Deferrable bool
 
 	// StatementTimeout, when positive, limits every statement of this
-	// transaction: it is set for the transaction only, in the write that
-	// carries BEGIN. 0 keeps the session's ([Config].StatementTimeout);
-	// negative: no statement timeout for this transaction
-	// (statement_timeout 0), except what the context's deadline carries.
+	// transaction. 0 keeps the session's ([Config].StatementTimeout);
+	// negative: none but what the context's deadline carries.
 	StatementTimeout time.Duration
 
 	// MaxRetries overrides [RetryConfig].MaxRetries for this call: 0 keeps
@@ -70,20 +63,13 @@ type Options struct {
 	MaxAdaptiveRetries int
 
 	// UnavailableTimeout overrides [RetryConfig].UnavailableTimeout for
-	// this call: 0 keeps the pool's, negative means an unavailable server
-	// is not retried.
+	// this call: 0 keeps the pool's, negative means no wait.
 	UnavailableTimeout time.Duration
 
 	// RetryUniqueViolations, under [Serializable], retries a unique
-	// violation (23505) or an exclusion violation (23P01) as a conflict.
-	// The PostgreSQL documentation (§13.5, "Serialization Failure
-	// Handling") notes that such an error can be a serialization failure
-	// in disguise: two transactions that each checked a key was free and
-	// then both inserted it. Retried, the loser sees the winner's row and
-	// takes its other path. It is off by default because a true duplicate
-	// then costs MaxRetries retries before it is returned: switch it on
-	// only for transactions that check before they insert. Ignored at
-	// other isolation levels.
+	// violation (23505) or an exclusion violation (23P01) as a conflict: set
+	// it only for transactions that check before they insert, since a true
+	// duplicate then costs MaxRetries retries. See docs/retries.md.
 	RetryUniqueViolations bool
 }
 
@@ -91,30 +77,24 @@ type Options struct {
 // commits it when fn returns nil. It is [TransactionWithOptions] with the
 // zero [Options].
 //
-// A serialization failure or a deadlock runs the whole transaction again
-// (BEGIN, fn, COMMIT), as does a connection lost before COMMIT, an
-// overload and a server restarting or failing over, within ctx's deadline
-// and the pool's [RetryConfig]; fn must therefore be safe to run more than
-// once ([AfterCommit], [Attempt]). A COMMIT whose answer was lost is
-// resolved by asking the server; when nothing can tell, the error matches
-// [ErrCommitUnknown]. When ctx ends, the running statement is cancelled on
-// the server and errors.Is(err, ctx.Err()) holds.
+// A conflict, a lost connection, an overload or a failover runs the whole
+// transaction again within ctx's deadline and the pool's [RetryConfig], so
+// fn must be safe to run more than once ([AfterCommit], [Attempt]). A
+// COMMIT whose answer was lost and cannot be resolved gives an error
+// matching [ErrCommitUnknown]. When ctx ends, the running statement is
+// cancelled on the server and errors.Is(err, ctx.Err()) holds.
 //
 // fn's [pgx.Tx] is of this attempt only. fn must not end the transaction
 // itself, keep rows open, or call Transaction on the same pool with its
-// ctx: each is an error matching [ErrInvalidArgument]. The guide
-// [retries] says what each rule means and why.
+// ctx: each is an error matching [ErrInvalidArgument]. See [retries].
 //
 // [retries]: https://github.com/pgtx-go/pgtx/blob/main/docs/retries.md
 func Transaction(ctx context.Context, pool *Pool, iso Isolation, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return TransactionWithOptions(ctx, pool, iso, Options{}, fn)
 }
 
-// TransactionWithOptions is [Transaction] with per-call [Options]: read-only
-// and deferrable transactions, a statement timeout for this transaction
-// only, retry caps, the retry of unique violations under SERIALIZABLE, and
-// a label. Bad input (an unknown isolation level, a nil pool, a nil fn) is
-// an error matching [ErrInvalidArgument] and sends nothing.
+// TransactionWithOptions is [Transaction] with per-call [Options]. Bad
+// input is an error matching [ErrInvalidArgument] and sends nothing.
 func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts Options, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if err := validateCall(ctx, pool, iso, fn); err != nil {
 		return err
@@ -152,8 +132,7 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts
 	return err
 }
 
-// retryPolicy returns the retry policy of a call with these options on a
-// pool whose policy is p: p itself, or a copy with the per-call overrides.
+// retryPolicy copies p only when the call overrides it.
 func (o Options) retryPolicy(p *RetryConfig) *RetryConfig {
 	if o.MaxAdaptiveRetries == 0 && o.UnavailableTimeout == 0 {
 		return p
@@ -169,8 +148,7 @@ func (o Options) retryPolicy(p *RetryConfig) *RetryConfig {
 }
 
 // TransactionValue is [TransactionWithOptions] for a fn that returns a
-// value: the value of the attempt that committed, or the zero value with
-// the error.
+// value: that of the attempt that committed.
 func TransactionValue[T any](ctx context.Context, pool *Pool, iso Isolation, opts Options, fn func(ctx context.Context, tx pgx.Tx) (T, error)) (T, error) {
 	var v, zero T
 	var inner func(context.Context, pgx.Tx) error
