@@ -54,31 +54,56 @@ func slowCancelPath(t *testing.T, ctx context.Context, mutate func(*pgtx.Config)
 // grace (2s of latency on the cancel pool's route only, a 1s grace); the
 // cancelled statement meanwhile ends by itself. The connection must not be
 // reused: the signal that arrives later would cancel the next borrower's
-// statement. The context ends once the statement is seen running, so a
-// slow machine cannot end it before anything was sent.
+// statement. The statement waits for a row lock the test holds: the
+// context ends once it waits, and the lock is released once the cancel is
+// sent, so it ends by itself whatever the machine's load.
 func TestUnconfirmedPoolCancelNeverReused(t *testing.T) {
 	ctx := testCtx(t)
 	pool, cancelProxy := slowCancelPath(t, ctx, func(c *pgtx.Config) {
 		c.MaxConns = 1
 		c.CancelGrace = time.Second
 	})
+	dsn := pool.Config().ConnString()
+	admin := directConn(t, dsn)
+	mustExec(t, ctx, admin, "create table hot (id int primary key, n int not null)")
+	mustExec(t, ctx, admin, "insert into hot values (1, 0)")
+	holder, err := admin.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustExec(t, ctx, holder.Conn(), "select * from hot where id = 1 for update")
 	before := pool.Stats()
 	cancelProxy.SetLatency(2 * time.Second)
 
-	const stmt = "select pg_sleep(0.5)" // ends by itself within the grace
+	const stmt = "update hot set n = n + 1 where id = 1"
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	running := make(chan error, 1)
-	go func() { running <- cancelWhenActive(ctx, pool.Config().ConnString(), stmt, cancel) }()
-	_, _ = pool.Exec(cctx, stmt)
-	if err := <-running; err != nil {
+	released := make(chan error, 1)
+	go func() {
+		if err := cancelWhenActive(ctx, dsn, stmt, cancel); err != nil {
+			released <- err
+			return
+		}
+		for pool.Stats().Cancels.SentCount == before.Cancels.SentCount {
+			select {
+			case <-ctx.Done():
+				released <- ctx.Err()
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+		released <- holder.Commit(ctx)
+	}()
+	_, _ = pool.Exec(cctx, stmt) // ends by itself, the lock released, within the grace
+	if err := <-released; err != nil {
 		t.Fatal(err)
 	}
 	assertNextBorrowerUntouched(t, ctx, pool, before)
 }
 
-// cancelWhenActive calls cancel once a backend of the database dsn names
-// runs sql; it returns an error if none does before ctx ends.
+// cancelWhenActive calls cancel once another backend of the database dsn
+// names runs sql (alone or in a string of statements); it returns an
+// error if none does before ctx ends.
 func cancelWhenActive(ctx context.Context, dsn, sql string, cancel context.CancelFunc) error {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dsn)
@@ -88,7 +113,7 @@ func cancelWhenActive(ctx context.Context, dsn, sql string, cancel context.Cance
 	defer conn.Close(context.WithoutCancel(ctx))
 	for {
 		var n int
-		err := conn.QueryRow(ctx, "select count(*) from pg_stat_activity where query = $1 and state = 'active' and datname = current_database()", sql).Scan(&n)
+		err := conn.QueryRow(ctx, "select count(*) from pg_stat_activity where strpos(query, $1) > 0 and state = 'active' and datname = current_database() and pid <> pg_backend_pid()", sql).Scan(&n)
 		if err != nil {
 			return fmt.Errorf("waiting for %q to run: %w", sql, err)
 		}
