@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
@@ -63,3 +64,20 @@ func sqlState(err error) string {
 
 // lostCommit is the error Transaction returns for a COMMIT lost with err.
 func lostCommit(err error) error { return commitUnknown(&errs.CommitUnknownError{Err: err}) }
+
+// TestCommitUnknownIsTheRootsError: a lost COMMIT's error reads as the
+// sentinel's text with COMMIT's error after it, matches ErrCommitUnknown
+// (the root's own value, not the internal one) and keeps COMMIT's error.
+func TestCommitUnknownIsTheRootsError(t *testing.T) {
+	cause := io.ErrUnexpectedEOF
+	err := lostCommit(cause)
+	if !errors.Is(err, ErrCommitUnknown) || !errors.Is(err, cause) {
+		t.Errorf("%v: matches ErrCommitUnknown %v, its cause %v; want both", err, errors.Is(err, ErrCommitUnknown), errors.Is(err, cause))
+	}
+	if want := ErrCommitUnknown.Error() + ": " + cause.Error(); err.Error() != want {
+		t.Errorf("text %q, want %q", err, want)
+	}
+	if other := errors.New("eof"); commitUnknown(other) != other {
+		t.Error("commitUnknown changed an error that is not a lost COMMIT's")
+	}
+}
