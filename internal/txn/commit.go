@@ -138,7 +138,7 @@ func commitOutcome(tag pgconn.CommandTag, err error) (classify.Class, error) {
 func (w *writer) commitReadingID(ctx context.Context) (pgconn.CommandTag, error) {
 	w.track.idRead = false
 	p := w.pgConn.StartPipeline(ctx)
-	if w.st != nil && w.st.Stmts.XidPrepared && w.track.capture == captureID {
+	if w.st != nil && w.st.XidPrepared && w.track.capture == captureID {
 		// Prepared once per connection (PREPARE pgtx_xid): no parse and
 		// plan per transaction.
 		p.SendQueryPrepared(executeXidNames[b2i(w.track.notify)], nil, nil, nil)

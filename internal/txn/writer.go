@@ -242,9 +242,6 @@ func (w *writer) firstBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults 
 
 // firstExec runs fn's first statement, with arguments, after BEGIN.
 func (w *writer) firstExec(ctx context.Context, sql string, args []any) (tag pgconn.CommandTag, err error) {
-	if c := w.lean(args); c != nil {
-		return w.leanExec(ctx, c, sql, args)
-	}
 	ctx, end := w.traceQuery(ctx, sql, args)
 	defer func() { end(tag, err) }()
 	b, skip := w.beginBatch(ctx, 1)
@@ -264,9 +261,6 @@ func (w *writer) firstExec(ctx context.Context, sql string, args []any) (tag pgc
 // firstQuery runs fn's first query after BEGIN. The batch is closed (the id
 // read) when fn closes the rows.
 func (w *writer) firstQuery(ctx context.Context, sql string, args []any) (pgx.Rows, error) {
-	if c := w.lean(args); c != nil {
-		return w.leanQuery(ctx, c, sql, args)
-	}
 	ctx, end := w.traceQuery(ctx, sql, args)
 	b, skip := w.beginBatch(ctx, 1)
 	b.Queue(sql, args...)
@@ -292,21 +286,6 @@ func (w *writer) firstQueryRow(ctx context.Context, sql string, args []any) pgx.
 		return errs.NewRows(err)
 	}
 	return firstRow{rows.(*firstRows)}
-}
-
-// lean returns the connection's statement cache when fn's first statement
-// with these arguments goes in one protocol batch (first_lean.go), or nil.
-func (w *writer) lean(args []any) *connstate.Stmts {
-	st := w.st
-	if st == nil || !st.Stmts.On {
-		return nil
-	}
-	if len(args) > 0 {
-		if _, ok := args[0].(pgx.QueryRewriter); ok {
-			return nil
-		}
-	}
-	return &st.Stmts
 }
 
 // queueID queues the read of the id after fn's statements.
