@@ -13,7 +13,7 @@ import (
 // Loop runs the attempts of one call until one succeeds or the policy ends
 // the call. Each attempt has released its connection (and rolled back)
 // before it returns, so the loop never sleeps holding a connection. A Loop
-// is built by value for each call, so that running it allocates nothing.
+// is built by value for each call.
 type Loop struct {
 	Policy Policy
 	// MaxRetries is the call's cap on conflict and lost-connection

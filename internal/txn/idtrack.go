@@ -49,8 +49,6 @@ func (x *idTracker) start(resolving bool, pgConn *pgconn.PgConn, st *connstate.S
 // even a transaction whose writes are not logged (temporary and unlogged
 // tables, a notification) has a record before its commit record. Where the
 // role may not write it ([resolve.Conn].Emit), they read NULL instead.
-// Its column is named with one letter, a name pgconn turns into a string
-// without allocating.
 const (
 	idSQL          = "select pg_current_xact_id_if_assigned()::text::int8 as pgtx_xid, "
 	idForcedSQL    = "select pg_current_xact_id()::text::int8 as pgtx_xid, "
@@ -113,7 +111,7 @@ func (x *idTracker) scan(sql string) {
 }
 
 // containsFold reports whether s contains the lower-case ASCII word w,
-// ignoring ASCII case, without allocating.
+// ignoring ASCII case.
 func containsFold(s, w string) bool {
 	for i := 0; i+len(w) <= len(s); i++ {
 		j := 0
