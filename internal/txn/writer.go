@@ -295,3 +295,20 @@ func (w *writer) queueID(b *pgx.Batch) {
 	}
 	b.Queue(w.track.readSQL()).QueryRow(w.track.scanRow)
 }
+
+// traceQuery reports fn's first statement to the connection's QueryTracer
+// as pgx reports every statement, and returns the function that reports
+// its end.
+func (w *writer) traceQuery(ctx context.Context, sql string, args []any) (context.Context, func(pgconn.CommandTag, error)) {
+	var tr pgx.QueryTracer
+	if w.st != nil {
+		tr = w.st.Tracer
+	}
+	if tr == nil {
+		return ctx, func(pgconn.CommandTag, error) {}
+	}
+	ctx = tr.TraceQueryStart(ctx, w.conn, pgx.TraceQueryStartData{SQL: sql, Args: args})
+	return ctx, func(tag pgconn.CommandTag, err error) {
+		tr.TraceQueryEnd(ctx, w.conn, pgx.TraceQueryEndData{CommandTag: tag, Err: err})
+	}
+}
