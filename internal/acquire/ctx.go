@@ -22,7 +22,7 @@ const (
 // the caller's (PrepareConn, BeforeAcquire, ShouldPing, an AcquireTracer),
 // handed it to code that may keep it or a context derived from it, and the
 // context package's own goroutine for such a derived context asks it for
-// its cause later (integration's TestPoolCloseAfterAcquiresThatConnected).
+// its cause later.
 // Such a context is marked shared ([MarkShared]) and left to the garbage
 // collector, its caller's context still in place.
 type acquireCtx struct {

@@ -7,9 +7,9 @@ import (
 )
 
 // InFlight is the set of attempts holding a connection: it records when
-// each started and its caller's context, in a slot it keeps until release,
-// so the oldest can be found without allocating per attempt, and it counts
-// the attempts released and their total hold time. Its zero value is empty and ready.
+// each started and its caller's context, in a slot it keeps until
+// release, so the oldest can be found, and it counts the attempts
+// released and their total hold time. Its zero value is empty and ready.
 // It is safe for concurrent use.
 type InFlight struct {
 	mu     sync.Mutex

@@ -116,8 +116,7 @@ func (q *Queue) Acquire(ctx context.Context, pool Pool, clk Clock) (conn *pgxpoo
 // passes, whichever comes first. When the caller's deadline comes no later
 // than the acquire timeout, ctx as it is bounds the wait, and its error is
 // the one to return. Otherwise the wait gets an acquireCtx, reused from one
-// acquire to the next: unlike a context.WithTimeout it costs no allocation
-// when ctx cannot be cancelled, and only context.AfterFunc's when it can.
+// acquire to the next instead of a context.WithTimeout made for each.
 func (q *Queue) bounded(ctx context.Context, pool Pool, now time.Time) (*pgxpool.Conn, error) {
 	timeout := q.bounds.Timeout
 	if timeout <= 0 {

@@ -1,5 +1,5 @@
 // Package connstate holds what pgtx keeps per connection of the main pool
 // (its cancel handler, what resolving its lost COMMITs needs, its query
-// tracer and the statements of its first writes), kept once in the
+// tracer and its prepared id reads), kept once in the
 // connection's CustomData and found again from the connection.
 package connstate

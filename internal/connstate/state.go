@@ -1,6 +1,8 @@
 package connstate
 
 import (
+	"errors"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx/internal/cancel"
@@ -22,8 +24,26 @@ type State struct {
 	// fn's first statement as pgx would show it: pgtx sends that one
 	// itself, with BEGIN.
 	Tracer pgx.QueryTracer
-	// Stmts are the statements of its first writes.
-	Stmts Stmts
+	// Named says that the connection's exec mode
+	// (QueryExecModeCacheStatement) prepares named statements on the
+	// server, and XidPrepared that the id reads are prepared on it
+	// (PREPARE pgtx_xid...), for the first statements sent in the simple
+	// protocol and for COMMIT's write.
+	Named       bool
+	XidPrepared bool
+}
+
+// SetMode records the connection's exec mode.
+func (s *State) SetMode(mode pgx.QueryExecMode) { s.Named = mode == pgx.QueryExecModeCacheStatement }
+
+// Forget notes a statement's error: a prepared statement that no longer
+// exists (26000, after a DEALLOCATE ALL or DISCARD ALL of fn's) means the
+// id reads are prepared no more.
+func (s *State) Forget(err error) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "26000" {
+		s.XidPrepared = false
+	}
 }
 
 // key is where a connection's state is kept in PgConn.CustomData.

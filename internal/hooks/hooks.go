@@ -105,7 +105,7 @@ func setUp(ctx context.Context, conn *pgx.Conn) error {
 	}
 	cc := conn.Config()
 	st.Tracer = cc.Tracer
-	st.Stmts.SetMode(cc.DefaultQueryExecMode)
+	st.SetMode(cc.DefaultQueryExecMode)
 	if err := st.Cancel.Capture(ctx, conn); err != nil {
 		return err
 	}

@@ -127,7 +127,7 @@ func ParseRun(v [][]byte) (run Run, flushed int64) {
 	return run, flushed
 }
 
-// ParseUint parses a decimal text value without allocating.
+// ParseUint parses a decimal text value, as the id reads return it.
 func ParseUint(b []byte) (uint64, bool) {
 	if len(b) == 0 || len(b) > 20 {
 		return 0, false

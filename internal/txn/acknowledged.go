@@ -7,5 +7,6 @@ import "github.com/pgtx-go/pgtx/internal/resolve"
 // false when it had none (it wrote nothing) or it was not read (the pool
 // does not resolve, or the server cannot be asked).
 func (t *Tx) Acknowledged() (resolve.ID, bool) {
-	return t.id, t.kind == Captured && t.id.Xid != 0
+	x := &t.w.track
+	return x.id, x.kind == Captured && x.id.Xid != 0
 }

@@ -16,15 +16,15 @@ func TestAcknowledged(t *testing.T) {
 		tx   *Tx
 		want bool
 	}{
-		{"captured, wrote", &Tx{kind: Captured, id: resolve.ID{Xid: 730, System: 9, Run: run}}, true},
-		{"captured, wrote nothing", &Tx{kind: Captured, id: resolve.ID{System: 9, Run: run}}, false},
-		{"the pool does not resolve", &Tx{kind: Plain}, false},
-		{"a server that cannot be asked", &Tx{kind: Uncaptured}, false},
+		{"captured, wrote", &Tx{w: writer{track: idTracker{kind: Captured, id: resolve.ID{Xid: 730, System: 9, Run: run}}}}, true},
+		{"captured, wrote nothing", &Tx{w: writer{track: idTracker{kind: Captured, id: resolve.ID{System: 9, Run: run}}}}, false},
+		{"the pool does not resolve", &Tx{w: writer{track: idTracker{kind: Plain}}}, false},
+		{"a server that cannot be asked", &Tx{w: writer{track: idTracker{kind: Uncaptured}}}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			id, ok := tt.tx.Acknowledged()
-			if ok != tt.want || (ok && id != tt.tx.id) {
+			if ok != tt.want || (ok && id != tt.tx.w.track.id) {
 				t.Errorf("Acknowledged = %+v, %v; want %v", id, ok, tt.want)
 			}
 		})

@@ -1,7 +1,7 @@
 package txn
 
 // levels are the SQL names of the isolation levels, numbered as
-// pgtx.Isolation's (the root's TestIsolationsMatch holds them together).
+// pgtx.Isolation's.
 var levels = [...]string{1: "READ COMMITTED", 2: "REPEATABLE READ", 3: "SERIALIZABLE"}
 
 // beginSQLs holds every BEGIN statement, indexed by isolation level,

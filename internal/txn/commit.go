@@ -34,12 +34,13 @@ type Releaser interface{ Release() }
 // none), whose slot the resolution's wait must not hold. (t's own Commit
 // method is fn's, which refuses.)
 func Commit(ctx context.Context, t *Tx, r Releaser) (classify.Class, error) {
-	if !t.begun {
+	w, x := &t.w, &t.w.track
+	if !w.begun {
 		return classify.None, nil // fn sent nothing: there is nothing to commit
 	}
-	pgConn := t.pgConn
+	pgConn := w.pgConn
 	status := pgConn.TxStatus()
-	send := t.plan(status, t.kind == InRecovery && status != 'E' && resolve.StillInRecovery(pgConn))
+	send := x.plan(w.begun, status, x.kind == InRecovery && status != 'E' && resolve.StillInRecovery(pgConn))
 	if send == sendRollback {
 		// A statement failed inside fn, which swallowed the error: COMMIT
 		// would only answer ROLLBACK.
@@ -55,11 +56,11 @@ func Commit(ctx context.Context, t *Tx, r Releaser) (classify.Class, error) {
 		cctx = ctx
 	}
 	nc := pgConn.Conn()
-	_ = nc.SetDeadline(deadlineAfter(t.s.CommitTimeout))
+	_ = nc.SetDeadline(deadlineAfter(w.s.CommitTimeout))
 	var tag pgconn.CommandTag
 	var err error
 	if send == sendCommitReadingID {
-		tag, err = t.commitReadingID(cctx)
+		tag, err = w.commitReadingID(cctx)
 	} else {
 		tag, err = execTag(cctx, pgConn, "commit")
 	}
@@ -78,7 +79,7 @@ func Commit(ctx context.Context, t *Tx, r Releaser) (classify.Class, error) {
 		return c, err
 	}
 	cu := err.(*errs.CommitUnknownError)
-	lost := t.lost()
+	lost := x.lost()
 	if r != nil && (lost == lostAskBackend || lost == lostResolve) {
 		r.Release() // the connection is dead: COMMIT lost its answer with it
 	}
@@ -86,26 +87,26 @@ func Commit(ctx context.Context, t *Tx, r Releaser) (classify.Class, error) {
 	case lostUnknown:
 		return c, err
 	case lostNotResolvable:
-		return notResolvable(t.s, pgConn, t.kind, cu)
+		return notResolvable(w.s, pgConn, x.kind, cu)
 	case lostAskBackend:
 		// COMMIT's write left, its id did not arrive. A backend that
 		// still runs the transaction tells its id; once COMMIT has ended
 		// it, nothing can.
-		if xid, ok := t.backendXid(ctx); ok {
-			t.id.Xid = xid
-			return resolveID(ctx, t.s, t.id, cu.Err)
+		if xid, ok := w.backendXid(ctx); ok {
+			x.id.Xid = xid
+			return resolveID(ctx, w.s, x.id, cu.Err)
 		}
-		t.s.Counters.CountUnknown(resolve.Unanswered)
+		w.s.Counters.CountUnknown(resolve.Unanswered)
 		cu.Why = "the connection was lost before the transaction's id arrived, and its backend no longer ran it"
 		return c, cu
 	case lostNotApplied:
 		// The transaction had no id when COMMIT was sent: it wrote
 		// nothing, and sent no notification (whose id is read assigned).
 		// Its COMMIT changed nothing; running it again is harmless.
-		t.s.Counters.NotApplied.Add(1)
+		w.s.Counters.NotApplied.Add(1)
 		return classify.ConnectionLost, cu.Err
 	}
-	return resolveID(ctx, t.s, t.id, cu.Err)
+	return resolveID(ctx, w.s, x.id, cu.Err)
 }
 
 // commitOutcome classifies COMMIT's answer (tag) or error: COMMIT → none;
@@ -133,16 +134,16 @@ func commitOutcome(tag pgconn.CommandTag, err error) (classify.Class, error) {
 }
 
 // commitReadingID sends [select id, Flush, COMMIT, Sync] and reads the id
-// into t as it arrives, before COMMIT's answer.
-func (t *Tx) commitReadingID(ctx context.Context) (pgconn.CommandTag, error) {
-	t.idRead = false
-	p := t.pgConn.StartPipeline(ctx)
-	if t.st != nil && t.st.Stmts.XidPrepared && t.capture == captureID {
+// as it arrives, before COMMIT's answer.
+func (w *writer) commitReadingID(ctx context.Context) (pgconn.CommandTag, error) {
+	w.track.idRead = false
+	p := w.pgConn.StartPipeline(ctx)
+	if w.st != nil && w.st.XidPrepared && w.track.capture == captureID {
 		// Prepared once per connection (PREPARE pgtx_xid): no parse and
 		// plan per transaction.
-		p.SendQueryPrepared(executeXidNames[b2i(t.notify)], nil, nil, nil)
+		p.SendQueryPrepared(executeXidNames[b2i(w.track.notify)], nil, nil, nil)
 	} else {
-		p.SendQueryParams(t.idReadSQL(), nil, nil, nil, nil)
+		p.SendQueryParams(w.track.readSQL(), nil, nil, nil, nil)
 	}
 	p.SendFlushRequest()
 	p.SendQueryParams("commit", nil, nil, nil, nil)
@@ -153,7 +154,7 @@ func (t *Tx) commitReadingID(ctx context.Context) (pgconn.CommandTag, error) {
 	}
 	res, err := p.GetResults()
 	if rr, ok := res.(*pgconn.ResultReader); ok && err == nil {
-		err = t.readID(rr)
+		err = w.track.readID(rr)
 	}
 	if err != nil {
 		// The id read failed: a server error skips COMMIT (up to Sync),
@@ -195,10 +196,10 @@ func notCommitted(err error) bool {
 // open) is discarded by Release. (t's own Rollback method is fn's, which
 // refuses.)
 func Rollback(ctx context.Context, t *Tx) {
-	if !t.begun {
+	if !t.w.begun {
 		return
 	}
-	rollbackConn(ctx, t.pgConn, t.s.RollbackTimeout)
+	rollbackConn(ctx, t.w.pgConn, t.w.s.RollbackTimeout)
 }
 
 // rollbackConn rolls back the transaction open on pgConn, if any.

@@ -75,7 +75,7 @@ func TestCommitOutcome(t *testing.T) {
 // TestNothingToEnd: a transaction whose BEGIN was never sent commits and
 // rolls back nothing, without touching its connection (it has none here).
 func TestNothingToEnd(t *testing.T) {
-	tx := &Tx{s: &Settings{}}
+	tx := &Tx{w: writer{s: &Settings{}}}
 	if c, err := Commit(context.Background(), tx, nil); c != classify.None || err != nil {
 		t.Errorf("Commit = %v, %v; want none, nil", c, err)
 	}

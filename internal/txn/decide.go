@@ -14,19 +14,19 @@ const (
 	sendCommitReadingID                      // [select id, Flush, COMMIT, Sync], uncancellable
 )
 
-// plan decides how t's transaction ends, given the connection's
+// plan decides how the transaction ends, given the connection's
 // transaction status and, for a transaction begun in recovery, whether
 // the server is still in recovery (a transaction that provably changes
 // nothing keeps the caller's deadline).
-func (t *Tx) plan(txStatus byte, stillInRecovery bool) sending {
+func (x *idTracker) plan(begun bool, txStatus byte, stillInRecovery bool) sending {
 	switch {
-	case !t.begun:
+	case !begun:
 		return sendNothing
 	case txStatus == 'E':
 		return sendRollback
-	case t.kind == Captured && t.idAtCommit():
+	case x.kind == Captured && x.idAtCommit():
 		return sendCommitReadingID
-	case (t.kind == Captured && t.writeFree()) || (t.kind == InRecovery && stillInRecovery):
+	case (x.kind == Captured && x.writeFree()) || (x.kind == InRecovery && stillInRecovery):
 		return sendCommitKeepingDeadline
 	}
 	return sendCommit
@@ -43,16 +43,16 @@ const (
 	lostResolve                         // its id is known: ask the server what became of it
 )
 
-// lost decides what t's lost COMMIT answer leads to.
-func (t *Tx) lost() lostAnswer {
+// lost decides what the lost COMMIT answer leads to.
+func (x *idTracker) lost() lostAnswer {
 	switch {
-	case t.kind == Plain:
+	case x.kind == Plain:
 		return lostUnknown
-	case t.kind != Captured:
+	case x.kind != Captured:
 		return lostNotResolvable
-	case !t.idRead:
+	case !x.idRead:
 		return lostAskBackend
-	case t.idNull:
+	case x.idNull:
 		return lostNotApplied
 	}
 	return lostResolve
@@ -61,13 +61,13 @@ func (t *Tx) lost() lostAnswer {
 // writeFree reports that the transaction provably has no id at COMMIT:
 // every statement read it after itself, it was NULL, and no notification
 // was sent.
-func (t *Tx) writeFree() bool {
-	return t.idRead && t.idNull && !t.stale && !t.notify
+func (x *idTracker) writeFree() bool {
+	return x.idRead && x.idNull && !x.stale && !x.notify
 }
 
 // idAtCommit reports that COMMIT's write must read the id: the first write
 // did not read it, or read none and statements since may have given it one,
 // or the transaction may have sent a notification.
-func (t *Tx) idAtCommit() bool {
-	return t.notify || !t.idRead || (t.idNull && t.stale)
+func (x *idTracker) idAtCommit() bool {
+	return x.notify || !x.idRead || (x.idNull && x.stale)
 }

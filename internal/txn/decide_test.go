@@ -15,8 +15,8 @@ var (
 	notifiedNil = idFacts{idRead: true, idNull: true, notify: true}
 )
 
-func (f idFacts) tx(begun bool, kind Kind) *Tx {
-	return &Tx{begun: begun, kind: kind, idRead: f.idRead, idNull: f.idNull, stale: f.stale, notify: f.notify}
+func (f idFacts) tracker(kind Kind) *idTracker {
+	return &idTracker{kind: kind, idRead: f.idRead, idNull: f.idNull, stale: f.stale, notify: f.notify}
 }
 
 // TestIDAtCommit: when COMMIT's write must read the id, and when the
@@ -37,7 +37,7 @@ func TestIDAtCommit(t *testing.T) {
 		{"no id, a notification", notifiedNil, true, false},
 	}
 	for _, tt := range tests {
-		tx := tt.f.tx(true, Captured)
+		tx := tt.f.tracker(Captured)
 		if got := tx.idAtCommit(); got != tt.want {
 			t.Errorf("%s: idAtCommit = %v, want %v", tt.name, got, tt.want)
 		}
@@ -79,7 +79,7 @@ func TestPlan(t *testing.T) {
 		{"in recovery no more", true, 'T', InRecovery, idUnread, false, sendCommit},
 	}
 	for _, tt := range tests {
-		if got := tt.f.tx(tt.begun, tt.kind).plan(tt.status, tt.recovering); got != tt.want {
+		if got := tt.f.tracker(tt.kind).plan(tt.begun, tt.status, tt.recovering); got != tt.want {
 			t.Errorf("%s: plan = %d, want %d", tt.name, got, tt.want)
 		}
 	}
@@ -104,7 +104,7 @@ func TestLost(t *testing.T) {
 		{"id read assigned with a notification", Captured, notified, lostResolve},
 	}
 	for _, tt := range tests {
-		if got := tt.f.tx(true, tt.kind).lost(); got != tt.want {
+		if got := tt.f.tracker(tt.kind).lost(); got != tt.want {
 			t.Errorf("%s: lost = %d, want %d", tt.name, got, tt.want)
 		}
 	}

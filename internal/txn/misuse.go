@@ -46,7 +46,8 @@ func misuse(ended string, fnErr error) error {
 // transaction open and are not seen. A connection still reading fn's
 // rows has not read BEGIN's status yet, so it ended nothing that is known.
 func (t *Tx) endedBySQL() bool {
-	return t.begun && t.beginErr == nil && !t.pgConn.IsClosed() && !t.pgConn.IsBusy() && t.pgConn.TxStatus() == 'I'
+	w := &t.w
+	return w.begun && w.beginErr == nil && !w.pgConn.IsClosed() && !w.pgConn.IsBusy() && w.pgConn.TxStatus() == 'I'
 }
 
 // endedError is the error of a call whose fn ended the transaction with a
@@ -74,7 +75,7 @@ const errRowsOpen = "fn returned with rows still open: close every pgx.Rows (row
 // Rollback, or rows still open (the connection is busy reading them). The
 // error matches ErrInvalidArgument.
 func (t *Tx) Check() error {
-	return leftBehind(t.endedBySQL(), t.ended, t.pgConn.IsBusy())
+	return leftBehind(t.endedBySQL(), t.ended, t.w.pgConn.IsBusy())
 }
 
 // leftBehind is Check's decision: a transaction a statement ended, the fn

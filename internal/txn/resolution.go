@@ -51,17 +51,17 @@ func notResolvable(s *Settings, pgConn *pgconn.PgConn, kind Kind, cu *errs.Commi
 	return classify.Ambiguous, cu
 }
 
-// backendXid finds the id of t's transaction from its backend, on a
+// backendXid finds the id of the transaction from its backend, on a
 // connection that reaches its backend directly, within half the
 // ResolveTimeout.
-func (t *Tx) backendXid(ctx context.Context) (uint64, bool) {
-	if t.capture != captureID || t.st == nil || t.st.Res.BackendStart == 0 {
+func (w *writer) backendXid(ctx context.Context) (uint64, bool) {
+	if w.track.capture != captureID || w.st == nil || w.st.Res.BackendStart == 0 {
 		return 0, false
 	}
-	s := t.s
+	s := w.s
 	bctx, cancel := context.WithTimeout(uncancellable(ctx), s.ResolveTimeout/2)
 	defer cancel()
-	return s.Resolver.BackendXid(bctx, t.pgConn.PID(), t.st.Res.BackendStart, func(ctx context.Context) error {
+	return s.Resolver.BackendXid(bctx, w.pgConn.PID(), w.st.Res.BackendStart, func(ctx context.Context) error {
 		return s.Clock.Sleep(ctx, resolve.Poll)
 	})
 }

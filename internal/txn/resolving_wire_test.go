@@ -104,8 +104,8 @@ func commitLost(sql string) fakepg.Answer {
 }
 
 // TestResolvingOverTheWire: in a resolving pool, each way a first write
-// goes (the simple protocol, pgx's batch, the lean batch of the caching
-// modes, the id read prepared in SQL) reads the transaction's id with fn's
+// goes (the simple protocol, pgx's batch in each exec mode, the id read
+// prepared in SQL) reads the transaction's id with fn's
 // statements, and behind a pooler the server's run with it; writes pgtx
 // does not see make COMMIT's write read it. A COMMIT whose answer is lost
 // is then decided by the id read: the resolver asked about that id and run
@@ -158,10 +158,10 @@ func TestResolvingOverTheWire(t *testing.T) {
 		{name: "pgx's batch behind a pooler: the run read with the id", mode: pgx.QueryExecModeExec, pooler: true,
 			fn: writeArgs, other: commitLost, xids: []any{742}, status: "committed",
 			want: classify.None, wantErr: isNil, wantAsked: []uint64{742}},
-		{name: "lean batch, named statements", mode: pgx.QueryExecModeCacheStatement, fn: writeArgs,
+		{name: "pgx's batch, named statements", mode: pgx.QueryExecModeCacheStatement, fn: writeArgs,
 			other: commitLost, xids: []any{742}, status: "committed",
 			want: classify.None, wantErr: isNil, wantAsked: []uint64{742}},
-		{name: "lean batch, described statements, behind a pooler", mode: pgx.QueryExecModeCacheDescribe, pooler: true,
+		{name: "pgx's batch, described statements, behind a pooler", mode: pgx.QueryExecModeCacheDescribe, pooler: true,
 			fn: writeArgs, other: commitLost, xids: []any{742}, status: "aborted",
 			want: classify.ConnectionLost, wantErr: notUnknown, wantAsked: []uint64{742}},
 		{name: "the id read prepared in SQL", mode: pgx.QueryExecModeCacheStatement, fn: write,
@@ -205,7 +205,7 @@ func TestResolvingOverTheWire(t *testing.T) {
 			if tt.pooler {
 				st.Res.Run = resolve.Run{} // captured per transaction, with its id
 			}
-			st.Stmts.SetMode(tt.mode)
+			st.SetMode(tt.mode)
 			if err := PrepareReads(ctx, conn, st); err != nil {
 				t.Fatal(err)
 			}

@@ -19,8 +19,8 @@ func (s *savepoint) open(sql string) error {
 	if s.t.closed.Load() {
 		return pgx.ErrTxClosed
 	}
-	s.t.scan(sql)
-	s.t.after()
+	s.t.w.track.scan(sql)
+	s.t.w.track.after()
 	return nil
 }
 
@@ -66,7 +66,7 @@ func (s *savepoint) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 		return pgx.FailedBatchResults(b, err)
 	}
 	for _, qq := range b.QueuedQueries {
-		s.t.scan(qq.SQL)
+		s.t.w.track.scan(qq.SQL)
 	}
 	return s.Tx.SendBatch(ctx, b)
 }

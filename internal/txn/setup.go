@@ -44,14 +44,14 @@ func SetUp(ctx context.Context, conn *pgx.Conn, s *Settings) error {
 // leaves the session alive leaves them unprepared (the reads go inline);
 // any other failure is the connection's.
 func PrepareReads(ctx context.Context, conn *pgx.Conn, st *connstate.State) error {
-	if !st.Res.Capable || !st.Res.Direct || !st.Stmts.Named {
+	if !st.Res.Capable || !st.Res.Direct || !st.Named {
 		return nil
 	}
 	err := conn.PgConn().Exec(ctx, prepareXidSQL(st.Res.Emit)).Close()
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
-		st.Stmts.XidPrepared = true
+		st.XidPrepared = true
 	case errors.As(err, &pgErr) && !classify.EndsSession(pgErr) && !conn.IsClosed():
 		// Left unprepared: the reads go inline.
 	default:

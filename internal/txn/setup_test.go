@@ -68,7 +68,7 @@ func TestSetUpOnce(t *testing.T) {
 			}}
 			conn := srv.Connect(t, tt.mode)
 			st := connstate.Attach(conn.PgConn())
-			st.Stmts.SetMode(tt.mode)
+			st.SetMode(tt.mode)
 			told := 0
 			s := &Settings{Resolving: tt.resolving, Captured: func(system int64, run resolve.Run) {
 				told++
@@ -97,9 +97,9 @@ func TestSetUpOnce(t *testing.T) {
 					t.Errorf("SetUp %d sent %q, want %q", i+1, sent, want)
 				}
 			}
-			if st.Res.Asked != tt.resolving || st.Res.Capable != tt.resolving || st.Res.Direct != tt.direct || st.Stmts.XidPrepared != tt.prepared {
+			if st.Res.Asked != tt.resolving || st.Res.Capable != tt.resolving || st.Res.Direct != tt.direct || st.XidPrepared != tt.prepared {
 				t.Errorf("state %+v, reads prepared %v; want asked and capable %v, direct %v, prepared %v",
-					st.Res, st.Stmts.XidPrepared, tt.resolving, tt.direct, tt.prepared)
+					st.Res, st.XidPrepared, tt.resolving, tt.direct, tt.prepared)
 			}
 			if told != tt.told {
 				t.Errorf("Captured told %d times, want %d", told, tt.told)

@@ -70,8 +70,8 @@ func TestTracking(t *testing.T) {
 		{"a notification", captureID, true, true, false, true, false},
 	}
 	for _, tt := range tests {
-		tx := &Tx{capture: tt.capture, idRead: tt.idRead, idNull: tt.idNull, stale: tt.stale, notify: tt.notify}
-		if got := tx.tracking(); got != tt.want {
+		x := &idTracker{capture: tt.capture, idRead: tt.idRead, idNull: tt.idNull, stale: tt.stale, notify: tt.notify}
+		if got := x.tracking(); got != tt.want {
 			t.Errorf("%s: tracking = %v, want %v", tt.name, got, tt.want)
 		}
 	}
@@ -92,11 +92,11 @@ func TestAfterAndScan(t *testing.T) {
 		{"a notification", true, false, "select pg_notify('c', 'x')", false, true},
 	}
 	for _, tt := range tests {
-		tx := &Tx{idRead: tt.idRead, idNull: tt.idNull}
-		tx.scan(tt.sql)
-		tx.after()
-		if tx.stale != tt.stale || tx.notify != tt.notified {
-			t.Errorf("%s: stale %v notify %v, want %v %v", tt.name, tx.stale, tx.notify, tt.stale, tt.notified)
+		x := &idTracker{idRead: tt.idRead, idNull: tt.idNull}
+		x.scan(tt.sql)
+		x.after()
+		if x.stale != tt.stale || x.notify != tt.notified {
+			t.Errorf("%s: stale %v notify %v, want %v %v", tt.name, x.stale, x.notify, tt.stale, tt.notified)
 		}
 	}
 }
