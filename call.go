@@ -48,6 +48,7 @@ func (p *Pool) txnSettings() txn.Settings {
 		Resolver:           p.resolver,
 		Clock:              p.clock,
 		Counters:           &p.resolved,
+		ErrInvalidArgument: ErrInvalidArgument,
 	}
 	if w := p.acked; w != nil {
 		s.Captured = func(system int64, run resolve.Run) { w.Seen(system, run, time.Now()) }

@@ -29,7 +29,7 @@ var ErrAcquireTimeout = errors.New("pgtx: timed out waiting for a pool connectio
 // its own). Such a call is not retried, and Transaction commits nothing:
 // only a COMMIT statement fn ran itself has committed what came before it
 // (see [Transaction]).
-var ErrInvalidArgument = errs.ErrInvalidArgument
+var ErrInvalidArgument = errors.New("pgtx: invalid argument")
 
 var errNonRetryableMarker = errs.ErrNonRetryable
 
@@ -94,7 +94,12 @@ func (e *acquireTimeoutError) Is(target error) bool {
 // withContextErr makes err match ctx.Err() when ctx has ended.
 func withContextErr(ctx context.Context, err error) error { return errs.WithContext(ctx, err) }
 
-type invalidArgError = errs.InvalidArgError
+// invalidArgError is a bad-input error of the root's: it matches
+// ErrInvalidArgument and says so first.
+type invalidArgError struct{ Msg string }
+
+func (e *invalidArgError) Error() string        { return ErrInvalidArgument.Error() + ": " + e.Msg }
+func (e *invalidArgError) Is(target error) bool { return target == ErrInvalidArgument }
 
 // nestedError refuses a Transaction inside one of the same pool, which
 // would commit on its own even when the outer one is retried.

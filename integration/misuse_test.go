@@ -370,3 +370,21 @@ func TestConnectionLostInsideFnIsNotAnUnknownCommit(t *testing.T) {
 		t.Errorf("rows = %d, want 1", n)
 	}
 }
+
+// TestRefusalInsideFnMatchesTheSentinel: the error fn gets from its own
+// tx.Commit or tx.Rollback, before Transaction sees anything, matches
+// pgtx.ErrInvalidArgument, the root's sentinel.
+func TestRefusalInsideFnMatchesTheSentinel(t *testing.T) {
+	ctx := testCtx(t)
+	pool := newPool(t, newDB(t), nil)
+	for _, end := range []func(pgx.Tx, context.Context) error{pgx.Tx.Commit, pgx.Tx.Rollback} {
+		var refused error
+		_ = pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+			refused = end(tx, ctx)
+			return nil
+		})
+		if !errors.Is(refused, pgtx.ErrInvalidArgument) {
+			t.Errorf("fn's own Commit or Rollback: %v, want an error matching pgtx.ErrInvalidArgument", refused)
+		}
+	}
+}

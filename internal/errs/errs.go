@@ -36,17 +36,23 @@ func (e *CommitUnknownError) Is(target error) bool {
 	return target == ErrCommitUnknown
 }
 
-// InvalidArgError is a bad-input error that matches [ErrInvalidArgument]; its
-// message is Msg after "pgtx: invalid argument: ", so a log says what
-// errors.Is does.
-type InvalidArgError struct{ Msg string }
+// InvalidArgError is a bad-input error that matches [ErrInvalidArgument],
+// and Sentinel when set (the root's pgtx.ErrInvalidArgument); its message
+// is Msg after "pgtx: invalid argument: ", so a log says what errors.Is
+// does.
+type InvalidArgError struct {
+	Msg      string
+	Sentinel error
+}
 
-func (e *InvalidArgError) Error() string        { return ErrInvalidArgument.Error() + ": " + e.Msg }
-func (e *InvalidArgError) Is(target error) bool { return target == ErrInvalidArgument }
+func (e *InvalidArgError) Error() string { return ErrInvalidArgument.Error() + ": " + e.Msg }
+func (e *InvalidArgError) Is(target error) bool {
+	return target == ErrInvalidArgument || e.Sentinel != nil && target == e.Sentinel
+}
 
 // MisuseError is a misuse error that also carries the error fn returned
 // (FnErr). It is never retried, whatever fn's error is: it matches
-// [ErrNonRetryable] as well as [ErrInvalidArgument].
+// [ErrNonRetryable] as well as what its InvalidArgError matches.
 type MisuseError struct {
 	*InvalidArgError
 	FnErr error
@@ -54,7 +60,7 @@ type MisuseError struct {
 
 func (e *MisuseError) Unwrap() error { return e.FnErr }
 func (e *MisuseError) Is(target error) bool {
-	return target == ErrInvalidArgument || target == ErrNonRetryable
+	return e.InvalidArgError.Is(target) || target == ErrNonRetryable
 }
 
 // ContextError joins the caller's context error (CtxErr) to the error

@@ -22,9 +22,23 @@ func (t *Tx) refuse(method string) error {
 	if t.endedBySQL() {
 		// A statement of fn's ended the transaction before: saying that
 		// nothing was committed would be false.
-		return endedError(nil)
+		return t.matching(endedError(nil))
 	}
-	return misuse(t.ended, nil)
+	return t.matching(misuse(t.ended, nil))
+}
+
+// matching makes err, a misuse error, match the root's sentinel too.
+func (t *Tx) matching(err error) error {
+	if t.w.s == nil {
+		return err
+	}
+	switch e := err.(type) {
+	case *errs.InvalidArgError:
+		e.Sentinel = t.w.s.ErrInvalidArgument
+	case *errs.MisuseError:
+		e.Sentinel = t.w.s.ErrInvalidArgument
+	}
+	return err
 }
 
 // misuse is the error of a call whose fn called Commit or Rollback (the
@@ -75,7 +89,7 @@ const errRowsOpen = "fn returned with rows still open: close every pgx.Rows (row
 // Rollback, or rows still open (the connection is busy reading them). The
 // error matches ErrInvalidArgument.
 func (t *Tx) Check() error {
-	return leftBehind(t.endedBySQL(), t.ended, t.w.pgConn.IsBusy())
+	return t.matching(leftBehind(t.endedBySQL(), t.ended, t.w.pgConn.IsBusy()))
 }
 
 // leftBehind is Check's decision: a transaction a statement ended, the fn
@@ -100,9 +114,9 @@ func leftBehind(endedBySQL bool, ended string, busy bool) error {
 func (t *Tx) CheckFailed(fnErr error) error {
 	switch {
 	case t.endedBySQL():
-		return endedError(fnErr)
+		return t.matching(endedError(fnErr))
 	case t.ended != "":
-		return misuse(t.ended, fnErr)
+		return t.matching(misuse(t.ended, fnErr))
 	}
 	return nil
 }
