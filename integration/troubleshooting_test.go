@@ -210,18 +210,7 @@ func troubleshootingScenarios() []scenario {
 				// A role allowed no connection: the server refuses each
 				// with 53300, too many connections.
 				dsn := newDB(t)
-				role := "pgtx_full_" + strings.ToLower(dbName(t, dsn))
-				admin := directConn(t, dsn)
-				mustExec(t, ctx, admin, "create role "+role+" login connection limit 0")
-				t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "drop role if exists "+role) })
-				cfg, err := pgx.ParseConfig(dsn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				roleDSN := strings.Replace(dsn, "://"+cfg.User+"@", "://"+role+"@", 1)
-				if !strings.Contains(roleDSN, role) {
-					t.Fatalf("no user in %s", dsn)
-				}
+				_, roleDSN := testRole(t, ctx, directConn(t, dsn), dsn, "full", "connection limit 0")
 				pool := newPool(t, roleDSN, nil)
 				return pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, noop)
 			}},
