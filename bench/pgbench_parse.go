@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -75,10 +76,21 @@ func parsePgbenchSummary(out string, maxTries int) (pgbenchRun, error) {
 		}
 	}
 	if !seen[tpsPrefix] {
-		return pgbenchRun{}, missingLine(tpsPrefix+"X"+tpsSuffix, r.Processed, seen)
+		err := missingLine(tpsPrefix+"X"+tpsSuffix, r.Processed, seen)
+		if r.Processed == 0 {
+			// pgbench prints no tps when nothing was processed: the
+			// counts so far are returned with the error, for a caller
+			// that knows the run ended normally.
+			return r, errors.Join(errNothingProcessed, err)
+		}
+		return pgbenchRun{}, err
 	}
 	return r, nil
 }
+
+// errNothingProcessed is matched by the error of a summary of a run in which
+// no transaction ended (and which therefore has no tps line).
+var errNothingProcessed = errors.New("pgbench: no transaction was processed")
 
 // missingLine is the error of a summary without the line that starts with
 // prefix. pgbench 16 and later stop the summary before the failure lines

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"runtime"
 	"strconv"
 	"strings"
@@ -115,9 +116,14 @@ func TestParsePgbenchSummaryMissingLine(t *testing.T) {
 }
 
 func TestParsePgbenchSummaryAborted(t *testing.T) {
-	_, err := parsePgbenchSummary(summaryAborted, 11)
+	r, err := parsePgbenchSummary(summaryAborted, 11)
 	if err == nil || !strings.Contains(err.Error(), "tps =") || !strings.Contains(err.Error(), "no transaction was processed") {
 		t.Errorf("err = %v, want one naming the tps line and saying nothing was processed", err)
+	}
+	// runPgbench takes such a run, when pgbench exited normally, as a tps
+	// of 0: the error says so, and the counts come with it.
+	if !errors.Is(err, errNothingProcessed) || r.Processed != 0 || r.Failed != 0 || r.TPS != 0 {
+		t.Errorf("got %+v, %v; want the zero counts and an error matching errNothingProcessed", r, err)
 	}
 }
 
