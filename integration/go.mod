@@ -58,6 +58,7 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/pgtx-go/pgtx/pgtxsql v0.3.0
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
@@ -89,3 +90,5 @@ replace (
 	github.com/pgtx-go/pgtx/pgtxprom => ../pgtxprom
 	github.com/pgtx-go/pgtx/pgtxtest => ../pgtxtest
 )
+
+replace github.com/pgtx-go/pgtx/pgtxsql => ../pgtxsql

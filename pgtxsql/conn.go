@@ -1,0 +1,239 @@
+package pgtxsql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// conn is a connection of the *sql.DB. It takes a connection of the pool
+// for its first plain statement or transaction of its own, and keeps it, so
+// that a *sql.Conn is one session, until database/sql closes it; a
+// transaction of Transaction's runs on the attempt's connection instead.
+type conn struct {
+	c  *connector
+	pc *pgxpool.Conn
+	tx *tx // the transaction open on it, if any
+}
+
+// querier is what a statement runs on: the pool's connection, or a
+// transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+var errBusy = errors.New("pgtxsql: a transaction is already open on this connection")
+
+// target is where a statement goes: the open transaction, or the
+// connection of the pool, taken now if need be.
+func (c *conn) target(ctx context.Context) (querier, *binding, error) {
+	if c.tx != nil {
+		return c.tx.q, c.tx.b, nil
+	}
+	if err := c.take(ctx); err != nil {
+		return nil, nil, err
+	}
+	return c.pc, nil, nil
+}
+
+// take acquires the connection of the pool, within the pool's
+// AcquireTimeout. A connection a cancel destroyed is bad: database/sql then
+// runs a plain statement on another, since nothing was sent.
+func (c *conn) take(ctx context.Context) error {
+	if c.pc != nil {
+		if c.pc.Conn().IsClosed() {
+			return driver.ErrBadConn
+		}
+		return nil
+	}
+	actx := ctx
+	if t := c.c.acquireTimeout; t > 0 {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	pc, err := c.c.pool.Pgxpool().Acquire(actx)
+	if err != nil {
+		return withContextErr(ctx, err)
+	}
+	c.pc = pc
+	return nil
+}
+
+// Prepare implements [driver.Conn].
+func (c *conn) Prepare(query string) (driver.Stmt, error) {
+	return &stmt{c: c, query: query}, nil
+}
+
+// PrepareContext implements [driver.ConnPrepareContext]. The statement is
+// prepared by pgx's statement cache when it first runs.
+func (c *conn) PrepareContext(_ context.Context, query string) (driver.Stmt, error) {
+	return &stmt{c: c, query: query}, nil
+}
+
+// Close implements [driver.Conn]: the pool's connection goes back to it.
+// An own transaction still open there is rolled back by the pool.
+func (c *conn) Close() error {
+	if c.pc != nil {
+		c.pc.Release()
+		c.pc = nil
+	}
+	return nil
+}
+
+// Begin implements [driver.Conn].
+func (c *conn) Begin() (driver.Tx, error) {
+	return c.BeginTx(context.Background(), driver.TxOptions{})
+}
+
+// BeginTx implements [driver.ConnBeginTx]. With the context of an attempt
+// of Transaction or Run, it returns the attempt's transaction, and sends
+// nothing: BEGIN goes with the first statement. Otherwise it begins a
+// transaction of its own, which runs once.
+func (c *conn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	if c.tx != nil {
+		return nil, errBusy
+	}
+	if b := bindingOf(ctx); b != nil {
+		if err := b.begin(opts); err != nil {
+			return nil, err
+		}
+		c.tx = &tx{c: c, q: b.tx, b: b}
+		return c.tx, nil
+	}
+	txOpts, err := pgxTxOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.take(ctx); err != nil {
+		return nil, err
+	}
+	ptx, err := c.pc.BeginTx(ctx, txOpts)
+	if err != nil {
+		return nil, withContextErr(ctx, err)
+	}
+	c.tx = &tx{c: c, q: ptx, own: ptx, ctx: ctx}
+	return c.tx, nil
+}
+
+// pgxTxOptions is BeginTx's options for pgx, as pgx's stdlib maps them.
+func pgxTxOptions(opts driver.TxOptions) (pgx.TxOptions, error) {
+	var o pgx.TxOptions
+	switch sql.IsolationLevel(opts.Isolation) {
+	case sql.LevelDefault:
+	case sql.LevelReadUncommitted:
+		o.IsoLevel = pgx.ReadUncommitted
+	case sql.LevelReadCommitted:
+		o.IsoLevel = pgx.ReadCommitted
+	case sql.LevelRepeatableRead, sql.LevelSnapshot:
+		o.IsoLevel = pgx.RepeatableRead
+	case sql.LevelSerializable:
+		o.IsoLevel = pgx.Serializable
+	default:
+		return o, invalidArg("pgtxsql: PostgreSQL has no isolation level " + sql.IsolationLevel(opts.Isolation).String())
+	}
+	if opts.ReadOnly {
+		o.AccessMode = pgx.ReadOnly
+	}
+	return o, nil
+}
+
+// ExecContext implements [driver.ExecerContext].
+func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	q, _, err := c.target(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tag, err := q.Exec(ctx, query, values(args)...)
+	if err != nil {
+		return nil, withContextErr(ctx, err)
+	}
+	return driver.RowsAffected(tag.RowsAffected()), nil
+}
+
+// QueryContext implements [driver.QueryerContext]. The first row is read
+// now, as pgx's stdlib does, so that an error of the statement's is the
+// query's.
+func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	q, b, err := c.target(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := q.Query(ctx, query, values(args)...)
+	if err != nil {
+		return nil, withContextErr(ctx, err)
+	}
+	more := r.Next()
+	if err := r.Err(); err != nil {
+		r.Close()
+		return nil, withContextErr(ctx, err)
+	}
+	return newRows(ctx, r, more, b), nil
+}
+
+// Ping implements [driver.Pinger].
+func (c *conn) Ping(ctx context.Context) error {
+	if c.pc != nil {
+		return withContextErr(ctx, c.pc.Ping(ctx))
+	}
+	return c.c.pool.Ping(ctx)
+}
+
+// ResetSession implements [driver.SessionResetter]: a connection a cancel
+// destroyed is not used again.
+func (c *conn) ResetSession(context.Context) error {
+	if !c.IsValid() {
+		return driver.ErrBadConn
+	}
+	return nil
+}
+
+// IsValid implements [driver.Validator].
+func (c *conn) IsValid() bool { return c.pc == nil || !c.pc.Conn().IsClosed() }
+
+// CheckNamedValue implements [driver.NamedValueChecker]: pgx takes every
+// value, [driver.Valuer] and [sql.Scanner] types among them, as pgx's
+// stdlib says.
+func (c *conn) CheckNamedValue(*driver.NamedValue) error { return nil }
+
+func values(args []driver.NamedValue) []any {
+	if len(args) == 0 {
+		return nil
+	}
+	vs := make([]any, len(args))
+	for i, a := range args {
+		vs[i] = a.Value
+	}
+	return vs
+}
+
+// stmt is a prepared statement: its text, run on its connection.
+type stmt struct {
+	c     *conn
+	query string
+}
+
+func (s *stmt) Close() error  { return nil }
+func (s *stmt) NumInput() int { return -1 }
+
+func (s *stmt) Exec([]driver.Value) (driver.Result, error) {
+	return nil, errors.New("pgtxsql: Stmt.Exec is not used by database/sql")
+}
+
+func (s *stmt) Query([]driver.Value) (driver.Rows, error) {
+	return nil, errors.New("pgtxsql: Stmt.Query is not used by database/sql")
+}
+
+func (s *stmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	return s.c.ExecContext(ctx, s.query, args)
+}
+
+func (s *stmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	return s.c.QueryContext(ctx, s.query, args)
+}
