@@ -68,9 +68,9 @@ func connectorOf(db *sql.DB) *connector {
 // connector makes the *sql.DB's connections, which take a connection of
 // pool only when a statement needs one.
 type connector struct {
-	pool           *pgtx.Pool
-	owned          bool // Open made pool: closing the *sql.DB closes it
-	drv            *sqlDriver
+	pool  *pgtx.Pool
+	owned bool // Open made pool: closing the *sql.DB closes it
+	drv   *sqlDriver
 	// pgtx.Config's AcquireTimeout, CommitTimeout and RollbackTimeout, as
 	// the pool resolves them (0: none).
 	acquireTimeout, commitTimeout, rollbackTimeout time.Duration
