@@ -6,6 +6,7 @@ require (
 	github.com/exaring/otelpgx v0.13.0
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/jmoiron/sqlx v1.4.0
 	github.com/pgtx-go/pgtx v0.3.0
 	github.com/pgtx-go/pgtx/examples v0.0.0
 	github.com/pgtx-go/pgtx/pgtxotel v0.3.0
@@ -17,6 +18,13 @@ require (
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
+	gorm.io/gorm v1.31.2
+)
+
+require (
+	github.com/jinzhu/inflection v1.0.0 // indirect
+	github.com/jinzhu/now v1.1.5 // indirect
+	gorm.io/driver/postgres v1.6.3 // indirect
 )
 
 require (
@@ -58,7 +66,9 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/pgtx-go/pgtx/pgtxgorm v0.3.0
 	github.com/pgtx-go/pgtx/pgtxsql v0.3.0
+	github.com/pgtx-go/pgtx/pgtxsqlx v0.3.0
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
@@ -92,3 +102,7 @@ replace (
 )
 
 replace github.com/pgtx-go/pgtx/pgtxsql => ../pgtxsql
+
+replace github.com/pgtx-go/pgtx/pgtxsqlx => ../pgtxsqlx
+
+replace github.com/pgtx-go/pgtx/pgtxgorm => ../pgtxgorm

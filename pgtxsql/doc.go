@@ -6,30 +6,33 @@
 // function in a transaction of that *sql.DB with the contract of
 // [pgtx.Transaction]:
 //
-//		err := pgtxsql.Transaction(ctx, db, pgtx.Serializable, func(ctx context.Context, tx *sql.Tx) error {
-//			_, err := tx.ExecContext(ctx, "update accounts set balance = balance - $1 where id = $2", 10, 1)
-//			return err
-//		})
+//	err := pgtxsql.Transaction(ctx, db, pgtx.Serializable, func(ctx context.Context, tx *sql.Tx) error {
+//		_, err := tx.ExecContext(ctx, "update accounts set balance = balance - $1 where id = $2", 10, 1)
+//		return err
+//	})
 //
-//	  - A conflict (40001, 40P01), a connection lost before COMMIT, an
-//	    overload and a server restarting or failing over run the whole
-//	    transaction again, within the context's deadline and the pool's
-//	    [pgtx.RetryConfig].
-//	  - When ctx ends, the running statement is cancelled on the server and
-//	    the connection is kept, never closed as database/sql closes a
-//	    connection whose transaction's context ended; it is not used again
-//	    until the cancel is confirmed finished.
-//	  - A COMMIT whose answer was lost is resolved by asking the server: a nil
-//	    error always means committed, and when nothing could know, the error
-//	    matches [pgtx.ErrCommitUnknown].
-//	  - The deadline goes to the server with BEGIN, which travels with the
-//	    transaction's first statement: a one-statement transaction costs two
-//	    round trips, where database/sql's own costs three.
+// What a call guarantees:
+//
+//   - A conflict (40001, 40P01), a connection lost before COMMIT, an
+//     overload and a server restarting or failing over run the whole
+//     transaction again, within the context's deadline and the pool's
+//     [pgtx.RetryConfig].
+//   - When ctx ends, the running statement is cancelled on the server and
+//     the connection is kept, never closed as database/sql closes a
+//     connection whose transaction's context ended; it is not used again
+//     until the cancel is confirmed finished.
+//   - A COMMIT whose answer was lost is resolved by asking the server: a nil
+//     error always means committed, and when nothing could know, the error
+//     matches [pgtx.ErrCommitUnknown].
+//   - The deadline goes to the server with BEGIN, which travels with the
+//     transaction's first statement: a one-statement transaction costs two
+//     round trips, where database/sql's own costs three.
 //
 // [Run] is Transaction for a library that begins its transactions itself
-// (sqlx's BeginTxx, GORM's Begin, Bun's BeginTx, ent's Tx): within fn, the
-// first BeginTx on the *sql.DB with fn's context returns the attempt's
-// transaction. The modules pgtxsqlx and pgtxgorm build on it.
+// (sqlx's BeginTxx, GORM's Begin, Bun's BeginTx, ent's Client.Tx): its
+// begin function's BeginTx on the *sql.DB, with the context Run gives it,
+// returns the attempt's transaction. The modules pgtxsqlx and pgtxgorm
+// build on it.
 //
 // A transaction begun with db.BeginTx outside Transaction and Run runs once,
 // as database/sql's own; its statements and the plain ones are still

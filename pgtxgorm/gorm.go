@@ -1,0 +1,74 @@
+package pgtxgorm
+
+import (
+	"context"
+
+	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/pgtxsql"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// Dialector is GORM's PostgreSQL dialector over [pgtxsql.OpenDB] of pool:
+// gorm.Open(pgtxgorm.Dialector(pool), &gorm.Config{...}). Closing the
+// *gorm.DB's *sql.DB does not close pool.
+func Dialector(pool *pgtx.Pool) gorm.Dialector {
+	return postgres.New(postgres.Config{Conn: pgtxsql.OpenDB(pool)})
+}
+
+// Open opens a [pgtx.Pool] for connString and a *gorm.DB over it with
+// GORM's options opts; closing the *gorm.DB's *sql.DB closes the pool.
+func Open(ctx context.Context, connString string, opts ...gorm.Option) (*gorm.DB, error) {
+	sqlDB, err := pgtxsql.Open(ctx, connString)
+	if err != nil {
+		return nil, err
+	}
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), opts...)
+	if err != nil {
+		_ = sqlDB.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// Transaction runs fn in a transaction of db and commits it when fn
+// returns nil, with the contract of [pgtx.Transaction] and
+// [pgtxsql.Transaction]. fn's tx is a session of db on the attempt's
+// transaction, with the attempt's context ([pgtx.Attempt] and
+// [pgtx.AfterCommit] take tx.Statement.Context). db's connections must be
+// those of [Open] or [Dialector]. It is [TransactionWithOptions] with the
+// zero [pgtx.Options].
+//
+// fn must not call tx.Commit or tx.Rollback, nor return with rows open:
+// each is an error matching [pgtx.ErrInvalidArgument], and nothing is
+// committed.
+func Transaction(ctx context.Context, db *gorm.DB, iso pgtx.Isolation, fn func(tx *gorm.DB) error) error {
+	return TransactionWithOptions(ctx, db, iso, pgtx.Options{}, fn)
+}
+
+// TransactionWithOptions is [Transaction] with per-call options, as
+// [pgtx.TransactionWithOptions].
+func TransactionWithOptions(ctx context.Context, db *gorm.DB, iso pgtx.Isolation, opts pgtx.Options, fn func(tx *gorm.DB) error) error {
+	if db == nil {
+		return errNilDB
+	}
+	if fn == nil {
+		return errNilFn
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return invalidArg("pgtxgorm: db has no *sql.DB of its own (" + err.Error() + "): pass the *gorm.DB of Open or Dialector, not a transaction's")
+	}
+	return pgtxsql.Run(ctx, sqlDB, iso, opts,
+		func(ctx context.Context) (session, error) {
+			tx := db.WithContext(ctx).Begin()
+			return session{tx}, tx.Error
+		},
+		func(_ context.Context, s session) error { return fn(s.DB) })
+}
+
+// session is GORM's transaction as pgtxsql.Run ends it.
+type session struct{ *gorm.DB }
+
+// Rollback ends the session's transaction for GORM.
+func (s session) Rollback() error { return s.DB.Rollback().Error }
