@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx"
 )
 
 // conn is a connection of the *sql.DB. It takes a connection of the pool
@@ -44,7 +45,10 @@ func (c *conn) target(ctx context.Context) (querier, *binding, error) {
 
 // take acquires the connection of the pool, within the pool's
 // AcquireTimeout. A connection a cancel destroyed is bad: database/sql then
-// runs a plain statement on another, since nothing was sent.
+// runs a plain statement on another, since nothing was sent. While no
+// connection can be made to a server that may come back, it waits for the
+// server as the pool's own statements do (within ctx's deadline or the
+// pool's UnavailableTimeout), since nothing was sent either.
 func (c *conn) take(ctx context.Context) error {
 	if c.pc != nil {
 		if c.pc.Conn().IsClosed() {
@@ -52,18 +56,26 @@ func (c *conn) take(ctx context.Context) error {
 		}
 		return nil
 	}
-	actx := ctx
-	if t := c.c.acquireTimeout; t > 0 {
-		var cancel context.CancelFunc
-		actx, cancel = context.WithTimeout(ctx, t)
-		defer cancel()
+	pc, err := c.acquire(ctx)
+	if err != nil && pgtx.Classify(err) == pgtx.ClassUnavailable && ctx.Err() == nil {
+		if _, werr := c.c.pool.Exec(ctx, "select 1"); werr == nil {
+			pc, err = c.acquire(ctx)
+		}
 	}
-	pc, err := c.c.pool.Pgxpool().Acquire(actx)
 	if err != nil {
 		return withContextErr(ctx, err)
 	}
 	c.pc = pc
 	return nil
+}
+
+func (c *conn) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	if t := c.c.acquireTimeout; t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	return c.c.pool.Pgxpool().Acquire(ctx)
 }
 
 // Prepare implements [driver.Conn].
