@@ -33,7 +33,7 @@ func TestDeadlineGoesToTheServer(t *testing.T) {
 	gsql, _ := gdb.DB()
 	t.Cleanup(func() { gsql.Close() })
 
-	const deadline = 3 * time.Second // under the session's 5s, which a deadline never raises
+	const deadline = 3 * time.Second                                           // under the session's 5s, which a deadline never raises
 	show := "select setting from pg_settings where name = 'statement_timeout'" // milliseconds
 	runs := []struct {
 		name string
