@@ -316,7 +316,7 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 		t.Errorf("the run injected %d kinds of fault and committed %d transfers: it proves nothing",
 			len(in.injected), tally.outcomes["committed"])
 	}
-	checkChaosAPIs(t, tally, sqlAPIs)
+	checkChaosAPIs(t, calls[:during], sqlAPIs, dur)
 	if dur >= 5*time.Second && (in.injected["server restart"] != 1 || in.injected["crash restart"] != 2) {
 		t.Errorf("the server restarted %d times and crashed %d times, want once and twice",
 			in.injected["server restart"], in.injected["crash restart"])
