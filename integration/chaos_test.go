@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
@@ -57,6 +58,7 @@ const (
 // chaosCall is one transfer, as asked for and as reported.
 type chaosCall struct {
 	id       string
+	api      string // the API that ran it: chaosAPI.name
 	from, to int32
 	amount   int64
 	outcome  chaosOutcome
@@ -81,6 +83,10 @@ type chaosCall struct {
 // the resolution of ambiguous COMMITs off (ResolveTimeout -1) and on, and on
 // four hot accounts where the contention manager limits the transfers; with
 // the resolution on, no resolution may be wrong.
+//
+// In the same runs, four more workers make the same transfers through
+// database/sql (chaos_sql_test.go): pgtxsql.Transaction, pgtxsqlx's and
+// pgtxgorm's, on *sql.DBs over the same pool, checked by the same audit.
 //
 // -chaos.dur sets the length of each run, -chaos.seed the seed.
 func TestChaosBank(t *testing.T) {
@@ -167,11 +173,19 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	in := newChaosInjector(t, srv, proxy, direct, seed)
-	results := make([][]chaosCall, chaosWorkers)
+	// chaosWorkers workers on pgx's API, then one on each API of the
+	// database/sql variant (chaos_sql_test.go), all on the same pool.
+	pgxAPI := chaosPgxAPI(pool)
+	sqlAPIs := chaosSQLAPIs(t, pool)
+	var workerAPIs []chaosAPI
+	for _, api := range append([]chaosAPI{pgxAPI}, sqlAPIs...) {
+		workerAPIs = append(workerAPIs, slices.Repeat([]chaosAPI{api}, api.workers)...)
+	}
+	results := make([][]chaosCall, len(workerAPIs))
 	var wg sync.WaitGroup
 	wg.Go(func() { in.run(ctx, runCtx, dur, stop) })
-	for w := range chaosWorkers {
-		wg.Go(func() { results[w] = chaosWorker(ctx, runCtx, pool, w, seed, bank) })
+	for w, api := range workerAPIs {
+		wg.Go(func() { results[w] = chaosWorker(ctx, runCtx, api, w, seed, bank) })
 	}
 	var plain []plainCall
 	wg.Go(func() { plain = chaosPlainWorker(ctx, runCtx, pool) })
@@ -200,14 +214,21 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 		calls = append(calls, r...)
 	}
 	during := len(calls)
-	for i := range chaosAfterCalls {
-		from, to := int32(i)%bank.accounts+1, int32(i+1)%bank.accounts+1
-		c := chaosTransfer(ctx, pool, pgtx.Serializable, fmt.Sprintf("after-%d", i), from, to, 1)
-		if c.outcome != chaosCommitted && c.outcome != chaosDeclined {
-			t.Errorf("after the faults, transfer %s failed (fn ran %d times): %v", c.id, c.runs, c.err)
+	after := func(api chaosAPI, prefix string, n int) {
+		for i := range n {
+			from, to := int32(i)%bank.accounts+1, int32(i+1)%bank.accounts+1
+			c := chaosTransfer(ctx, api, pgtx.Serializable, fmt.Sprintf("%s-%d", prefix, i), from, to, 1)
+			if c.outcome != chaosCommitted && c.outcome != chaosDeclined {
+				t.Errorf("after the faults, transfer %s (%s) failed (fn ran %d times): %v", c.id, c.api, c.runs, c.err)
+			}
+			calls = append(calls, c)
 		}
-		calls = append(calls, c)
 	}
+	after(pgxAPI, "after", chaosAfterCalls)
+	for _, api := range sqlAPIs {
+		after(api, "after-"+api.name, chaosSQLAfterCalls)
+	}
+	checkChaosSQLDBs(t, sqlAPIs)
 
 	tally := verifyChaosBank(t, direct, calls, bank.accounts)
 	plainOK, plainFailed := verifyChaosAudit(t, direct, plain)
@@ -232,6 +253,7 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 	}
 	t.Logf("call latency: p50 %v, p99 %v, max %v", tally.quantile(0.5).Round(time.Microsecond),
 		tally.quantile(0.99).Round(time.Microsecond), tally.quantile(1).Round(time.Microsecond))
+	logChaosAPIs(t, tally)
 	t.Logf("ambiguous COMMITs reported: %d (%d in the ledger, %d not)", tally.unknownApplied+tally.unknownAbsent,
 		tally.unknownApplied, tally.unknownAbsent)
 	if tally.unknownSafe > 0 {
@@ -294,6 +316,7 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 		t.Errorf("the run injected %d kinds of fault and committed %d transfers: it proves nothing",
 			len(in.injected), tally.outcomes["committed"])
 	}
+	checkChaosAPIs(t, calls[:during], sqlAPIs, dur)
 	if dur >= 5*time.Second && (in.injected["server restart"] != 1 || in.injected["crash restart"] != 2) {
 		t.Errorf("the server restarted %d times and crashed %d times, want once and twice",
 			in.injected["server restart"], in.injected["crash restart"])
@@ -317,12 +340,22 @@ func setupChaosBank(t *testing.T, ctx context.Context, dsn string, accounts int3
 	}
 }
 
-// chaosWorker makes transfers between random accounts until runCtx ends,
-// each call with its own deadline under ctx (so the last call finishes
-// rather than being cut short), and returns every call's outcome. Even
-// workers use SERIALIZABLE, odd ones READ COMMITTED, unless the bank is hot:
-// then all of them use SERIALIZABLE.
-func chaosWorker(ctx, runCtx context.Context, pool *pgtx.Pool, w int, seed uint64, bank chaosBank) []chaosCall {
+// chaosAPI runs transfers through one API's Transaction.
+type chaosAPI struct {
+	name    string
+	workers int // how many workers of a run use it
+	// transfer runs c's transfer in one Transaction call with iso, counting
+	// fn's runs in c.runs, and returns the call's error.
+	transfer func(ctx context.Context, iso pgtx.Isolation, c *chaosCall) error
+	db       *sql.DB // the API's *sql.DB; nil for pgx's
+}
+
+// chaosWorker makes transfers between random accounts through api until
+// runCtx ends, each call with its own deadline under ctx (so the last call
+// finishes rather than being cut short), and returns every call's outcome.
+// Even workers use SERIALIZABLE, odd ones READ COMMITTED, unless the bank is
+// hot: then all of them use SERIALIZABLE.
+func chaosWorker(ctx, runCtx context.Context, api chaosAPI, w int, seed uint64, bank chaosBank) []chaosCall {
 	rng := rand.New(rand.NewPCG(seed, uint64(w)+1))
 	iso := pgtx.ReadCommitted
 	if w%2 == 0 || bank.hot {
@@ -335,48 +368,20 @@ func chaosWorker(ctx, runCtx context.Context, pool *pgtx.Pool, w int, seed uint6
 		if to >= from {
 			to++
 		}
-		calls = append(calls, chaosTransfer(ctx, pool, iso, fmt.Sprintf("w%d-%d", w, n), from, to, 1+rng.Int64N(chaosMaxAmount)))
+		calls = append(calls, chaosTransfer(ctx, api, iso, fmt.Sprintf("w%d-%d", w, n), from, to, 1+rng.Int64N(chaosMaxAmount)))
 	}
 	return calls
 }
 
 // chaosTransfer moves amount from one account to another in one
-// Transaction call and records the transfer in the ledger under id. Both
-// rows are locked in id order, so READ COMMITTED transfers cannot deadlock;
-// a transfer the balance does not cover is declined with fn's own error.
-func chaosTransfer(ctx context.Context, pool *pgtx.Pool, iso pgtx.Isolation, id string, from, to int32, amount int64) chaosCall {
-	c := chaosCall{id: id, from: from, to: to, amount: amount}
+// Transaction call of api and records the transfer in the ledger under id,
+// within chaosCallTimeout.
+func chaosTransfer(ctx context.Context, api chaosAPI, iso pgtx.Isolation, id string, from, to int32, amount int64) chaosCall {
+	c := chaosCall{id: id, api: api.name, from: from, to: to, amount: amount}
 	cctx, cancel := context.WithTimeout(ctx, chaosCallTimeout)
 	defer cancel()
 	start := time.Now()
-	c.err = pgtx.TransactionWithOptions(cctx, pool, iso, pgtx.Options{Label: "transfer"}, func(ctx context.Context, tx pgx.Tx) error {
-		c.runs++
-		rows, _ := tx.Query(ctx, "select id, balance from accounts where id = any($1) order by id for update", []int32{from, to})
-		var (
-			acct    int32
-			balance int64
-			covered bool
-		)
-		if _, err := pgx.ForEachRow(rows, []any{&acct, &balance}, func() error {
-			if acct == from {
-				covered = balance >= amount
-			}
-			return nil
-		}); err != nil {
-			return err
-		}
-		if !covered {
-			return errChaosInsufficientFunds
-		}
-		if _, err := tx.Exec(ctx, "update accounts set balance = balance - $2 where id = $1", from, amount); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, "update accounts set balance = balance + $2 where id = $1", to, amount); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "insert into ledger (transfer_id, src, dst, amount) values ($1, $2, $3, $4)", id, from, to, amount)
-		return err
-	})
+	c.err = api.transfer(cctx, iso, &c)
 	c.took = time.Since(start)
 	switch {
 	case c.err == nil:
@@ -389,6 +394,43 @@ func chaosTransfer(ctx context.Context, pool *pgtx.Pool, iso pgtx.Isolation, id 
 		c.outcome = chaosFailed
 	}
 	return c
+}
+
+// chaosPgxAPI runs transfers through pgtx.Transaction on pool. Both rows
+// are locked in id order, so READ COMMITTED transfers cannot deadlock; a
+// transfer the balance does not cover is declined with fn's own error.
+func chaosPgxAPI(pool *pgtx.Pool) chaosAPI {
+	return chaosAPI{name: "pgx", workers: chaosWorkers, transfer: func(ctx context.Context, iso pgtx.Isolation, c *chaosCall) error {
+		from, to, amount, id := c.from, c.to, c.amount, c.id
+		return pgtx.TransactionWithOptions(ctx, pool, iso, pgtx.Options{Label: "transfer"}, func(ctx context.Context, tx pgx.Tx) error {
+			c.runs++
+			rows, _ := tx.Query(ctx, "select id, balance from accounts where id = any($1) order by id for update", []int32{from, to})
+			var (
+				acct    int32
+				balance int64
+				covered bool
+			)
+			if _, err := pgx.ForEachRow(rows, []any{&acct, &balance}, func() error {
+				if acct == from {
+					covered = balance >= amount
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
+			if !covered {
+				return errChaosInsufficientFunds
+			}
+			if _, err := tx.Exec(ctx, "update accounts set balance = balance - $2 where id = $1", from, amount); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "update accounts set balance = balance + $2 where id = $1", to, amount); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "insert into ledger (transfer_id, src, dst, amount) values ($1, $2, $3, $4)", id, from, to, amount)
+			return err
+		})
+	}}
 }
 
 // chaosTally is what the checks counted.
@@ -405,6 +447,9 @@ type chaosTally struct {
 	// have applied them twice.
 	unknownSafe int
 	took        []time.Duration // every call's wall time, sorted
+	// apis counts the calls of each API (chaosCall.api), by outcome as
+	// outcomes does, and "rerun" for calls that ran fn more than once.
+	apis map[string]map[string]int
 }
 
 // verifyChaosBank checks the server's ledger and balances, read over a
@@ -469,7 +514,7 @@ func verifyChaosBank(t *testing.T, dsn string, calls []chaosCall, accounts int32
 	}
 
 	// Every call's report agrees with the ledger.
-	tally := chaosTally{outcomes: make(map[string]int), samples: make(map[string]error)}
+	tally := chaosTally{outcomes: make(map[string]int), samples: make(map[string]error), apis: make(map[string]map[string]int)}
 	made := make(map[string]bool, len(calls))
 	for _, c := range calls {
 		if made[c.id] {
@@ -478,8 +523,14 @@ func verifyChaosBank(t *testing.T, dsn string, calls []chaosCall, accounts int32
 		made[c.id] = true
 		tally.runs += c.runs
 		tally.took = append(tally.took, c.took)
+		if tally.apis[c.api] == nil {
+			tally.apis[c.api] = make(map[string]int)
+		}
+		api := tally.apis[c.api]
+		api["calls"]++
 		if c.runs > 1 {
 			tally.rerun++
+			api["rerun"]++
 		}
 		e, present := ledger[c.id]
 		if present && e != (entry{c.from, c.to, c.amount}) {
@@ -488,17 +539,20 @@ func verifyChaosBank(t *testing.T, dsn string, calls []chaosCall, accounts int32
 		switch c.outcome {
 		case chaosCommitted:
 			tally.outcomes["committed"]++
+			api["committed"]++
 			if !present {
 				tally.wrong++
-				t.Errorf("LOST: transfer %s was reported committed (fn ran %d times) but is not in the ledger", c.id, c.runs)
+				t.Errorf("LOST: transfer %s (%s) was reported committed (fn ran %d times) but is not in the ledger", c.id, c.api, c.runs)
 			}
 		case chaosUnknown:
 			tally.outcomes["commit unknown"]++
+			api["commit unknown"]++
 			if len(tally.unknownSamples) < 4 {
 				tally.unknownSamples = append(tally.unknownSamples, c.err)
 			}
 			if present {
 				tally.unknownApplied++
+				api["commit unknown (applied)"]++
 				if pgconn.SafeToRetry(c.err) {
 					tally.unknownSafe++
 				}
@@ -507,13 +561,15 @@ func verifyChaosBank(t *testing.T, dsn string, calls []chaosCall, accounts int32
 			}
 		case chaosDeclined:
 			tally.outcomes["insufficient funds"]++
+			api["insufficient funds"]++
 			if present {
 				tally.wrong++
-				t.Errorf("PHANTOM: transfer %s was declined but is in the ledger", c.id)
+				t.Errorf("PHANTOM: transfer %s (%s) was declined but is in the ledger", c.id, c.api)
 			}
 		case chaosFailed:
 			kind := chaosFailureKind(c.err)
 			tally.outcomes["failed: "+kind]++
+			api["failed"]++
 			if tally.samples[kind] == nil {
 				tally.samples[kind] = c.err
 			}
@@ -523,7 +579,7 @@ func verifyChaosBank(t *testing.T, dsn string, calls []chaosCall, accounts int32
 				if sqlState(c.err) == "23505" {
 					hint = " (23505: fn ran again after a COMMIT that had applied)"
 				}
-				t.Errorf("PHANTOM: transfer %s failed (%s, fn ran %d times) but is in the ledger%s: %v", c.id, kind, c.runs, hint, c.err)
+				t.Errorf("PHANTOM: transfer %s (%s) failed (%s, fn ran %d times) but is in the ledger%s: %v", c.id, c.api, kind, c.runs, hint, c.err)
 			}
 		}
 	}
