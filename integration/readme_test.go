@@ -212,6 +212,15 @@ func readmeGuards(ctx context.Context, pool *pgtx.Pool, item string, sendReceipt
 	return order, err
 }
 
+func readmeSQL(ctx context.Context, pool *pgtx.Pool, amount, id int64) error {
+	db := pgtxsql.OpenDB(pool) // a *sql.DB; pgtxsqlx.OpenDB and pgtxgorm.Dialector for sqlx and GORM
+	err := pgtxsql.Transaction(ctx, db, pgtx.Serializable, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "update accounts set balance = balance - $1 where id = $2", amount, id)
+		return err
+	})
+	return errors.Join(err, db.Close())
+}
+
 // docs/database-sql.md: database/sql, sqlx and GORM over one pool.
 
 func sqlOpen(ctx context.Context, amount, id int64) error {
@@ -424,7 +433,7 @@ func TestTransferIsSafeToRerun(t *testing.T) {
 
 // The README's snippets are used, so the compiler checks every one of them.
 var _ = []any{readmeIntro, readmeOpen, readmeBackpressure, readmeDefaults, readmeObservability, readmeReplica, readmeBulkheads, readmeMigrate,
-	readmeAdopt, readmeGuards, readmeTestingMigrations, lostCommitsTracer, lostCommitsXid, sqlOpen}
+	readmeAdopt, readmeGuards, readmeTestingMigrations, lostCommitsTracer, lostCommitsXid, sqlOpen, readmeSQL}
 
 // TestReadmeCodeBlocks checks that every Go code block of README.md and of
 // the guides in docs/ compiles: a whole program (package main) is one of the
