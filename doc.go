@@ -30,8 +30,9 @@
 // Around it: the contention manager for hot rows, a circuit breaker,
 // [Pool.Stats], the commits a failover lost, and tracer interfaces
 // ([TransactionTracer] and the optional ones). The sub-packages replica,
-// bulkhead, storm, tracers and pgtxslog, and the modules pgtxotel, pgtxprom
-// and pgtxtest, build on this package's API.
+// bulkhead, storm, tracers and pgtxslog, and the modules pgtxotel,
+// pgtxprom, pgtxtest, pgtxsql (database/sql, Bun, ent), pgtxsqlx (sqlx)
+// and pgtxgorm (GORM), build on this package's API.
 //
 // # Guides
 //
@@ -39,7 +40,7 @@
 // [retries], [overload], [hot rows], [cancellation], [ambiguous commits],
 // [lost commits], [configuration], [poolers],
 // [replicas, breakers and bulkheads], [observability], [testing],
-// [migrating] and [troubleshooting].
+// [database/sql and ORMs], [migrating] and [troubleshooting].
 //
 // [retries]: https://github.com/pgtx-go/pgtx/blob/main/docs/retries.md
 // [overload]: https://github.com/pgtx-go/pgtx/blob/main/docs/overload.md
@@ -52,6 +53,7 @@
 // [replicas, breakers and bulkheads]: https://github.com/pgtx-go/pgtx/blob/main/docs/replicas-breakers-bulkheads.md
 // [observability]: https://github.com/pgtx-go/pgtx/blob/main/docs/observability.md
 // [testing]: https://github.com/pgtx-go/pgtx/blob/main/docs/testing.md
+// [database/sql and ORMs]: https://github.com/pgtx-go/pgtx/blob/main/docs/database-sql.md
 // [migrating]: https://github.com/pgtx-go/pgtx/blob/main/docs/migrating.md
 // [troubleshooting]: https://github.com/pgtx-go/pgtx/blob/main/docs/troubleshooting.md
 package pgtx

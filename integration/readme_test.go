@@ -9,6 +9,7 @@ package integration_test
 import (
 	"bufio"
 	"context"
+	"database/sql"
 	"errors"
 	"log/slog"
 	"os"
@@ -20,17 +21,22 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jmoiron/sqlx"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/bulkhead"
 	"github.com/pgtx-go/pgtx/examples/repository/db"
 	"github.com/pgtx-go/pgtx/failover"
+	"github.com/pgtx-go/pgtx/pgtxgorm"
 	"github.com/pgtx-go/pgtx/pgtxotel"
 	"github.com/pgtx-go/pgtx/pgtxprom"
 	"github.com/pgtx-go/pgtx/pgtxslog"
+	"github.com/pgtx-go/pgtx/pgtxsql"
+	"github.com/pgtx-go/pgtx/pgtxsqlx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
 	"github.com/pgtx-go/pgtx/replica"
 	"github.com/pgtx-go/pgtx/tracers"
 	"github.com/prometheus/client_golang/prometheus"
+	"gorm.io/gorm"
 )
 
 func readmeIntro(ctx context.Context, pool *pgtx.Pool, amount, id int64) error {
@@ -206,6 +212,87 @@ func readmeGuards(ctx context.Context, pool *pgtx.Pool, item string, sendReceipt
 	return order, err
 }
 
+func readmeSQL(ctx context.Context, pool *pgtx.Pool, amount, id int64) error {
+	db := pgtxsql.OpenDB(pool) // a *sql.DB; pgtxsqlx.OpenDB and pgtxgorm.Dialector for sqlx and GORM
+	err := pgtxsql.Transaction(ctx, db, pgtx.Serializable, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "update accounts set balance = balance - $1 where id = $2", amount, id)
+		return err
+	})
+	return errors.Join(err, db.Close())
+}
+
+// docs/database-sql.md: database/sql, sqlx and GORM over one pool.
+
+func sqlOpen(ctx context.Context, amount, id int64) error {
+	pool, err := pgtx.New(ctx, os.Getenv("DATABASE_URL")) // or pgtx.NewWithConfig, for settings and tracers
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+
+	db := pgtxsql.OpenDB(pool) // a *sql.DB; closing it leaves the pool open
+	defer db.Close()
+	dbx := pgtxsqlx.OpenDB(pool) // a *sqlx.DB, with PostgreSQL's $1 placeholders
+	defer dbx.Close()
+	gdb, err := gorm.Open(pgtxgorm.Dialector(pool), &gorm.Config{}) // GORM's PostgreSQL dialect
+	if err != nil {
+		return err
+	}
+	sqlDB, err := gdb.DB()
+	if err != nil {
+		return err
+	}
+	defer sqlDB.Close()
+	return errors.Join(sqlTransaction(ctx, db, amount, id), sqlxTransaction(ctx, dbx, amount, id),
+		gormTransaction(ctx, gdb, amount, id, func(int64) {}), sqlRun(ctx, db))
+}
+
+func sqlTransaction(ctx context.Context, db *sql.DB, amount, id int64) error {
+	err := pgtxsql.Transaction(ctx, db, pgtx.Serializable, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, "update accounts set balance = balance - $1 where id = $2", amount, id)
+		return err
+	})
+	return err
+}
+
+func sqlxTransaction(ctx context.Context, dbx *sqlx.DB, amount, id int64) error {
+	err := pgtxsqlx.Transaction(ctx, dbx, pgtx.Serializable, func(ctx context.Context, tx *sqlx.Tx) error {
+		var balance int64
+		if err := tx.GetContext(ctx, &balance, "select balance from accounts where id = $1", id); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, "update accounts set balance = $1 where id = $2", balance-amount, id)
+		return err
+	})
+	return err
+}
+
+// Account is the GORM model of accounts.
+type Account struct {
+	ID      int64
+	Balance int64
+}
+
+func gormTransaction(ctx context.Context, gdb *gorm.DB, amount, id int64, notify func(int64)) error {
+	err := pgtxgorm.TransactionWithOptions(ctx, gdb, pgtx.Serializable, pgtx.Options{Label: "withdraw"}, func(tx *gorm.DB) error {
+		if err := tx.Model(&Account{}).Where("id = ?", id).Update("balance", gorm.Expr("balance - ?", amount)).Error; err != nil {
+			return err
+		}
+		return pgtx.AfterCommit(tx.Statement.Context, func(context.Context) { notify(id) })
+	})
+	return err
+}
+
+func sqlRun(ctx context.Context, db *sql.DB) error {
+	err := pgtxsql.Run(ctx, db, pgtx.Serializable, pgtx.Options{},
+		func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, nil) },
+		func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "insert into audit (what) values ($1)", "login")
+			return err
+		})
+	return err
+}
+
 // The README's section on pgtxtest: the tests are examples/testing/bank's,
 // and run here too, on that package's migrations and a copy of the part of
 // its repository they call (this module does not import examples/testing).
@@ -346,7 +433,7 @@ func TestTransferIsSafeToRerun(t *testing.T) {
 
 // The README's snippets are used, so the compiler checks every one of them.
 var _ = []any{readmeIntro, readmeOpen, readmeBackpressure, readmeDefaults, readmeObservability, readmeReplica, readmeBulkheads, readmeMigrate,
-	readmeAdopt, readmeGuards, readmeTestingMigrations, lostCommitsTracer, lostCommitsXid}
+	readmeAdopt, readmeGuards, readmeTestingMigrations, lostCommitsTracer, lostCommitsXid, sqlOpen, readmeSQL}
 
 // TestReadmeCodeBlocks checks that every Go code block of README.md and of
 // the guides in docs/ compiles: a whole program (package main) is one of the

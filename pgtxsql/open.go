@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"errors"
 	"fmt"
 	"time"
 
@@ -101,7 +100,7 @@ func (c *connector) Close() error {
 // is not registered, and opens nothing by name.
 type sqlDriver struct{ c *connector }
 
-var errOpenByName = errors.New("pgtxsql: open a *sql.DB with pgtxsql.Open or pgtxsql.OpenDB, not by a driver name")
+const errOpenByName = invalidArg("pgtxsql: open a *sql.DB with pgtxsql.Open or pgtxsql.OpenDB, not by a driver name")
 
 // Open implements [driver.Driver].
 func (d *sqlDriver) Open(string) (driver.Conn, error) { return nil, errOpenByName }
