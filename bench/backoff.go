@@ -133,10 +133,10 @@ func sweepAt(ctx context.Context, e *env, workers int) ([]backoffRow, error) {
 		defer tp.Close()
 		pools = append(pools, tp.Exec)
 		pg := pgtxContender("pgtx "+set.String(), tp)
-		cells = append(cells, transferCell{variantOrdered, pg}, transferCell{variantRandom, pg})
+		cells = append(cells, transferCell{variant: variantOrdered, c: pg}, transferCell{variant: variantRandom, c: pg})
 	}
-	cells = append(cells, transferCell{variantOrdered, jit}, transferCell{variantRandom, jit},
-		transferCell{variantCeiling, beginContender(nameCeiling, xp)})
+	cells = append(cells, transferCell{variant: variantOrdered, c: jit}, transferCell{variant: variantRandom, c: jit},
+		transferCell{variant: variantCeiling, c: beginContender(nameCeiling, xp)})
 	stats, err := runTransfers(ctx, e, workers, hotAccounts, cells, pools, nil)
 	if err != nil {
 		return nil, err

@@ -6,8 +6,14 @@ require (
 	github.com/cockroachdb/cockroach-go/v2 v2.4.2
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/jmoiron/sqlx v1.4.0
 	github.com/pgtx-go/pgtx v0.3.0
+	github.com/pgtx-go/pgtx/pgtxgorm v0.3.0
+	github.com/pgtx-go/pgtx/pgtxsql v0.3.0
+	github.com/pgtx-go/pgtx/pgtxsqlx v0.3.0
 	github.com/pgtx-go/pgtx/pgtxtest v0.3.0
+	gorm.io/driver/postgres v1.6.3
+	gorm.io/gorm v1.31.2
 )
 
 require (
@@ -33,6 +39,8 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/jinzhu/inflection v1.0.0 // indirect
+	github.com/jinzhu/now v1.1.5 // indirect
 	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/lufia/plan9stats v0.0.0-20260330125221-c963978e514e // indirect
 	github.com/magiconair/properties v1.18.12 // indirect
@@ -72,5 +80,8 @@ require (
 
 replace (
 	github.com/pgtx-go/pgtx => ../
+	github.com/pgtx-go/pgtx/pgtxgorm => ../pgtxgorm
+	github.com/pgtx-go/pgtx/pgtxsql => ../pgtxsql
+	github.com/pgtx-go/pgtx/pgtxsqlx => ../pgtxsqlx
 	github.com/pgtx-go/pgtx/pgtxtest => ../pgtxtest
 )

@@ -10,8 +10,8 @@
 //	cd bench && go run . -dur 1s overhead contention   # the short CI run
 //	cd bench && go run . -dur 10s contention           # longer cells
 //
-// Scenarios: overhead, connect, contention, cancel, overload, timeout (all by
-// default), and backoff, a side experiment on pgtx's conflict backoff that
+// Scenarios: overhead, connect, contention, cancel, overload, timeout, sql
+// (all by default), and backoff, a side experiment on pgtx's conflict backoff that
 // runs only when named. Within a scenario the contenders run alternately, in
 // rounds, so that machine noise hits all of them alike. The contention
 // scenario runs SERIALIZABLE transfers on 10 hot accounts at 8, 32 and 128
@@ -19,7 +19,10 @@
 // workload as an outside anchor, and a low-contention cell, 1,000 accounts
 // at 8 workers; pgtx runs there with its contention manager and without
 // it. The tables go to standard output as markdown (and to -md), the data
-// to -json, and the contention chart to -svg.
+// to -json, and the contention chart to -svg. The sql scenario sets
+// pgtx's modules for database/sql, sqlx and GORM beside each library's own
+// transaction helper, as the overhead scenario does, and pgtxsql beside a
+// full-jitter loop over database/sql on the hot accounts.
 package main
 
 import (
@@ -83,6 +86,7 @@ var scenarios = []scenario{
 	{"cancel", "a deadline ends a statement holding a row lock: time to return, to release, reconnects", true, cancelBench},
 	{"overload", "open-loop arrivals at 2x capacity against a server-side admission limit (53300)", true, overload},
 	{"timeout", "slow and fast classes: one shared pool vs per-class pools (bulkheads)", true, timeoutStorm},
+	{"sql", "database/sql, sqlx, GORM: each library's own transaction helper against pgtx's module, `select 1` and a one-row update at 1 and 8 workers, interleaved; and hot-row transfers through pgtxsql against a full-jitter loop over database/sql at 8 and 32 workers", true, sqlScenario},
 	{"backoff", "side experiment: pgtx's conflict backoff settings (-sweep) against the full-jitter loop", false, backoffSweep},
 }
 

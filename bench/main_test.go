@@ -128,3 +128,29 @@ func TestContentionTablesCells(t *testing.T) {
 		t.Errorf("low table: %+v", low)
 	}
 }
+
+func TestSQLTables(t *testing.T) {
+	s := newSpread([]float64{0.9, 1.0, 1.1, 1.2, 1.3})
+	rows := []sqlRow{{Library: libSQL, Workers: 8, Own: nameSQLOwn, Module: nameSQLPgtx, OwnTPS: s, ModuleTPS: s, Ratio: s,
+		OwnRoundTrips: 3, ModuleRoundTrips: 2, OwnCalls: 10, ModuleCalls: 11, ModuleFailed: 1}}
+	tb := sqlTable(sqlWorkloads[0], rows, 5)
+	if len(tb.Rows) != 1 || len(tb.Rows[0]) != len(tb.Header) {
+		t.Fatalf("sql table: %+v", tb)
+	}
+	if got := tb.Rows[0][6]; got != "1.100× [0.900–1.300]" {
+		t.Errorf("ratio cell %q", got)
+	}
+	if got := tb.Rows[0][8]; got != "3.00 → 2.00" {
+		t.Errorf("round trips cell %q", got)
+	}
+	if !strings.Contains(tb.Note, "above 1× the module is faster") {
+		t.Errorf("note does not say the ratio's direction: %s", tb.Note)
+	}
+	c := sqlContentionTable([]sqlContentionRow{
+		{contentionRow: contentionRow{Variant: variantOrdered, Workers: 8, Contender: nameSQLPgtx, VsJitter: 1.2, Invariant: "unchanged"}, RoundRatio: &s},
+		{contentionRow: contentionRow{Variant: variantOrdered, Workers: 8, Contender: nameSQLJitter, VsJitter: 1, Failed: 2, Causes: map[string]int64{"40001": 2}, Invariant: "unchanged"}},
+	}, "100ms")
+	if len(c.Rows) != 2 || c.Rows[0][5] != "1.10× [0.90–1.30]" || c.Rows[1][5] != "—" || c.Rows[1][7] != "2 (40001 2)" || !strings.Contains(c.Note, "deadlock_timeout was 100ms") {
+		t.Errorf("contention table: %q", c.Rows)
+	}
+}

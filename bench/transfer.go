@@ -20,6 +20,9 @@ var errInsufficient = errors.New("insufficient funds")
 type transferCell struct {
 	variant string
 	c       contender
+	// sql, when set, runs the transfer instead of c: the contenders of
+	// the sql scenario, whose transactions are database/sql's.
+	sql sqlTransfer
 }
 
 // call is the cell's callFunc: a transfer of 1 to 10 between two distinct
@@ -32,6 +35,9 @@ func (tc transferCell) call(accounts int) callFunc {
 			to++
 		}
 		amount := 1 + rng.IntN(10)
+		if tc.sql != nil {
+			return tc.sql(ctx, from, to, amount, tc.variant == variantOrdered)
+		}
 		if tc.variant == variantCeiling {
 			return tc.c.run(ctx, pgtx.ReadCommitted, lockedTransfer(from, to, amount))
 		}
@@ -45,6 +51,8 @@ type transferStats struct {
 	inWindow  int64  // transfers committed within the slices' windows
 	committed int64  // transfers committed in all, the slices' ends included
 	invariant string // "unchanged", or what was found
+	// perRound is the commits/s within each round's window, in round order.
+	perRound []float64
 }
 
 // runTransfers runs the cells at one worker count on the accounts
@@ -93,6 +101,7 @@ func runTransfers(ctx context.Context, e *env, workers, accounts int, cells []tr
 		st := &stats[i]
 		st.add(s)
 		st.inWindow += (atEnd.updates - before.updates) / 2
+		st.perRound = append(st.perRound, perSecond((atEnd.updates-before.updates)/2, s.Window))
 		st.committed += (after.updates - before.updates) / 2
 		if inv := checkInvariant(after, accounts); inv != "unchanged" && st.invariant == "unchanged" {
 			st.invariant = inv

@@ -31,9 +31,11 @@ type rows struct {
 type valueFunc func(src []byte) (driver.Value, error)
 
 func newRows(ctx context.Context, r pgx.Rows, more bool, b *binding) *rows {
-	m := pgtype.NewMap()
+	var m *pgtype.Map
 	if c := r.Conn(); c != nil {
 		m = c.TypeMap()
+	} else {
+		m = pgtype.NewMap()
 	}
 	if b != nil {
 		b.open.Add(1)
