@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx"
 )
@@ -177,7 +178,7 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 	if err != nil {
 		return nil, err
 	}
-	r, err := q.Query(ctx, query, values(args)...)
+	r, err := q.Query(ctx, query, queryArgs(args)...)
 	if err != nil {
 		return nil, withContextErr(ctx, err)
 	}
@@ -221,6 +222,28 @@ func values(args []driver.NamedValue) []any {
 	vs := make([]any, len(args))
 	for i, a := range args {
 		vs[i] = a.Value
+	}
+	return vs
+}
+
+// resultFormats asks for binary results only for the types rows converts
+// from binary, and text for every other, as pgx's stdlib does, so that
+// database/sql gets the server's text form of those.
+var resultFormats = pgx.QueryResultFormatsByOID{
+	pgtype.BoolOID: 1, pgtype.ByteaOID: 1, pgtype.CIDOID: 1, pgtype.DateOID: 1,
+	pgtype.Float4OID: 1, pgtype.Float8OID: 1, pgtype.Int2OID: 1, pgtype.Int4OID: 1,
+	pgtype.Int8OID: 1, pgtype.OIDOID: 1, pgtype.TimestampOID: 1, pgtype.TimestamptzOID: 1,
+	pgtype.XIDOID: 1,
+}
+
+// queryArgs are a query's arguments after its result formats. A
+// transaction's first query then cannot travel with BEGIN (a batch takes
+// no result formats): BEGIN goes alone first.
+func queryArgs(args []driver.NamedValue) []any {
+	vs := make([]any, len(args)+1)
+	vs[0] = resultFormats
+	for i, a := range args {
+		vs[i+1] = a.Value
 	}
 	return vs
 }

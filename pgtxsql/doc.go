@@ -25,8 +25,11 @@
 //     error always means committed, and when nothing could know, the error
 //     matches [pgtx.ErrCommitUnknown].
 //   - The deadline goes to the server with BEGIN, which travels with the
-//     transaction's first statement: a one-statement transaction costs two
-//     round trips, where database/sql's own costs three.
+//     transaction's first statement when it is an Exec: a one-statement
+//     transaction costs two round trips, where database/sql's own costs
+//     three. A first query sends BEGIN alone, as database/sql does, since
+//     it asks for pgx's stdlib's result formats, which a pipelined statement
+//     cannot carry.
 //
 // [Run] is Transaction for a library that begins its transactions itself
 // (sqlx's BeginTxx, GORM's Begin, Bun's BeginTx, ent's Client.Tx): its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql/driver"
 	"io"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -144,29 +145,13 @@ func scanAs[T any](m *pgtype.Map, oid uint32, format int16, conv func(T) (driver
 	}
 }
 
-// asText gives a value's text form, as PostgreSQL writes it: a value pgx
-// received in binary is decoded and written again as text, so that a
-// transaction's first query need not ask for text formats (which would
-// send BEGIN alone).
+// asText gives a value's text form, as the server wrote it: every type but
+// those plan converts comes in text (resultFormats).
 func asText(m *pgtype.Map, oid uint32, format int16) valueFunc {
 	if format == pgtype.TextFormatCode {
 		return func(src []byte) (driver.Value, error) { return string(src), nil }
 	}
-	t, ok := m.TypeForOID(oid)
-	if !ok {
-		return scanAs(m, oid, format, func(v string) (driver.Value, error) { return v, nil })
-	}
-	return func(src []byte) (driver.Value, error) {
-		v, err := t.Codec.DecodeValue(m, oid, format, src)
-		if err != nil {
-			return nil, err
-		}
-		text, err := m.Encode(oid, pgtype.TextFormatCode, v, nil)
-		if err != nil {
-			return nil, err
-		}
-		return string(text), nil
-	}
+	return scanAs(m, oid, format, func(v string) (driver.Value, error) { return v, nil })
 }
 
 // ColumnTypeDatabaseTypeName implements
@@ -179,19 +164,54 @@ func (r *rows) ColumnTypeDatabaseTypeName(i int) string {
 	return strconv.FormatUint(uint64(oid), 10)
 }
 
-// ColumnTypeScanType implements [driver.RowsColumnTypeScanType]: the type
-// of the values Next gives.
+// ColumnTypeLength implements [driver.RowsColumnTypeLength], as pgx's
+// stdlib does.
+func (r *rows) ColumnTypeLength(i int) (int64, bool) {
+	fd := r.r.FieldDescriptions()[i]
+	switch fd.DataTypeOID {
+	case pgtype.TextOID, pgtype.ByteaOID:
+		return math.MaxInt64, true
+	case pgtype.VarcharOID, pgtype.BPCharOID:
+		return int64(fd.TypeModifier - varHeaderSize), true
+	case pgtype.VarbitOID:
+		return int64(fd.TypeModifier), true
+	}
+	return 0, false
+}
+
+// varHeaderSize is what a varchar's type modifier counts beyond its length.
+const varHeaderSize = 4
+
+// ColumnTypePrecisionScale implements
+// [driver.RowsColumnTypePrecisionScale], as pgx's stdlib does.
+func (r *rows) ColumnTypePrecisionScale(i int) (precision, scale int64, ok bool) {
+	fd := r.r.FieldDescriptions()[i]
+	if fd.DataTypeOID != pgtype.NumericOID {
+		return 0, 0, false
+	}
+	mod := fd.TypeModifier - varHeaderSize
+	return int64((mod >> 16) & 0xffff), int64(mod & 0xffff), true
+}
+
+// ColumnTypeScanType implements [driver.RowsColumnTypeScanType], with the
+// types pgx's stdlib says.
 func (r *rows) ColumnTypeScanType(i int) reflect.Type {
 	switch r.r.FieldDescriptions()[i].DataTypeOID {
+	case pgtype.Float8OID, pgtype.NumericOID:
+		return reflect.TypeFor[float64]()
+	case pgtype.Float4OID:
+		return reflect.TypeFor[float32]()
+	case pgtype.Int8OID:
+		return reflect.TypeFor[int64]()
+	case pgtype.Int4OID:
+		return reflect.TypeFor[int32]()
+	case pgtype.Int2OID:
+		return reflect.TypeFor[int16]()
 	case pgtype.BoolOID:
 		return reflect.TypeFor[bool]()
-	case pgtype.Int2OID, pgtype.Int4OID, pgtype.Int8OID:
-		return reflect.TypeFor[int64]()
-	case pgtype.Float4OID, pgtype.Float8OID:
-		return reflect.TypeFor[float64]()
 	case pgtype.DateOID, pgtype.TimestampOID, pgtype.TimestamptzOID:
 		return reflect.TypeFor[time.Time]()
-	case pgtype.ByteaOID, pgtype.JSONOID, pgtype.JSONBOID, pgtype.XMLOID:
+	case pgtype.ByteaOID:
 		return reflect.TypeFor[[]byte]()
 	}
 	return reflect.TypeFor[string]()
