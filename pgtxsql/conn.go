@@ -159,9 +159,12 @@ func pgxTxOptions(opts driver.TxOptions) (pgx.TxOptions, error) {
 
 // ExecContext implements [driver.ExecerContext].
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	q, _, err := c.target(ctx)
+	q, b, err := c.target(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if b != nil {
+		b.sent.Store(true)
 	}
 	tag, err := q.Exec(ctx, query, values(args)...)
 	if err != nil {
@@ -172,13 +175,18 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 
 // QueryContext implements [driver.QueryerContext]. The first row is read
 // now, as pgx's stdlib does, so that an error of the statement's is the
-// query's.
+// query's. A transaction's first query travels with BEGIN when its text is
+// known to need no result formats ([shapes]).
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	q, b, err := c.target(ctx)
 	if err != nil {
 		return nil, err
 	}
-	r, err := q.Query(ctx, query, queryArgs(args)...)
+	qargs := queryArgs(args)
+	if b != nil && !b.sent.Swap(true) && c.c.shapes.native(query) {
+		qargs = qargs[1:]
+	}
+	r, err := q.Query(ctx, query, qargs...)
 	if err != nil {
 		return nil, withContextErr(ctx, err)
 	}
@@ -187,7 +195,9 @@ func (c *conn) QueryContext(ctx context.Context, query string, args []driver.Nam
 		r.Close()
 		return nil, withContextErr(ctx, err)
 	}
-	return newRows(ctx, r, more, b), nil
+	rs := newRows(ctx, r, more, b)
+	c.c.shapes.learn(query, r.FieldDescriptions(), rs.m)
+	return rs, nil
 }
 
 // Ping implements [driver.Pinger].

@@ -25,11 +25,12 @@
 //     error always means committed, and when nothing could know, the error
 //     matches [pgtx.ErrCommitUnknown].
 //   - The deadline goes to the server with BEGIN, which travels with the
-//     transaction's first statement when it is an Exec: a one-statement
-//     transaction costs two round trips, where database/sql's own costs
-//     three. A first query sends BEGIN alone, as database/sql does, since
-//     it asks for pgx's stdlib's result formats, which a pipelined statement
-//     cannot carry.
+//     transaction's first statement: a one-statement transaction costs two
+//     round trips, where database/sql's own costs three. A first query
+//     whose text asks for result formats (a column of a type pgx's stdlib
+//     wants as text but pgx would get in binary, as numeric or uuid) sends
+//     BEGIN alone, as database/sql does; so does any first query the first
+//     time its text is seen.
 //
 // [Run] is Transaction for a library that begins its transactions itself
 // (sqlx's BeginTxx, GORM's Begin, Bun's BeginTx, ent's Client.Tx): its

@@ -73,6 +73,7 @@ type connector struct {
 	// pgtx.Config's AcquireTimeout, CommitTimeout and RollbackTimeout, as
 	// the pool resolves them (0: none).
 	acquireTimeout, commitTimeout, rollbackTimeout time.Duration
+	shapes                                         shapes
 }
 
 var errNoPool = fmt.Errorf("pgtxsql: the *sql.DB has no pgtx.Pool: pass OpenDB a pool from pgtx.New: %w", pgtx.ErrInvalidArgument)

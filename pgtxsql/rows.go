@@ -145,13 +145,29 @@ func scanAs[T any](m *pgtype.Map, oid uint32, format int16, conv func(T) (driver
 	}
 }
 
-// asText gives a value's text form, as the server wrote it: every type but
-// those plan converts comes in text (resultFormats).
+// asText gives a value's text form: as the server wrote it, since every
+// type but those plan converts is asked in text ([resultFormats]); a value
+// that came in binary (a query whose column types changed since [shapes]
+// learned them) is decoded and written again as text with pgx's codecs.
 func asText(m *pgtype.Map, oid uint32, format int16) valueFunc {
 	if format == pgtype.TextFormatCode {
 		return func(src []byte) (driver.Value, error) { return string(src), nil }
 	}
-	return scanAs(m, oid, format, func(v string) (driver.Value, error) { return v, nil })
+	t, ok := m.TypeForOID(oid)
+	if !ok {
+		return scanAs(m, oid, format, func(v string) (driver.Value, error) { return v, nil })
+	}
+	return func(src []byte) (driver.Value, error) {
+		v, err := t.Codec.DecodeValue(m, oid, format, src)
+		if err != nil {
+			return nil, err
+		}
+		text, err := m.Encode(oid, pgtype.TextFormatCode, v, nil)
+		if err != nil {
+			return nil, err
+		}
+		return string(text), nil
+	}
 }
 
 // ColumnTypeDatabaseTypeName implements

@@ -3,7 +3,9 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"net"
 	"reflect"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,4 +108,66 @@ func scanAll(t *testing.T, ctx context.Context, q interface {
 		t.Fatal(err)
 	}
 	return vals, types
+}
+
+// countingConn counts the writes on a connection: one per round trip the
+// client starts.
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Write(b []byte) (int, error) {
+	c.n.Add(1)
+	return c.Conn.Write(b)
+}
+
+// TestFirstQueryTravelsWithBegin: a transaction whose first statement is a
+// query sends BEGIN alone the first time its text is seen (it asks for
+// pgx's stdlib's result formats, which a statement sent with BEGIN cannot
+// carry); once the text is known to need none, BEGIN travels with it, and
+// the transaction costs 2 round trips. The values are stdlib's either way.
+func TestFirstQueryTravelsWithBegin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var writes atomic.Int64
+	pool := pgtxtest.NewPool(t, pgtxtest.WithConfig(func(c *pgtx.Config) {
+		c.MaxConns = 1
+		c.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return countingConn{conn, &writes}, nil
+		}
+	}))
+	db := pgtxsql.OpenDB(pool)
+	t.Cleanup(func() { db.Close() })
+	read := func(query string) (n int64, s string) {
+		t.Helper()
+		var d time.Time
+		err := pgtxsql.Transaction(ctx, db, pgtx.ReadCommitted, func(ctx context.Context, tx *sql.Tx) error {
+			return tx.QueryRowContext(ctx, query, 41).Scan(&n, &s, &d)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, s
+	}
+	// The connection's setup and pgtx's own statements, on another text.
+	for range 3 {
+		read("select $1::int8, 'warm'::text, now()::date")
+	}
+	// A new text: BEGIN alone, pgx's statement cache prepares the text,
+	// the query, COMMIT. Then the query with BEGIN, and COMMIT.
+	for i, want := range []int64{4, 2, 2} {
+		before := writes.Load()
+		n, s := read("select $1::int8 + 1, 'x'::text, now()::date")
+		if n != 42 || s != "x" {
+			t.Errorf("transaction %d read %d, %q", i+1, n, s)
+		}
+		if got := writes.Load() - before; got != want {
+			t.Errorf("transaction %d of the text: %d round trips, want %d", i+1, got, want)
+		}
+	}
 }
