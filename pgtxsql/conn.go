@@ -246,9 +246,10 @@ var resultFormats = pgx.QueryResultFormatsByOID{
 	pgtype.XIDOID: 1,
 }
 
-// queryArgs are a query's arguments after its result formats. A
-// transaction's first query then cannot travel with BEGIN (a batch takes
-// no result formats): BEGIN goes alone first.
+// queryArgs are a query's arguments after its result formats, which a
+// statement sent with BEGIN cannot carry (pgx's batches take none):
+// QueryContext drops them for a transaction's first query when [shapes]
+// knows its text needs none.
 func queryArgs(args []driver.NamedValue) []any {
 	vs := make([]any, len(args)+1)
 	vs[0] = resultFormats

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"fmt"
 	"time"
 
 	"github.com/pgtx-go/pgtx"
@@ -76,7 +75,7 @@ type connector struct {
 	shapes                                         shapes
 }
 
-var errNoPool = fmt.Errorf("pgtxsql: the *sql.DB has no pgtx.Pool: pass OpenDB a pool from pgtx.New: %w", pgtx.ErrInvalidArgument)
+const errNoPool = invalidArg("pgtxsql: the *sql.DB has no pgtx.Pool: pass OpenDB a pool from pgtx.New")
 
 // Connect implements [driver.Connector]; it makes no connection.
 func (c *connector) Connect(context.Context) (driver.Conn, error) {
