@@ -78,9 +78,12 @@ func (p *Proxy) FailCommits(n int, code string) error {
 // A transaction is known across connections by a fingerprint of what it executed
 // between BEGIN and COMMIT: the SQL of every statement, and for the extended
 // protocol the parameter values and formats that were bound. BEGIN itself is left
-// out (pgtx's BEGIN carries a statement_timeout that changes between attempts). A
-// COMMIT fails when the COMMITs that fingerprint has seen so far are even in number
-// (the first fails, the second passes, the third fails, ...), so identical
+// out (pgtx's BEGIN carries a statement_timeout that changes between attempts), and
+// so are the formats asked for the results (a client may ask them on one attempt
+// and not on the next) and the names of savepoints (libraries make them up, GORM a
+// random one at every call). A COMMIT fails when the COMMITs that fingerprint has
+// seen so far are even in number (the first fails, the second passes, the third
+// fails, ...), so identical
 // transactions that run one after another each fail once. Identical transactions
 // that run at the same time share a count (one may fail twice and another not at
 // all), and a transaction whose statements or parameters change between attempts
@@ -296,6 +299,9 @@ const (
 	stmtBegin  // BEGIN or START TRANSACTION: a fingerprint starts after it
 	stmtCommit // a COMMIT that FailCommits can fail
 	stmtEnd    // any other end of a transaction: ROLLBACK, ABORT, other COMMITs
+	// SAVEPOINT, RELEASE or ROLLBACK TO: fingerprinted without the name
+	// when alone ([savepointOp])
+	stmtSavepoint
 )
 
 // statementKind classifies sql by its first statement.
@@ -309,7 +315,15 @@ func statementKind(sql string) int {
 		if next, _ := leadingWord(skipNoise(rest, false)); strings.EqualFold(next, "transaction") {
 			return stmtBegin
 		}
-	case "rollback", "abort":
+	case "savepoint", "release":
+		return stmtSavepoint
+	case "rollback":
+		r := skipOptionalWord(skipOptionalWord(rest, "work"), "transaction")
+		if to, _ := leadingWord(skipNoise(r, false)); strings.EqualFold(to, "to") {
+			return stmtSavepoint
+		}
+		return stmtEnd
+	case "abort":
 		return stmtEnd
 	case "commit", "end":
 		if !IsCommit(s) {

@@ -41,7 +41,9 @@ func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
 		if !after && pc.failCommit(kind, false) {
 			return nil
 		}
-		pc.track(kind, 'Q', []byte(m.String))
+		if b, ok := fingerprinted(kind, m.String, nil); ok {
+			pc.track(kind, 'Q', b)
+		}
 	case 'P':
 		var m pgproto3.Parse
 		if err := m.Decode(body); err != nil {
@@ -69,7 +71,7 @@ func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
 				h := sha256.New()
 				h.Write([]byte(sql))
 				h.Write([]byte{0})
-				h.Write(params)
+				h.Write(boundParams(params))
 				h.Sum(pt.digest[:0])
 			}
 			pc.portals[name] = pt
@@ -99,7 +101,9 @@ func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
 			if !pc.cutAfterSync && pc.failCommit(kind, true) {
 				return nil
 			}
-			pc.track(kind, 'E', pt.digest[:])
+			if b, ok := fingerprinted(kind, pt.sql, pt.digest[:]); ok {
+				pc.track(kind, 'E', b)
+			}
 		}
 	case 'C':
 		var m pgproto3.Close
@@ -148,6 +152,27 @@ func (pc *proxyConn) track(kind int, typ byte, b []byte) {
 	binary.BigEndian.PutUint64(n[1:], uint64(len(b)))
 	pc.fp.Write(n[:])
 	pc.fp.Write(b)
+}
+
+// fingerprinted is what a statement of the given kind adds to its
+// transaction's fingerprint, and false for pgtx's id read, which adds
+// nothing: a lone savepoint statement its operation without the name, any
+// other statement b, or its SQL (a simple Query's, without an id read it
+// ends with) when b is nil.
+func fingerprinted(kind int, sql string, b []byte) ([]byte, bool) {
+	if idRead(sql) {
+		return nil, false
+	}
+	if b == nil {
+		sql = withoutIDRead(sql)
+	}
+	if op := savepointOp(sql); kind == stmtSavepoint && op != "" {
+		return []byte(op), true
+	}
+	if b == nil {
+		return []byte(sql), true
+	}
+	return b, true
 }
 
 // rollbackQuery ends the transaction of a failed COMMIT.
