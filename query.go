@@ -16,7 +16,9 @@ import (
 // Exec is pgxpool.Pool.Exec. When the context ended the statement, the
 // error matches ctx.Err(), and the connection is kept. When no connection
 // can be made, it waits for the server within the context's deadline or
-// [RetryConfig].UnavailableTimeout: nothing had been sent.
+// [RetryConfig].UnavailableTimeout: nothing had been sent. A connection
+// whose session the server ended while it was idle (a restart) is not
+// used.
 func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if p == nil || p.pool == nil {
 		return pgconn.CommandTag{}, errPoolNotOpened

@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"syscall"
@@ -166,4 +168,104 @@ func TestCrashRestartRiddenOut(t *testing.T) {
 	}
 	t.Logf("%d calls: %d committed, %d with an unknown outcome, %d plain statements lost after they were sent, %d failed on 57P03 while the server started up",
 		len(calls), ok, unknown, sentLost, startingUp)
+}
+
+// TestPlainStatementsAfterARestart: the server restarts under a pool whose
+// connections are idle, and is back before the next statements. Each idle
+// connection holds the FATAL the shutdown sent it (57P01) and its close;
+// the pool sees that before it sends anything and connects anew, so each
+// query method (Exec, Query, QueryRow, SendBatch, CopyFrom) succeeds, and
+// a Transaction runs fn once.
+func TestPlainStatementsAfterARestart(t *testing.T) {
+	const conns = 4
+	ctx := testCtx(t)
+	srv := server.New(t, nil)
+	dsn := srv.DSN("")
+	pool := newPool(t, dsn, func(c *pgtx.Config) { c.MaxConns = conns })
+	mustExec(t, ctx, pool, "create table sink (v int)")
+	methods := []struct {
+		name string
+		run  func(ctx context.Context) error
+	}{
+		{"Exec", func(ctx context.Context) error { _, err := pool.Exec(ctx, "insert into sink values (1)"); return err }},
+		{"Query", func(ctx context.Context) error {
+			rows, err := pool.Query(ctx, "insert into sink values (2) returning v")
+			if err != nil {
+				return err
+			}
+			_, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+			return err
+		}},
+		{"QueryRow", func(ctx context.Context) error {
+			var v int32
+			return pool.QueryRow(ctx, "insert into sink values (3) returning v").Scan(&v)
+		}},
+		{"SendBatch", func(ctx context.Context) error {
+			b := &pgx.Batch{}
+			b.Queue("insert into sink values (4)")
+			return pool.SendBatch(ctx, b).Close()
+		}},
+		{"CopyFrom", func(ctx context.Context) error {
+			_, err := pool.CopyFrom(ctx, pgx.Identifier{"sink"}, []string{"v"}, pgx.CopyFromRows([][]any{{5}}))
+			return err
+		}},
+		{"Transaction", func(ctx context.Context) error {
+			runs := 0
+			err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+				runs++
+				_, err := tx.Exec(ctx, "insert into sink values (6)")
+				return err
+			})
+			if err == nil && runs != 1 {
+				return fmt.Errorf("fn ran %d times, want once", runs)
+			}
+			return err
+		}},
+	}
+	for _, m := range methods {
+		t.Run(m.name, func(t *testing.T) {
+			fillIdle(t, ctx, pool, conns)
+			if err := srv.Restart(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := m.run(cctx); err != nil {
+				t.Errorf("%s after the restart: %v", m.name, err)
+			}
+		})
+	}
+	if n := queryInt(t, ctx, directConn(t, dsn), "select count(*) from sink"); n != len(methods) {
+		t.Errorf("rows = %d, want %d: each statement ran once", n, len(methods))
+	}
+}
+
+// fillIdle leaves n idle connections in pool: n acquires hold one each at
+// once, then release them.
+func fillIdle(t *testing.T, ctx context.Context, pool *pgtx.Pool, n int) {
+	t.Helper()
+	held, release := make(chan error, n), make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			c, err := pool.Pgxpool().Acquire(ctx)
+			held <- err
+			if err == nil {
+				<-release
+				c.Release()
+			}
+		})
+	}
+	var err error
+	for range n {
+		err = cmp.Or(err, <-held)
+	}
+	close(release)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idle := pool.Pgxpool().Stat().IdleConns(); idle != int32(n) {
+		t.Fatalf("%d idle connections, want %d", idle, n)
+	}
 }

@@ -31,6 +31,8 @@ type State struct {
 	// protocol and for COMMIT's write.
 	Named       bool
 	XidPrepared bool
+
+	idle idle // what [State.Spoke] peeks with
 }
 
 // SetMode records the connection's exec mode.

@@ -21,8 +21,11 @@ import (
 //   - AfterConnect fills the state in ([setUp]) before the caller's
 //     AfterConnect;
 //   - PrepareConn refuses a connection doomed by a cancel that was not
-//     confirmed, then runs the caller's PrepareConn, or BeforeAcquire (which
-//     pgxpool ignores once PrepareConn is set);
+//     confirmed, or whose session the server ended while it was idle (a
+//     restart's FATAL, [connstate.State.Ended]): pgxpool then hands out
+//     another before anything is sent. Then it runs the caller's
+//     PrepareConn, or BeforeAcquire (which pgxpool ignores once
+//     PrepareConn is set);
 //   - the connection tracer ([acquire.Tracer]) counts q's waiters,
 //     and BeforeConnect gives each connection the caller's own tracer back;
 //   - ShouldPing, BeforeConnect and PrepareConn mark the acquire's context
@@ -56,7 +59,7 @@ func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, connecte
 		userPrepare = func(ctx context.Context, conn *pgx.Conn) (bool, error) { return before(ctx, conn), nil }
 	}
 	pc.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {
-		if st := connstate.Of(conn.PgConn()); st != nil && st.Cancel.Doomed() {
+		if st := connstate.Of(conn.PgConn()); st != nil && (st.Cancel.Doomed() || st.Ended(conn.PgConn())) {
 			return false, nil
 		}
 		if userPrepare != nil {

@@ -1,0 +1,127 @@
+package sqldb
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/pgtxsql"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
+)
+
+// TestPlainStatementsAfterARestart: the server restarts while the
+// *sql.DB's pool connections are idle, and is back before the next
+// statements. Each idle connection holds the FATAL the shutdown sent it
+// (57P01): it is seen before anything is sent, so a plain statement, a
+// transaction of the connection's own and a Transaction each run once on
+// a new connection, as with pgx's stdlib, whose database/sql retries a
+// connection that was closed before the statement was sent.
+func TestPlainStatementsAfterARestart(t *testing.T) {
+	const conns = 4
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	srv := server.New(t, nil)
+	cfg, err := pgtx.ParseConfig(srv.DSN(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = conns
+	pool, err := pgtx.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	db := pgtxsql.OpenDB(pool)
+	t.Cleanup(func() { db.Close() })
+	if _, err := db.ExecContext(ctx, "create table sink (v int)"); err != nil {
+		t.Fatal(err)
+	}
+	calls := []struct {
+		name string
+		run  func(ctx context.Context) error
+	}{
+		{"ExecContext", func(ctx context.Context) error {
+			_, err := db.ExecContext(ctx, "insert into sink values (1)")
+			return err
+		}},
+		{"QueryRowContext", func(ctx context.Context) error {
+			var v int
+			return db.QueryRowContext(ctx, "insert into sink values (2) returning v").Scan(&v)
+		}},
+		{"BeginTx", func(ctx context.Context) error {
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, "insert into sink values (3)"); err != nil {
+				_ = tx.Rollback()
+				return err
+			}
+			return tx.Commit()
+		}},
+		{"Transaction", func(ctx context.Context) error {
+			runs := 0
+			err := pgtxsql.Transaction(ctx, db, pgtx.ReadCommitted, func(ctx context.Context, tx *sql.Tx) error {
+				runs++
+				_, err := tx.ExecContext(ctx, "insert into sink values (4)")
+				return err
+			})
+			if err == nil && runs != 1 {
+				return fmt.Errorf("fn ran %d times, want once", runs)
+			}
+			return err
+		}},
+	}
+	for _, c := range calls {
+		t.Run(c.name, func(t *testing.T) {
+			fillIdle(t, ctx, pool, conns)
+			if err := srv.Restart(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			if err := c.run(cctx); err != nil {
+				t.Errorf("%s after the restart: %v", c.name, err)
+			}
+		})
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "select count(*) from sink").Scan(&n); err != nil || n != len(calls) {
+		t.Errorf("rows = %d (%v), want %d: each ran once", n, err, len(calls))
+	}
+}
+
+// fillIdle leaves n idle connections in pool: n acquires hold one each at
+// once, then release them.
+func fillIdle(t *testing.T, ctx context.Context, pool *pgtx.Pool, n int) {
+	t.Helper()
+	held, release := make(chan error, n), make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			c, err := pool.Pgxpool().Acquire(ctx)
+			held <- err
+			if err == nil {
+				<-release
+				c.Release()
+			}
+		})
+	}
+	var err error
+	for range n {
+		err = cmp.Or(err, <-held)
+	}
+	close(release)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if idle := pool.Pgxpool().Stat().IdleConns(); idle != int32(n) {
+		t.Fatalf("%d idle connections, want %d", idle, n)
+	}
+}
