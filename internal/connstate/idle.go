@@ -22,15 +22,17 @@ func (d *idle) ended(c net.Conn) bool {
 	if !d.init {
 		d.init = true
 		d.raw, d.tls = rawConn(c)
-		d.peek = func(fd uintptr) bool {
-			d.n, d.err = peek(fd, d.buf[:])
-			return true
-		}
+		d.peek = func(fd uintptr) { d.n, d.err = peek(fd, d.buf[:]) }
 	}
 	if d.raw == nil {
 		return false
 	}
-	if err := d.raw.Read(d.peek); err != nil {
+	// Control, not Read: a read of pgconn's may be under way (its
+	// background reader, started by a slow write, stays blocked on an
+	// idle connection) and holds the socket's read lock until the server
+	// sends something. The peek takes nothing, and the socket does not
+	// block.
+	if err := d.raw.Control(d.peek); err != nil {
 		return true // the socket is closed
 	}
 	switch {
@@ -48,7 +50,7 @@ type idle struct {
 	init bool
 	raw  syscall.RawConn // nil: the socket cannot be peeked at
 	tls  bool            // the socket carries TLS
-	peek func(fd uintptr) bool
+	peek func(fd uintptr)
 	buf  [1]byte
 	n    int
 	err  error

@@ -101,6 +101,41 @@ func TestEnded(t *testing.T) {
 	}
 }
 
+// A read of the connection's own in progress (pgconn's background reader,
+// left blocked on an idle connection once a slow write is done) holds the
+// socket's read lock: ended must not wait for it.
+func TestEndedBesideABlockedRead(t *testing.T) {
+	if !canPeek {
+		t.Skipf("no peek on %s", runtime.GOOS)
+	}
+	client, _ := tcpPair(t)
+	raw, err := client.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside, release, readDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(readDone)
+		raw.Read(func(uintptr) bool { close(inside); <-release; return true })
+	}()
+	<-inside
+	var d idle
+	got := make(chan bool, 1)
+	go func() { got <- d.ended(client) }()
+	select {
+	case ended := <-got:
+		if ended {
+			t.Error("ended, the server said nothing")
+		}
+		close(release)
+	case <-time.After(10 * time.Second):
+		t.Error("ended waited for another read of the socket")
+		close(release)
+		<-got
+	}
+	<-readDone
+}
+
 func TestEndedUnderTLS(t *testing.T) {
 	if !canPeek {
 		t.Skipf("no peek on %s", runtime.GOOS)
