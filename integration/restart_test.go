@@ -177,6 +177,9 @@ func TestCrashRestartRiddenOut(t *testing.T) {
 // query method (Exec, Query, QueryRow, SendBatch, CopyFrom) succeeds, and
 // a Transaction runs fn once.
 func TestPlainStatementsAfterARestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts a server of its own")
+	}
 	const conns = 4
 	ctx := testCtx(t)
 	srv := server.New(t, nil)

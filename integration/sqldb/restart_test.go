@@ -22,6 +22,9 @@ import (
 // a new connection, as with pgx's stdlib, whose database/sql retries a
 // connection that was closed before the statement was sent.
 func TestPlainStatementsAfterARestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("restarts a server of its own")
+	}
 	const conns = 4
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
