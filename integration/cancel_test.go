@@ -243,6 +243,11 @@ func TestCancelFallbacks(t *testing.T) {
 			c.MaxConns = 1
 			c.CancelConnString = "postgres://nobody@127.0.0.1:1/none?sslmode=disable"
 		})
+		// The connection is made first: under load, connecting alone
+		// can take the statement's 100ms, and then nothing is sent.
+		if err := pool.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
 		cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
 		_, err := pool.Exec(cctx, "select pg_sleep(10)")
