@@ -186,33 +186,8 @@ func TestPlainStatementsAfterARestart(t *testing.T) {
 	dsn := srv.DSN("")
 	pool := newPool(t, dsn, func(c *pgtx.Config) { c.MaxConns = conns })
 	mustExec(t, ctx, pool, "create table sink (v int)")
-	methods := []struct {
-		name string
-		run  func(ctx context.Context) error
-	}{
-		{"Exec", func(ctx context.Context) error { _, err := pool.Exec(ctx, "insert into sink values (1)"); return err }},
-		{"Query", func(ctx context.Context) error {
-			rows, err := pool.Query(ctx, "insert into sink values (2) returning v")
-			if err != nil {
-				return err
-			}
-			_, err = pgx.CollectRows(rows, pgx.RowTo[int32])
-			return err
-		}},
-		{"QueryRow", func(ctx context.Context) error {
-			var v int32
-			return pool.QueryRow(ctx, "insert into sink values (3) returning v").Scan(&v)
-		}},
-		{"SendBatch", func(ctx context.Context) error {
-			b := &pgx.Batch{}
-			b.Queue("insert into sink values (4)")
-			return pool.SendBatch(ctx, b).Close()
-		}},
-		{"CopyFrom", func(ctx context.Context) error {
-			_, err := pool.CopyFrom(ctx, pgx.Identifier{"sink"}, []string{"v"}, pgx.CopyFromRows([][]any{{5}}))
-			return err
-		}},
-		{"Transaction", func(ctx context.Context) error {
+	methods := append(poolMethods(pool), namedCall{
+		"Transaction", func(ctx context.Context) error {
 			runs := 0
 			err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
 				runs++
@@ -223,8 +198,7 @@ func TestPlainStatementsAfterARestart(t *testing.T) {
 				return fmt.Errorf("fn ran %d times, want once", runs)
 			}
 			return err
-		}},
-	}
+		}})
 	for _, m := range methods {
 		t.Run(m.name, func(t *testing.T) {
 			fillIdle(t, ctx, pool, conns)

@@ -109,33 +109,7 @@ func TestPlainStatementsRideOutAnOutage(t *testing.T) {
 			// a connection the outage ended is not sent again (it may have
 			// reached the server), which this test is not about.
 			pool := newPool(t, through, func(c *pgtx.Config) { c.MaxConns = 4 })
-			methods := []struct {
-				name string
-				run  func(ctx context.Context) error
-			}{
-				{"Exec", func(ctx context.Context) error { _, err := pool.Exec(ctx, "insert into sink values (1)"); return err }},
-				{"Query", func(ctx context.Context) error {
-					rows, err := pool.Query(ctx, "insert into sink values (2) returning v")
-					if err != nil {
-						return err
-					}
-					_, err = pgx.CollectRows(rows, pgx.RowTo[int32])
-					return err
-				}},
-				{"QueryRow", func(ctx context.Context) error {
-					var v int32
-					return pool.QueryRow(ctx, "insert into sink values (3) returning v").Scan(&v)
-				}},
-				{"SendBatch", func(ctx context.Context) error {
-					b := &pgx.Batch{}
-					b.Queue("insert into sink values (4)")
-					return pool.SendBatch(ctx, b).Close()
-				}},
-				{"CopyFrom", func(ctx context.Context) error {
-					_, err := pool.CopyFrom(ctx, pgx.Identifier{"sink"}, []string{"v"}, pgx.CopyFromRows([][]any{{5}}))
-					return err
-				}},
-			}
+			methods := poolMethods(pool)
 			_, ended := outage(t, proxy, o.set)
 			ends, errs := rideCalls(ctx, len(methods), func(ctx context.Context, i int) error { return methods[i].run(ctx) })
 			back := <-ended
@@ -149,6 +123,42 @@ func TestPlainStatementsRideOutAnOutage(t *testing.T) {
 				t.Errorf("rows = %d, want %d: each statement ran once", n, len(methods))
 			}
 		})
+	}
+}
+
+// namedCall is a call a test makes, by name.
+type namedCall struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// poolMethods are calls of each query method of pool (Exec, Query,
+// QueryRow, SendBatch, CopyFrom), each inserting one row (1 to 5) into a
+// table sink (v int).
+func poolMethods(pool *pgtx.Pool) []namedCall {
+	return []namedCall{
+		{"Exec", func(ctx context.Context) error { _, err := pool.Exec(ctx, "insert into sink values (1)"); return err }},
+		{"Query", func(ctx context.Context) error {
+			rows, err := pool.Query(ctx, "insert into sink values (2) returning v")
+			if err != nil {
+				return err
+			}
+			_, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+			return err
+		}},
+		{"QueryRow", func(ctx context.Context) error {
+			var v int32
+			return pool.QueryRow(ctx, "insert into sink values (3) returning v").Scan(&v)
+		}},
+		{"SendBatch", func(ctx context.Context) error {
+			b := &pgx.Batch{}
+			b.Queue("insert into sink values (4)")
+			return pool.SendBatch(ctx, b).Close()
+		}},
+		{"CopyFrom", func(ctx context.Context) error {
+			_, err := pool.CopyFrom(ctx, pgx.Identifier{"sink"}, []string{"v"}, pgx.CopyFromRows([][]any{{5}}))
+			return err
+		}},
 	}
 }
 

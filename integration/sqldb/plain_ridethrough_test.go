@@ -2,6 +2,7 @@ package sqldb
 
 import (
 	"context"
+	"database/sql"
 	"sync"
 	"testing"
 	"time"
@@ -56,10 +57,39 @@ func TestPlainStatementsRideOutAnOutage(t *testing.T) {
 		proxy.RefuseNew(false)
 	})
 	t.Cleanup(wg.Wait)
-	calls := []struct {
-		name string
-		run  func(ctx context.Context) error
-	}{
+	calls := plainCalls(db)
+	errs := make([]error, len(calls))
+	var cw sync.WaitGroup
+	for i, c := range calls {
+		cw.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			errs[i] = c.run(cctx)
+		})
+	}
+	cw.Wait()
+	for i, c := range calls {
+		if errs[i] != nil {
+			t.Errorf("%s: %v", c.name, errs[i])
+		}
+	}
+	var n int
+	if err := admin.QueryRow(ctx, "select count(*) from sink").Scan(&n); err != nil || n != len(calls) {
+		t.Errorf("rows = %d (%v), want %d: each statement ran once", n, err, len(calls))
+	}
+}
+
+// namedCall is a call a test makes, by name.
+type namedCall struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// plainCalls are a plain statement of db (ExecContext, QueryRowContext)
+// and a transaction of its own (BeginTx, as GORM begins its default
+// ones), each inserting one row (1 to 3) into a table sink (v int).
+func plainCalls(db *sql.DB) []namedCall {
+	return []namedCall{
 		{"ExecContext", func(ctx context.Context) error {
 			_, err := db.ExecContext(ctx, "insert into sink values (1)")
 			return err
@@ -79,24 +109,5 @@ func TestPlainStatementsRideOutAnOutage(t *testing.T) {
 			}
 			return tx.Commit()
 		}},
-	}
-	errs := make([]error, len(calls))
-	var cw sync.WaitGroup
-	for i, c := range calls {
-		cw.Go(func() {
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			defer cancel()
-			errs[i] = c.run(cctx)
-		})
-	}
-	cw.Wait()
-	for i, c := range calls {
-		if errs[i] != nil {
-			t.Errorf("%s: %v", c.name, errs[i])
-		}
-	}
-	var n int
-	if err := admin.QueryRow(ctx, "select count(*) from sink").Scan(&n); err != nil || n != len(calls) {
-		t.Errorf("rows = %d (%v), want %d: each statement ran once", n, err, len(calls))
 	}
 }

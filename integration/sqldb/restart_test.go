@@ -44,30 +44,8 @@ func TestPlainStatementsAfterARestart(t *testing.T) {
 	if _, err := db.ExecContext(ctx, "create table sink (v int)"); err != nil {
 		t.Fatal(err)
 	}
-	calls := []struct {
-		name string
-		run  func(ctx context.Context) error
-	}{
-		{"ExecContext", func(ctx context.Context) error {
-			_, err := db.ExecContext(ctx, "insert into sink values (1)")
-			return err
-		}},
-		{"QueryRowContext", func(ctx context.Context) error {
-			var v int
-			return db.QueryRowContext(ctx, "insert into sink values (2) returning v").Scan(&v)
-		}},
-		{"BeginTx", func(ctx context.Context) error {
-			tx, err := db.BeginTx(ctx, nil)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.ExecContext(ctx, "insert into sink values (3)"); err != nil {
-				_ = tx.Rollback()
-				return err
-			}
-			return tx.Commit()
-		}},
-		{"Transaction", func(ctx context.Context) error {
+	calls := append(plainCalls(db), namedCall{
+		"Transaction", func(ctx context.Context) error {
 			runs := 0
 			err := pgtxsql.Transaction(ctx, db, pgtx.ReadCommitted, func(ctx context.Context, tx *sql.Tx) error {
 				runs++
@@ -78,8 +56,7 @@ func TestPlainStatementsAfterARestart(t *testing.T) {
 				return fmt.Errorf("fn ran %d times, want once", runs)
 			}
 			return err
-		}},
-	}
+		}})
 	for _, c := range calls {
 		t.Run(c.name, func(t *testing.T) {
 			fillIdle(t, ctx, pool, conns)
