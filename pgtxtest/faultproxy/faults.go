@@ -80,8 +80,9 @@ func (p *Proxy) FailCommits(n int, code string) error {
 // protocol the parameter values and formats that were bound. BEGIN itself is left
 // out (pgtx's BEGIN carries a statement_timeout that changes between attempts), and
 // so are the formats asked for the results (a client may ask them on one attempt
-// and not on the next) and the names of savepoints (libraries make them up, GORM a
-// random one at every call). A COMMIT fails when the COMMITs that fingerprint has
+// and not on the next), the names of savepoints (libraries make them up, GORM a
+// random one at every call) and pgtx's reads of the transaction's id (sent with
+// the statements on some attempts, at COMMIT on others). A COMMIT fails when the COMMITs that fingerprint has
 // seen so far are even in number (the first fails, the second passes, the third
 // fails, ...), so identical
 // transactions that run one after another each fail once. Identical transactions

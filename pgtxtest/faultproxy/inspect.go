@@ -41,9 +41,7 @@ func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
 		if !after && pc.failCommit(kind, false) {
 			return nil
 		}
-		if b, ok := fingerprinted(kind, m.String, nil); ok {
-			pc.track(kind, 'Q', b)
-		}
+		pc.track(kind, 'Q', m.String, nil)
 	case 'P':
 		var m pgproto3.Parse
 		if err := m.Decode(body); err != nil {
@@ -101,9 +99,7 @@ func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
 			if !pc.cutAfterSync && pc.failCommit(kind, true) {
 				return nil
 			}
-			if b, ok := fingerprinted(kind, pt.sql, pt.digest[:]); ok {
-				pc.track(kind, 'E', b)
-			}
+			pc.track(kind, 'E', pt.sql, pt.digest[:])
 		}
 	case 'C':
 		var m pgproto3.Close
@@ -131,8 +127,9 @@ func (pc *proxyConn) inspect(typ byte, hdr, body []byte) error {
 
 // track updates the fingerprint of the current transaction with a statement
 // of the given kind, executed as typ ('Q' with its SQL, 'E' with its portal's
-// digest): BEGIN starts a new one, the end of a transaction clears it.
-func (pc *proxyConn) track(kind int, typ byte, b []byte) {
+// digest), as [fingerprinted] says: BEGIN starts a new one, the end of a
+// transaction clears it.
+func (pc *proxyConn) track(kind int, typ byte, sql string, digest []byte) {
 	if !pc.p.everyOn.Load() {
 		pc.fp = nil
 		return
@@ -142,6 +139,10 @@ func (pc *proxyConn) track(kind int, typ byte, b []byte) {
 		if pc.fp != nil {
 			pc.fp.Reset()
 		}
+		return
+	}
+	b, ok := fingerprinted(kind, sql, digest)
+	if !ok {
 		return
 	}
 	if pc.fp == nil {
@@ -166,8 +167,10 @@ func fingerprinted(kind int, sql string, b []byte) ([]byte, bool) {
 	if b == nil {
 		sql = withoutIDRead(sql)
 	}
-	if op := savepointOp(sql); kind == stmtSavepoint && op != "" {
-		return []byte(op), true
+	if kind == stmtSavepoint {
+		if op := savepointOp(sql); op != "" {
+			return []byte(op), true
+		}
 	}
 	if b == nil {
 		return []byte(sql), true
