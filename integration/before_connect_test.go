@@ -34,6 +34,11 @@ func iamStyle(cfg *pgtx.Config) *atomic.Int64 {
 func TestBeforeConnectReachesTheCancelPool(t *testing.T) {
 	ctx := testCtx(t)
 	pool := newPool(t, newDB(t), func(c *pgtx.Config) { iamStyle(c) })
+	// The connection is made first: under load, connecting alone can take
+	// the statement's 100ms, and then nothing is sent to cancel.
+	if err := pool.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
 	qctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	err := pgtx.Transaction(qctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {

@@ -22,6 +22,11 @@ import (
 // is established before a fault is put on it.
 func warmCancel(t *testing.T, ctx context.Context, pool *pgtx.Pool) {
 	t.Helper()
+	// The connection is made first: a connect that outlasts the 50ms would
+	// end the statement before it was sent, and nothing would be cancelled.
+	if err := pool.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
 	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	if _, err := pool.Exec(cctx, "select pg_sleep(10)"); !errors.Is(err, context.DeadlineExceeded) {
