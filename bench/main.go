@@ -7,7 +7,7 @@
 // (pgtxtest) and removes it at the end:
 //
 //	cd bench && go run .                               # every scenario, default durations
-//	cd bench && go run . -dur 400ms -rounds 2 -workers 8 overhead contention sql   # the short CI run
+//	cd bench && go run . -dur 200ms -rounds 1 -workers 8 overhead contention sql   # the short CI run
 //	cd bench && go run . -dur 10s contention           # longer cells
 //
 // Scenarios: overhead, connect, contention, cancel, overload, timeout, sql
