@@ -85,11 +85,15 @@ var (
 )
 
 // tracking reports that the statements fn sends still read the id after
-// them: every statement so far did, and the transaction has none yet. The
-// read costs no round trip (it goes in the statement's write), and makes
-// the id known before COMMIT is sent from the statement that gives it one.
+// them: no read has found one yet, and no notification may have been sent.
+// The read costs no round trip (it goes in the statement's write), and
+// makes the id known before COMMIT is sent from the statement that gives it
+// one, also after a statement that could not carry the read (one sent
+// alone after BEGIN: a query with pgx's per-query options, a copy, a
+// savepoint), whose COMMIT would otherwise read the id in its own write,
+// where a connection cut as COMMIT left loses it.
 func (x *idTracker) tracking() bool {
-	return x.capture != captureNone && x.idRead && x.idNull && !x.stale && !x.notify
+	return x.capture != captureNone && !x.notify && (!x.idRead || x.idNull)
 }
 
 // after records a statement sent after the first write: it may give the
@@ -171,15 +175,17 @@ func parseIDRow(v [][]byte) (r idRow, ok bool) {
 	return r, true
 }
 
-// set records what an id read found.
+// set records what an id read found. The read went after every statement
+// sent so far: none since can have given the transaction an id (stale).
 func (x *idTracker) set(r idRow) {
-	x.idRead, x.idNull, x.id.Xid, x.id.LSN = true, r.null, r.xid, int64(r.lsn)
+	x.idRead, x.idNull, x.stale, x.id.Xid, x.id.LSN = true, r.null, false, r.xid, int64(r.lsn)
 	if x.capture == captureIDRun {
 		x.id.Run, x.id.Flushed = r.run, r.flushed
 	}
 }
 
-// scanRow reads the id and, behind a pooler, the server's run.
+// scanRow reads the id and, behind a pooler, the server's run, as set
+// records them.
 func (x *idTracker) scanRow(row pgx.Row) error {
 	var xid, lsn pgtype.Int8
 	var err error
@@ -191,7 +197,7 @@ func (x *idTracker) scanRow(row pgx.Row) error {
 	if err != nil {
 		return err
 	}
-	x.idRead, x.idNull = true, !xid.Valid
+	x.idRead, x.idNull, x.stale = true, !xid.Valid, false
 	x.id.Xid, x.id.LSN = uint64(xid.Int64), lsn.Int64
 	return nil
 }

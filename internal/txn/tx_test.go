@@ -53,7 +53,8 @@ func TestHasQueryOption(t *testing.T) {
 }
 
 // TestTracking: the statements after the first write read the id after
-// them while every one did and the transaction has none yet.
+// them until a read finds one, also after a statement that could not carry
+// the read, and never once a notification may have been sent.
 func TestTracking(t *testing.T) {
 	tests := []struct {
 		name                          string
@@ -65,14 +66,34 @@ func TestTracking(t *testing.T) {
 		{"behind a pooler", captureIDRun, true, true, false, false, true},
 		{"the pool does not read ids", captureNone, true, true, false, false, false},
 		{"the id is known", captureID, true, false, false, false, false},
-		{"the first write did not read it", captureID, false, false, false, false, false},
-		{"a statement did not read it", captureID, true, true, true, false, false},
+		{"the first write did not read it", captureID, false, false, true, false, true},
+		{"a statement did not read it", captureID, true, true, true, false, true},
+		{"the id is known, a statement since did not read it", captureID, true, false, true, false, false},
 		{"a notification", captureID, true, true, false, true, false},
+		{"a notification, the id not read", captureID, false, false, true, true, false},
 	}
 	for _, tt := range tests {
 		x := &idTracker{capture: tt.capture, idRead: tt.idRead, idNull: tt.idNull, stale: tt.stale, notify: tt.notify}
 		if got := x.tracking(); got != tt.want {
 			t.Errorf("%s: tracking = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestReadAfterStaleStatements: an id read, which goes after every
+// statement sent so far, leaves nothing unread (stale), whatever it finds.
+func TestReadAfterStaleStatements(t *testing.T) {
+	for _, r := range []idRow{{null: true}, {xid: 7, lsn: 42}} {
+		x := &idTracker{capture: captureID, idRead: false, stale: true}
+		x.set(r)
+		if x.stale || !x.idRead || x.idNull != r.null || x.id.Xid != r.xid {
+			t.Errorf("after a read of %+v: %+v, want it read and nothing stale", r, x)
+		}
+		if got, want := x.idAtCommit(), false; got != want {
+			t.Errorf("after a read of %+v: idAtCommit = %v, want %v", r, got, want)
+		}
+		if got, want := x.writeFree(), r.null; got != want {
+			t.Errorf("after a read of %+v: writeFree = %v, want %v", r, got, want)
 		}
 	}
 }
