@@ -159,12 +159,9 @@ func pgxTxOptions(opts driver.TxOptions) (pgx.TxOptions, error) {
 
 // ExecContext implements [driver.ExecerContext].
 func (c *conn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	q, b, err := c.target(ctx)
+	q, _, err := c.target(ctx)
 	if err != nil {
 		return nil, err
-	}
-	if b != nil {
-		b.sent.Store(true)
 	}
 	tag, err := q.Exec(ctx, query, values(args)...)
 	if err != nil {
@@ -175,15 +172,17 @@ func (c *conn) ExecContext(ctx context.Context, query string, args []driver.Name
 
 // QueryContext implements [driver.QueryerContext]. The first row is read
 // now, as pgx's stdlib does, so that an error of the statement's is the
-// query's. A transaction's first query travels with BEGIN when its text is
-// known to need no result formats ([shapes]).
+// query's. A transaction's query whose text is known to need no result
+// formats ([shapes]) is sent without them, so that it can share a write:
+// the first with BEGIN, and one that may give the transaction its id with
+// the read of that id.
 func (c *conn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	q, b, err := c.target(ctx)
 	if err != nil {
 		return nil, err
 	}
 	qargs := queryArgs(args)
-	if b != nil && !b.sent.Swap(true) && c.c.shapes.native(query) {
+	if b != nil && c.c.shapes.native(query) {
 		qargs = qargs[1:]
 	}
 	r, err := q.Query(ctx, query, qargs...)
@@ -247,9 +246,9 @@ var resultFormats = pgx.QueryResultFormatsByOID{
 }
 
 // queryArgs are a query's arguments after its result formats, which a
-// statement sent with BEGIN cannot carry (pgx's batches take none):
-// QueryContext drops them for a transaction's first query when [shapes]
-// knows its text needs none.
+// statement that shares a write cannot carry (pgx's batches take none):
+// QueryContext drops them for a transaction's query when [shapes] knows its
+// text needs none.
 func queryArgs(args []driver.NamedValue) []any {
 	vs := make([]any, len(args)+1)
 	vs[0] = resultFormats

@@ -16,10 +16,11 @@ const maxShapes = 4096
 // shapes remembers, for each query text seen, whether its results come in
 // the formats pgx's stdlib asks for without asking: every column of a type
 // rows converts from binary ([resultFormats]) or of a type pgx receives as
-// text. Such a query needs no result formats, so as a transaction's first
-// statement it travels with BEGIN (pgx's batches take no result formats):
-// the second time a query text begins a transaction, it costs no round
-// trip of its own. The results of a text whose types changed since (a
+// text. Such a query needs no result formats, so in a transaction it can
+// share a write (pgx's batches take no result formats): as the first
+// statement it travels with BEGIN (the second time a query text begins a
+// transaction, it costs no round trip of its own), and a later one carries
+// the read of the transaction's id while that is unknown. The results of a text whose types changed since (a
 // column altered) are converted from whatever format came, and the text is
 // remembered anew.
 type shapes struct {

@@ -65,7 +65,6 @@ type binding struct {
 	readOnly bool
 
 	begun   atomic.Bool
-	sent    atomic.Bool  // a statement of the transaction was sent
 	ending  atomic.Bool  // Run ends the transaction: Rollback is not fn's
 	open    atomic.Int32 // rows of the transaction still open
 	mu      sync.Mutex
