@@ -20,9 +20,9 @@ const maxShapes = 4096
 // share a write (pgx's batches take no result formats): as the first
 // statement it travels with BEGIN (the second time a query text begins a
 // transaction, it costs no round trip of its own), and a later one carries
-// the read of the transaction's id while that is unknown. The results of a text whose types changed since (a
-// column altered) are converted from whatever format came, and the text is
-// remembered anew.
+// the read of the transaction's id while that is unknown. The results of a
+// text whose types changed since (a column altered) are converted from
+// whatever format came, and the text is remembered anew.
 type shapes struct {
 	m sync.Map // query text → bool: native
 	n atomic.Int32

@@ -84,7 +84,7 @@ func TestTracking(t *testing.T) {
 // statement sent so far, leaves nothing unread (stale), whatever it finds.
 func TestReadAfterStaleStatements(t *testing.T) {
 	for _, r := range []idRow{{null: true}, {xid: 7, lsn: 42}} {
-		x := &idTracker{capture: captureID, idRead: false, stale: true}
+		x := &idTracker{capture: captureID, stale: true}
 		x.set(r)
 		if x.stale || !x.idRead || x.idNull != r.null || x.id.Xid != r.xid {
 			t.Errorf("after a read of %+v: %+v, want it read and nothing stale", r, x)

@@ -82,10 +82,10 @@ func (p *Proxy) FailCommits(n int, code string) error {
 // so are the formats asked for the results (a client may ask them on one attempt
 // and not on the next), the names of savepoints (libraries make them up, GORM a
 // random one at every call) and pgtx's reads of the transaction's id (sent with
-// the statements on some attempts, at COMMIT on others). A COMMIT fails when the COMMITs that fingerprint has
-// seen so far are even in number (the first fails, the second passes, the third
-// fails, ...), so identical
-// transactions that run one after another each fail once. Identical transactions
+// the statements on some attempts, at COMMIT on others). A COMMIT fails when the
+// COMMITs that fingerprint has seen so far are even in number (the first fails,
+// the second passes, the third fails, ...), so identical transactions that run
+// one after another each fail once. Identical transactions
 // that run at the same time share a count (one may fail twice and another not at
 // all), and a transaction whose statements or parameters change between attempts
 // (a timestamp or random id made in the function) is new at every attempt and
