@@ -26,6 +26,7 @@
 //   - [github.com/pgtx-go/pgtx/pgtxtest/faultproxy]: a proxy that fails COMMITs,
 //     cuts, stalls and slows connections.
 //   - [github.com/pgtx-go/pgtx/pgtxtest/bouncer]: a PgBouncer in front of a server.
+//   - [github.com/pgtx-go/pgtx/pgtxtest/pgpool]: a Pgpool-II in front of a primary and its standbys.
 //   - [github.com/pgtx-go/pgtx/pgtxtest/formation]: pg_auto_failover formations
 //     whose primary fails over.
 //
