@@ -7,23 +7,24 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/pgtx-go/pgtx/internal/cancelquery"
 	"github.com/pgtx-go/pgtx/internal/fakepg"
+	"github.com/pgtx-go/pgtx/internal/pgpool"
 )
 
 // TestConnectAsksLittle: a new connection of a resolving pool sends, of
-// pgtx's own, only its backend's identity in CancelModePool, and nothing in
-// the other modes, before the caller's first statement: what resolving
-// COMMITs needs is asked at the connection's first transaction, once.
+// pgtx's own, only the probe of which backends answer it (one round trip,
+// in every mode: it tells a pooler in front), before the caller's first
+// statement: what resolving COMMITs needs is asked at the connection's
+// first transaction, once.
 func TestConnectAsksLittle(t *testing.T) {
 	for _, mode := range []CancelMode{CancelModePool, CancelModeProtocol, CancelModeClose} {
 		t.Run(mode.String(), func(t *testing.T) {
 			srv := &fakepg.Server{Answer: func(conn int, sql string) fakepg.Answer {
 				pid := 1000 + conn // the fake server's pid of the connection
 				switch {
-				case sql == cancelquery.Identity:
-					return fakepg.Answer{Columns: []fakepg.Column{{Name: "pid", OID: 23}, {Name: "backend_start", OID: 1184}},
-						Rows: [][]any{{pid, "2026-12-03 10:00:00+00"}}}
+				case pgpool.IsProbe(sql):
+					return fakepg.Answer{Columns: []fakepg.Column{{Name: "pid", OID: 23}, {Name: "backend_start", OID: 20}},
+						Rows: [][]any{{pid, 1764756000000000}}}
 				case strings.Contains(sql, "system_identifier"):
 					return fakepg.Answer{
 						Columns: []fakepg.Column{{Name: "sys", OID: 20}, {Name: "rec", OID: 16}, {Name: "ok", OID: 16}, {Name: "pid", OID: 23},
@@ -53,7 +54,7 @@ func TestConnectAsksLittle(t *testing.T) {
 					case i < 0 || s.Conn != log[i].Conn:
 					case strings.Contains(s.SQL, "system_identifier"):
 						got = append(got, "system")
-					case s.SQL == cancelquery.Identity:
+					case pgpool.IsProbe(s.SQL):
 						got = append(got, "identity")
 					}
 				}
@@ -62,10 +63,7 @@ func TestConnectAsksLittle(t *testing.T) {
 			if _, err := pool.Exec(ctx, "select 1"); err != nil {
 				t.Fatal(err)
 			}
-			var want []string
-			if mode == CancelModePool {
-				want = []string{"identity"}
-			}
+			want := []string{"identity", "identity"}
 			if got := ours(); !slices.Equal(got, want) {
 				t.Errorf("before the first transaction pgtx sent %q, want %q", got, want)
 			}

@@ -14,10 +14,12 @@ import (
 	"github.com/pgtx-go/pgtx/internal/histogram"
 	"github.com/pgtx-go/pgtx/internal/hooks"
 	"github.com/pgtx-go/pgtx/internal/params"
+	"github.com/pgtx-go/pgtx/internal/pgpool"
 	"github.com/pgtx-go/pgtx/internal/reach"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 	"github.com/pgtx-go/pgtx/internal/retry"
 	"github.com/pgtx-go/pgtx/internal/txn"
+	"github.com/pgtx-go/pgtx/pooler"
 )
 
 // While calls wait for an unreachable server, one probe connects every
@@ -104,7 +106,8 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		},
 		Every: probeEvery, Jitter: retryPolicy.Jitter, Timeout: probeTimeout,
 	})
-	hooks.Install(pc, canceller, &q.Queue, signal.Connected)
+	verdict := newVerdict(cfg.Tracer)
+	hooks.Install(pc, canceller, &q.Queue, verdict, signal.Connected)
 	pool, err = newPgxpool(ctx, pc)
 	if err != nil {
 		signal.Close()
@@ -125,8 +128,21 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		breaker:    newBreaker(cfg.Breaker, cfg.Tracer, realClock{}),
 		contention: newContention(cfg.Contention, realClock{}, int(cfg.MaxConns), st.acquireTimeout, cfg.Tracer),
 	}
+	p.resolver.Pgpool = verdict.Pgpool
 	p.txn = p.txnSettings()
 	return p, nil
+}
+
+// newVerdict returns what a pool learns of a pooler in front of its
+// server, telling tracer once when it is Pgpool-II.
+func newVerdict(tracer TransactionTracer) *pgpool.Verdict {
+	v := &pgpool.Verdict{}
+	if pt, ok := tracer.(pooler.Tracer); ok {
+		v.Found = func(ctx context.Context, info pgpool.Info) {
+			pt.TracePooler(ctx, pooler.Data{Name: "Pgpool-II", Version: info.Version, Advice: info.Advice()})
+		}
+	}
+	return v
 }
 
 // newPgxpool turns pgxpool's panic on a config not made by ParseConfig

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx/internal/fakepg"
+	"github.com/pgtx-go/pgtx/internal/pgpool"
 )
 
 // fakePool returns a pool whose connections reach srv, with no pause
@@ -37,6 +38,18 @@ func fakePool(t *testing.T, srv *fakepg.Server, mutate func(*Config)) *Pool {
 		srv.Wait()
 	})
 	return pool
+}
+
+// sent returns the statements srv received but the probe every connection
+// makes when it is made ([pgpool.Identify]).
+func sent(srv *fakepg.Server) []string {
+	var out []string
+	for _, sql := range srv.SQL() {
+		if !pgpool.IsProbe(sql) {
+			out = append(out, sql)
+		}
+	}
+	return out
 }
 
 // on answers the n-th time (from 1) a statement with the verb sql is sent
@@ -181,7 +194,7 @@ func TestTransactionOverTheWire(t *testing.T) {
 			if runs != tt.wantRuns {
 				t.Errorf("fn ran %d times, want %d", runs, tt.wantRuns)
 			}
-			if got := srv.SQL(); !slices.Equal(got, tt.wantSQL) {
+			if got := sent(srv); !slices.Equal(got, tt.wantSQL) {
 				t.Errorf("the server received\n%q\nwant\n%q", got, tt.wantSQL)
 			}
 			if got := srv.Conns(); got != tt.wantConn {
@@ -212,7 +225,7 @@ func TestTransactionOverTheWireContextEnded(t *testing.T) {
 		t.Errorf("err = %v, want context.Canceled", err)
 	}
 	want := []string{"begin isolation level READ COMMITTED", update, "rollback"}
-	if got := srv.SQL(); !slices.Equal(got, want) {
+	if got := sent(srv); !slices.Equal(got, want) {
 		t.Errorf("the server received %q, want %q", got, want)
 	}
 }

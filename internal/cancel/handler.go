@@ -40,13 +40,9 @@ type Handler struct {
 	// ready is set once the connection is set up: before, it has no
 	// identity to cancel by, and a cancel closes it.
 	ready atomic.Bool
-	// direct reports that the connection's backend pid is Conn.PID(), so
-	// pg_cancel_backend can reach it; false behind a pooler, whose cancel
-	// key is not a backend's pid.
-	direct atomic.Bool
-	// backendStart is the backend's start time in unix microseconds (with
-	// the pid, its identity); valid when direct.
-	backendStart atomic.Int64
+	// target is the backend pg_cancel_backend signals ([Handler.SetTarget]);
+	// set before ready, read by the cancels after.
+	target Target
 
 	// doomed is set on a connection that must not be used again; the pool
 	// destroys it instead of handing it out ([Handler.Doomed]).
@@ -162,8 +158,8 @@ func (h *Handler) send(deadline time.Time) (r Result, confirmed bool) {
 	}
 	defer cancel()
 	h.c.sent.Add(1)
-	if h.c.s.Mode == ModePool && h.direct.Load() {
-		switch res := h.c.viaPool(ctx, h.conn.PID(), h.backendStart.Load()); res {
+	if h.c.s.Mode == ModePool && h.target.PID != 0 {
+		switch res := h.c.viaPool(ctx, h.target); res {
 		case poolSignalled:
 			return Result{Outcome: Signalled}, true
 		case poolNotFound:

@@ -43,6 +43,7 @@ func TestHandler(t *testing.T) {
 		grace       time.Duration
 		notReady    bool
 		indirect    bool // behind a pooler: the backend pid is not the connection's
+		whileActive bool // behind Pgpool-II: the target is signalled only while active
 		offset      time.Duration
 		pool        poolAnswer
 		protocol    protocolAnswer
@@ -139,6 +140,27 @@ func TestHandler(t *testing.T) {
 			counts: Counts{Sent: 1, PoolErrors: 1, Closed: 1}, queries: 1,
 		},
 		{
+			name: "behind Pgpool-II the primary's backend runs the statement: signalled", mode: ModePool, grace: grace, offset: live,
+			whileActive: true, pool: poolAnswer{visible: true, ours: true, signalled: true},
+			want: Result{Outcome: Signalled, Latency: queryTakes}, socket: kept,
+			counts: Counts{Sent: 1, Signalled: 1}, queries: 1,
+		},
+		{
+			// Its statement runs on a standby's backend, which the cancel
+			// pool cannot reach; the protocol cancel reaches every backend
+			// of the session.
+			name: "behind Pgpool-II the primary's backend is idle: protocol cancel", mode: ModePool, grace: grace, offset: live,
+			whileActive: true, pool: poolAnswer{visible: true, ours: true},
+			want: Result{Outcome: Protocol, FellBack: true, Latency: queryTakes + protocolTakes}, socket: kept,
+			counts: Counts{Sent: 1, Protocol: 1}, queries: 1, requests: 1,
+		},
+		{
+			name: "behind Pgpool-II a recycled pid: not signalled", mode: ModePool, grace: grace, offset: live,
+			whileActive: true, pool: poolAnswer{visible: true},
+			want: Result{Outcome: NotFound, Latency: queryTakes}, socket: kept,
+			counts: Counts{Sent: 1, NotFound: 1}, queries: 1,
+		},
+		{
 			name: "behind a pooler the protocol cancel goes first", mode: ModePool, grace: grace, indirect: true, offset: live,
 			want: Result{Outcome: Protocol, Latency: protocolTakes}, socket: kept,
 			counts: Counts{Sent: 1, Protocol: 1}, requests: 1,
@@ -175,8 +197,9 @@ func TestHandler(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := Settings{Mode: tt.mode, Grace: tt.grace, DefaultGrace: 4} // a share of 1ns: a busy pool is given up at once
 			hs := newHarness(t, s, tt.offset, tt.pool, tt.protocol)
-			hs.h.direct.Store(!tt.indirect)
-			hs.h.backendStart.Store(1_700_000_000_000_000)
+			if !tt.indirect {
+				hs.h.SetTarget(Target{PID: 4242, Start: 1_700_000_000_000_000, WhileActive: tt.whileActive})
+			}
 			if !tt.notReady {
 				hs.h.SetReady()
 			}
@@ -202,8 +225,8 @@ func TestHandler(t *testing.T) {
 			if n, acq := hs.pool.released.Load(), hs.pool.acquires.Load(); tt.queries > 0 && n != 1 || acq > 0 && tt.queries == 0 && n != 0 {
 				t.Errorf("%d cancel pool connections released after %d acquires and %d queries", n, acq, tt.queries)
 			}
-			if tt.queries > 0 && (hs.pool.pid.Load() != 4242 || hs.pool.start.Load() != 1_700_000_000_000_000) {
-				t.Errorf("the cancel query named backend %d started at %d", hs.pool.pid.Load(), hs.pool.start.Load())
+			if tt.queries > 0 && (hs.pool.pid.Load() != 4242 || hs.pool.start.Load() != 1_700_000_000_000_000 || hs.pool.whileActive.Load() != tt.whileActive) {
+				t.Errorf("the cancel query named backend %d started at %d (while active: %v)", hs.pool.pid.Load(), hs.pool.start.Load(), hs.pool.whileActive.Load())
 			}
 			if u := hs.c.clock.Now().UnixNano() < hs.c.unhealthyUntil.Load(); u != tt.unhealthy {
 				t.Errorf("cancel pool unhealthy = %v, want %v", u, tt.unhealthy)

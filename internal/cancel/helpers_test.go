@@ -92,11 +92,11 @@ type poolAnswer struct {
 	// acquireErr fails the acquire; busy makes it wait for its context.
 	acquireErr error
 	busy       bool
-	// visible and signalled are the query's row; err its error; lost
-	// makes the query wait for its context, then fail.
-	visible, signalled bool
-	err                error
-	lost               bool
+	// visible, ours and signalled are the query's row; err its error;
+	// lost makes the query wait for its context, then fail.
+	visible, ours, signalled bool
+	err                      error
+	lost                     bool
 }
 
 // fakePool is a cancel pool that answers as scripted.
@@ -106,9 +106,11 @@ type fakePool struct {
 	acquires atomic.Int32
 	queries  atomic.Int32
 	released atomic.Int32
-	// pid and start are the last query's arguments.
-	pid   atomic.Uint32
-	start atomic.Int64
+	// pid and start are the last query's arguments, and whileActive
+	// whether it asked for an active backend.
+	pid         atomic.Uint32
+	start       atomic.Int64
+	whileActive atomic.Bool
 }
 
 func (p *fakePool) Acquire(ctx context.Context) (PoolConn, error) {
@@ -125,17 +127,18 @@ func (p *fakePool) Acquire(ctx context.Context) (PoolConn, error) {
 
 type fakePoolConn struct{ p *fakePool }
 
-func (c fakePoolConn) Cancel(ctx context.Context, pid uint32, backendStart int64) (visible, signalled bool, err error) {
+func (c fakePoolConn) Cancel(ctx context.Context, t Target) (Answer, error) {
 	p := c.p
 	p.queries.Add(1)
-	p.pid.Store(pid)
-	p.start.Store(backendStart)
+	p.pid.Store(t.PID)
+	p.start.Store(t.Start)
+	p.whileActive.Store(t.WhileActive)
 	p.clk.advance(queryTakes)
 	if p.answer.lost {
 		<-ctx.Done()
-		return false, false, errors.New("read tcp: i/o timeout")
+		return Answer{}, errors.New("read tcp: i/o timeout")
 	}
-	return p.answer.visible, p.answer.signalled, p.answer.err
+	return Answer{Visible: p.answer.visible, Ours: p.answer.ours, Signalled: p.answer.signalled}, p.answer.err
 }
 
 func (c fakePoolConn) Release() { c.p.released.Add(1) }

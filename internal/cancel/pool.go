@@ -37,10 +37,10 @@ type Pool interface {
 
 // PoolConn is a connection of the cancel pool.
 type PoolConn interface {
-	// Cancel runs [cancelquery.Cancel] for the backend pid that started at
-	// backendStart (unix microseconds) and returns its row, or
-	// pgx.ErrNoRows when no backend has that pid.
-	Cancel(ctx context.Context, pid uint32, backendStart int64) (visible, signalled bool, err error)
+	// Cancel runs [cancelquery.Cancel] (or [cancelquery.CancelActive])
+	// for t and returns its row, or pgx.ErrNoRows when no backend has t's
+	// pid.
+	Cancel(ctx context.Context, t Target) (Answer, error)
 	// Release gives the connection back to its pool.
 	Release()
 }
@@ -60,9 +60,22 @@ func (p pgxPool) Acquire(ctx context.Context) (PoolConn, error) {
 
 type pgxConn struct{ *pgxpool.Conn }
 
-func (c pgxConn) Cancel(ctx context.Context, pid uint32, backendStart int64) (visible, signalled bool, err error) {
-	err = c.QueryRow(ctx, cancelquery.Cancel, pgx.QueryExecModeExec, int64(pid), time.UnixMicro(backendStart)).Scan(&visible, &signalled)
-	return visible, signalled, err
+// Answer is the row of a cancel query.
+type Answer struct {
+	// Visible: the cancel role could see the backend's identity; Ours: it
+	// is the target's; Signalled: pg_cancel_backend signalled it.
+	Visible, Ours, Signalled bool
+}
+
+func (c pgxConn) Cancel(ctx context.Context, t Target) (a Answer, err error) {
+	sql := cancelquery.Cancel
+	if t.WhileActive {
+		sql = cancelquery.CancelActive
+	}
+	var ours *bool // NULL when not visible
+	err = c.QueryRow(ctx, sql, pgx.QueryExecModeExec, int64(t.PID), time.UnixMicro(t.Start)).Scan(&a.Visible, &ours, &a.Signalled)
+	a.Ours = ours != nil && *ours
+	return a, err
 }
 
 // Open returns a Canceller with s, on clk. In [ModePool] it first opens
@@ -197,11 +210,14 @@ const (
 	// poolUnknown: the query was sent and its answer did not come back: the
 	// signal may still happen.
 	poolUnknown
+	// poolElsewhere: the backend runs no statement, so the connection's
+	// runs on another backend ([Target].WhileActive); nothing was
+	// signalled; fall back.
+	poolElsewhere
 )
 
-// viaPool runs the cancel query over the cancel pool for the backend pid
-// that started at backendStart (unix microseconds).
-func (c *Canceller) viaPool(ctx context.Context, pid uint32, backendStart int64) poolResult {
+// viaPool runs the cancel query over the cancel pool for t.
+func (c *Canceller) viaPool(ctx context.Context, t Target) poolResult {
 	if c.clock.Now().UnixNano() < c.unhealthyUntil.Load() {
 		return poolNotSent
 	}
@@ -223,17 +239,19 @@ func (c *Canceller) viaPool(ctx context.Context, pid uint32, backendStart int64)
 		return poolNotSent
 	}
 	defer conn.Release()
-	visible, signalled, err := conn.Cancel(ctx, pid, backendStart)
+	a, err := conn.Cancel(ctx, t)
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		c.notFound.Add(1)
 		return poolNotFound
-	case err == nil && !visible:
+	case err == nil && !a.Visible:
 		return poolHidden
-	case err == nil && signalled:
+	case err == nil && a.Signalled:
 		c.signalled.Add(1)
 		return poolSignalled
+	case err == nil && a.Ours && t.WhileActive:
+		return poolElsewhere
 	case err == nil:
 		// A visible backend with another start time: the pid was recycled,
 		// and that stranger's statement was not touched.

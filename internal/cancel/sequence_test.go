@@ -14,7 +14,7 @@ import (
 func TestUnhealthyPoolSkipped(t *testing.T) {
 	refused := &pgconn.PgError{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "42501"}
 	hs := newHarness(t, Settings{Mode: ModePool, Grace: 2 * time.Second}, live, poolAnswer{err: refused}, acked)
-	hs.h.direct.Store(true)
+	hs.h.SetTarget(Target{PID: 4242, Start: 1})
 	hs.h.SetReady()
 
 	steps := []struct {

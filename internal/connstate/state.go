@@ -31,6 +31,18 @@ type State struct {
 	// protocol and for COMMIT's write.
 	Named       bool
 	XidPrepared bool
+	// Pgpool says that the connection goes through Pgpool-II, which sends
+	// each statement to a node of its choosing ([pgpool.Verdict]), and
+	// PinReadOnly that it may send each statement of a session to another
+	// node, so that a read-only transaction too is kept on the primary.
+	// Retire, that the connection names its statements behind Pgpool-II
+	// (made before the pool knew): Pgpool-II binds a named statement on the
+	// node that parsed it, so the pool replaces it after its first use.
+	Pgpool, PinReadOnly, Retire bool
+	// RestoreTimeout says that a balanced read-only transaction behind
+	// Pgpool-II set the session's statement_timeout, which has yet to be
+	// restored (RESET) before the connection's next use.
+	RestoreTimeout bool
 
 	idle idle // what [State.Spoke] peeks with
 }

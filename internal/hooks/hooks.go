@@ -2,6 +2,7 @@ package hooks
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -10,11 +11,17 @@ import (
 	"github.com/pgtx-go/pgtx/internal/acquire"
 	"github.com/pgtx-go/pgtx/internal/cancel"
 	"github.com/pgtx-go/pgtx/internal/connstate"
+	"github.com/pgtx-go/pgtx/internal/pgpool"
 )
 
 // Install installs on pc, the main pool's config, every hook pgtx needs,
 // each wrapping the caller's own so that it keeps working:
 //
+//   - BeforeConnect, once the pool knows its server is behind Pgpool-II
+//     (v), makes a connection that would name its statements
+//     (QueryExecModeCacheStatement) describe them instead
+//     (QueryExecModeCacheDescribe): Pgpool-II binds a named statement on
+//     the node that parsed it, whatever the transaction it then runs in;
 //   - BuildContextWatcherHandler makes each connection's [connstate.State],
 //     whose cancel handler (of c) stops a statement on the server when its
 //     context ends (one set on the Config is replaced);
@@ -22,17 +29,21 @@ import (
 //     AfterConnect;
 //   - PrepareConn refuses a connection doomed by a cancel that was not
 //     confirmed, or whose session the server ended while it was idle (a
-//     restart's FATAL, [connstate.State.Ended]): pgxpool then hands out
-//     another before anything is sent. Then it runs the caller's
+//     restart's FATAL, [connstate.State.Ended]), or that names its
+//     statements behind Pgpool-II ([connstate.State].Retire): pgxpool
+//     then hands out another before anything is sent. Then it runs the caller's
 //     PrepareConn, or BeforeAcquire (which pgxpool ignores once
 //     PrepareConn is set);
+//   - PrepareConn also restores the session's statement_timeout that a
+//     balanced read-only transaction behind Pgpool-II set, when the
+//     transaction's end could not ([connstate.State].RestoreTimeout);
 //   - the connection tracer ([acquire.Tracer]) counts q's waiters,
 //     and BeforeConnect gives each connection the caller's own tracer back;
 //   - ShouldPing, BeforeConnect and PrepareConn mark the acquire's context
 //     shared, as hooks may keep it ([acquire.MarkShared]);
 //   - connected, when set, is told of every connection made and set up,
 //     after the caller's AfterConnect.
-func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, connected func()) {
+func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, v *pgpool.Verdict, connected func()) {
 	user := pc.ConnConfig.Tracer
 	pc.ConnConfig.Tracer = acquire.NewTracer(q, user)
 	userBeforeConnect := pc.BeforeConnect
@@ -41,7 +52,12 @@ func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, connecte
 		acquire.MarkShared(ctx)
 		cc.Tracer = user
 		if userBeforeConnect != nil {
-			return userBeforeConnect(ctx, cc)
+			if err := userBeforeConnect(ctx, cc); err != nil {
+				return err
+			}
+		}
+		if cc.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement && v.Pgpool() {
+			cc.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 		}
 		return nil
 	}
@@ -59,7 +75,11 @@ func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, connecte
 		userPrepare = func(ctx context.Context, conn *pgx.Conn) (bool, error) { return before(ctx, conn), nil }
 	}
 	pc.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {
-		if st := connstate.Of(conn.PgConn()); st != nil && (st.Cancel.Doomed() || st.Ended(conn.PgConn())) {
+		st := connstate.Of(conn.PgConn())
+		if st != nil && (st.Cancel.Doomed() || st.Retire || st.Ended(conn.PgConn())) {
+			return false, nil
+		}
+		if st != nil && st.RestoreTimeout && !restoreTimeout(ctx, conn.PgConn(), st) {
 			return false, nil
 		}
 		if userPrepare != nil {
@@ -71,7 +91,7 @@ func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, connecte
 
 	userAfterConnect := pc.AfterConnect
 	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
-		if err := setUp(ctx, conn); err != nil {
+		if err := setUp(ctx, conn, v); err != nil {
 			return err
 		}
 		if userAfterConnect != nil {
@@ -94,14 +114,15 @@ func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, connecte
 
 // setUp is the AfterConnect step of every main-pool connection, which
 // fills in its state: it notes the connection's QueryTracer and exec mode,
-// in CancelModePool it captures the backend's identity and finds out
-// whether the connection reaches its backend directly
-// ([cancel.Handler.Capture]), then the connection is ready to be
-// cancelled. What only a resolving pool's transactions need is captured at
-// the connection's first transaction (txn.SetUp), not here: a new
-// backend's catalog caches are cold, so each question asked now would
-// delay every connect, a plain statement's too.
-func setUp(ctx context.Context, conn *pgx.Conn) error {
+// asks which backends answer it ([pgpool.Identify]: one round trip), and,
+// when another than the connection's own answers, whether Pgpool-II is in
+// front ([pgpool.Verdict.Decide], asked once per pool); then it tells the
+// cancel handler which backend the cancel pool can signal, and the
+// connection is ready to be cancelled. What only a resolving pool's
+// transactions need is captured at the connection's first transaction
+// (txn.SetUp), not here: a new backend's catalog caches are cold, so each
+// question asked now would delay every connect, a plain statement's too.
+func setUp(ctx context.Context, conn *pgx.Conn, v *pgpool.Verdict) error {
 	st := connstate.Of(conn.PgConn())
 	if st == nil {
 		return nil
@@ -109,9 +130,41 @@ func setUp(ctx context.Context, conn *pgx.Conn) error {
 	cc := conn.Config()
 	st.Tracer = cc.Tracer
 	st.SetMode(cc.DefaultQueryExecMode)
-	if err := st.Cancel.Capture(ctx, conn); err != nil {
-		return err
+	pgConn := conn.PgConn()
+	p, err := pgpool.Identify(ctx, pgConn)
+	if err != nil {
+		return fmt.Errorf("pgtx: identify the connection's backends: %w", err)
+	}
+	pid := pgConn.PID()
+	switch {
+	case !p.OK:
+		// A server that cannot tell: the protocol cancel reaches it.
+	case !p.Pooled(pid):
+		st.Cancel.SetTarget(cancel.Target{PID: pid, Start: p.Balanced.Start})
+	default:
+		if st.Pgpool, err = v.Decide(ctx, pgConn); err != nil {
+			return fmt.Errorf("pgtx: ask what is in front of the server: %w", err)
+		}
+		if st.Pgpool {
+			// The primary's backend runs every statement but a balanced
+			// one, which the protocol cancel reaches.
+			st.Cancel.SetTarget(cancel.Target{PID: p.Primary.PID, Start: p.Primary.Start, WhileActive: true})
+			st.PinReadOnly = v.BalancesStatements()
+			st.Retire = st.Named
+		}
 	}
 	st.Cancel.SetReady()
 	return nil
+}
+
+// restoreTimeout restores the session's statement_timeout on a connection
+// whose balanced read-only transaction behind Pgpool-II left it set, and
+// reports whether it could.
+func restoreTimeout(ctx context.Context, pgConn *pgconn.PgConn, st *connstate.State) bool {
+	res, err := pgpool.Run(ctx, pgConn, "reset statement_timeout")
+	if err != nil || res[0].Err != nil {
+		return false
+	}
+	st.RestoreTimeout = false
+	return true
 }

@@ -17,15 +17,17 @@ import (
 	"github.com/pgtx-go/pgtx/internal/acquire"
 	"github.com/pgtx-go/pgtx/internal/cancel"
 	"github.com/pgtx-go/pgtx/internal/connstate"
+	"github.com/pgtx-go/pgtx/internal/pgpool"
 )
 
 type sysClock struct{}
 
 func (sysClock) Now() time.Time { return time.Now() }
 
-// fakeServer is a server that accepts every login and then reads what it
-// is sent until the connection closes: enough for pgx to connect, and for
-// a pool to hand the connection out. It counts the connections made.
+// fakeServer is a server that accepts every login and then answers every
+// query with an error, as a server without pg_stat_get_activity would,
+// until the connection closes: enough for pgx to connect, and for a pool
+// to hand the connection out. It counts the connections made.
 type fakeServer struct{ conns atomic.Int32 }
 
 func (s *fakeServer) dial(context.Context, string, string) (net.Conn, error) {
@@ -45,8 +47,16 @@ func (s *fakeServer) dial(context.Context, string, string) (net.Conn, error) {
 			return
 		}
 		for {
-			if _, err := b.Receive(); err != nil {
+			msg, err := b.Receive()
+			if err != nil {
 				return
+			}
+			if _, ok := msg.(*pgproto3.Query); ok {
+				b.Send(&pgproto3.ErrorResponse{Severity: "ERROR", Code: "42883", Message: "function pg_stat_get_activity does not exist"})
+				b.Send(&pgproto3.ReadyForQuery{TxStatus: 'I'})
+				if b.Flush() != nil {
+					return
+				}
 			}
 		}
 	}()
@@ -80,7 +90,7 @@ func TestInstallWrapsTheCallersHooks(t *testing.T) {
 			pc.BeforeConnect = func(context.Context, *pgx.ConnConfig) error { return errHook }
 			pc.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { pinged = true; return true }
 		}
-		Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeProtocol}, sysClock{}), &acquire.Queue{}, nil)
+		Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeProtocol}, sysClock{}), &acquire.Queue{}, &pgpool.Verdict{}, nil)
 
 		if _, ok := pc.ConnConfig.Tracer.(*acquire.Tracer); !ok {
 			t.Errorf("the pool's tracer is %T, want the queue's", pc.ConnConfig.Tracer)
@@ -146,7 +156,7 @@ func TestInstallThroughPgxpool(t *testing.T) {
 			}
 			// ModeClose: a cancel closes the connection at once, never
 			// confirmed: it dooms it.
-			Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeClose}, sysClock{}), &acquire.Queue{}, func() {
+			Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeClose}, sysClock{}), &acquire.Queue{}, &pgpool.Verdict{}, func() {
 				if connected.Add(1) != afterConnects.Load() {
 					t.Error("connected was told before the caller's AfterConnect ran")
 				}

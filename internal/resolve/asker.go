@@ -3,6 +3,7 @@ package resolve
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,9 @@ type Resolver struct {
 	// role may not), and cannotMessage when it refuses the role
 	// pg_logical_emit_message, so later questions do not fail on them.
 	cannotTerminate, cannotMessage atomic.Bool
+	// Pgpool, when set, reports that the server is behind Pgpool-II, where
+	// a backend is ended with a question of its own ([terminateSQL]).
+	Pgpool func() bool
 }
 
 // NewResolver builds the resolver of a pool: over cancelPool when there is
@@ -77,13 +81,22 @@ func (r *Resolver) Ask(ctx context.Context, id ID, end End, changed int64) Answe
 	if r.cannotMessage.Load() {
 		sql = askNoMessageSQL
 	}
+	askEnd := end
+	pgpool := r.Pgpool != nil && r.Pgpool()
+	if pgpool {
+		askEnd = Keep // the backend is ended below, as Pgpool-II needs
+	}
+	var pid int64
 	err = conn.QueryRow(actx, sql, pgx.QueryExecModeExec,
 		strconv.FormatUint(id.Xid, 10), strconv.FormatInt(id.System, 10), strconv.FormatInt(int64(id.Run.Timeline), 10),
-		strconv.FormatUint(id.Xid&0xffffffff, 10), strconv.Itoa(int(end)), strconv.FormatInt(changed, 10),
+		strconv.FormatUint(id.Xid&0xffffffff, 10), strconv.Itoa(int(askEnd)), strconv.FormatInt(changed, 10),
 		strconv.FormatInt(id.Run.Start, 10), strconv.FormatInt(id.Run.Epoch, 10),
 	).Scan(&v.System, &v.Run.Timeline, &v.Run.Start, &v.Run.Epoch, &status, &v.Prepared,
 		&v.Last.Timeline, &v.Last.LSN, &next, &v.Last.Shutdown, &a.State, &a.Changed, &a.Terminated, &a.Synced,
-		&v.Replay, &v.Replayed)
+		&v.Replay, &v.Replayed, &pid)
+	if err == nil && pgpool && end != Keep && pid != 0 {
+		a.Terminated, err = r.terminate(actx, conn, pid, id.Xid&0xffffffff, end, changed)
+	}
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
@@ -106,6 +119,17 @@ func (r *Resolver) Ask(ctx context.Context, id ID, end End, changed int64) Answe
 	}
 	v.Last.NextXid = uint64(next)
 	return a
+}
+
+// terminate ends backend pid behind Pgpool-II ([terminateSQL]) and reports
+// whether it did.
+func (r *Resolver) terminate(ctx context.Context, conn *pgx.Conn, pid int64, xidLo uint64, end End, changed int64) (bool, error) {
+	rows, err := conn.PgConn().Exec(ctx, fmt.Sprintf(terminateSQL, pid, xidLo, end == EndNow, changed)).ReadAll()
+	if err != nil {
+		return false, err
+	}
+	last := rows[len(rows)-1]
+	return len(last.Rows) == 1 && string(last.Rows[0][0]) == "t", last.Err
 }
 
 // BackendXid finds the id of the transaction that a direct connection's

@@ -26,7 +26,8 @@ func fakeConfig(t *testing.T, srv *fakepg.Server) *pgx.ConnConfig {
 var askColumns = []fakepg.Column{{Name: "sys", OID: 20}, {Name: "tl", OID: 23}, {Name: "st", OID: 20}, {Name: "ep", OID: 20},
 	{Name: "status", OID: 25}, {Name: "prepared", OID: 16}, {Name: "timeline_id", OID: 23}, {Name: "lsn", OID: 20},
 	{Name: "next", OID: 20}, {Name: "shutdown", OID: 16}, {Name: "state", OID: 25}, {Name: "changed", OID: 20},
-	{Name: "terminated", OID: 16}, {Name: "synced", OID: 16}, {Name: "replay", OID: 20}, {Name: "replayed", OID: 16}}
+	{Name: "terminated", OID: 16}, {Name: "synced", OID: 16}, {Name: "replay", OID: 20}, {Name: "replayed", OID: 16},
+	{Name: "pid", OID: 20}}
 
 // answerSQL answers the statement sql with a in turn (the last one again
 // and again), every other with success. The simple protocol's statements
@@ -52,11 +53,11 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 // an error, for the loop to ask again.
 func TestResolverOverTheWire(t *testing.T) {
 	id := ID{Xid: 1<<32 | 742, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}}
-	row := []any{7, 2, 1000, 2000, "in progress", false, 2, 4096, 1<<32 | 900, false, "idle in transaction", 555, true, true, 3072, true}
+	row := []any{7, 2, 1000, 2000, "in progress", false, 2, 4096, 1<<32 | 900, false, "idle in transaction", 555, true, true, 3072, true, 4321}
 	srv := &fakepg.Server{Answer: answerSQL(askSQL,
 		fakepg.Answer{Columns: askColumns, Rows: [][]any{row}},
 		fakepg.Answer{Code: "42501", Message: "permission denied to terminate process"},
-		fakepg.Answer{Columns: askColumns, Rows: [][]any{{7, 2, 1000, 2000, nil, false, 2, 4096, 1<<32 | 900, true, "", 0, false, true, 0, false}}},
+		fakepg.Answer{Columns: askColumns, Rows: [][]any{{7, 2, 1000, 2000, nil, false, 2, 4096, 1<<32 | 900, true, "", 0, false, true, 0, false, 0}}},
 		fakepg.Answer{Close: true},
 	)}
 	r := NewResolver(4*time.Second, nil, fakeConfig(t, srv), nil)
@@ -190,7 +191,7 @@ func TestPrepareOverTheWire(t *testing.T) {
 // third proves the "committed" the transaction's.
 func TestResolveOverTheWire(t *testing.T) {
 	id := ID{Xid: 742, System: 7, Run: Run{Timeline: 1, Start: 1000, Epoch: 2000}, Flushed: 100, LSN: 3000}
-	promoted := []any{7, 2, 5000, 6000, "committed", false, 2, 4096, 900, false, "", 0, false, true, 3072, true}
+	promoted := []any{7, 2, 5000, 6000, "committed", false, 2, 4096, 900, false, "", 0, false, true, 3072, true, 0}
 	srv := &fakepg.Server{Answer: answerSQL(askSQL,
 		fakepg.Answer{Code: "57P03", Message: "the database system is starting up", Fatal: true},
 		fakepg.Answer{Close: true},
@@ -214,7 +215,7 @@ func TestResolveOverTheWire(t *testing.T) {
 // on without the message, and is answered.
 func TestResolverWithoutTheMessage(t *testing.T) {
 	id := ID{Xid: 742, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}}
-	row := []any{7, 2, 1000, 2000, "committed", false, 2, 4096, 900, false, "", 0, false, false, 0, false}
+	row := []any{7, 2, 1000, 2000, "committed", false, 2, 4096, 900, false, "", 0, false, false, 0, false, 0}
 	srv := &fakepg.Server{Answer: func(_ int, s string) fakepg.Answer {
 		switch oneLine(s) {
 		case oneLine(askSQL):
@@ -234,5 +235,60 @@ func TestResolverWithoutTheMessage(t *testing.T) {
 	}
 	if r.cannotTerminate.Load() {
 		t.Error("a refused message taken for a refused termination")
+	}
+}
+
+// TestResolverEndsBehindPgpool: behind Pgpool-II a question that is to end
+// the transaction's backend asks without ending it, then ends it with a
+// simple query of its own that names the pid as a literal (which Pgpool-II
+// recognises: it sends it to that backend's node and does not take the
+// backend's end for the node's failure), keeping the condition that it
+// still runs the transaction and, for EndIfStillIdle, is still idle since
+// the same change; a question that ends nothing sends none.
+func TestResolverEndsBehindPgpool(t *testing.T) {
+	id := ID{Xid: 1<<32 | 742, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}}
+	row := []any{7, 2, 1000, 2000, "in progress", false, 2, 4096, 1<<32 | 900, false, "idle in transaction", 555, false, true, 3072, true, 4321}
+	ended := fakepg.Answer{Columns: []fakepg.Column{{Name: "pg_terminate_backend", OID: 16}}, Rows: [][]any{{"t"}}} // PostgreSQL's text for true
+	srv := &fakepg.Server{Answer: func(_ int, s string) fakepg.Answer {
+		switch {
+		case oneLine(s) == oneLine(askSQL):
+			return fakepg.Answer{Columns: askColumns, Rows: [][]any{row}}
+		case strings.HasPrefix(s, "select pg_terminate_backend(4321)"):
+			return ended
+		}
+		return fakepg.Answer{}
+	}}
+	r := NewResolver(4*time.Second, nil, fakeConfig(t, srv), nil)
+	r.Pgpool = func() bool { return true }
+	ctx := context.Background()
+	for _, tt := range []struct {
+		end      End
+		wantTerm bool
+		wantSQL  string // the termination's condition, "" for none sent
+	}{
+		{Keep, false, ""},
+		{EndIfStillIdle, true, "backend_xid = '742'::xid and (false or"},
+		{EndNow, true, "backend_xid = '742'::xid and (true or"},
+	} {
+		before := len(srv.Log())
+		a := r.Ask(ctx, id, tt.end, 555)
+		if a.Err != nil || a.Terminated != tt.wantTerm {
+			t.Errorf("end %d: answer %+v, want terminated %v", tt.end, a, tt.wantTerm)
+		}
+		var terms []string
+		for _, st := range srv.Log()[before:] {
+			switch {
+			case st.SQL == askSQL && (len(st.Params) < 5 || st.Params[4] == nil || *st.Params[4] != "0"):
+				t.Errorf("end %d: the question itself was asked to end the backend: %v", tt.end, st.Params)
+			case strings.Contains(st.SQL, "pg_terminate_backend(4321)"):
+				terms = append(terms, st.SQL)
+			}
+		}
+		switch {
+		case tt.wantSQL == "" && len(terms) != 0:
+			t.Errorf("end %d: sent %q, want no termination", tt.end, terms)
+		case tt.wantSQL != "" && (len(terms) != 1 || !strings.Contains(oneLine(terms[0]), tt.wantSQL) || !strings.Contains(terms[0], "= 555")):
+			t.Errorf("end %d: sent %q, want one termination with %q since 555", tt.end, terms, tt.wantSQL)
+		}
 	}
 }

@@ -83,8 +83,11 @@ where a.pid = $1::text::int4 and a.backend_xid is not null
 // answer; while one does, later questions do not wait again, so a standby
 // that stays away holds one backend, not one per question.
 //
-// Last, where the server's run stopped replaying WAL and whether it
-// replayed a transaction's end in archive recovery ([View].Replay).
+// Then, where the server's run stopped replaying WAL and whether it
+// replayed a transaction's end in archive recovery ([View].Replay). Last,
+// the pid of the backend that runs the transaction while it is in
+// progress in the same run (0: none), which [terminateSQL] ends behind
+// Pgpool-II.
 const askSQL = askSQLHead + askSyncSQL + askSQLTail
 
 // askNoMessageSQL is askSQL for a role that may not call
@@ -129,5 +132,17 @@ select x.sys, x.tl, x.st, x.ep, x.status, exists (select 1 from pg_prepared_xact
 		and `
 const askSQLTail = `
 	else true end,
-	coalesce((pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::int8, 0), pg_last_xact_replay_timestamp() is not null
+	coalesce((pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::int8, 0), pg_last_xact_replay_timestamp() is not null,
+	case when x.same and x.status = 'in progress' then coalesce(b.pid, 0) else 0 end
 from x cross join k left join b on x.same`
+
+// terminateSQL ends backend %[1]d (a literal: Pgpool-II recognises
+// pg_terminate_backend of a literal pid, in a simple query, sends it to the
+// node that runs that backend, and does not take the backend's end for
+// that node's failure) if it still runs the transaction whose id's low 32
+// bits are %[2]d and, unless %[3]t (end it now), is still idle in it since
+// the same state change (%[4]d, unix microseconds), as askSQL's $5 says.
+const terminateSQL = `select pg_terminate_backend(%[1]d) from pg_stat_activity
+where pid = %[1]d and backend_xid = '%[2]d'::xid and (%[3]t or (
+	(state like 'idle in transaction%%' or (state = 'active' and wait_event = 'ClientRead'))
+	and round(extract(epoch from state_change) * 1000000)::int8 = %[4]d))`
