@@ -62,7 +62,7 @@ func Commit(ctx context.Context, t *Tx, r Releaser) (classify.Class, error) {
 	if send == sendCommitReadingID {
 		tag, err = w.commitReadingID(cctx)
 	} else {
-		tag, err = execTag(cctx, pgConn, "commit")
+		tag, err = endTransaction(cctx, pgConn, "commit")
 	}
 	_ = nc.SetDeadline(time.Time{})
 	if changesNothing && err != nil && ctx.Err() != nil {
@@ -209,7 +209,7 @@ func rollbackConn(ctx context.Context, pgConn *pgconn.PgConn, timeout time.Durat
 	}
 	nc := pgConn.Conn()
 	_ = nc.SetDeadline(deadlineAfter(timeout))
-	_, _ = execTag(uncancellable(ctx), pgConn, "rollback")
+	_, _ = endTransaction(uncancellable(ctx), pgConn, "rollback")
 	_ = nc.SetDeadline(time.Time{})
 }
 

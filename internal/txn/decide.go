@@ -26,7 +26,7 @@ func (x *idTracker) plan(begun bool, txStatus byte, stillInRecovery bool) sendin
 		return sendRollback
 	case x.kind == Captured && x.idAtCommit():
 		return sendCommitReadingID
-	case (x.kind == Captured && x.writeFree()) || (x.kind == InRecovery && stillInRecovery):
+	case (x.kind == Captured && x.writeFree()) || (x.kind == InRecovery && stillInRecovery) || x.kind == Balanced:
 		return sendCommitKeepingDeadline
 	}
 	return sendCommit

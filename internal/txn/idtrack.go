@@ -29,9 +29,10 @@ type idTracker struct {
 }
 
 // start readies x for a transaction on pgConn (whose state is st) of a
-// pool that resolves or not.
-func (x *idTracker) start(resolving bool, pgConn *pgconn.PgConn, st *connstate.State) {
-	x.kind, x.capture = kindOn(resolving, pgConn, st)
+// pool that resolves or not; balanced: a read-only transaction that
+// Pgpool-II may answer from a standby.
+func (x *idTracker) start(resolving bool, pgConn *pgconn.PgConn, st *connstate.State, balanced bool) {
+	x.kind, x.capture = kindOn(resolving, pgConn, st, balanced)
 	if x.capture != captureNone {
 		// The server's run as captured before the connection's first
 		// transaction ([SetUp]): a direct connection's lives as long as

@@ -15,6 +15,7 @@ const (
 	Uncaptured             // a resolving pool, a server that cannot be asked
 	InRecovery             // a resolving pool, on a hot standby: it writes nothing
 	OnPromoted             // a resolving pool, a connection whose capture was made on a standby since promoted
+	Balanced               // a resolving pool, a read-only transaction Pgpool-II may answer from a standby: it writes nothing
 )
 
 // capture is what the first write reads for a resolution.
@@ -27,12 +28,17 @@ const (
 )
 
 // kindOn returns how a transaction on pgConn (whose state is st) is
-// resolved, and what its first write captures.
-func kindOn(resolving bool, pgConn *pgconn.PgConn, st *connstate.State) (Kind, capture) {
+// resolved, and what its first write captures; balanced: a read-only
+// transaction that Pgpool-II may answer from a standby.
+func kindOn(resolving bool, pgConn *pgconn.PgConn, st *connstate.State, balanced bool) (Kind, capture) {
 	if !resolving {
 		return Plain, captureNone
 	}
 	switch {
+	case balanced:
+		// Read-only: no id can be given, and none is needed. Its read
+		// would go to the primary, and make Pgpool-II send the rest there.
+		return Balanced, captureNone
 	case st == nil || !st.Res.Capable:
 		return Uncaptured, captureNone
 	case st.Res.InRecovery(pgConn):

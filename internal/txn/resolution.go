@@ -36,6 +36,11 @@ func resolveID(ctx context.Context, s *Settings, id resolve.ID, lost error) (cla
 // began on a hot standby (where it could change nothing), a rerun.
 func notResolvable(s *Settings, pgConn *pgconn.PgConn, kind Kind, cu *errs.CommitUnknownError) (classify.Class, error) {
 	switch kind {
+	case Balanced:
+		// Read-only: its COMMIT changed nothing; running it again is
+		// harmless.
+		s.Counters.NotApplied.Add(1)
+		return classify.ConnectionLost, cu.Err
 	case InRecovery:
 		if resolve.StillInRecovery(pgConn) {
 			s.Counters.NotApplied.Add(1)

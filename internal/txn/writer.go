@@ -40,6 +40,11 @@ type writer struct {
 	ptx      pgx.Tx
 	begun    bool // BEGIN was sent
 
+	// pgpool: the connection goes through Pgpool-II, where BEGIN goes
+	// first, alone ([writer.beginPgpool]); balanced: the transaction is
+	// read-only and Pgpool-II may answer it from a standby.
+	pgpool, balanced bool
+
 	track idTracker
 }
 
@@ -48,13 +53,18 @@ func (w *writer) start(conn *pgx.Conn, s *Settings, beginSQL string, timeout tim
 	pgConn := conn.PgConn()
 	st := connstate.Of(pgConn)
 	w.s, w.conn, w.pgConn, w.st, w.beginSQL, w.timeout = s, conn, pgConn, st, beginSQL, timeout
-	w.track.start(s.Resolving, pgConn, st)
+	w.pgpool = st != nil && st.Pgpool
+	w.balanced = w.pgpool && !st.PinReadOnly && readOnly(beginSQL)
+	w.track.start(s.Resolving, pgConn, st, w.balanced)
 }
 
 // exec runs fn's statement: the first one with BEGIN, a tracked one with
 // the id read.
 func (w *writer) exec(ctx context.Context, sql string, args []any) (pgconn.CommandTag, error) {
 	w.track.scan(sql)
+	if err := w.beginFirst(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	if !w.begun || w.track.tracking() {
 		switch {
 		case sentAfterBegin(sql, args):
@@ -75,6 +85,9 @@ func (w *writer) exec(ctx context.Context, sql string, args []any) (pgconn.Comma
 // id read.
 func (w *writer) query(ctx context.Context, sql string, args []any) (pgx.Rows, error) {
 	w.track.scan(sql)
+	if err := w.beginFirst(ctx); err != nil {
+		return errs.NewRows(err), err
+	}
 	if !w.begun || w.track.tracking() {
 		if !sentAfterBegin(sql, args) {
 			return w.firstQuery(ctx, sql, args)
@@ -90,6 +103,9 @@ func (w *writer) query(ctx context.Context, sql string, args []any) (pgx.Rows, e
 // queryRow is query for one row.
 func (w *writer) queryRow(ctx context.Context, sql string, args []any) pgx.Row {
 	w.track.scan(sql)
+	if err := w.beginFirst(ctx); err != nil {
+		return errs.NewRows(err)
+	}
 	if !w.begun || w.track.tracking() {
 		if !sentAfterBegin(sql, args) {
 			return w.firstQueryRow(ctx, sql, args)
@@ -107,6 +123,11 @@ func (w *writer) queryRow(ctx context.Context, sql string, args []any) pgx.Row {
 func (w *writer) sendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	for _, qq := range b.QueuedQueries {
 		w.track.scan(qq.SQL)
+	}
+	if len(b.QueuedQueries) > 0 {
+		if err := w.beginFirst(ctx); err != nil {
+			return pgx.FailedBatchResults(b, err)
+		}
 	}
 	if (!w.begun || w.track.tracking()) && len(b.QueuedQueries) > 0 {
 		if !slices.ContainsFunc(b.QueuedQueries, func(qq *pgx.QueuedQuery) bool { return mayBeName(qq.SQL) }) {
@@ -207,18 +228,31 @@ func (w *writer) beginNow(ctx context.Context) error {
 	if w.begun {
 		return nil
 	}
-	b, skip := w.beginBatch(ctx, 0)
-	br, err := w.send(ctx, b, skip)
-	if err == nil {
-		err = br.Close()
-		if err != nil {
-			w.beginErr = err
+	var err error
+	if w.pgpool {
+		err = w.beginPgpool(ctx)
+	} else {
+		b, skip := w.beginBatch(ctx, 0)
+		var br pgx.BatchResults
+		if br, err = w.send(ctx, b, skip); err == nil {
+			if err = br.Close(); err != nil {
+				w.beginErr = err
+			}
 		}
 	}
 	if err != nil {
 		closeConn(w.conn)
 	}
 	return err
+}
+
+// beginFirst sends BEGIN alone before fn's first statement behind
+// Pgpool-II ([writer.beginPgpool]); elsewhere BEGIN goes with it.
+func (w *writer) beginFirst(ctx context.Context) error {
+	if !w.pgpool || w.begun {
+		return nil
+	}
+	return w.beginNow(ctx)
 }
 
 // closeConn closes conn at once, bounded by destroyWriteTimeout.
