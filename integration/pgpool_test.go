@@ -102,7 +102,7 @@ func TestPgpoolFirstWriteNeverHangs(t *testing.T) {
 	ctx := testCtxFor(t, 5*time.Minute)
 	modes := []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
 		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol}
-	const perMode, perSession = 40, 4
+	const perMode, perSession = 40, 10
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
 			for s := range perMode / perSession {

@@ -35,7 +35,7 @@ const codeTransactionTimeout = "25P04"
 // target_session_attrs asked for writes (unavailable: a failover under
 // way, whatever the other hosts answered), then the SQLSTATE of the first
 // PgError (with the texts of the poolers that send their own errors under a
-// generic code), then network-level failures — no such host or socket file
+// generic code; a lost session while connecting is unavailable), then network-level failures — no such host or socket file
 // (permanent), a connection that could not be made (unavailable), one that
 // broke (connection lost), a connect that timed out (overload) — then
 // permanent. pgtx's own decisions (its
@@ -55,7 +55,14 @@ func Err(err error) Class {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return PgError(pgErr)
+		c := PgError(pgErr)
+		if c == ConnectionLost && errors.As(err, &connectErr) {
+			// A session lost while it was being made (a server shutting
+			// down, a pooler whose server connection broke): no connection
+			// could be made, to a server that may come back.
+			return Unavailable
+		}
+		return c
 	}
 	if isUnfixable(err) {
 		return Permanent

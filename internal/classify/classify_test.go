@@ -67,6 +67,12 @@ func TestErr(t *testing.T) {
 		{"pgbouncer database removed", &pgconn.PgError{Code: "08P01", Message: "database removed"}, ConnectionLost},
 		{"supavisor", &pgconn.PgError{Code: "XX000", Message: "(ECHECKOUTTIMEOUT) Pool checkout timeout"}, Overload},
 		{"pgcat", &pgconn.PgError{Code: "58000", Message: "could not get connection from the pool - AllServersDown"}, Overload},
+		{"pgpool a backend it cannot connect to", &pgconn.PgError{Severity: "FATAL", Code: "XX000", Message: "failed to create a backend 0 connection"}, Unavailable},
+		{"pgpool every node down", &pgconn.PgError{Severity: "ERROR", Code: "XX000", Message: "all backend nodes are down, pgpool requires at least one valid node"}, Unavailable},
+		{"pgpool a node's connection broke", &pgconn.PgError{Severity: "ERROR", Code: "XX000", Message: "unable to read data from DB node 0"}, ConnectionLost},
+		{"pgpool no kind from a backend", &pgconn.PgError{Severity: "FATAL", Code: "XX000", Message: "failed to read kind from backend 0"}, ConnectionLost},
+		{"pgpool kinds that differ", &pgconn.PgError{Severity: "ERROR", Code: "XX000", Message: "unable to read message kind"}, ConnectionLost},
+		{"pgpool too many clients", &pgconn.PgError{Severity: "FATAL", Code: "53300", Message: "Sorry, too many clients already"}, Overload},
 		{"a pooler's text under another code", &pgconn.PgError{Code: "P0001", Message: "query_wait_timeout"}, Permanent},
 		{"wrapped server error", fmt.Errorf("w: %w", pgErr("40001")), Conflict},
 		{"conn closed", pgconn.ErrConnClosed, ConnectionLost},
@@ -91,9 +97,11 @@ func TestErr(t *testing.T) {
 }
 
 // TestConnectErrors: what a real connect that failed is, by why it failed:
-// a server that answers 57P03 is unavailable, a listener that never answers
-// (a server too loaded to accept) is an overload once the connect timeout
-// passes, and a closed port is unavailable.
+// a server that answers 57P03 is unavailable, and so is one whose session
+// is lost while it is made (a server shutting down, Pgpool-II whose
+// backend connection broke); a listener that never answers (a server too
+// loaded to accept) is an overload once the connect timeout passes, and a
+// closed port is unavailable.
 func TestConnectErrors(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -104,6 +112,18 @@ func TestConnectErrors(t *testing.T) {
 			readStartup(c)
 			b, _ := (&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P03",
 				Message: "the database system is in recovery mode"}).Encode(nil)
+			_, _ = c.Write(b)
+		}, Unavailable},
+		{"57P01 at startup", func(c net.Conn) {
+			readStartup(c)
+			b, _ := (&pgproto3.ErrorResponse{Severity: "FATAL", SeverityUnlocalized: "FATAL", Code: "57P01",
+				Message: "terminating connection due to administrator command"}).Encode(nil)
+			_, _ = c.Write(b)
+		}, Unavailable},
+		{"Pgpool-II's backend broke at startup", func(c net.Conn) {
+			readStartup(c)
+			b, _ := (&pgproto3.ErrorResponse{Severity: "ERROR", SeverityUnlocalized: "ERROR", Code: "XX000",
+				Message: "unable to read data from DB node 0"}).Encode(nil)
 			_, _ = c.Write(b)
 		}, Unavailable},
 		{"no answer within connect_timeout", func(c net.Conn) { readStartup(c); _, _ = io.Copy(io.Discard, c) }, Overload},
@@ -248,6 +268,7 @@ func TestEndsSession(t *testing.T) {
 		{"ERROR, connection lost code", &pgconn.PgError{SeverityUnlocalized: "ERROR", Code: "57P01"}, true},
 		{"ERROR, query canceled", &pgconn.PgError{SeverityUnlocalized: "ERROR", Code: "57014"}, false},
 		{"ERROR, insufficient privilege", &pgconn.PgError{SeverityUnlocalized: "ERROR", Code: "42501"}, false},
+		{"ERROR from Pgpool-II, whose child closes the session after it", &pgconn.PgError{SeverityUnlocalized: "ERROR", Code: "XX000", Message: "unable to read data from DB node 0"}, true},
 	}
 	for _, tt := range tests {
 		if got := EndsSession(tt.err); got != tt.want {

@@ -10,14 +10,14 @@ import (
 // Connection poolers in front of PostgreSQL shed load with errors of their
 // own. They carry no SQLSTATE that says so — PgBouncer sends FATAL 08P01
 // (protocol_violation; ERROR 08P01 before 1.17, some versions no code),
-// Supavisor FATAL XX000, pgcat FATAL 58000 — so the message is the only
-// signal. pgtx matches these poolers' own texts, as prefixes, and only under
+// Supavisor FATAL XX000, pgcat FATAL 58000, Pgpool-II XX000 (ERROR or
+// FATAL: either ends the session) — so the message is the only signal. pgtx matches these poolers' own texts, as prefixes, and only under
 // those codes; it never matches on its own errors' text.
 
 // SQLSTATEs poolers send their own errors with.
 const (
 	codeProtocolViolation = pgerrcode.ProtocolViolation // PgBouncer
-	codeInternalError     = pgerrcode.InternalError     // Supavisor
+	codeInternalError     = pgerrcode.InternalError     // Supavisor, Pgpool-II
 	codeSystemError       = pgerrcode.SystemError       // pgcat
 )
 
@@ -84,6 +84,18 @@ var poolerMessages = [...]poolerMessage{
 	{"Unable to check out process from the pool due to timeout", Overload},
 	// pgcat: no server connection could be checked out.
 	{"could not get connection from the pool", Overload},
+	// Pgpool-II (checked against its source, src/, at V4_3_5): all XX000,
+	// its default code, and each ends the client's session, a child's
+	// ERROR too (child.c closes the frontend after it). A backend it
+	// cannot connect to (a server restarting or down): unavailable.
+	{"failed to create a backend", Unavailable},                               // pool_connection_pool.c: FATAL "... %d connection"; "... connection" when it fails over
+	{"all backend nodes are down, pgpool requires at least one", Unavailable}, // child.c: every node down or detached
+	// Pgpool-II: a backend's connection broke under the session (a server
+	// restarting, a node failing over): before COMMIT run it again on a
+	// new connection; at COMMIT the outcome is unknown.
+	{"unable to read data from DB node", ConnectionLost}, // utils/pool_stream.c: ERROR, or FATAL for a node not the main one
+	{"failed to read kind from backend", ConnectionLost}, // pool_process_query.c: FATAL
+	{"unable to read message kind", ConnectionLost},      // pool_proto_modules.c: ERROR, the nodes answered differently
 }
 
 // EndedIdle reports a session the server (25P03) or a pooler ended while it
