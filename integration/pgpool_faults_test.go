@@ -20,8 +20,11 @@ import (
 // when its deadline passes: the lock is released within a few
 // milliseconds (a direct session waiting for it gets it), the call's error
 // is the deadline's, the connection is kept (no reconnect, none closed),
-// and the next call on it runs. A plain Pool.Exec is cancelled alike. The
-// pool found Pgpool-II, and said so once.
+// and the next call on it runs. A plain Pool.Exec is cancelled alike, and
+// a read-only transaction's read that Pgpool-II balances (on the standby's
+// backend for the session balanced to it: its cancel goes straight to the
+// standby, past Pgpool-II, which forwards a cancel to each node a second
+// apart). The pool found Pgpool-II, and said so once.
 func TestPgpoolCancelKeepsTheConnection(t *testing.T) {
 	e := behindPgpool(t, nil, hotAccounts...)
 	ctx := testCtx(t)
@@ -87,14 +90,28 @@ func TestPgpoolCancelKeepsTheConnection(t *testing.T) {
 			if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > time.Second {
 				t.Errorf("Pool.Exec: err = %v after %v, want the deadline's, promptly", err, time.Since(start))
 			}
+			// A read Pgpool-II balances: on the standby's backend for a
+			// session balanced to it.
+			cctx, cancel = context.WithTimeout(ctx, 300*time.Millisecond)
+			start = time.Now()
+			err = pgtx.TransactionWithOptions(cctx, pool, pgtx.RepeatableRead, pgtx.Options{ReadOnly: true},
+				func(ctx context.Context, tx pgx.Tx) error {
+					var n int64
+					return tx.QueryRow(ctx, "select count(*) from generate_series(1, 10000000000)").Scan(&n)
+				})
+			cancel()
+			t.Logf("a balanced read returned %v after its 300ms deadline", (time.Since(start) - 300*time.Millisecond).Round(100*time.Microsecond))
+			if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > time.Second {
+				t.Errorf("a balanced read: err = %v after %v, want the deadline's, promptly", err, time.Since(start))
+			}
 			var one int
 			if err := pool.QueryRow(ctx, "select 1").Scan(&one); err != nil {
 				t.Errorf("the next statement: %v", err)
 			}
 			s := pool.Stats().Cancels
-			if n := pool.Pgxpool().Stat().NewConnsCount(); n != conns || s.ClosedCount != 0 || s.SignalledCount != 4 {
-				t.Errorf("%d new connections, %d closed by a cancel, %d signalled; want 0, 0 and 4 (cancels %+v)",
-					n-conns, s.ClosedCount, s.SignalledCount, s)
+			if n := pool.Pgxpool().Stat().NewConnsCount(); n != conns || s.ClosedCount != 0 || s.SignalledCount+s.ProtocolCount != 5 {
+				t.Errorf("%d new connections, %d closed by a cancel, %d signalled, %d protocol; want 0, 0 and 5 in all (cancels %+v)",
+					n-conns, s.ClosedCount, s.SignalledCount, s.ProtocolCount, s)
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package cancel
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,6 +95,9 @@ type Settings struct {
 	// Finished, when set, receives every finished cancellation once it is
 	// counted. ctx is the statement's ended context.
 	Finished func(ctx context.Context, r Result)
+	// Dial connects to a server for a cancel request sent past a pooler
+	// ([Target].Balanced); nil: a net.Dialer's.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Canceller is the pool-wide state of cancellation: the settings, the

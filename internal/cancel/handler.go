@@ -15,8 +15,10 @@ const DestroyWriteTimeout = 50 * time.Millisecond
 // Conn is the connection a [Handler] cancels the statements of:
 // *pgconn.PgConn.
 type Conn interface {
-	// PID is the backend's pid (behind a pooler, its cancel key).
+	// PID is the backend's pid (behind a pooler, its cancel key's).
 	PID() uint32
+	// SecretKey is the connection's cancel key.
+	SecretKey() []byte
 	// CancelRequest sends the protocol's CancelRequest and waits, until ctx
 	// ends, for the server to acknowledge it by closing that connection.
 	CancelRequest(ctx context.Context) error
@@ -164,6 +166,11 @@ func (h *Handler) send(deadline time.Time) (r Result, confirmed bool) {
 			return Result{Outcome: Signalled}, true
 		case poolNotFound:
 			return Result{Outcome: NotFound}, true
+		case poolElsewhere:
+			if b := h.target.Balanced; b != "" && h.c.sendTo(ctx, b, h.conn.PID(), h.conn.SecretKey()) {
+				h.c.protocol.Add(1)
+				return Result{Outcome: Protocol, FellBack: true}, true
+			}
 		case poolUnknown:
 			// The signal may still arrive, so the connection cannot be kept;
 			// if there is time, stop the statement (and its locks) now all

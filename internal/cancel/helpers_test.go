@@ -70,6 +70,8 @@ type fakeConn struct {
 
 func (c *fakeConn) PID() uint32 { return c.pid }
 
+func (c *fakeConn) SecretKey() []byte { return []byte{0, 0, 0, 7} }
+
 func (c *fakeConn) CancelRequest(ctx context.Context) error {
 	c.requests.Add(1)
 	c.clk.advance(protocolTakes)

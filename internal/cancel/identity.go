@@ -13,6 +13,12 @@ type Target struct {
 	// statement runs on a standby's), and the protocol cancel request goes
 	// instead, which reaches every backend of the session.
 	WhileActive bool
+	// Balanced, when set, is the address of the server whose backend runs
+	// the connection's statements when the target's does not (behind
+	// Pgpool-II, the session's load-balancing node), and whose backend the
+	// connection's own pid and cancel key are: a cancel request sent
+	// there, past the pooler, reaches it at once.
+	Balanced string
 }
 
 // SetTarget sets, before the connection is ready, the backend that

@@ -23,9 +23,9 @@ const poolSize = 2
 // each.
 const poolUnhealthyFor = time.Second
 
-// acquireShare bounds the wait for a cancel-pool connection to this
-// fraction of the grace: a cancel pool busy with other cancels is not worth
-// the whole grace when the protocol cancel can go at once.
+// acquireShare bounds the wait for a cancel-pool connection, and a cancel
+// request sent past a pooler, to this fraction of the grace: neither is
+// worth the whole grace when the protocol cancel can go at once.
 const acquireShare = 4
 
 // Pool is the cancel pool as a [Canceller] uses it.
@@ -221,11 +221,7 @@ func (c *Canceller) viaPool(ctx context.Context, t Target) poolResult {
 	if c.clock.Now().UnixNano() < c.unhealthyUntil.Load() {
 		return poolNotSent
 	}
-	share := c.s.Grace / acquireShare
-	if share <= 0 {
-		share = c.s.DefaultGrace / acquireShare // the grace off: still not worth waiting long
-	}
-	actx, cancel := context.WithTimeout(ctx, share)
+	actx, cancel := context.WithTimeout(ctx, c.share())
 	conn, err := c.s.Pool.Acquire(actx)
 	// Read before cancel, which would end actx whatever ended the acquire.
 	waitedOut := actx.Err() != nil
@@ -273,6 +269,16 @@ func (c *Canceller) viaPool(ctx context.Context, t Target) poolResult {
 		c.markUnhealthy()
 	}
 	return poolUnknown
+}
+
+// share bounds a step of a cancel that another can replace (the wait for
+// a cancel-pool connection, a request sent past a pooler): a share of the
+// grace, or of its default when the grace is off.
+func (c *Canceller) share() time.Duration {
+	if share := c.s.Grace / acquireShare; share > 0 {
+		return share
+	}
+	return c.s.DefaultGrace / acquireShare
 }
 
 // markUnhealthy skips the cancel pool for poolUnhealthyFor.

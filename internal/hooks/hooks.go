@@ -2,6 +2,7 @@ package hooks
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -147,8 +148,15 @@ func setUp(ctx context.Context, conn *pgx.Conn, v *pgpool.Verdict) error {
 		}
 		if st.Pgpool {
 			// The primary's backend runs every statement but a balanced
-			// one, which the protocol cancel reaches.
-			st.Cancel.SetTarget(cancel.Target{PID: p.Primary.PID, Start: p.Primary.Start, WhileActive: true})
+			// one, which the protocol cancel reaches: straight, when the
+			// connection's cancel key is the balanced backend's.
+			target := cancel.Target{PID: p.Primary.PID, Start: p.Primary.Start, WhileActive: true}
+			if _, tls := pgConn.Conn().(*tls.Conn); !tls && p.Balanced.PID == pid && p.Primary.PID != pid {
+				if target.Balanced, err = pgpool.BalancedNode(ctx, pgConn); err != nil {
+					return fmt.Errorf("pgtx: ask Pgpool-II for the session's node: %w", err)
+				}
+			}
+			st.Cancel.SetTarget(target)
 			st.PinReadOnly = v.BalancesStatements()
 			st.Retire = st.Named
 		}

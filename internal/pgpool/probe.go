@@ -2,7 +2,9 @@ package pgpool
 
 import (
 	"context"
+	"net"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -79,4 +81,35 @@ func backendOf(r result) (Backend, bool) {
 		return Backend{}, false
 	}
 	return Backend{PID: uint32(pid), Start: start}, true
+}
+
+// BalancedNode returns the address (host:port) of the node Pgpool-II
+// balances pgConn's session to, from its SHOW POOL_NODES, which Pgpool-II
+// answers itself; "" when it names none, or one it reaches over a Unix
+// socket.
+func BalancedNode(ctx context.Context, pgConn *pgconn.PgConn) (string, error) {
+	res, err := simple(ctx, pgConn, "show pool_nodes")
+	if err != nil || res[0].err != nil || len(res[0].cols) == 0 {
+		return "", err
+	}
+	host, port, lb := -1, -1, -1
+	for i, c := range res[0].cols {
+		switch c {
+		case "hostname":
+			host = i
+		case "port":
+			port = i
+		case "load_balance_node":
+			lb = i
+		}
+	}
+	if host < 0 || port < 0 || lb < 0 {
+		return "", nil
+	}
+	for _, row := range res[0].rows {
+		if len(row) > max(host, port, lb) && row[lb] == "true" && !strings.HasPrefix(row[host], "/") {
+			return net.JoinHostPort(row[host], row[port]), nil
+		}
+	}
+	return "", nil
 }

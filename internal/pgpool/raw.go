@@ -10,6 +10,7 @@ import (
 // result is one simple query's answer: the rows of its last statement, in
 // text, its command tag, or the server's error.
 type result struct {
+	cols []string
 	rows [][]string
 	tag  pgconn.CommandTag
 	err  *pgconn.PgError
@@ -38,6 +39,10 @@ func simple(ctx context.Context, pgConn *pgconn.PgConn, queries ...string) ([]re
 		switch m := msg.(type) {
 		case *pgproto3.RowDescription:
 			out[i].rows = out[i].rows[:0]
+			out[i].cols = out[i].cols[:0]
+			for _, f := range m.Fields {
+				out[i].cols = append(out[i].cols, string(f.Name))
+			}
 		case *pgproto3.DataRow:
 			row := make([]string, len(m.Values))
 			for j, v := range m.Values {
