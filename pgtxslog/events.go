@@ -117,6 +117,16 @@ const (
 	// "replication changed".
 	// Default level: Info.
 	ReplicationChanged
+	// PoolerFound is a pooler the pool found in front of its server, once
+	// per pool ([pooler.Tracer]), when pgtx needs none of its settings
+	// otherwise: "pooler found".
+	// Default level: Info.
+	PoolerFound
+	// PoolerSetting is a setting of the pooler the pool found that a
+	// guarantee of pgtx's needs otherwise, one line each, once per pool:
+	// "pooler setting".
+	// Default level: Warn.
+	PoolerSetting
 
 	numEvents = iota
 )
@@ -152,6 +162,8 @@ var events = [numEvents]struct {
 	CommitLost:          {"commit_lost", slog.LevelError, "commit lost"},
 	ReplicationAsync:    {"replication_async", slog.LevelWarn, "replication changed"},
 	ReplicationChanged:  {"replication_changed", slog.LevelInfo, "replication changed"},
+	PoolerFound:         {"pooler_found", slog.LevelInfo, "pooler found"},
+	PoolerSetting:       {"pooler_setting", slog.LevelWarn, "pooler setting"},
 }
 
 // String returns the kind's name in snake case, such as "retry_conflict",

@@ -11,6 +11,7 @@ import (
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/failover"
 	"github.com/pgtx-go/pgtx/pgtxslog"
+	"github.com/pgtx-go/pgtx/pooler"
 )
 
 // trigger is an event that makes a Tracer write a line of one kind.
@@ -78,6 +79,12 @@ func triggers() []trigger {
 		}},
 		{pgtxslog.ReplicationChanged, "replication_changed", slog.LevelInfo, "replication changed", func(ctx context.Context, tr *pgtxslog.Tracer) {
 			tr.TraceReplication(ctx, failover.ReplicationData{Standbys: 1, SynchronousStandbyNames: "*"})
+		}},
+		{pgtxslog.PoolerFound, "pooler_found", slog.LevelInfo, "pooler found", func(ctx context.Context, tr *pgtxslog.Tracer) {
+			tr.TracePooler(ctx, pooler.Data{Name: "Pgpool-II", Version: "4.3.5"})
+		}},
+		{pgtxslog.PoolerSetting, "pooler_setting", slog.LevelWarn, "pooler setting", func(ctx context.Context, tr *pgtxslog.Tracer) {
+			tr.TracePooler(ctx, pooler.Data{Name: "Pgpool-II", Advice: []pooler.Advice{{Setting: "failover_on_backend_error"}}})
 		}},
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/failover"
+	"github.com/pgtx-go/pgtx/pooler"
 )
 
 // Option configures a [Tracer] made by [NewTracer]; the With functions
@@ -47,9 +48,10 @@ func WithLevels(levels map[Event]slog.Leveler) Option {
 
 // Tracer logs pgtx events to a [*slog.Logger]. It implements every tracer
 // interface of pgtx: [pgtx.TransactionTracer], [pgtx.CancelTracer],
-// [pgtx.BreakerTracer], [pgtx.ContentionTracer] and [failover.Tracer];
-// set as [pgtx.Config].Tracer it receives the events of the pool's calls,
-// cancels, circuit breaker, contention manager and failovers. Create it
+// [pgtx.BreakerTracer], [pgtx.ContentionTracer], [failover.Tracer] and
+// [pooler.Tracer]; set as [pgtx.Config].Tracer it receives the events of
+// the pool's calls, cancels, circuit breaker, contention manager,
+// failovers and pooler. Create it
 // with [NewTracer]; the zero Tracer logs to [slog.Default] at the default
 // levels. It is safe for concurrent use.
 type Tracer struct {
@@ -63,6 +65,7 @@ var (
 	_ pgtx.BreakerTracer     = (*Tracer)(nil)
 	_ pgtx.ContentionTracer  = (*Tracer)(nil)
 	_ failover.Tracer        = (*Tracer)(nil)
+	_ pooler.Tracer          = (*Tracer)(nil)
 )
 
 // NewTracer returns a [Tracer] configured by opts (nil options are

@@ -79,8 +79,10 @@
 //   - PGTX_TEST_PG_BINDIR: the directory of initdb and postgres.
 //   - PGTX_TEST_CLUSTER_DIR: where local clusters and formations live.
 //   - PGTX_TEST_PGBOUNCER: the pgbouncer binary.
+//   - PGTX_TEST_PGPOOL: the pgpool binary (Pgpool-II).
 //   - PGTX_TEST_PG_AUTOCTL: the pg_autoctl binary.
 //   - PGTX_TEST_VERBOSE=true: let testcontainers-go log.
-//   - CI=true: having no server, no PgBouncer for bouncer.New, or no
-//     pg_auto_failover for formation.New fails a test instead of skipping it.
+//   - CI=true: having no server, no PgBouncer for bouncer.New, no Pgpool-II
+//     for pgpool.New, or no pg_auto_failover for formation.New fails a test
+//     instead of skipping it.
 package pgtxtest

@@ -4,6 +4,6 @@
 //	cfg.Tracer = tracers.Join(pgtxslog.NewTracer(), pgtxprom.NewTracer())
 //
 // Each optional event ([pgtx.CancelTracer], [pgtx.ContentionTracer],
-// [pgtx.BreakerTracer], [failover.Tracer]) reaches the joined tracers that
-// implement its interface, and only those.
+// [pgtx.BreakerTracer], [failover.Tracer], [pooler.Tracer]) reaches the
+// joined tracers that implement its interface, and only those.
 package tracers

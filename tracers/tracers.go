@@ -5,6 +5,7 @@ import (
 
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/failover"
+	"github.com/pgtx-go/pgtx/pooler"
 )
 
 // Tracer sends every event to each of its tracers, in the order given to
@@ -15,6 +16,7 @@ type Tracer struct {
 	contention []pgtx.ContentionTracer
 	breaker    []pgtx.BreakerTracer
 	failover   []failover.Tracer
+	pooler     []pooler.Tracer
 }
 
 var (
@@ -23,6 +25,7 @@ var (
 	_ pgtx.ContentionTracer  = (*Tracer)(nil)
 	_ pgtx.BreakerTracer     = (*Tracer)(nil)
 	_ failover.Tracer        = (*Tracer)(nil)
+	_ pooler.Tracer          = (*Tracer)(nil)
 )
 
 // Join returns a [Tracer] over tracers; nil entries are skipped, and with
@@ -47,6 +50,9 @@ func Join(tracers ...pgtx.TransactionTracer) *Tracer {
 		}
 		if f, ok := tr.(failover.Tracer); ok {
 			t.failover = append(t.failover, f)
+		}
+		if p, ok := tr.(pooler.Tracer); ok {
+			t.pooler = append(t.pooler, p)
 		}
 	}
 	return t
@@ -120,5 +126,13 @@ func (t *Tracer) TraceCommitLost(ctx context.Context, data failover.CommitLostDa
 func (t *Tracer) TraceReplication(ctx context.Context, data failover.ReplicationData) {
 	for _, tr := range t.failover {
 		tr.TraceReplication(ctx, data)
+	}
+}
+
+// TracePooler calls TracePooler of each tracer that implements
+// [pooler.Tracer].
+func (t *Tracer) TracePooler(ctx context.Context, data pooler.Data) {
+	for _, tr := range t.pooler {
+		tr.TracePooler(ctx, data)
 	}
 }

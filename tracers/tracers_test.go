@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/failover"
+	"github.com/pgtx-go/pgtx/pooler"
 	"github.com/pgtx-go/pgtx/internal/leakcheck"
 	"github.com/pgtx-go/pgtx/tracers"
 )
@@ -80,6 +81,7 @@ func (f *full) TraceCommitLost(context.Context, failover.CommitLostData) { f.add
 func (f *full) TraceReplication(context.Context, failover.ReplicationData) {
 	f.add("replication")
 }
+func (f *full) TracePooler(context.Context, pooler.Data) { f.add("pooler") }
 
 // TestOptionalEventsReachOnlyTheirTracers: each optional event goes to the
 // tracers that implement its interface, in order, and nil entries are
@@ -93,7 +95,8 @@ func TestOptionalEventsReachOnlyTheirTracers(t *testing.T) {
 	tr.TraceBreakerStateChange(ctx, pgtx.TraceBreakerStateChangeData{})
 	tr.TraceCommitLost(ctx, failover.CommitLostData{})
 	tr.TraceReplication(ctx, failover.ReplicationData{})
-	want := []string{"cancel", "contention", "breaker", "commit lost", "replication"}
+	tr.TracePooler(ctx, pooler.Data{})
+	want := []string{"cancel", "contention", "breaker", "commit lost", "replication", "pooler"}
 	for _, f := range []*full{a, b} {
 		if got := f.events(); !slices.Equal(got, want) {
 			t.Errorf("%s got %v, want %v", f.name, got, want)
