@@ -20,6 +20,7 @@ import (
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
 	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
+	"github.com/pgtx-go/pgtx/pgtxtest/pgpool"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
@@ -80,9 +81,10 @@ type chaosCall struct {
 // agree with what every call reported: total unchanged, every success in the
 // ledger once, every ambiguous COMMIT at most once, every other failure
 // absent, and every account's balance explained by the ledger. It runs with
-// the resolution of ambiguous COMMITs off (ResolveTimeout -1) and on, and on
-// four hot accounts where the contention manager limits the transfers; with
-// the resolution on, no resolution may be wrong.
+// the resolution of ambiguous COMMITs off (ResolveTimeout -1) and on, on
+// four hot accounts where the contention manager limits the transfers, and
+// behind Pgpool-II (load balancing over the server and a standby of it);
+// with the resolution on, no resolution may be wrong.
 //
 // In the same runs, four more workers make the same transfers through
 // database/sql (chaos_sql_test.go): pgtxsql.Transaction, pgtxsqlx's and
@@ -108,6 +110,10 @@ func TestChaosBank(t *testing.T) {
 		// Hot rows: every worker SERIALIZABLE on four accounts, so that the
 		// contention manager limits the transfers while the faults hit.
 		{"HotRowsContentionManager", chaosBank{resolve: true, accounts: chaosHotAccounts, hot: true}},
+		// Behind Pgpool-II, load-balancing over the server and a standby of
+		// it, with the settings docs/poolers.md asks for: the proxy sits
+		// between the pool and Pgpool-II.
+		{"Pgpool", chaosBank{resolve: true, accounts: chaosAccounts, pgpool: true}},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -123,6 +129,9 @@ type chaosBank struct {
 	// hot makes every worker SERIALIZABLE (not only the even ones), and
 	// requires the contention manager to have limited the transfers.
 	hot bool
+	// pgpool puts a Pgpool-II in front of the server and a standby of it,
+	// between the proxy and the server.
+	pgpool bool
 }
 
 // runChaosBank is one run of TestChaosBank on a server of its own.
@@ -140,13 +149,17 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 		"synchronous_commit": "on",
 	}})
 	direct := pgtxtest.NewDatabase(t, pgtxtest.WithServer(srv))
-	proxy := faultproxy.New(t, srv.Addr())
+	setupChaosBank(t, ctx, direct, bank.accounts)
+	setupChaosAudit(t, ctx, direct)
+	upstream := srv.Addr()
+	if bank.pgpool {
+		upstream = chaosPgpool(t, ctx, srv, direct)
+	}
+	proxy := faultproxy.New(t, upstream)
 	through, err := proxy.DSN(direct)
 	if err != nil {
 		t.Fatal(err)
 	}
-	setupChaosBank(t, ctx, direct, bank.accounts)
-	setupChaosAudit(t, ctx, direct)
 	pool := newPool(t, through, func(c *pgtx.Config) {
 		c.MaxConns = chaosPoolConns
 		c.ConnConfig.RuntimeParams["application_name"] = chaosAppName // what the injector terminates
@@ -321,6 +334,25 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 		t.Errorf("the server restarted %d times and crashed %d times, want once and twice",
 			in.injected["server restart"], in.injected["crash restart"])
 	}
+}
+
+// chaosPgpool starts a standby of srv and a Pgpool-II in front of both,
+// with the settings docs/poolers.md asks for and a child for each of the
+// pool's connections and its cancel pool's, and returns its address once
+// the standby has the bank's tables (dsn: the test database, directly).
+func chaosPgpool(t *testing.T, ctx context.Context, srv *server.Server, dsn string) string {
+	t.Helper()
+	standby := server.NewStandby(t, srv)
+	onStandby, err := server.DSNWithAddr(dsn, standby.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitStandbyHas(t, ctx, onStandby, "audit")
+	p := pgpool.New(t, srv, []*server.Server{standby}, &pgpool.Config{
+		NumInitChildren: 2 * (chaosPoolConns + cancelPoolSize),
+		Extra:           map[string]string{"failover_on_backend_error": "off", "failover_on_backend_shutdown": "off"},
+	})
+	return p.Addr()
 }
 
 // setupChaosBank creates the accounts, each with chaosInitialBalance, and the
