@@ -19,7 +19,8 @@ import (
 // sends, aimed at a live backend's pid with a backend_start that is not its
 // own (what a recycled pid looks like), signals nothing, and that backend's
 // statement runs to its end; with the right backend_start the same
-// statement cancels it.
+// statement cancels it. Its variant for Pgpool-II signals an idle backend
+// not at all.
 func TestCancelQueryNeverSignalsAStranger(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -56,12 +57,12 @@ func TestCancelQueryNeverSignalsAStranger(t *testing.T) {
 				running <- err
 			}()
 			waitBackendActive(t, ctx, canceller, pid)
-			var visible, signalled bool
-			if err := canceller.QueryRow(ctx, cancelquery.Cancel, pgx.QueryExecModeExec, int64(pid), tt.backendStart).Scan(&visible, &signalled); err != nil {
+			var visible, ours, signalled bool
+			if err := canceller.QueryRow(ctx, cancelquery.Cancel, pgx.QueryExecModeExec, int64(pid), tt.backendStart).Scan(&visible, &ours, &signalled); err != nil {
 				t.Fatal(err)
 			}
-			if !visible || signalled != tt.wantCanceled {
-				t.Errorf("visible %v, signalled %v; want visible and signalled %v", visible, signalled, tt.wantCanceled)
+			if !visible || ours != tt.wantCanceled || signalled != tt.wantCanceled {
+				t.Errorf("visible %v, ours %v, signalled %v; want visible, ours and signalled %v", visible, ours, signalled, tt.wantCanceled)
 			}
 			err := <-running
 			var pgErr *pgconn.PgError
@@ -70,8 +71,16 @@ func TestCancelQueryNeverSignalsAStranger(t *testing.T) {
 			}
 		})
 	}
-	var visible, signalled bool
-	err = canceller.QueryRow(ctx, cancelquery.Cancel, pgx.QueryExecModeExec, int64(1<<22+7), start).Scan(&visible, &signalled)
+	// Behind Pgpool-II the primary's backend is signalled only while it
+	// runs a statement: an idle one is ours, and not signalled.
+	var visible, ours, signalled bool
+	if err := canceller.QueryRow(ctx, cancelquery.CancelActive, pgx.QueryExecModeExec, int64(pid), start).Scan(&visible, &ours, &signalled); err != nil {
+		t.Fatal(err)
+	}
+	if !visible || !ours || signalled {
+		t.Errorf("an idle backend: visible %v, ours %v, signalled %v; want visible, ours, not signalled", visible, ours, signalled)
+	}
+	err = canceller.QueryRow(ctx, cancelquery.Cancel, pgx.QueryExecModeExec, int64(1<<22+7), start).Scan(&visible, &ours, &signalled)
 	if !errors.Is(err, pgx.ErrNoRows) {
 		t.Errorf("no backend with the pid: err = %v, want no row", err)
 	}

@@ -466,7 +466,25 @@ func troubleshootingScenarios() []scenario {
 				proxy.CutBeforeForward(func(sql string) bool { return strings.Contains(sql, "pg_control_system()") }, 1)
 				return pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, noop)
 			}},
-		{doc: "pgtx: capture backend identity: …",
+		{doc: "pgtx: ask what is in front of the server: …",
+			run: func(t *testing.T, ctx context.Context) error {
+				// Another pid answers through PgBouncer: the pool asks
+				// whether Pgpool-II is in front, and the connection breaks.
+				dsn := newDB(t)
+				pgb := bouncer.New(t, server.Shared(t), &bouncer.Config{})
+				proxy := faultproxy.New(t, pgb.Addr())
+				through, err := proxy.DSN(pgb.DSN(dbName(t, dsn)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				proxy.CutBeforeForward(func(sql string) bool { return sql == "show pool_version" }, 1)
+				pool := newPool(t, through, func(c *pgtx.Config) {
+					bouncerSettings(c)
+					c.Retry.MaxRetries = -1
+				})
+				return pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, noop)
+			}},
+		{doc: "pgtx: identify the connection's backends: …",
 			run: func(t *testing.T, ctx context.Context) error {
 				proxy, dsn := viaProxy(t, newDB(t))
 				proxy.CutBeforeForward(func(sql string) bool { return strings.Contains(sql, "pg_stat_get_activity(pg_backend_pid())") }, 1)
