@@ -36,17 +36,18 @@ func TestCancelQueryNeverSignalsAStranger(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = canceller.Close(context.Background()) })
 	var pid uint32
-	var start time.Time
-	if err := stranger.QueryRow(ctx, cancelquery.Identity, pgx.QueryExecModeSimpleProtocol).Scan(&pid, &start); err != nil {
+	var start int64 // unix microseconds, as pgtx's probe reads it
+	if err := stranger.QueryRow(ctx, "select pid, round(extract(epoch from backend_start) * 1000000)::int8 from pg_stat_get_activity(pg_backend_pid())",
+		pgx.QueryExecModeSimpleProtocol).Scan(&pid, &start); err != nil {
 		t.Fatal(err)
 	}
 
 	tests := []struct {
 		name         string
-		backendStart time.Time
+		backendStart int64
 		wantCanceled bool
 	}{
-		{"recycled pid: backend_start differs", start.Add(-time.Second), false},
+		{"recycled pid: backend_start differs", start - int64(time.Second/time.Microsecond), false},
 		{"the same backend", start, true},
 	}
 	for _, tt := range tests {

@@ -73,7 +73,7 @@ func (c pgxConn) Cancel(ctx context.Context, t Target) (a Answer, err error) {
 		sql = cancelquery.CancelActive
 	}
 	var ours *bool // NULL when not visible
-	err = c.QueryRow(ctx, sql, pgx.QueryExecModeExec, int64(t.PID), time.UnixMicro(t.Start)).Scan(&a.Visible, &ours, &a.Signalled)
+	err = c.QueryRow(ctx, sql, pgx.QueryExecModeExec, int64(t.PID), t.Start).Scan(&a.Visible, &ours, &a.Signalled)
 	a.Ours = ours != nil && *ours
 	return a, err
 }
