@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/failover"
-	"github.com/pgtx-go/pgtx/pooler"
 	"github.com/pgtx-go/pgtx/internal/leakcheck"
+	"github.com/pgtx-go/pgtx/pooler"
 	"github.com/pgtx-go/pgtx/tracers"
 )
 
