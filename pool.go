@@ -128,7 +128,6 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		breaker:    newBreaker(cfg.Breaker, cfg.Tracer, realClock{}),
 		contention: newContention(cfg.Contention, realClock{}, int(cfg.MaxConns), st.acquireTimeout, cfg.Tracer),
 	}
-	p.resolver.Pgpool = verdict.Pgpool
 	p.txn = p.txnSettings()
 	return p, nil
 }

@@ -37,9 +37,6 @@ type Resolver struct {
 	// role may not), and cannotMessage when it refuses the role
 	// pg_logical_emit_message, so later questions do not fail on them.
 	cannotTerminate, cannotMessage atomic.Bool
-	// Pgpool, when set, reports that the server is behind Pgpool-II, where
-	// a backend is ended with a question of its own ([terminateSQL]).
-	Pgpool func() bool
 }
 
 // NewResolver builds the resolver of a pool: over cancelPool when there is
@@ -81,38 +78,32 @@ func (r *Resolver) Ask(ctx context.Context, id ID, end End, changed int64) Answe
 	if r.cannotMessage.Load() {
 		sql = askNoMessageSQL
 	}
-	askEnd := end
-	pgpool := r.Pgpool != nil && r.Pgpool()
-	if pgpool {
-		askEnd = Keep // the backend is ended below, as Pgpool-II needs
-	}
 	var pid int64
 	err = conn.QueryRow(actx, sql, pgx.QueryExecModeExec,
 		strconv.FormatUint(id.Xid, 10), strconv.FormatInt(id.System, 10), strconv.FormatInt(int64(id.Run.Timeline), 10),
-		strconv.FormatUint(id.Xid&0xffffffff, 10), strconv.Itoa(int(askEnd)), strconv.FormatInt(changed, 10),
-		strconv.FormatInt(id.Run.Start, 10), strconv.FormatInt(id.Run.Epoch, 10),
+		strconv.FormatUint(id.Xid&0xffffffff, 10), strconv.FormatInt(id.Run.Start, 10), strconv.FormatInt(id.Run.Epoch, 10),
 	).Scan(&v.System, &v.Run.Timeline, &v.Run.Start, &v.Run.Epoch, &status, &v.Prepared,
-		&v.Last.Timeline, &v.Last.LSN, &next, &v.Last.Shutdown, &a.State, &a.Changed, &a.Terminated, &a.Synced,
+		&v.Last.Timeline, &v.Last.LSN, &next, &v.Last.Shutdown, &a.State, &a.Changed, &a.Synced,
 		&v.Replay, &v.Replayed, &pid)
-	if err == nil && pgpool && end != Keep && pid != 0 {
-		a.Terminated, err = r.terminate(actx, conn, pid, id.Xid&0xffffffff, end, changed)
-	}
 	var pgErr *pgconn.PgError
 	switch {
-	case err == nil:
-	case errors.As(err, &pgErr) && pgErr.Code == "42501" && end == Keep:
-		// A question that ends no backend calls pg_terminate_backend not
-		// at all: the function refused is the message's (refused as the
-		// statement starts, whatever the branch).
+	case errors.As(err, &pgErr) && pgErr.Code == "42501":
+		// The role may not write the message (refused as the statement
+		// starts, whatever the branch): the next questions do without.
 		r.cannotMessage.Store(true)
 		return Answer{Err: err}
-	case errors.As(err, &pgErr) && pgErr.Code == "42501":
-		// Not allowed to end the backend (or to write the message, which
-		// the next question, ending none, tells): wait for it to end.
-		r.cannotTerminate.Store(true)
+	case err != nil:
 		return Answer{Err: err}
-	default:
-		return Answer{Err: err}
+	}
+	if end != Keep && pid != 0 {
+		a.Terminated, err = r.terminate(actx, conn, pid, id.Xid&0xffffffff, end, changed)
+		if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+			// Not allowed to end the backend: wait for it to end.
+			r.cannotTerminate.Store(true)
+		}
+		if err != nil {
+			return Answer{Err: err}
+		}
 	}
 	if status != nil {
 		v.Status = *status
@@ -121,8 +112,8 @@ func (r *Resolver) Ask(ctx context.Context, id ID, end End, changed int64) Answe
 	return a
 }
 
-// terminate ends backend pid behind Pgpool-II ([terminateSQL]) and reports
-// whether it did.
+// terminate ends backend pid, if it still runs the transaction as end says
+// ([terminateSQL]), and reports whether it did.
 func (r *Resolver) terminate(ctx context.Context, conn *pgx.Conn, pid int64, xidLo uint64, end End, changed int64) (bool, error) {
 	rows, err := conn.PgConn().Exec(ctx, fmt.Sprintf(terminateSQL, pid, xidLo, end == EndNow, changed)).ReadAll()
 	if err != nil {

@@ -26,7 +26,7 @@ func fakeConfig(t *testing.T, srv *fakepg.Server) *pgx.ConnConfig {
 var askColumns = []fakepg.Column{{Name: "sys", OID: 20}, {Name: "tl", OID: 23}, {Name: "st", OID: 20}, {Name: "ep", OID: 20},
 	{Name: "status", OID: 25}, {Name: "prepared", OID: 16}, {Name: "timeline_id", OID: 23}, {Name: "lsn", OID: 20},
 	{Name: "next", OID: 20}, {Name: "shutdown", OID: 16}, {Name: "state", OID: 25}, {Name: "changed", OID: 20},
-	{Name: "terminated", OID: 16}, {Name: "synced", OID: 16}, {Name: "replay", OID: 20}, {Name: "replayed", OID: 16},
+	{Name: "synced", OID: 16}, {Name: "replay", OID: 20}, {Name: "replayed", OID: 16},
 	{Name: "pid", OID: 20}}
 
 // answerSQL answers the statement sql with a in turn (the last one again
@@ -46,20 +46,32 @@ func answerSQL(sql string, a ...fakepg.Answer) func(int, string) fakepg.Answer {
 // oneLine is s with its white space runs made one space.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-// TestResolverOverTheWire: a question sends the transaction's id, system,
-// run and what to do with its backend as parameters, on a connection of
-// its own, and reads the server's answer into an Answer; a server that
-// refuses to end a backend (42501) is not asked to again; a lost answer is
-// an error, for the loop to ask again.
+// TestResolverOverTheWire: a question sends the transaction's id, system
+// and run as parameters, on a connection of its own, and reads the
+// server's answer into an Answer; to end the transaction's backend it
+// sends a second query, whose pid is a literal ([terminateSQL]); a server
+// that refuses to end a backend (42501) is not asked to again; a lost
+// answer is an error, for the loop to ask again.
 func TestResolverOverTheWire(t *testing.T) {
 	id := ID{Xid: 1<<32 | 742, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}}
-	row := []any{7, 2, 1000, 2000, "in progress", false, 2, 4096, 1<<32 | 900, false, "idle in transaction", 555, true, true, 3072, true, 4321}
-	srv := &fakepg.Server{Answer: answerSQL(askSQL,
+	row := []any{7, 2, 1000, 2000, "in progress", false, 2, 4096, 1<<32 | 900, false, "idle in transaction", 555, true, 3072, true, 4321}
+	ended := fakepg.Answer{Columns: []fakepg.Column{{Name: "pg_terminate_backend", OID: 16}}, Rows: [][]any{{"t"}}} // PostgreSQL's text for true
+	asks := answerSQL(askSQL,
 		fakepg.Answer{Columns: askColumns, Rows: [][]any{row}},
-		fakepg.Answer{Code: "42501", Message: "permission denied to terminate process"},
-		fakepg.Answer{Columns: askColumns, Rows: [][]any{{7, 2, 1000, 2000, nil, false, 2, 4096, 1<<32 | 900, true, "", 0, false, true, 0, false, 0}}},
+		fakepg.Answer{Columns: askColumns, Rows: [][]any{row}},
+		fakepg.Answer{Columns: askColumns, Rows: [][]any{{7, 2, 1000, 2000, nil, false, 2, 4096, 1<<32 | 900, true, "", 0, true, 0, false, 0}}},
 		fakepg.Answer{Close: true},
-	)}
+	)
+	terms := 0
+	srv := &fakepg.Server{Answer: func(conn int, s string) fakepg.Answer {
+		if strings.HasPrefix(s, "select pg_terminate_backend(4321)") {
+			if terms++; terms == 2 {
+				return fakepg.Answer{Code: "42501", Message: "permission denied to terminate process"}
+			}
+			return ended
+		}
+		return asks(conn, s)
+	}}
 	r := NewResolver(4*time.Second, nil, fakeConfig(t, srv), nil)
 	ctx := context.Background()
 
@@ -69,8 +81,8 @@ func TestResolverOverTheWire(t *testing.T) {
 	if a.Err != nil || a.View != want.View || a.State != want.State || a.Changed != want.Changed || !a.Terminated || !a.Synced {
 		t.Errorf("answer %+v, want %+v", a, want)
 	}
-	if a = r.Ask(ctx, id, EndNow, 0); a.Err == nil {
-		t.Error("a question the server refused answered")
+	if a = r.Ask(ctx, id, EndNow, 0); a.Err == nil || !r.cannotTerminate.Load() {
+		t.Errorf("answer %+v: the termination the server refused answered, or is asked again", a)
 	}
 	a = r.Ask(ctx, id, EndNow, 0)
 	if a.Err != nil || a.View.Status != "" || !a.View.Last.Shutdown || a.State != "" {
@@ -80,9 +92,7 @@ func TestResolverOverTheWire(t *testing.T) {
 		t.Error("a question whose answer was lost answered")
 	}
 	// The parameters: the id, the system, the timeline, the id's low 32
-	// bits, what to end (2: now, refused once, then 0: keep), since when,
-	// the start and the epoch.
-	wantEnd := []string{"1", "2", "0", "0"}
+	// bits, the start and the epoch.
 	var asked int
 	for _, st := range srv.Log() {
 		if st.SQL != askSQL {
@@ -94,13 +104,13 @@ func TestResolverOverTheWire(t *testing.T) {
 			}
 			return *st.Params[i]
 		}
-		if p(0) != "4294968038" || p(1) != "7" || p(2) != "2" || p(3) != "742" || p(4) != wantEnd[asked] || p(6) != "1000" || p(7) != "2000" {
+		if len(st.Params) != 6 || p(0) != "4294968038" || p(1) != "7" || p(2) != "2" || p(3) != "742" || p(4) != "1000" || p(5) != "2000" {
 			t.Errorf("question %d sent %v", asked, st.Params)
 		}
 		asked++
 	}
-	if asked != 4 || srv.Conns() != 4 {
-		t.Errorf("%d questions on %d connections, want 4 on 4 (one each)", asked, srv.Conns())
+	if asked != 4 || srv.Conns() != 4 || terms != 2 {
+		t.Errorf("%d questions on %d connections, %d terminations; want 4 on 4 (one each), 2 (none once refused)", asked, srv.Conns(), terms)
 	}
 }
 
@@ -191,7 +201,7 @@ func TestPrepareOverTheWire(t *testing.T) {
 // third proves the "committed" the transaction's.
 func TestResolveOverTheWire(t *testing.T) {
 	id := ID{Xid: 742, System: 7, Run: Run{Timeline: 1, Start: 1000, Epoch: 2000}, Flushed: 100, LSN: 3000}
-	promoted := []any{7, 2, 5000, 6000, "committed", false, 2, 4096, 900, false, "", 0, false, true, 3072, true, 0}
+	promoted := []any{7, 2, 5000, 6000, "committed", false, 2, 4096, 900, false, "", 0, true, 3072, true, 0}
 	srv := &fakepg.Server{Answer: answerSQL(askSQL,
 		fakepg.Answer{Code: "57P03", Message: "the database system is starting up", Fatal: true},
 		fakepg.Answer{Close: true},
@@ -215,7 +225,7 @@ func TestResolveOverTheWire(t *testing.T) {
 // on without the message, and is answered.
 func TestResolverWithoutTheMessage(t *testing.T) {
 	id := ID{Xid: 742, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}}
-	row := []any{7, 2, 1000, 2000, "committed", false, 2, 4096, 900, false, "", 0, false, false, 0, false, 0}
+	row := []any{7, 2, 1000, 2000, "committed", false, 2, 4096, 900, false, "", 0, false, 0, false, 0}
 	srv := &fakepg.Server{Answer: func(_ int, s string) fakepg.Answer {
 		switch oneLine(s) {
 		case oneLine(askSQL):
@@ -238,16 +248,17 @@ func TestResolverWithoutTheMessage(t *testing.T) {
 	}
 }
 
-// TestResolverEndsBehindPgpool: behind Pgpool-II a question that is to end
-// the transaction's backend asks without ending it, then ends it with a
-// simple query of its own that names the pid as a literal (which Pgpool-II
-// recognises: it sends it to that backend's node and does not take the
-// backend's end for the node's failure), keeping the condition that it
-// still runs the transaction and, for EndIfStillIdle, is still idle since
-// the same change; a question that ends nothing sends none.
-func TestResolverEndsBehindPgpool(t *testing.T) {
+// TestResolverEndsTheBackendByItsPid: a question that is to end the
+// transaction's backend asks without ending it, then ends it with a simple
+// query of its own that names the pid as a literal (which Pgpool-II, in
+// front unseen or not, recognises: it sends it to that backend's node and
+// does not take the backend's end for the node's failure), keeping the
+// condition that it still runs the transaction and, for EndIfStillIdle, is
+// still idle since the same change; a question that ends nothing sends
+// none.
+func TestResolverEndsTheBackendByItsPid(t *testing.T) {
 	id := ID{Xid: 1<<32 | 742, System: 7, Run: Run{Timeline: 2, Start: 1000, Epoch: 2000}}
-	row := []any{7, 2, 1000, 2000, "in progress", false, 2, 4096, 1<<32 | 900, false, "idle in transaction", 555, false, true, 3072, true, 4321}
+	row := []any{7, 2, 1000, 2000, "in progress", false, 2, 4096, 1<<32 | 900, false, "idle in transaction", 555, true, 3072, true, 4321}
 	ended := fakepg.Answer{Columns: []fakepg.Column{{Name: "pg_terminate_backend", OID: 16}}, Rows: [][]any{{"t"}}} // PostgreSQL's text for true
 	srv := &fakepg.Server{Answer: func(_ int, s string) fakepg.Answer {
 		switch {
@@ -259,7 +270,6 @@ func TestResolverEndsBehindPgpool(t *testing.T) {
 		return fakepg.Answer{}
 	}}
 	r := NewResolver(4*time.Second, nil, fakeConfig(t, srv), nil)
-	r.Pgpool = func() bool { return true }
 	ctx := context.Background()
 	for _, tt := range []struct {
 		end      End
@@ -278,8 +288,6 @@ func TestResolverEndsBehindPgpool(t *testing.T) {
 		var terms []string
 		for _, st := range srv.Log()[before:] {
 			switch {
-			case st.SQL == askSQL && (len(st.Params) < 5 || st.Params[4] == nil || *st.Params[4] != "0"):
-				t.Errorf("end %d: the question itself was asked to end the backend: %v", tt.end, st.Params)
 			case strings.Contains(st.SQL, "pg_terminate_backend(4321)"):
 				terms = append(terms, st.SQL)
 			}

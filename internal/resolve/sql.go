@@ -46,7 +46,7 @@ where a.pid = $1::text::int4 and a.backend_xid is not null
 	and round(extract(epoch from a.backend_start) * 1000000)::int8 = $2::text::int8`
 
 // askSQL asks what became of a transaction ($1, an xid8) that ran on system
-// $2, in the run of the server given by timeline $3, start $7 and epoch $8.
+// $2, in the run of the server given by timeline $3, start $5 and epoch $6.
 // It reports the system and run of the server it reached, the status of
 // the id there (only on the same system, out of recovery: "not yet
 // assigned" when the server has not given it, checked by giving the
@@ -60,12 +60,10 @@ where a.pid = $1::text::int4 and a.backend_xid is not null
 // active but waiting to read from its client, is idle in the transaction
 // as far as resolution goes: it has run what it received): the backend whose transaction id is
 // $4 (the id's low 32 bits, as pg_stat_activity shows it; no two running
-// transactions share it), which is provably ours. While the transaction is
-// in progress, it ends that backend when $5 says so: 2, at once; 1, only if
-// it is still idle in the transaction since the same state change ($6,
-// unix microseconds), so it has received nothing since it was last seen.
-// Once the backend is gone the status is definitive: committed if COMMIT
-// had written its record, aborted otherwise.
+// transactions share it), which is provably ours, and its pid while the
+// transaction is in progress, which [terminateSQL] ends when resolution
+// says so. Once the backend is gone the status is definitive: committed if
+// COMMIT had written its record, aborted otherwise.
 //
 // A "committed" is only as durable as the server's COMMIT would have made
 // it. A COMMIT cut while it waited for a synchronous standby has committed
@@ -104,7 +102,7 @@ const askSQLHead = `with s as (
 	from pg_control_system() c
 ), x as (
 	select sys, tl, st, ep,
-		sys = $2::text::int8 and tl = $3::text::int4 and st = $7::text::int8 and ep = $8::text::int8 as same,
+		sys = $2::text::int8 and tl = $3::text::int4 and st = $5::text::int8 and ep = $6::text::int8 as same,
 		case when sys = $2::text::int8 and tl <> 0 then
 			case when $1::text::xid8 >= pg_current_xact_id() then 'not yet assigned' else pg_xact_status($1::text::xid8) end
 		end as status
@@ -121,9 +119,6 @@ const askSQLHead = `with s as (
 )
 select x.sys, x.tl, x.st, x.ep, x.status, exists (select 1 from pg_prepared_xacts where transaction = $4::text::xid),
 	k.timeline_id, k.lsn, k.next, k.shutdown, coalesce(b.state, ''), coalesce(b.changed, 0),
-	case when x.same and x.status = 'in progress' and b.pid is not null and ($5::text::int4 = 2
-		or ($5::text::int4 = 1 and b.state like 'idle in transaction%' and b.changed = $6::text::int8))
-	then pg_terminate_backend(b.pid) else false end,
 	case when x.status = 'committed' and current_setting('synchronous_standby_names') <> ''
 		and current_setting('synchronous_commit') not in ('off', 'local')
 	then exists (select 1 from pg_stat_replication)
@@ -136,12 +131,14 @@ const askSQLTail = `
 	case when x.same and x.status = 'in progress' then coalesce(b.pid, 0) else 0 end
 from x cross join k left join b on x.same`
 
-// terminateSQL ends backend %[1]d (a literal: Pgpool-II recognises
-// pg_terminate_backend of a literal pid, in a simple query, sends it to the
-// node that runs that backend, and does not take the backend's end for
-// that node's failure) if it still runs the transaction whose id's low 32
-// bits are %[2]d and, unless %[3]t (end it now), is still idle in it since
-// the same state change (%[4]d, unix microseconds), as askSQL's $5 says.
+// terminateSQL ends backend %[1]d if it still runs the transaction whose
+// id's low 32 bits are %[2]d and, unless %[3]t (end it now), is still idle
+// in it since the same state change (%[4]d, unix microseconds), so that it
+// has received nothing since it was last seen. The pid is a literal, in a
+// simple query of its own: Pgpool-II, which may be in front unseen,
+// recognises that form, sends it to the node that runs the backend, and
+// does not take the backend's end for that node's failure (it detaches a
+// node whose backend a query it does not recognise ends).
 const terminateSQL = `select pg_terminate_backend(%[1]d) from pg_stat_activity
 where pid = %[1]d and backend_xid = '%[2]d'::xid and (%[3]t or (
 	(state like 'idle in transaction%%' or (state = 'active' and wait_event = 'ClientRead'))
