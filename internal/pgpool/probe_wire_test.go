@@ -51,8 +51,7 @@ func TestIdentifyAndDecide(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var asked, settings atomic.Int32
-			var srv *fakepg.Server
-			srv = &fakepg.Server{Answer: func(conn int, sql string) fakepg.Answer {
+			srv := &fakepg.Server{Answer: func(conn int, sql string) fakepg.Answer {
 				pid := 1000 + conn // the fake server's pid of the connection
 				if tt.balanced < 0 {
 					return fakepg.Answer{Code: "42883"}
