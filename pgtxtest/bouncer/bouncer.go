@@ -104,9 +104,9 @@ func New(tb testing.TB, s *server.Server, cfg *Config) *Bouncer {
 	if _, err := opts.config(); err != nil {
 		tb.Fatal(err)
 	}
-	bin, err := findBouncer(os.Getenv)
+	bin, err := pgbouncer.Find(os.Getenv)
 	if err != nil {
-		if fail, msg := missingBouncer(os.Getenv, err); fail {
+		if fail, msg := pgbouncer.Missing(os.Getenv, err); fail {
 			tb.Fatal(msg)
 		} else {
 			tb.Skip(msg)

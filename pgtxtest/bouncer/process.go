@@ -18,33 +18,9 @@ import (
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
-// findBouncer returns the path of the pgbouncer binary.
-func findBouncer(getenv func(string) string) (string, error) {
-	if p := getenv("PGTX_TEST_PGBOUNCER"); p != "" {
-		if _, err := exec.LookPath(p); err != nil {
-			return "", fmt.Errorf("PGTX_TEST_PGBOUNCER=%s: %w", p, err)
-		}
-		return p, nil
-	}
-	if p, err := exec.LookPath("pgbouncer"); err == nil {
-		return p, nil
-	}
-	if _, err := exec.LookPath(bouncerDefaultPath); err != nil {
-		return "", fmt.Errorf("pgbouncer is not in PATH or %s", bouncerDefaultPath)
-	}
-	return bouncerDefaultPath, nil
-}
-
-// missingBouncer tells what a test does when PgBouncer cannot be found: under
-// CI=true it fails, elsewhere it is skipped; msg says how to install it.
-func missingBouncer(getenv func(string) string, why error) (fail bool, msg string) {
-	msg = "pgtxtest: this test needs PgBouncer (" + why.Error() + "). To run it, install it " +
-		"(e.g. apt-get install pgbouncer) or set PGTX_TEST_PGBOUNCER to the path of the pgbouncer binary."
-	if proc.IsCI(getenv) {
-		return true, msg + " CI=true: a missing PgBouncer is a failure, not a skip."
-	}
-	return false, msg
-}
+// pgbouncer is PgBouncer as the kit finds it.
+var pgbouncer = proc.Program{Name: "PgBouncer", Binary: "pgbouncer", Env: "PGTX_TEST_PGBOUNCER",
+	Default: bouncerDefaultPath, Package: "pgbouncer"}
 
 // errNoServer is New's error for a server the kit did not make.
 var errNoServer = errors.New("pgtxtest: bouncer.New needs a server from server.Shared or server.New")

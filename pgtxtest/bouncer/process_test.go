@@ -54,7 +54,7 @@ func TestBouncerStop(t *testing.T) {
 func TestBouncerPortTaken(t *testing.T) {
 	t.Parallel()
 	s := server.Shared(t)
-	bin, err := findBouncer(os.Getenv)
+	bin, err := pgbouncer.Find(os.Getenv)
 	if err != nil {
 		t.Skip(err)
 	}
@@ -117,14 +117,14 @@ func TestBouncerMissingBinary(t *testing.T) {
 	env := func(vars map[string]string) func(string) string {
 		return func(name string) string { return vars[name] }
 	}
-	_, err := findBouncer(env(map[string]string{"PGTX_TEST_PGBOUNCER": "/nonexistent/pgbouncer"}))
+	_, err := pgbouncer.Find(env(map[string]string{"PGTX_TEST_PGBOUNCER": "/nonexistent/pgbouncer"}))
 	if err == nil || !strings.Contains(err.Error(), "PGTX_TEST_PGBOUNCER=/nonexistent/pgbouncer") {
-		t.Fatalf("findBouncer with a bad PGTX_TEST_PGBOUNCER = %v", err)
+		t.Fatalf("Find with a bad PGTX_TEST_PGBOUNCER = %v", err)
 	}
 	for _, ci := range []string{"", "true"} {
-		fail, msg := missingBouncer(env(map[string]string{"CI": ci}), err)
+		fail, msg := pgbouncer.Missing(env(map[string]string{"CI": ci}), err)
 		if fail != (ci == "true") || !strings.Contains(msg, "apt-get install pgbouncer") || !strings.Contains(msg, "/nonexistent/pgbouncer") {
-			t.Errorf("CI=%q: missingBouncer = %v, %q", ci, fail, msg)
+			t.Errorf("CI=%q: Missing = %v, %q", ci, fail, msg)
 		}
 	}
 }

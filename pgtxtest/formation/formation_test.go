@@ -363,9 +363,9 @@ func checkStopPrimary(t *testing.T, ctx context.Context, f *Formation, id int) {
 
 func TestFormationMissingTools(t *testing.T) {
 	t.Parallel()
-	_, err := findAutoctl(fakeEnv(map[string]string{"PGTX_TEST_PG_AUTOCTL": "/nonexistent/pg_autoctl"}))
+	_, err := autoctl.Find(fakeEnv(map[string]string{"PGTX_TEST_PG_AUTOCTL": "/nonexistent/pg_autoctl"}))
 	if err == nil || !strings.Contains(err.Error(), "PGTX_TEST_PG_AUTOCTL=/nonexistent/pg_autoctl") {
-		t.Fatalf("findAutoctl with a bad PGTX_TEST_PG_AUTOCTL = %v", err)
+		t.Fatalf("Find with a bad PGTX_TEST_PG_AUTOCTL = %v", err)
 	}
 	for _, ci := range []string{"", "true"} {
 		fail, msg := missingFormation(fakeEnv(map[string]string{"CI": ci}), err)

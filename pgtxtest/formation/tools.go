@@ -48,7 +48,7 @@ func (o Config) check() error {
 // findFormationTools returns the path of pg_autoctl and the directory of the
 // PostgreSQL binaries it is to run.
 func findFormationTools(getenv func(string) string) (bin, bindir string, err error) {
-	if bin, err = findAutoctl(getenv); err != nil {
+	if bin, err = autoctl.Find(getenv); err != nil {
 		return "", "", err
 	}
 	if bindir, err = autoctlBindir(getenv); err != nil {
@@ -57,23 +57,10 @@ func findFormationTools(getenv func(string) string) (bin, bindir string, err err
 	return bin, bindir, nil
 }
 
-// findAutoctl returns the path of pg_autoctl: PGTX_TEST_PG_AUTOCTL, else PATH, else
-// /usr/bin/pg_autoctl.
-func findAutoctl(getenv func(string) string) (string, error) {
-	if p := getenv("PGTX_TEST_PG_AUTOCTL"); p != "" {
-		if _, err := exec.LookPath(p); err != nil {
-			return "", fmt.Errorf("PGTX_TEST_PG_AUTOCTL=%s: %w", p, err)
-		}
-		return p, nil
-	}
-	if p, err := exec.LookPath("pg_autoctl"); err == nil {
-		return p, nil
-	}
-	if _, err := exec.LookPath(autoctlDefaultPath); err != nil {
-		return "", fmt.Errorf("pg_autoctl is not in PATH or %s", autoctlDefaultPath)
-	}
-	return autoctlDefaultPath, nil
-}
+// autoctl is pg_autoctl as the kit finds it: PGTX_TEST_PG_AUTOCTL, else
+// PATH, else /usr/bin/pg_autoctl.
+var autoctl = proc.Program{Name: "pg_auto_failover", Binary: "pg_autoctl", Env: "PGTX_TEST_PG_AUTOCTL",
+	Default: autoctlDefaultPath, Package: "postgresql-15-auto-failover"}
 
 // autoctlBindir returns a directory of PostgreSQL server binaries whose server has
 // the pgautofailover extension: the local clusters' binaries (PGTX_TEST_PG_BINDIR

@@ -113,9 +113,9 @@ func New(tb testing.TB, primary *server.Server, standbys []*server.Server, cfg *
 	if _, err := opts.config(); err != nil {
 		tb.Fatal(err)
 	}
-	bin, err := findPgpool(os.Getenv)
+	bin, err := pgpool2.Find(os.Getenv)
 	if err != nil {
-		if fail, msg := missingPgpool(os.Getenv, err); fail {
+		if fail, msg := pgpool2.Missing(os.Getenv, err); fail {
 			tb.Fatal(msg)
 		} else {
 			tb.Skip(msg)

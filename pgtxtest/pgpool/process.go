@@ -19,33 +19,9 @@ import (
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
-// findPgpool returns the path of the pgpool binary.
-func findPgpool(getenv func(string) string) (string, error) {
-	if p := getenv("PGTX_TEST_PGPOOL"); p != "" {
-		if _, err := exec.LookPath(p); err != nil {
-			return "", fmt.Errorf("PGTX_TEST_PGPOOL=%s: %w", p, err)
-		}
-		return p, nil
-	}
-	if p, err := exec.LookPath("pgpool"); err == nil {
-		return p, nil
-	}
-	if _, err := exec.LookPath(pgpoolDefaultPath); err != nil {
-		return "", fmt.Errorf("pgpool is not in PATH or %s", pgpoolDefaultPath)
-	}
-	return pgpoolDefaultPath, nil
-}
-
-// missingPgpool tells what a test does when Pgpool-II cannot be found: under
-// CI=true it fails, elsewhere it is skipped; msg says how to install it.
-func missingPgpool(getenv func(string) string, why error) (fail bool, msg string) {
-	msg = "pgtxtest: this test needs Pgpool-II (" + why.Error() + "). To run it, install it " +
-		"(e.g. apt-get install pgpool2) or set PGTX_TEST_PGPOOL to the path of the pgpool binary."
-	if proc.IsCI(getenv) {
-		return true, msg + " CI=true: a missing Pgpool-II is a failure, not a skip."
-	}
-	return false, msg
-}
+// pgpool2 is Pgpool-II as the kit finds it.
+var pgpool2 = proc.Program{Name: "Pgpool-II", Binary: "pgpool", Env: "PGTX_TEST_PGPOOL",
+	Default: pgpoolDefaultPath, Package: "pgpool2"}
 
 // errNoServer is New's error for a server the kit did not make.
 var errNoServer = errors.New("pgtxtest: pgpool.New needs servers from server.New and server.NewStandby")

@@ -106,7 +106,7 @@ func TestPgpoolOrphans(t *testing.T) {
 func TestPgpoolPortTaken(t *testing.T) {
 	t.Parallel()
 	s := server.New(t, nil)
-	bin, err := findPgpool(os.Getenv)
+	bin, err := pgpool2.Find(os.Getenv)
 	if err != nil {
 		t.Skip(err)
 	}
@@ -179,14 +179,14 @@ func TestPgpoolMissingBinary(t *testing.T) {
 	env := func(vars map[string]string) func(string) string {
 		return func(name string) string { return vars[name] }
 	}
-	_, err := findPgpool(env(map[string]string{"PGTX_TEST_PGPOOL": "/nonexistent/pgpool"}))
+	_, err := pgpool2.Find(env(map[string]string{"PGTX_TEST_PGPOOL": "/nonexistent/pgpool"}))
 	if err == nil || !strings.Contains(err.Error(), "PGTX_TEST_PGPOOL=/nonexistent/pgpool") {
-		t.Fatalf("findPgpool with a bad PGTX_TEST_PGPOOL = %v", err)
+		t.Fatalf("Find with a bad PGTX_TEST_PGPOOL = %v", err)
 	}
 	for _, ci := range []string{"", "true"} {
-		fail, msg := missingPgpool(env(map[string]string{"CI": ci}), err)
+		fail, msg := pgpool2.Missing(env(map[string]string{"CI": ci}), err)
 		if fail != (ci == "true") || !strings.Contains(msg, "apt-get install pgpool2") || !strings.Contains(msg, "/nonexistent/pgpool") {
-			t.Errorf("CI=%q: missingPgpool = %v, %q", ci, fail, msg)
+			t.Errorf("CI=%q: Missing = %v, %q", ci, fail, msg)
 		}
 	}
 }

@@ -1,0 +1,46 @@
+package proc
+
+import (
+	"fmt"
+	"os/exec"
+)
+
+// Program is a program a kit package starts from the machine's packages
+// (pgbouncer, pgpool, pg_autoctl): where its binary is, and what a test
+// does without it.
+type Program struct {
+	Name    string // what the messages call it: "PgBouncer"
+	Binary  string // its binary, looked up in PATH: "pgbouncer"
+	Env     string // the variable that names the binary's path: "PGTX_TEST_PGBOUNCER"
+	Default string // where its package installs it: "/usr/sbin/pgbouncer"
+	Package string // the Debian package that has it: "pgbouncer"
+}
+
+// Find returns the path of p's binary: p.Env's when set, else the one in
+// PATH, else p.Default.
+func (p Program) Find(getenv func(string) string) (string, error) {
+	if path := getenv(p.Env); path != "" {
+		if _, err := exec.LookPath(path); err != nil {
+			return "", fmt.Errorf("%s=%s: %w", p.Env, path, err)
+		}
+		return path, nil
+	}
+	if path, err := exec.LookPath(p.Binary); err == nil {
+		return path, nil
+	}
+	if _, err := exec.LookPath(p.Default); err != nil {
+		return "", fmt.Errorf("%s is not in PATH or %s", p.Binary, p.Default)
+	}
+	return p.Default, nil
+}
+
+// Missing tells what a test does when p cannot be found (why): under
+// CI=true it fails, elsewhere it is skipped; msg says how to install it.
+func (p Program) Missing(getenv func(string) string, why error) (fail bool, msg string) {
+	msg = fmt.Sprintf("pgtxtest: this test needs %s (%v). To run it, install it (e.g. apt-get install %s) "+
+		"or set %s to the path of the %s binary.", p.Name, why, p.Package, p.Env, p.Binary)
+	if IsCI(getenv) {
+		return true, msg + " CI=true: a missing " + p.Name + " is a failure, not a skip."
+	}
+	return false, msg
+}
