@@ -186,10 +186,13 @@ func TestPgpoolRidesOutRestarts(t *testing.T) {
 			}
 		}
 		steady()
+		start := time.Now()
 		if err := e.primary.Restart(ctx, time.Second); err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("the primary restarted in %v (1s down)", time.Since(start).Round(time.Millisecond))
 		steady()
+		start = time.Now()
 		if err := e.primary.Stop(); err != nil {
 			t.Fatal(err)
 		}
@@ -199,6 +202,7 @@ func TestPgpoolRidesOutRestarts(t *testing.T) {
 		if err := e.pool.PromoteNode(ctx, 1); err != nil {
 			t.Fatal(err)
 		}
+		t.Logf("the standby took over in %v", time.Since(start).Round(time.Millisecond))
 		steady()
 		close(stop)
 		wg.Wait()

@@ -55,7 +55,9 @@ func TestPgpoolTransactionsStayOnTheirNode(t *testing.T) {
 	}{{pgtx.Serializable, 2000}, {pgtx.RepeatableRead, 400}} {
 		t.Run(tt.iso.String(), func(t *testing.T) {
 			ctx := testCtxFor(t, 5*time.Minute)
-			pool := newPool(t, e.through, func(c *pgtx.Config) { c.MaxConns = 8 })
+			// Six connections and the cancel pool's two fill Pgpool-II's
+			// eight children (num_init_children), as docs/poolers.md asks.
+			pool := newPool(t, e.through, func(c *pgtx.Config) { c.MaxConns = 6 })
 			var stale, failed atomic.Int64
 			var firstErr error
 			var once sync.Once
