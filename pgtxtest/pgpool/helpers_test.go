@@ -31,9 +31,19 @@ type cluster struct {
 	p                *Pgpool
 }
 
+// skipShort skips, under -short, a test that starts servers and a pgpool of
+// its own: CI runs them once, in its pass without -short.
+func skipShort(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts servers and a pgpool of its own")
+	}
+}
+
 // newCluster starts a primary, its standby and a pgpool configured by cfg.
 func newCluster(t *testing.T, cfg *Config) *cluster {
 	t.Helper()
+	skipShort(t)
 	primary := server.New(t, nil)
 	standby := server.NewStandby(t, primary)
 	return &cluster{primary: primary, standby: standby, p: New(t, primary, []*server.Server{standby}, cfg)}

@@ -20,6 +20,7 @@ import (
 // its children and shared memory, removes its directory, and is idempotent.
 func TestPgpoolStop(t *testing.T) {
 	t.Parallel()
+	skipShort(t)
 	p := New(t, server.New(t, nil), nil, &Config{NumInitChildren: 2})
 	ctx := testContext(t)
 	c := connect(t, p.DSN(""))
@@ -77,6 +78,7 @@ func TestPgpoolOrphans(t *testing.T) {
 	if !fileExists("/proc/sysvipc/shm") {
 		t.Skip("needs Linux's /proc")
 	}
+	skipShort(t)
 	p := New(t, server.New(t, nil), nil, &Config{NumInitChildren: 2})
 	pid := p.proc.Cmd.Process.Pid
 	if err := p.proc.Cmd.Process.Kill(); err != nil {
@@ -105,6 +107,7 @@ func TestPgpoolOrphans(t *testing.T) {
 
 func TestPgpoolPortTaken(t *testing.T) {
 	t.Parallel()
+	skipShort(t)
 	s := server.New(t, nil)
 	bin, err := pgpool2.Find(os.Getenv)
 	if err != nil {

@@ -1,4 +1,4 @@
-package integration
+package behindpgpool
 
 import (
 	"context"
@@ -95,8 +95,8 @@ func TestPgpoolTransactionsStayOnTheirNode(t *testing.T) {
 }
 
 // TestPgpoolFirstWriteNeverHangs: on sessions Pgpool-II balances to the
-// standby, 200 calls (40 in each exec mode, read-only and read-write in
-// turn) with deadlines shorter than StatementTimeout, so that each carries
+// standby, 200 calls (40 in each exec mode, on two sessions, read-only and
+// read-write in turn) with deadlines shorter than StatementTimeout, so that each carries
 // its deadline to the server with BEGIN, all commit; then Pgpool-II still
 // answers, and none of its children is left stuck in a command.
 func TestPgpoolFirstWriteNeverHangs(t *testing.T) {
@@ -104,7 +104,7 @@ func TestPgpoolFirstWriteNeverHangs(t *testing.T) {
 	ctx := testCtxFor(t, 5*time.Minute)
 	modes := []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
 		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol}
-	const perMode, perSession = 40, 10
+	const perMode, perSession = 40, 20
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
 			for s := range perMode / perSession {

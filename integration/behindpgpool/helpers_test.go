@@ -1,4 +1,4 @@
-package integration
+package behindpgpool
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,9 +30,10 @@ type pgpoolEnv struct {
 	direct, onStandby, through string
 }
 
-// behindPgpool starts the servers and Pgpool-II (extra: pgpool.conf
-// settings over the kit's; nil for Pgpool-II's own defaults) and creates
-// the database with setup run on it, waiting until the standby has it.
+// behindPgpool starts the primary, creates the database with setup run on
+// it, then the standby (a copy of the primary by then: it has them) and
+// Pgpool-II in front of both (extra: pgpool.conf settings over the kit's;
+// nil for Pgpool-II's own defaults).
 func behindPgpool(t *testing.T, extra map[string]string, setup ...string) *pgpoolEnv {
 	t.Helper()
 	if testing.Short() {
@@ -39,18 +41,16 @@ func behindPgpool(t *testing.T, extra map[string]string, setup ...string) *pgpoo
 	}
 	ctx := testCtx(t)
 	e := &pgpoolEnv{primary: server.New(t, nil)}
-	e.standby = server.NewStandby(t, e.primary)
 	e.direct = pgtxtest.NewDatabase(t, pgtxtest.WithServer(e.primary))
 	admin := directConn(t, e.direct)
 	for _, sql := range setup {
 		mustExec(t, ctx, admin, sql)
 	}
-	mustExec(t, ctx, admin, "create table pgpool_ready (id int)")
+	e.standby = server.NewStandby(t, e.primary)
 	var err error
 	if e.onStandby, err = server.DSNWithAddr(e.direct, e.standby.Addr()); err != nil {
 		t.Fatal(err)
 	}
-	waitStandbyHas(t, ctx, e.onStandby, "pgpool_ready")
 	e.pool = pgpool.New(t, e.primary, []*server.Server{e.standby}, &pgpool.Config{Extra: extra})
 	u, err := url.Parse(e.direct)
 	if err != nil {
@@ -67,30 +67,6 @@ func behindPgpool(t *testing.T, extra map[string]string, setup ...string) *pgpoo
 		}
 	})
 	return e
-}
-
-// waitStandbyHas waits until the table, created on the primary, exists on
-// the standby at dsn (the database itself arrives by replication too).
-func waitStandbyHas(t *testing.T, ctx context.Context, dsn, table string) {
-	t.Helper()
-	var last error
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		last = func() error {
-			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			conn, err := pgx.Connect(ctx, dsn)
-			if err != nil {
-				return err
-			}
-			defer conn.Close(context.WithoutCancel(ctx))
-			_, err = conn.Exec(ctx, "select from "+table)
-			return err
-		}()
-		if last == nil {
-			return
-		}
-	}
-	t.Fatalf("the standby never had %s: %v", table, last)
 }
 
 // pauseReplay stops the standby's replay, so that a read it answers is
@@ -189,10 +165,18 @@ func loadBalanceNode(t *testing.T, ctx context.Context, pool *pgtx.Pool) string 
 
 // poolerTracer records what pools tell their pooler.Tracer.
 type poolerTracer struct {
-	attemptTracer
 	mu    sync.Mutex
 	found []pooler.Data
 }
+
+func (p *poolerTracer) TraceTransactionStart(ctx context.Context, _ pgtx.TraceTransactionStartData) context.Context {
+	return ctx
+}
+func (p *poolerTracer) TraceTransactionEnd(context.Context, pgtx.TraceTransactionEndData) {}
+func (p *poolerTracer) TraceAttemptStart(ctx context.Context, _ pgtx.TraceAttemptStartData) context.Context {
+	return ctx
+}
+func (p *poolerTracer) TraceAttemptEnd(context.Context, pgtx.TraceAttemptEndData) {}
 
 func (p *poolerTracer) TracePooler(_ context.Context, d pooler.Data) {
 	p.mu.Lock()
@@ -204,4 +188,68 @@ func (p *poolerTracer) poolers() []pooler.Data {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]pooler.Data(nil), p.found...)
+}
+
+// counter counts fn's runs across goroutines.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) inc() int64 { return c.n.Add(1) }
+func (c *counter) get() int64 { return c.n.Load() }
+
+// testCtxFor returns a context that ends after d or at the test's cleanup,
+// so a broken promise fails the test instead of hanging it.
+func testCtxFor(t testing.TB, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func testCtx(t testing.TB) context.Context { return testCtxFor(t, time.Minute) }
+
+// newPool opens a pgtx pool on dsn, with mutate applied to its Config, and
+// closes it at cleanup.
+func newPool(t testing.TB, dsn string, mutate func(*pgtx.Config)) *pgtx.Pool {
+	t.Helper()
+	cfg, err := pgtx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	if mutate != nil {
+		mutate(cfg)
+	}
+	pool, err := pgtx.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("NewWithConfig: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// directConn opens a plain pgx connection, past Pgpool-II, to check what a
+// server really holds.
+func directConn(t testing.TB, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(testCtx(t), dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+func mustExec(t testing.TB, ctx context.Context, conn *pgx.Conn, sql string, args ...any) {
+	t.Helper()
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+func queryInt(t testing.TB, ctx context.Context, conn *pgx.Conn, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := conn.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return n
 }
