@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -126,7 +127,7 @@ func (a *call) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, error) {
 	ac.setInFn(false)
 	if berr := t.BeginErr(); berr != nil {
 		// BEGIN failed: that is the attempt's failure, whatever fn made of it.
-		return Classify(berr), berr
+		return classifyFnError(berr, conn), berr
 	}
 	if err != nil {
 		if misuse := t.CheckFailed(err); misuse != nil {
@@ -177,13 +178,19 @@ var errLostBeforeCommit = fmt.Errorf("pgtx: the connection was lost before COMMI
 
 // classifyFnError counts a network error as a lost connection only when the
 // transaction's connection is gone: fn may return one from another system.
+// An internal error (XX000) after which the connection closed is a lost
+// connection too: Pgpool-II ends the session after an error of its own
+// (with its default code, whatever the text), and the transaction with it.
 func classifyFnError(err error, conn *pgxpool.Conn) Class {
 	c := Classify(err)
-	if c == ClassConnectionLost && !conn.Conn().IsClosed() {
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) {
-			return ClassPermanent
-		}
+	closed := conn.Conn().IsClosed()
+	var pgErr *pgconn.PgError
+	isPgErr := errors.As(err, &pgErr)
+	switch {
+	case c == ClassConnectionLost && !closed && !isPgErr:
+		return ClassPermanent
+	case c == ClassPermanent && closed && isPgErr && pgErr.Code == pgerrcode.InternalError:
+		return ClassConnectionLost
 	}
 	return c
 }

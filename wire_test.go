@@ -128,6 +128,18 @@ func TestTransactionOverTheWire(t *testing.T) {
 			wantRuns: 1, wantConn: 1,
 		},
 		{
+			// Pgpool-II's own errors (XX000, its default code) end the
+			// session, its ERRORs too, whatever the text: a bug of its own
+			// met during a failover ("could not find block containing
+			// chunk") is a lost session, not the transaction's error.
+			name: "a pooler's own error that ended the session runs it again on a fresh one",
+			answer: on(update, 1, fakepg.Answer{Code: "XX000", Message: "could not find block containing chunk 0x561ffcb52ab8",
+				Fatal: true}),
+			wantErr:  func(err error) bool { return err == nil },
+			wantSQL:  []string{"begin isolation level SERIALIZABLE", update, "begin isolation level SERIALIZABLE", update, "commit"},
+			wantRuns: 2, wantConn: 2, cuts: 1,
+		},
+		{
 			name:     "a connection lost before COMMIT runs it again on a fresh one",
 			answer:   on(update, 1, fakepg.Answer{Close: true}),
 			wantErr:  func(err error) bool { return err == nil },

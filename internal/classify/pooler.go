@@ -93,9 +93,15 @@ var poolerMessages = [...]poolerMessage{
 	// Pgpool-II: a backend's connection broke under the session (a server
 	// restarting, a node failing over): before COMMIT run it again on a
 	// new connection; at COMMIT the outcome is unknown.
-	{"unable to read data from DB node", ConnectionLost}, // utils/pool_stream.c: ERROR, or FATAL for a node not the main one
-	{"failed to read kind from backend", ConnectionLost}, // pool_process_query.c: FATAL
-	{"unable to read message kind", ConnectionLost},      // pool_proto_modules.c: ERROR, the nodes answered differently
+	{"unable to read data", ConnectionLost},                  // utils/pool_stream.c: "... from DB node %d", ERROR, or FATAL for a node not the main one; pool_process_query.c: FATAL, select() failed
+	{"unable to read from backend socket", ConnectionLost},   // pool_process_query.c: FATAL
+	{"unable to write data to backend", ConnectionLost},      // utils/pool_stream.c: ERROR or FATAL
+	{"unable to flush data to backend", ConnectionLost},      // utils/pool_stream.c: ERROR or FATAL
+	{"unable to forward message to backend", ConnectionLost}, // pool_process_query.c: FATAL
+	{"failed to read kind from backend", ConnectionLost},     // pool_process_query.c: FATAL
+	{"unable to read message kind", ConnectionLost},          // pool_proto_modules.c: ERROR, the nodes answered differently
+	{"Backend throw an error message", ConnectionLost},       // pool_process_query.c: FATAL, a query of Pgpool-II's own failed on a backend (one shutting down)
+	{"connection to postmaster on DB node", ConnectionLost},  // pool_process_query.c: FATAL, "... was lost due to pg_terminate_backend"
 }
 
 // EndedIdle reports a session the server (25P03) or a pooler ended while it

@@ -71,7 +71,7 @@ func Commit(ctx context.Context, t *Tx, r Releaser) (classify.Class, error) {
 		Rollback(ctx, t)
 		return classify.Timeout, errs.WithContext(ctx, err)
 	}
-	c, err := commitOutcome(tag, err)
+	c, err := commitOutcome(tag, err, pgConn.IsClosed())
 	if c != classify.Ambiguous {
 		if c != classify.None {
 			Rollback(ctx, t) // a failed id read leaves the transaction open
@@ -111,9 +111,10 @@ func Commit(ctx context.Context, t *Tx, r Releaser) (classify.Class, error) {
 
 // commitOutcome classifies COMMIT's answer (tag) or error: COMMIT → none;
 // ROLLBACK (the transaction had failed inside fn, an error fn swallowed) →
-// permanent; a server error that leaves the session alive → its class (the
-// transaction did not commit; 40001 at COMMIT is a conflict); anything else
-// → ambiguous, a *errs.CommitUnknownError.
+// permanent; a server error that leaves the session alive (closed: the
+// connection closed after the answer) → its class (the transaction did not
+// commit; 40001 at COMMIT is a conflict); anything else → ambiguous, a
+// *errs.CommitUnknownError.
 //
 // pgconn.SafeToRetry is not trusted here: pgx can report a COMMIT that
 // reached a dead connection as pgconn.ErrConnClosed. Any failure without a
@@ -121,13 +122,13 @@ func Commit(ctx context.Context, t *Tx, r Releaser) (classify.Class, error) {
 // FATAL during COMMIT (57P01 while waiting for synchronous replication, a
 // pooler killing the server connection) may come after the commit record
 // was written.
-func commitOutcome(tag pgconn.CommandTag, err error) (classify.Class, error) {
+func commitOutcome(tag pgconn.CommandTag, err error, closed bool) (classify.Class, error) {
 	switch {
 	case err == nil && tag.String() == "COMMIT":
 		return classify.None, nil
 	case err == nil:
 		return classify.Permanent, pgx.ErrTxCommitRollback
-	case notCommitted(err):
+	case notCommitted(err, closed):
 		return classify.Err(err), err
 	}
 	return classify.Ambiguous, &errs.CommitUnknownError{Err: err}
@@ -184,10 +185,12 @@ func isPgError(err error) bool {
 // notCommitted reports a COMMIT error that is definitive: a server error
 // that leaves the session alive (the transaction did not commit; 40001 at
 // COMMIT is a conflict), or a session ended while it idled before COMMIT,
-// which then never ran.
-func notCommitted(err error) bool {
+// which then never ran. An ERROR after which the connection closed
+// (closed) is not: Pgpool-II ends the session after an error of its own,
+// which may come after it forwarded COMMIT.
+func notCommitted(err error, closed bool) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (!classify.EndsSession(pgErr) || classify.EndedIdle(pgErr))
+	return errors.As(err, &pgErr) && ((!classify.EndsSession(pgErr) && !closed) || classify.EndedIdle(pgErr))
 }
 
 // Rollback ends t's transaction when it is open, on a context the
