@@ -22,9 +22,9 @@ import (
 // is the deadline's, the connection is kept (no reconnect, none closed),
 // and the next call on it runs. A plain Pool.Exec is cancelled alike, and
 // a read-only transaction's read that Pgpool-II balances (on the standby's
-// backend for the session balanced to it: its cancel goes straight to the
-// standby, past Pgpool-II, which forwards a cancel to each node a second
-// apart). The pool found Pgpool-II, and said so once.
+// backend for the session balanced to it: it is cancelled on the standby,
+// past Pgpool-II, which forwards a cancel to each node a second apart).
+// The pool found Pgpool-II, and said so once.
 func TestPgpoolCancelKeepsTheConnection(t *testing.T) {
 	e := behindPgpool(t, nil, hotAccounts...)
 	ctx := testCtx(t)
@@ -102,7 +102,9 @@ func TestPgpoolCancelKeepsTheConnection(t *testing.T) {
 			cancel()
 			t.Logf("a balanced read returned %v after its 300ms deadline", (time.Since(start) - 300*time.Millisecond).Round(100*time.Microsecond))
 			if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > time.Second {
-				t.Errorf("a balanced read: err = %v after %v, want the deadline's, promptly", err, time.Since(start))
+				tr.mu.Lock()
+				t.Errorf("a balanced read: err = %v after %v, want the deadline's, promptly (cancels %+v)", err, time.Since(start), tr.cancels)
+				tr.mu.Unlock()
 			}
 			var one int
 			if err := pool.QueryRow(ctx, "select 1").Scan(&one); err != nil {

@@ -163,10 +163,18 @@ func loadBalanceNode(t *testing.T, ctx context.Context, pool *pgtx.Pool) string 
 	return addr
 }
 
-// poolerTracer records what pools tell their pooler.Tracer.
+// poolerTracer records what pools tell their pooler.Tracer, and their
+// cancels.
 type poolerTracer struct {
-	mu    sync.Mutex
-	found []pooler.Data
+	mu      sync.Mutex
+	found   []pooler.Data
+	cancels []pgtx.TraceCancelData
+}
+
+func (p *poolerTracer) TraceCancel(_ context.Context, d pgtx.TraceCancelData) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cancels = append(p.cancels, d)
 }
 
 func (p *poolerTracer) TraceTransactionStart(ctx context.Context, _ pgtx.TraceTransactionStartData) context.Context {

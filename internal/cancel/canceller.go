@@ -96,8 +96,12 @@ type Settings struct {
 	// counted. ctx is the statement's ended context.
 	Finished func(ctx context.Context, r Result)
 	// Dial connects to a server for a cancel request sent past a pooler
-	// ([Target].Balanced); nil: a net.Dialer's.
+	// ([Standby].OwnKey); nil: a net.Dialer's.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Node runs the cancel query for t on a connection of its own to the
+	// server at addr, past a pooler ([Standby]); nil: none can. [Open]
+	// sets it in ModePool.
+	Node func(ctx context.Context, addr string, t Target) (Answer, error)
 }
 
 // Canceller is the pool-wide state of cancellation: the settings, the

@@ -167,9 +167,17 @@ func (h *Handler) send(deadline time.Time) (r Result, confirmed bool) {
 		case poolNotFound:
 			return Result{Outcome: NotFound}, true
 		case poolElsewhere:
-			if b := h.target.Balanced; b != "" && h.c.sendTo(ctx, b, h.conn.PID(), h.conn.SecretKey()) {
-				h.c.protocol.Add(1)
-				return Result{Outcome: Protocol, FellBack: true}, true
+			if s := h.target.Standby; s != nil {
+				r, ok, unknown := h.c.onStandby(ctx, s, h.conn)
+				if ok {
+					return r, true
+				}
+				if unknown {
+					if ctx.Err() == nil {
+						protocolCancel(ctx, h.conn)
+					}
+					return Result{Outcome: Closed, FellBack: true}, false
+				}
 			}
 		case poolUnknown:
 			// The signal may still arrive, so the connection cannot be kept;

@@ -10,15 +10,31 @@ type Target struct {
 	// WhileActive: the backend is signalled only while it runs a
 	// statement. One that runs none is not where the connection's statement
 	// runs (behind Pgpool-II, the primary's backend while a balanced
-	// statement runs on a standby's), and the protocol cancel request goes
-	// instead, which reaches every backend of the session.
+	// statement runs on a standby's): the statement is cancelled on the
+	// Standby, or with the protocol cancel request, which reaches every
+	// backend of the session.
 	WhileActive bool
-	// Balanced, when set, is the address of the server whose backend runs
-	// the connection's statements when the target's does not (behind
-	// Pgpool-II, the session's load-balancing node), and whose backend the
-	// connection's own pid and cancel key are: a cancel request sent
-	// there, past the pooler, reaches it at once.
-	Balanced string
+	// Standby, when set, is the backend that runs the connection's
+	// statements when the target's runs none (behind Pgpool-II, the
+	// session's load-balancing node's, a standby's): the cancel pool
+	// cannot reach it, and it is cancelled on its own server.
+	Standby *Standby
+}
+
+// Standby is a backend on a server of its own, which the cancel pool does
+// not reach.
+type Standby struct {
+	// Addr is its server's address (host:port), PID and Start (unix
+	// microseconds) name it.
+	Addr  string
+	PID   uint32
+	Start int64
+	// OwnKey: the connection's own pid and cancel key are this backend's
+	// (Pgpool-II hands its clients one of its backends' keys), so the
+	// connection's cancel request sent straight to Addr reaches it, with
+	// no login; otherwise the cancel query runs on a connection of its own
+	// to Addr.
+	OwnKey bool
 }
 
 // SetTarget sets, before the connection is ready, the backend that

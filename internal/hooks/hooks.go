@@ -148,12 +148,17 @@ func setUp(ctx context.Context, conn *pgx.Conn, v *pgpool.Verdict) error {
 		}
 		if st.Pgpool {
 			// The primary's backend runs every statement but a balanced
-			// one, which the protocol cancel reaches: straight, when the
-			// connection's cancel key is the balanced backend's.
+			// one, which is cancelled on the standby that runs it.
 			target := cancel.Target{PID: p.Primary.PID, Start: p.Primary.Start, WhileActive: true}
-			if _, tls := pgConn.Conn().(*tls.Conn); !tls && p.Balanced.PID == pid && p.Primary.PID != pid {
-				if target.Balanced, err = pgpool.BalancedNode(ctx, pgConn); err != nil {
+			if p.Balanced.PID != p.Primary.PID {
+				addr, err := pgpool.BalancedNode(ctx, pgConn)
+				if err != nil {
 					return fmt.Errorf("pgtx: ask Pgpool-II for the session's node: %w", err)
+				}
+				if addr != "" {
+					_, tls := pgConn.Conn().(*tls.Conn)
+					target.Standby = &cancel.Standby{Addr: addr, PID: p.Balanced.PID, Start: p.Balanced.Start,
+						OwnKey: p.Balanced.PID == pid && !tls}
 				}
 			}
 			st.Cancel.SetTarget(target)
