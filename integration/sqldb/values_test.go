@@ -133,6 +133,10 @@ func TestFirstQueryTravelsWithBegin(t *testing.T) {
 	var writes atomic.Int64
 	pool := pgtxtest.NewPool(t, pgtxtest.WithConfig(func(c *pgtx.Config) {
 		c.MaxConns = 1
+		// The cancel pool, which warms its connection up with its own
+		// statements whenever it connects, gets a connection string of
+		// its own: only the transactions' connection is counted.
+		c.CancelConnString = c.ConnString()
 		c.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
 			if err != nil {
