@@ -104,21 +104,8 @@ func New(tb testing.TB, s *server.Server, cfg *Config) *Bouncer {
 	if _, err := opts.config(); err != nil {
 		tb.Fatal(err)
 	}
-	bin, err := pgbouncer.Find(os.Getenv)
-	if err != nil {
-		if fail, msg := pgbouncer.Missing(os.Getenv, err); fail {
-			tb.Fatal(msg)
-		} else {
-			tb.Skip(msg)
-		}
-	}
-	if s.Addr() == "" {
-		msg := "pgtxtest: the test server is reached over a Unix socket; bouncer.New needs its TCP address"
-		if proc.IsCI(os.Getenv) {
-			tb.Fatal(msg + " (CI=true: a failure, not a skip)")
-		}
-		tb.Skip(msg)
-	}
+	bin := pgbouncer.Need(tb)
+	proc.NeedTCP(tb, s.Addr(), "bouncer.New")
 	ctx, cancel := context.WithTimeout(context.Background(), proc.StartAttempts*(bouncerReadyTimeout+bouncerStopTimeout+proc.KillGrace))
 	defer cancel()
 	b, err := startBouncer(ctx, bin, s, opts)

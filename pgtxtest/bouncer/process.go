@@ -128,34 +128,22 @@ func (b *Bouncer) writeConfig(cfg bouncerConfig, upHost, upPort string) error {
 
 // start runs pgbouncer in the foreground on b.port and waits until it is ready.
 func (b *Bouncer) start(ctx context.Context) error {
-	out, err := os.OpenFile(b.outPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("pgtxtest: open pgbouncer output: %w", err)
-	}
-	defer out.Close() // the child has its own copy of the descriptor
-	if st, err := out.Stat(); err == nil {
-		b.logFrom = st.Size()
-	}
 	cmd := exec.Command(b.bin, b.iniPath())
 	cmd.Dir = b.dir
-	cmd.Env = proc.Env()
-	cmd.Stdout = out
-	cmd.Stderr = out
-	cmd.SysProcAttr = proc.SysProcAttr(b.cred)
-	p, err := proc.Start(cmd)
+	p, from, err := proc.Launch{Name: "pgbouncer", Port: b.port, Log: b.outPath(), Cmd: cmd, Cred: b.cred,
+		Ready: func(ctx context.Context, p *proc.Process, from int64) error {
+			b.logFrom = from
+			return b.waitReady(ctx, p)
+		},
+		Stop: func(p *proc.Process) error {
+			b.proc = p
+			return b.stopProcess()
+		},
+	}.Run(ctx)
 	if err != nil {
-		return fmt.Errorf("pgtxtest: start pgbouncer: %w", err)
+		return err
 	}
-	b.proc = p
-
-	if err := b.waitReady(ctx, p); err != nil {
-		stopErr := b.stopProcess()
-		logTail := proc.Tail(b.outPath(), b.logFrom, 4096)
-		if strings.Contains(logTail, "Address already in use") {
-			err = errors.Join(proc.ErrPortTaken, err)
-		}
-		return errors.Join(fmt.Errorf("pgtxtest: pgbouncer on port %d did not start: %w\npgbouncer log:\n%s", b.port, err, logTail), stopErr)
-	}
+	b.proc, b.logFrom = p, from
 	return nil
 }
 

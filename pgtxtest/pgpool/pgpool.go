@@ -113,22 +113,9 @@ func New(tb testing.TB, primary *server.Server, standbys []*server.Server, cfg *
 	if _, err := opts.config(); err != nil {
 		tb.Fatal(err)
 	}
-	bin, err := pgpool2.Find(os.Getenv)
-	if err != nil {
-		if fail, msg := pgpool2.Missing(os.Getenv, err); fail {
-			tb.Fatal(msg)
-		} else {
-			tb.Skip(msg)
-		}
-	}
+	bin := pgpool2.Need(tb)
 	for _, s := range servers {
-		if s.Addr() == "" {
-			msg := "pgtxtest: a test server is reached over a Unix socket; pgpool.New needs its TCP address"
-			if proc.IsCI(os.Getenv) {
-				tb.Fatal(msg + " (CI=true: a failure, not a skip)")
-			}
-			tb.Skip(msg)
-		}
+		proc.NeedTCP(tb, s.Addr(), "pgpool.New")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), proc.StartAttempts*(pgpoolReadyTimeout+pgpoolStopTimeout+proc.KillGrace))
 	defer cancel()

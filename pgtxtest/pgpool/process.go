@@ -166,36 +166,23 @@ func (p *Pgpool) writeFile(path, text string) error {
 // children, on p.port and waits until it is ready. The caller holds p.mu, or is
 // startPgpool.
 func (p *Pgpool) start(ctx context.Context) error {
-	out, err := os.OpenFile(p.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("pgtxtest: open pgpool log: %w", err)
-	}
-	defer out.Close() // the child has its own copy of the descriptor
-	if st, err := out.Stat(); err == nil {
-		p.logFrom = st.Size()
-	}
 	_ = os.Remove(p.pidPath()) // left by a pgpool that was killed; its pid may be another's now
 	cmd := exec.Command(p.bin, "-n", "-D", "-f", p.confPath(), "-F", p.pcpConfPath())
 	cmd.Dir = p.dir
-	cmd.Env = proc.Env()
-	cmd.Stdout = out
-	cmd.Stderr = out
-	cmd.SysProcAttr = proc.SysProcAttr(p.cred)
-	cmd.SysProcAttr.Setpgid = true
-	pr, err := proc.Start(cmd)
+	pr, from, err := proc.Launch{Name: "pgpool", Port: p.port, Log: p.LogPath(), Cmd: cmd, Cred: p.cred, Group: true,
+		Ready: func(ctx context.Context, pr *proc.Process, from int64) error {
+			p.logFrom = from
+			return p.waitReady(ctx, pr)
+		},
+		Stop: func(pr *proc.Process) error {
+			p.proc = pr
+			return p.stopProcess()
+		},
+	}.Run(ctx)
 	if err != nil {
-		return fmt.Errorf("pgtxtest: start pgpool: %w", err)
+		return err
 	}
-	p.proc = pr
-
-	if err := p.waitReady(ctx, pr); err != nil {
-		stopErr := p.stopProcess()
-		logTail := proc.Tail(p.LogPath(), p.logFrom, 4096)
-		if strings.Contains(logTail, "Address already in use") {
-			err = errors.Join(proc.ErrPortTaken, err)
-		}
-		return errors.Join(fmt.Errorf("pgtxtest: pgpool on port %d did not start: %w\npgpool log:\n%s", p.port, err, logTail), stopErr)
-	}
+	p.proc, p.logFrom = pr, from
 	return nil
 }
 

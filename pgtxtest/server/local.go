@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -160,16 +159,6 @@ func (c *localCluster) makeDirs() error {
 
 // start runs the postmaster on c.port and waits until it accepts connections.
 func (c *localCluster) start(ctx context.Context) error {
-	logFile, err := os.OpenFile(c.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fmt.Errorf("pgtxtest: open server log: %w", err)
-	}
-	defer logFile.Close() // the child has its own copy of the descriptor
-	var logStart int64
-	if st, err := logFile.Stat(); err == nil {
-		logStart = st.Size()
-	}
-
 	args := []string{
 		"-D", c.dataDir(),
 		"-p", strconv.Itoa(c.port),
@@ -185,24 +174,19 @@ func (c *localCluster) start(ctx context.Context) error {
 	args = append(args, proc.SettingArgs(c.settings)...)
 	cmd := exec.Command(filepath.Join(c.bindir, "postgres"), args...)
 	cmd.Dir = c.root
-	cmd.Env = proc.Env()
-	cmd.Stdout = logFile
-	cmd.Stderr = logFile
-	cmd.SysProcAttr = proc.SysProcAttr(c.cred)
-	p, err := proc.Start(cmd)
+	p, _, err := proc.Launch{Name: "postgres", Port: c.port, Log: c.logPath(), Cmd: cmd, Cred: c.cred,
+		Ready: func(ctx context.Context, p *proc.Process, _ int64) error {
+			return proc.WaitPostgres(ctx, c.dsn().String(), c.dataDir(), p, readyTimeout)
+		},
+		Stop: func(p *proc.Process) error {
+			c.proc = p
+			return c.stopProcess(syscall.SIGQUIT)
+		},
+	}.Run(ctx)
 	if err != nil {
-		return fmt.Errorf("pgtxtest: start postgres: %w", err)
+		return err
 	}
 	c.proc = p
-
-	if err := proc.WaitPostgres(ctx, c.dsn().String(), c.dataDir(), p, readyTimeout); err != nil {
-		stopErr := c.stopProcess(syscall.SIGQUIT)
-		logTail := proc.Tail(c.logPath(), logStart, 4096)
-		if strings.Contains(logTail, "Address already in use") {
-			err = proc.ErrPortTaken
-		}
-		return errors.Join(fmt.Errorf("pgtxtest: postgres on port %d did not start: %w\nserver log:\n%s", c.port, err, logTail), stopErr)
-	}
 	return nil
 }
 

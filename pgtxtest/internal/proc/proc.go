@@ -1,4 +1,4 @@
-// Package proc runs the programs the kit starts (postgres, pgbouncer, pg_autoctl):
+// Package proc runs the programs the kit starts (postgres, pgbouncer, pgpool, pg_autoctl):
 // their processes, environment, directories, ports and logs.
 package proc
 

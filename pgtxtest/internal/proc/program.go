@@ -2,7 +2,9 @@ package proc
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"testing"
 )
 
 // Program is a program a kit package starts from the machine's packages
@@ -43,4 +45,34 @@ func (p Program) Missing(getenv func(string) string, why error) (fail bool, msg 
 		return true, msg + " CI=true: a missing " + p.Name + " is a failure, not a skip."
 	}
 	return false, msg
+}
+
+// Need returns the path of p's binary, or ends the test when there is
+// none: under CI=true a failure, elsewhere a skip that says how to install it.
+func (p Program) Need(tb testing.TB) string {
+	tb.Helper()
+	bin, err := p.Find(os.Getenv)
+	if err != nil {
+		if fail, msg := p.Missing(os.Getenv, err); fail {
+			tb.Fatal(msg)
+		} else {
+			tb.Skip(msg)
+		}
+	}
+	return bin
+}
+
+// NeedTCP ends the test when addr, a test server's, is empty: the server is
+// reached over a Unix socket and caller ("bouncer.New") needs its TCP
+// address. Under CI=true that is a failure, elsewhere a skip.
+func NeedTCP(tb testing.TB, addr, caller string) {
+	tb.Helper()
+	if addr != "" {
+		return
+	}
+	msg := "pgtxtest: a test server is reached over a Unix socket; " + caller + " needs its TCP address"
+	if IsCI(os.Getenv) {
+		tb.Fatal(msg + " (CI=true: a failure, not a skip)")
+	}
+	tb.Skip(msg)
 }
