@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
@@ -28,7 +29,7 @@ func exists(t *testing.T, admin *pgx.Conn, catalog, name string) bool {
 func TestDatabaseIsolatedAndDropped(t *testing.T) {
 	t.Parallel()
 	s := server.Shared(t)
-	admin := connect(t, s.DSN(""))
+	admin := kittest.Connect(t, s.DSN(""))
 	var names [2]string
 	var leftOpen *pgx.Conn
 
@@ -37,7 +38,7 @@ func TestDatabaseIsolatedAndDropped(t *testing.T) {
 		if dsnA == dsnB {
 			t.Fatalf("NewDatabase returned %q twice", dsnA)
 		}
-		a, b := connect(t, dsnA), connect(t, dsnB)
+		a, b := kittest.Connect(t, dsnA), kittest.Connect(t, dsnB)
 		names[0] = queryString(t, a, "SELECT current_database()::text")
 		names[1] = queryString(t, b, "SELECT current_database()::text")
 		if names[0] == names[1] {
@@ -104,7 +105,7 @@ func TestDatabaseNames(t *testing.T) {
 func TestDatabaseSchemaFallback(t *testing.T) {
 	t.Parallel()
 	s := server.Shared(t)
-	admin := connect(t, s.DSN(""))
+	admin := kittest.Connect(t, s.DSN(""))
 	if queryString(t, admin, "SELECT rolsuper::text FROM pg_roles WHERE rolname = current_user") != "true" {
 		t.Skip("the shared server's role is not a superuser and cannot make the role this test needs")
 	}
@@ -126,7 +127,7 @@ func TestDatabaseSchemaFallback(t *testing.T) {
 		}
 	})
 	home := NewDatabase(t)
-	homeName := queryString(t, connect(t, home), "SELECT current_database()::text")
+	homeName := queryString(t, kittest.Connect(t, home), "SELECT current_database()::text")
 	if _, err := admin.Exec(ctx, "GRANT CREATE ON DATABASE "+pgx.Identifier{homeName}.Sanitize()+" TO "+roleIdent); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +157,7 @@ func TestDatabaseSchemaFallback(t *testing.T) {
 		if !strings.Contains(cfg.RuntimeParams["options"], "-csearch_path=") {
 			t.Errorf("DSN %q sets no search_path", redact(dsn))
 		}
-		conn := connect(t, dsn)
+		conn := kittest.Connect(t, dsn)
 		schema = queryString(t, conn, "SELECT current_schema()::text")
 		if !strings.HasPrefix(schema, "pgtx_") {
 			t.Errorf("current_schema() = %q, want the test's own schema", schema)
@@ -173,7 +174,7 @@ func TestDatabaseSchemaFallback(t *testing.T) {
 			t.Errorf("table t landed in schema %q, want %q", got, schema)
 		}
 	})
-	inHome := connect(t, home)
+	inHome := kittest.Connect(t, home)
 	if schema != "" && exists(t, inHome, "schema", schema) {
 		t.Errorf("schema %s still exists after its test's cleanup", schema)
 	}
@@ -181,7 +182,7 @@ func TestDatabaseSchemaFallback(t *testing.T) {
 	// With migrations, they run in the test's schema.
 	var migrated string
 	t.Run("migrations in the schema", func(t *testing.T) {
-		conn := connect(t, NewDatabase(t, WithServer(limited), WithMigrations(accountsMigrations)))
+		conn := kittest.Connect(t, NewDatabase(t, WithServer(limited), WithMigrations(accountsMigrations)))
 		migrated = queryString(t, conn, "SELECT current_schema()::text")
 		if got := queryString(t, conn, "SELECT schemaname || '.' || tablename || ' ' || (SELECT count(*) FROM accounts) FROM pg_tables WHERE tablename = 'accounts'"); got != migrated+".accounts 1" {
 			t.Errorf("table and rows: %q, want the seeded accounts in %s", got, migrated)
@@ -209,7 +210,7 @@ func TestDatabaseOnStoppedServer(t *testing.T) {
 	s := server.New(t, nil)
 	t.Run("server stopped before cleanup", func(t *testing.T) {
 		dsn := NewDatabase(t, WithServer(s))
-		connect(t, dsn)
+		kittest.Connect(t, dsn)
 		if err := s.Stop(); err != nil {
 			t.Fatal(err)
 		}

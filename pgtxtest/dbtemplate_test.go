@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
@@ -91,7 +92,7 @@ var accountsMigrations = mapFS(map[string]string{
 func TestMigratedDatabasesParallel(t *testing.T) {
 	t.Parallel()
 	s := server.Shared(t)
-	admin := connect(t, s.DSN(""))
+	admin := kittest.Connect(t, s.DSN(""))
 	var runs atomic.Int64
 	key := uniqueKey(t)
 	migrate := func(ctx context.Context, conn *pgx.Conn) error {
@@ -111,7 +112,7 @@ func TestMigratedDatabasesParallel(t *testing.T) {
 		for i := range tests {
 			t.Run(fmt.Sprint(i), func(t *testing.T) {
 				t.Parallel()
-				conn := connect(t, NewDatabase(t, opts...))
+				conn := kittest.Connect(t, NewDatabase(t, opts...))
 				ctx := testContext(t)
 				testExec(t, ctx, conn, "INSERT INTO accounts VALUES ($1, $2)", i+1, fmt.Sprint("owner ", i))
 				if got := queryString(t, conn, "SELECT string_agg(id::text, ',' ORDER BY id) FROM accounts"); got != fmt.Sprint("0,", i+1) {
@@ -147,7 +148,7 @@ func TestMigratedDatabasesParallel(t *testing.T) {
 func TestMigrationTemplateNames(t *testing.T) {
 	t.Parallel()
 	s := server.Shared(t)
-	admin := connect(t, s.DSN(""))
+	admin := kittest.Connect(t, s.DSN(""))
 	dir := t.TempDir()
 	write := func(name, sql string) {
 		t.Helper()
@@ -195,13 +196,13 @@ func TestMigrationTemplateNames(t *testing.T) {
 	write("0001_items.sql", "CREATE TABLE items_v1 (id int);"+comment)
 	v1 := nameOf(WithMigrationsDir(dir))
 	dropTemplateAtCleanup(t, s, v1)
-	inV1 := connect(t, NewDatabase(t, WithMigrationsDir(dir)))
+	inV1 := kittest.Connect(t, NewDatabase(t, WithMigrationsDir(dir)))
 	other := nameOf(WithMigrations(accountsMigrations))
-	inOther := connect(t, NewDatabase(t, WithMigrations(accountsMigrations)))
+	inOther := kittest.Connect(t, NewDatabase(t, WithMigrations(accountsMigrations)))
 	write("0001_items.sql", "CREATE TABLE items_v2 (id int);"+comment)
 	v2 := nameOf(WithMigrationsDir(dir))
 	dropTemplateAtCleanup(t, s, v2)
-	inV2 := connect(t, NewDatabase(t, WithMigrationsDir(dir)))
+	inV2 := kittest.Connect(t, NewDatabase(t, WithMigrationsDir(dir)))
 	if v1 == v2 || v1 == other || v2 == other {
 		t.Fatalf("templates %s, %s and %s are not three", v1, v2, other)
 	}
@@ -226,7 +227,7 @@ func TestMigrationTemplateNames(t *testing.T) {
 func TestMigrationTemplateBuildersSerialized(t *testing.T) {
 	t.Parallel()
 	s := server.Shared(t)
-	admin := connect(t, s.DSN(""))
+	admin := kittest.Connect(t, s.DSN(""))
 	ctx := testContext(t)
 	var runs atomic.Int64
 	release := make(chan struct{})
@@ -247,7 +248,7 @@ func TestMigrationTemplateBuildersSerialized(t *testing.T) {
 		go func() { errs <- buildTemplate(ctx, s, name, steps) }()
 	}
 	// Wait until one builder migrates and the others wait for its lock.
-	eventually(t, ctx, 30*time.Second, "builders waiting on the lock", func(ctx context.Context) error {
+	kittest.Eventually(t, ctx, 30*time.Second, "builders waiting on the lock", func(ctx context.Context) error {
 		var waiting int
 		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
 			AND objsubid = 1 AND (classid::bigint << 32 | objid::bigint) = $1`, templateLockKey(name)).Scan(&waiting)
@@ -288,7 +289,7 @@ func TestMigrationTemplateBuildersSerialized(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	conn := connect(t, dsn)
+	conn := kittest.Connect(t, dsn)
 	if got := queryString(t, conn, "SELECT coalesce(to_regclass('built')::text, 'none')"); got != "built" {
 		t.Errorf("the rebuilt template's copy has table %q, want built", got)
 	}
@@ -299,7 +300,7 @@ func TestMigrationTemplateBuildersSerialized(t *testing.T) {
 func TestMigrationErrors(t *testing.T) {
 	t.Parallel()
 	s := server.Shared(t)
-	admin := connect(t, s.DSN(""))
+	admin := kittest.Connect(t, s.DSN(""))
 	broken := mapFS(map[string]string{
 		"0001_ok.sql":     "CREATE TABLE fine (id int);",
 		"0002_broken.sql": "CREATE TABLE fine (id int); -- " + uniqueKey(t),
@@ -428,7 +429,7 @@ func BenchmarkNewDatabase(b *testing.B) {
 func TestMigrationTemplateDroppedMeanwhile(t *testing.T) {
 	t.Parallel()
 	s := server.Shared(t)
-	admin := connect(t, s.DSN(""))
+	admin := kittest.Connect(t, s.DSN(""))
 	ctx := testContext(t)
 	var runs atomic.Int64
 	opt := WithMigrate(uniqueKey(t), func(ctx context.Context, conn *pgx.Conn) error {
@@ -442,7 +443,7 @@ func TestMigrationTemplateDroppedMeanwhile(t *testing.T) {
 	ident := pgx.Identifier{name}.Sanitize()
 	testExec(t, ctx, admin, "ALTER DATABASE "+ident+" IS_TEMPLATE false")
 	testExec(t, ctx, admin, "DROP DATABASE "+ident)
-	conn := connect(t, NewDatabase(t, opt))
+	conn := kittest.Connect(t, NewDatabase(t, opt))
 	if got := queryString(t, conn, "SELECT coalesce(to_regclass('again')::text, 'none')"); got != "again" || runs.Load() != 2 {
 		t.Errorf("table %q, migration ran %d times; want again and twice", got, runs.Load())
 	}

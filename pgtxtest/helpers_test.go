@@ -12,44 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// eventually calls cond every 20ms until it returns nil, and fails the test with
-// cond's last error if that has not happened within timeout.
-func eventually(t *testing.T, ctx context.Context, timeout time.Duration, what string, cond func(context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := cond(ctx)
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		case <-tick.C:
-		}
-	}
-}
-
-// connect opens a connection that the test closes at cleanup.
-func connect(t *testing.T, dsn string) *pgx.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect to %s: %v", redact(dsn), err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(ctx)
-	})
-	return conn
-}
-
 // queryString runs a query that returns one text value.
 func queryString(t *testing.T, conn *pgx.Conn, sql string, args ...any) string {
 	t.Helper()

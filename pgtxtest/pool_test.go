@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
@@ -13,7 +14,7 @@ import (
 // configuration changes asked for, and closes it when the test ends.
 func TestNewPool(t *testing.T) {
 	t.Parallel()
-	admin := connect(t, server.Shared(t).DSN(""))
+	admin := kittest.Connect(t, server.Shared(t).DSN(""))
 	var pool *pgtx.Pool
 	var database string
 	t.Run("pool", func(t *testing.T) {

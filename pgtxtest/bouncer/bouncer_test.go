@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
@@ -185,7 +186,7 @@ func TestBouncerAnyRole(t *testing.T) {
 	random := make([]byte, 4)
 	_, _ = rand.Read(random)
 	role := "pgtx_bouncer_role_" + hex.EncodeToString(random)
-	admin := connect(t, s.DSN(""))
+	admin := kittest.Connect(t, s.DSN(""))
 	if _, err := admin.Exec(ctx, "create role "+role+" login"); err != nil {
 		t.Fatalf("create role: %v", err)
 	}

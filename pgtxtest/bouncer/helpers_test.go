@@ -2,7 +2,6 @@ package bouncer
 
 import (
 	"context"
-	"net/url"
 	"testing"
 	"time"
 
@@ -53,32 +52,6 @@ func testExec(t *testing.T, ctx context.Context, c *pgx.Conn, sql string, args .
 	if _, err := c.Exec(ctx, sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
-}
-
-// connect opens a connection that the test closes at cleanup.
-func connect(t *testing.T, dsn string) *pgx.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect to %s: %v", redact(dsn), err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(ctx)
-	})
-	return conn
-}
-
-// redact hides the password of a URL DSN, for error messages.
-func redact(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "(unparsable DSN)"
-	}
-	return u.Redacted()
 }
 
 // testTimeout bounds every database operation of a bouncer test.

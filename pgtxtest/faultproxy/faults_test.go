@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 )
 
 // xactRollbacks returns the server's count of rolled-back transactions in the
@@ -27,7 +28,7 @@ func xactRollbacks(ctx context.Context, conn *pgx.Conn) (int64, error) {
 // on): close the connections that rolled back first.
 func waitRollbacksAbove(t *testing.T, ctx context.Context, conn *pgx.Conn, before int64) {
 	t.Helper()
-	eventually(t, ctx, 20*time.Second, "xact_rollback grows", func(ctx context.Context) error {
+	kittest.Eventually(t, ctx, 20*time.Second, "xact_rollback grows", func(ctx context.Context) error {
 		n, err := xactRollbacks(ctx, conn)
 		if err == nil && n <= before {
 			err = fmt.Errorf("xact_rollback %d, was %d", n, before)

@@ -1,35 +1,12 @@
 package faultproxy
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
-
-// eventually calls cond every 20ms until it returns nil, and fails the test with
-// cond's last error if that has not happened within timeout.
-func eventually(t *testing.T, ctx context.Context, timeout time.Duration, what string, cond func(context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := cond(ctx)
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		case <-tick.C:
-		}
-	}
-}
 
 // fakeTB records failures and skips; Fatal, FailNow and Skip end the calling
 // goroutine, as testing's do. Cleanup functions run when runFakeTB's function

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 )
 
 // formationCtx returns a context that ends well before the test binary's timeout,
@@ -29,7 +30,7 @@ func formationCtx(t *testing.T) context.Context {
 func writeThrough(t *testing.T, ctx context.Context, dsn string, id int) (took time.Duration, port int) {
 	t.Helper()
 	start := time.Now()
-	eventually(t, ctx, time.Minute, "write "+strconv.Itoa(id)+" through "+dsn, func(ctx context.Context) error {
+	kittest.Eventually(t, ctx, time.Minute, "write "+strconv.Itoa(id)+" through "+dsn, func(ctx context.Context) error {
 		return oneShot(ctx, dsn, func(ctx context.Context, conn *pgx.Conn) error {
 			return conn.QueryRow(ctx, "INSERT INTO items VALUES ($1) RETURNING inet_server_port()", id).Scan(&port)
 		})
@@ -53,7 +54,7 @@ func rowCount(t *testing.T, ctx context.Context, dsn string) int {
 // serverTimeline returns the timeline of the server at dsn, a primary.
 func serverTimeline(t *testing.T, ctx context.Context, dsn string) uint64 {
 	t.Helper()
-	conn := connect(t, dsn)
+	conn := kittest.Connect(t, dsn)
 	defer conn.Close(ctx)
 	return timeline(t, conn)
 }
@@ -121,10 +122,10 @@ func checkNewFormation(t *testing.T, ctx context.Context, f *Formation) {
 	if !strings.Contains(f.URI(), "target_session_attrs=read-write") {
 		t.Errorf("URI %s: want target_session_attrs=read-write", f.URI())
 	}
-	conn := connect(t, f.URI())
+	conn := kittest.Connect(t, f.URI())
 	defer conn.Close(ctx)
-	execOK(t, ctx, conn, "CREATE TABLE items (id int PRIMARY KEY)")
-	execOK(t, ctx, conn, "INSERT INTO items VALUES (1)")
+	kittest.ExecOK(t, ctx, conn, "CREATE TABLE items (id int PRIMARY KEY)")
+	kittest.ExecOK(t, ctx, conn, "INSERT INTO items VALUES (1)")
 	if got := queryString(t, conn, "SELECT inet_server_port()::text"); got != strconv.Itoa(nodes[0].Port) {
 		t.Errorf("the URI reaches port %s, want the primary's %d", got, nodes[0].Port)
 	}
@@ -135,7 +136,7 @@ func checkNewFormation(t *testing.T, ctx context.Context, f *Formation) {
 	if got := queryString(t, conn, "SELECT string_agg(sync_state, ',') FROM pg_stat_replication"); got != "quorum" && got != "sync" {
 		t.Errorf("the primary's standbys' sync_state: %q, want one synchronous standby", got)
 	}
-	mconn := connect(t, f.MonitorDSN())
+	mconn := kittest.Connect(t, f.MonitorDSN())
 	defer mconn.Close(ctx)
 	if got := queryString(t, mconn, "SELECT current_setting('pgautofailover.health_check_period')"); got != "1s" {
 		t.Errorf("the monitor's health_check_period = %s, want the kit's 1s", got)
@@ -185,7 +186,7 @@ func checkSwitchover(t *testing.T, ctx context.Context, f *Formation) {
 	if standby, err := inRecovery(ctx, f.nodeDSN(f.member(before.Name))); err != nil || !standby {
 		t.Errorf("%s after Failover: in recovery %v (%v), want a standby", before.Name, standby, err)
 	}
-	pconn := connect(t, p.DSN)
+	pconn := kittest.Connect(t, p.DSN)
 	defer pconn.Close(ctx)
 	if got := queryString(t, pconn, "SHOW max_connections"); got != "150" {
 		t.Errorf("max_connections on %s = %s, want Config.Settings' 150", p.Name, got)
@@ -212,7 +213,7 @@ func checkKillPrimary(t *testing.T, ctx context.Context, f *Formation, id int) {
 	if err := syscall.Kill(killed.PID, 0); err == nil {
 		// A zombie answers kill(0) until its parent, pg_autoctl's postgres
 		// controller, reaps it: that takes a moment.
-		eventually(t, ctx, 10*time.Second, "the killed postmaster is gone", func(context.Context) error {
+		kittest.Eventually(t, ctx, 10*time.Second, "the killed postmaster is gone", func(context.Context) error {
 			if err := syscall.Kill(killed.PID, 0); !errors.Is(err, syscall.ESRCH) {
 				return errors.New("still there")
 			}
@@ -224,7 +225,7 @@ func checkKillPrimary(t *testing.T, ctx context.Context, f *Formation, id int) {
 	// Whichever node the formation made primary, it must settle with a primary and a
 	// secondary, and keep what was committed.
 	var nodes []Node
-	eventually(t, ctx, time.Minute, "a primary and a secondary again", func(ctx context.Context) error {
+	kittest.Eventually(t, ctx, time.Minute, "a primary and a secondary again", func(ctx context.Context) error {
 		var err error
 		if nodes, err = f.Nodes(ctx); err != nil {
 			return err
@@ -349,7 +350,7 @@ func checkStopPrimary(t *testing.T, ctx context.Context, f *Formation, id int) {
 			t.Errorf("a member had no postmaster pid before Stop: %v", pids)
 			continue
 		}
-		eventually(t, ctx, 10*time.Second, "postmaster "+strconv.Itoa(pid)+" gone", func(context.Context) error {
+		kittest.Eventually(t, ctx, 10*time.Second, "postmaster "+strconv.Itoa(pid)+" gone", func(context.Context) error {
 			if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
 				return errors.New("still there")
 			}

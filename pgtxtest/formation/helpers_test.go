@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"runtime"
 	"strconv"
 	"sync"
@@ -13,28 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 )
-
-// eventually calls cond every 20ms until it returns nil, and fails the test with
-// cond's last error if that has not happened within timeout.
-func eventually(t *testing.T, ctx context.Context, timeout time.Duration, what string, cond func(context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := cond(ctx)
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		case <-tick.C:
-		}
-	}
-}
 
 // oneShot runs fn on a fresh connection to dsn, so that a server that went away
 // costs one try, not the rest of the test.
@@ -61,18 +40,10 @@ func timeline(t *testing.T, conn *pgx.Conn) uint64 {
 	return tli
 }
 
-// execOK runs one statement on conn.
-func execOK(t *testing.T, ctx context.Context, conn *pgx.Conn, sql string, args ...any) {
-	t.Helper()
-	if _, err := conn.Exec(ctx, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
 // waitRow waits until the row of items with id is visible on the server at dsn.
 func waitRow(t *testing.T, ctx context.Context, dsn string, id int) {
 	t.Helper()
-	eventually(t, ctx, 30*time.Second, "row "+strconv.Itoa(id)+" replicated", func(ctx context.Context) error {
+	kittest.Eventually(t, ctx, 30*time.Second, "row "+strconv.Itoa(id)+" replicated", func(ctx context.Context) error {
 		return oneShot(ctx, dsn, func(ctx context.Context, conn *pgx.Conn) error {
 			var n int
 			if err := conn.QueryRow(ctx, "SELECT count(*) FROM items WHERE id = $1", id).Scan(&n); err != nil {
@@ -84,23 +55,6 @@ func waitRow(t *testing.T, ctx context.Context, dsn string, id int) {
 			return nil
 		})
 	})
-}
-
-// connect opens a connection that the test closes at cleanup.
-func connect(t *testing.T, dsn string) *pgx.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect to %s: %v", redact(dsn), err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(ctx)
-	})
-	return conn
 }
 
 // queryString runs a query that returns one text value.
@@ -209,13 +163,4 @@ func inRecovery(ctx context.Context, dsn string) (bool, error) {
 		return false, fmt.Errorf("pg_is_in_recovery(): %d rows", len(res.Rows))
 	}
 	return string(res.Rows[0][0]) == "true", nil
-}
-
-// redact hides the password of a URL DSN, for error messages.
-func redact(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "(unparsable DSN)"
-	}
-	return u.Redacted()
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"net"
-	"net/url"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
@@ -49,40 +49,6 @@ func newCluster(t *testing.T, cfg *Config) *cluster {
 	return &cluster{primary: primary, standby: standby, p: New(t, primary, []*server.Server{standby}, cfg)}
 }
 
-// connect opens a connection that the test closes at cleanup.
-func connect(t *testing.T, dsn string) *pgx.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect to %s: %v", redact(dsn), err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(ctx)
-	})
-	return conn
-}
-
-// redact hides the password of a URL DSN, for error messages.
-func redact(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "(unparsable DSN)"
-	}
-	return u.Redacted()
-}
-
-// execOK runs one statement on conn.
-func execOK(t *testing.T, ctx context.Context, conn *pgx.Conn, sql string, args ...any) {
-	t.Helper()
-	if _, err := conn.Exec(ctx, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
 // queryInt runs a query that returns one integer.
 func queryInt(t *testing.T, ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
@@ -106,31 +72,10 @@ func port(t *testing.T, addr string) int {
 	return n
 }
 
-// eventually calls cond every 50ms until it returns nil, and fails the test with
-// cond's last error if that has not happened within timeout.
-func eventually(t *testing.T, ctx context.Context, timeout time.Duration, what string, cond func(context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := cond(ctx)
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		case <-tick.C:
-		}
-	}
-}
-
 // nodeState waits until pgpool reports node id with status want.
 func nodeState(t *testing.T, ctx context.Context, p *Pgpool, id int, want string) {
 	t.Helper()
-	eventually(t, ctx, 20*time.Second, "node "+strconv.Itoa(id)+" "+want, func(ctx context.Context) error {
+	kittest.Eventually(t, ctx, 20*time.Second, "node "+strconv.Itoa(id)+" "+want, func(ctx context.Context) error {
 		nodes, err := p.Nodes(ctx)
 		if err != nil {
 			return err

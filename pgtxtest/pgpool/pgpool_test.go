@@ -10,14 +10,15 @@ import (
 	"time"
 
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/proc"
 )
 
 // waitReplicated waits until the standby holds n rows of items.
 func waitReplicated(t *testing.T, ctx context.Context, c *cluster, n int) {
 	t.Helper()
-	standby := connect(t, c.standby.DSN(""))
-	eventually(t, ctx, 30*time.Second, "rows replicated", func(ctx context.Context) error {
+	standby := kittest.Connect(t, c.standby.DSN(""))
+	kittest.Eventually(t, ctx, 30*time.Second, "rows replicated", func(ctx context.Context) error {
 		var got int
 		if err := standby.QueryRow(ctx, "SELECT count(*) FROM items").Scan(&got); err != nil {
 			return err
@@ -56,8 +57,8 @@ func TestPgpoolRoutes(t *testing.T) {
 		}
 	}
 
-	conn := connect(t, c.p.DSN(""))
-	execOK(t, ctx, conn, "CREATE TABLE items (id int PRIMARY KEY)")
+	conn := kittest.Connect(t, c.p.DSN(""))
+	kittest.ExecOK(t, ctx, conn, "CREATE TABLE items (id int PRIMARY KEY)")
 	if got := queryInt(t, ctx, conn, "INSERT INTO items VALUES (1) RETURNING inet_server_port()"); got != primaryPort {
 		t.Errorf("a write answered by port %d, want the primary's %d", got, primaryPort)
 	}
@@ -107,7 +108,7 @@ func TestPgpoolProcesses(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, &Config{NumInitChildren: 3, MaxPool: 2})
 	ctx := testContext(t)
-	execOK(t, ctx, connect(t, c.p.DSN("")), "SELECT 1")
+	kittest.ExecOK(t, ctx, kittest.Connect(t, c.p.DSN("")), "SELECT 1")
 	procs, err := c.p.Processes(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +136,7 @@ func TestPgpoolAttachAndRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		nodeState(t, ctx, c.p, 1, "down") // a new session's failed connection marks it down
-		execOK(t, ctx, connect(t, c.p.DSN("")), "CREATE TABLE IF NOT EXISTS items (id int)")
+		kittest.ExecOK(t, ctx, kittest.Connect(t, c.p.DSN("")), "CREATE TABLE IF NOT EXISTS items (id int)")
 		if err := c.standby.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -156,7 +157,7 @@ func TestPgpoolAttachAndRestart(t *testing.T) {
 	if c.p.Addr() != addr {
 		t.Errorf("Addr after Restart = %s, want %s", c.p.Addr(), addr)
 	}
-	execOK(t, ctx, connect(t, c.p.DSN("")), "INSERT INTO items VALUES (1)")
+	kittest.ExecOK(t, ctx, kittest.Connect(t, c.p.DSN("")), "INSERT INTO items VALUES (1)")
 	log, err := os.ReadFile(c.p.LogPath())
 	if n := strings.Count(string(log), "successfully started"); err != nil || n != 2 {
 		t.Errorf("the log tells of %d starts (%v), want 2", n, err)
@@ -184,9 +185,9 @@ func TestPgpoolPromote(t *testing.T) {
 			}
 			c := newCluster(t, cfg)
 			ctx := testContext(t)
-			conn := connect(t, c.p.DSN(""))
-			execOK(t, ctx, conn, "CREATE TABLE items (id int PRIMARY KEY)")
-			execOK(t, ctx, conn, "INSERT INTO items VALUES (1)")
+			conn := kittest.Connect(t, c.p.DSN(""))
+			kittest.ExecOK(t, ctx, conn, "CREATE TABLE items (id int PRIMARY KEY)")
+			kittest.ExecOK(t, ctx, conn, "INSERT INTO items VALUES (1)")
 			waitReplicated(t, ctx, c, 1)
 
 			if err := c.standby.Promote(ctx); err != nil {
@@ -215,7 +216,7 @@ func TestPgpoolPromote(t *testing.T) {
 			if err != nil || nodes[0].Status != "down" || nodes[1].Role != "primary" {
 				t.Errorf("Nodes after PromoteNode = %+v, %v: want node 0 down, node 1 primary", nodes, err)
 			}
-			after := connect(t, c.p.DSN(""))
+			after := kittest.Connect(t, c.p.DSN(""))
 			if got := queryInt(t, ctx, after, "INSERT INTO items VALUES (3) RETURNING inet_server_port()"); got != port(t, c.standby.Addr()) {
 				t.Errorf("a write after PromoteNode answered by port %d, want the promoted standby's", got)
 			}

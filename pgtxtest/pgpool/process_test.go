@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/proc"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
@@ -23,9 +24,9 @@ func TestPgpoolStop(t *testing.T) {
 	skipShort(t)
 	p := New(t, server.New(t, nil), nil, &Config{NumInitChildren: 2})
 	ctx := testContext(t)
-	c := connect(t, p.DSN(""))
-	execOK(t, ctx, c, "BEGIN")
-	execOK(t, ctx, c, "SELECT 1")
+	c := kittest.Connect(t, p.DSN(""))
+	kittest.ExecOK(t, ctx, c, "BEGIN")
+	kittest.ExecOK(t, ctx, c, "SELECT 1")
 	pid := p.proc.Cmd.Process.Pid
 	group := append(pgpoolsInGroup(pid, p.bin), pid)
 	if ids, _ := sharedMemoryOf(group...); len(ids) == 0 && fileExists("/proc/sysvipc/shm") {

@@ -13,27 +13,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/lifecycle"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/pgbin"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/proc"
 )
-
-// connect opens a connection that the test closes at cleanup.
-func connect(t *testing.T, dsn string) *pgx.Conn {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatalf("connect to %s: %v", redact(dsn), err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = conn.Close(ctx)
-	})
-	return conn
-}
 
 // queryString runs a query that returns one text value.
 func queryString(t *testing.T, conn *pgx.Conn, sql string, args ...any) string {
@@ -58,7 +42,7 @@ func TestServerSharedAcceptsQueries(t *testing.T) {
 	default:
 		t.Errorf("Kind() = %q", s.Kind())
 	}
-	conn := connect(t, s.DSN(""))
+	conn := kittest.Connect(t, s.DSN(""))
 	if got := queryString(t, conn, "SELECT (1 + 1)::text"); got != "2" {
 		t.Errorf("SELECT 1 + 1 = %q", got)
 	}
@@ -193,7 +177,7 @@ func TestLocalClusterLifecycle(t *testing.T) {
 	s := startLocalForTest(t, nil)
 	t.Logf("local cluster started in %v (copy of the template, postgres up, first connection)", time.Since(start))
 
-	conn := connect(t, s.DSN(""))
+	conn := kittest.Connect(t, s.DSN(""))
 	if got := queryString(t, conn, "SELECT current_user::text"); got != "postgres" {
 		t.Errorf("current_user = %q", got)
 	}
@@ -285,7 +269,7 @@ func TestDedicatedAppliesSettings(t *testing.T) {
 			if s.Kind() != KindLocal {
 				t.Errorf("Kind() = %q", s.Kind())
 			}
-			conn := connect(t, s.DSN(""))
+			conn := kittest.Connect(t, s.DSN(""))
 			for name, want := range tc.want {
 				if got := queryString(t, conn, "SHOW "+pgx.Identifier{name}.Sanitize()); got != want {
 					t.Errorf("SHOW %s = %q, want %q", name, got, want)
@@ -301,7 +285,7 @@ func TestDedicatedAppliesSettings(t *testing.T) {
 func TestDedicatedOwnSystem(t *testing.T) {
 	t.Parallel()
 	systemOf := func(s *Server) string {
-		return queryString(t, connect(t, s.DSN("")), "select system_identifier::text from pg_control_system()")
+		return queryString(t, kittest.Connect(t, s.DSN("")), "select system_identifier::text from pg_control_system()")
 	}
 	a, b := systemOf(New(t, nil)), systemOf(New(t, nil))
 	own := systemOf(New(t, &Config{OwnSystem: true}))
@@ -318,7 +302,7 @@ func TestRestartKeepsPortAndData(t *testing.T) {
 	s := New(t, nil)
 	dsn := s.DSN("")
 	addr := s.Addr()
-	before := connect(t, dsn)
+	before := kittest.Connect(t, dsn)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := before.Exec(ctx, "CREATE TABLE kept (v text); INSERT INTO kept VALUES ('still here')"); err != nil {
@@ -357,7 +341,7 @@ func TestRestartKeepsPortAndData(t *testing.T) {
 	if _, err := before.Exec(ctx, "SELECT 1"); err == nil {
 		t.Error("a connection from before the restart still works")
 	}
-	after := connect(t, dsn)
+	after := kittest.Connect(t, dsn)
 	if got := queryString(t, after, "SELECT v FROM kept"); got != "still here" {
 		t.Errorf("after Restart, kept.v = %q", got)
 	}

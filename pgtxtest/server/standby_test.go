@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 )
 
 // standbyPair starts a primary of the test's own and a hot standby of it.
@@ -30,27 +31,6 @@ func standbyCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// eventually calls cond every 20ms until it returns nil, and fails the test with
-// cond's last error if that has not happened within timeout.
-func eventually(t *testing.T, ctx context.Context, timeout time.Duration, what string, cond func(context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := cond(ctx)
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		case <-tick.C:
-		}
-	}
-}
-
 // oneShot runs fn on a fresh connection to dsn, so that a server that went away
 // costs one try, not the rest of the test.
 func oneShot(ctx context.Context, dsn string, fn func(context.Context, *pgx.Conn) error) error {
@@ -67,7 +47,7 @@ func oneShot(ctx context.Context, dsn string, fn func(context.Context, *pgx.Conn
 // waitRow waits until the row of items with id is visible on the server at dsn.
 func waitRow(t *testing.T, ctx context.Context, dsn string, id int) {
 	t.Helper()
-	eventually(t, ctx, 30*time.Second, "row "+strconv.Itoa(id)+" replicated", func(ctx context.Context) error {
+	kittest.Eventually(t, ctx, 30*time.Second, "row "+strconv.Itoa(id)+" replicated", func(ctx context.Context) error {
 		return oneShot(ctx, dsn, func(ctx context.Context, conn *pgx.Conn) error {
 			var n int
 			if err := conn.QueryRow(ctx, "SELECT count(*) FROM items WHERE id = $1", id).Scan(&n); err != nil {
@@ -79,14 +59,6 @@ func waitRow(t *testing.T, ctx context.Context, dsn string, id int) {
 			return nil
 		})
 	})
-}
-
-// execOK runs one statement on conn.
-func execOK(t *testing.T, ctx context.Context, conn *pgx.Conn, sql string, args ...any) {
-	t.Helper()
-	if _, err := conn.Exec(ctx, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
 }
 
 // timeline returns the server's current timeline, the first 8 hex digits of the name
@@ -109,12 +81,12 @@ func TestStandbyReplicates(t *testing.T) {
 		t.Errorf("standby %s at %s (log %s), primary at %s (log %s): want a local server of its own",
 			standby.Kind(), standby.Addr(), standby.LogPath(), primary.Addr(), primary.LogPath())
 	}
-	pconn := connect(t, primary.DSN(""))
-	execOK(t, ctx, pconn, "CREATE TABLE items (id int PRIMARY KEY)")
-	execOK(t, ctx, pconn, "INSERT INTO items VALUES (1)")
+	pconn := kittest.Connect(t, primary.DSN(""))
+	kittest.ExecOK(t, ctx, pconn, "CREATE TABLE items (id int PRIMARY KEY)")
+	kittest.ExecOK(t, ctx, pconn, "INSERT INTO items VALUES (1)")
 	waitRow(t, ctx, standby.DSN(""), 1)
 
-	eventually(t, ctx, 10*time.Second, "the primary streams to the standby", func(ctx context.Context) error {
+	kittest.Eventually(t, ctx, 10*time.Second, "the primary streams to the standby", func(ctx context.Context) error {
 		var n int
 		if err := pconn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'").Scan(&n); err != nil {
 			return err
@@ -124,7 +96,7 @@ func TestStandbyReplicates(t *testing.T) {
 		}
 		return nil
 	})
-	sconn := connect(t, standby.DSN(""))
+	sconn := kittest.Connect(t, standby.DSN(""))
 	if got := queryString(t, sconn, "SELECT pg_is_in_recovery()::text"); got != "true" {
 		t.Errorf("standby: pg_is_in_recovery() = %s, want true", got)
 	}
@@ -141,9 +113,9 @@ func TestStandbyPromote(t *testing.T) {
 	t.Parallel()
 	ctx := standbyCtx(t)
 	primary, standby := standbyPair(t)
-	pconn := connect(t, primary.DSN(""))
-	execOK(t, ctx, pconn, "CREATE TABLE items (id int PRIMARY KEY)")
-	execOK(t, ctx, pconn, "INSERT INTO items VALUES (1)")
+	pconn := kittest.Connect(t, primary.DSN(""))
+	kittest.ExecOK(t, ctx, pconn, "CREATE TABLE items (id int PRIMARY KEY)")
+	kittest.ExecOK(t, ctx, pconn, "INSERT INTO items VALUES (1)")
 	waitRow(t, ctx, standby.DSN(""), 1)
 
 	start := time.Now()
@@ -151,11 +123,11 @@ func TestStandbyPromote(t *testing.T) {
 		t.Fatalf("Promote: %v", err)
 	}
 	t.Logf("promoted in %v", time.Since(start).Round(time.Millisecond))
-	sconn := connect(t, standby.DSN(""))
+	sconn := kittest.Connect(t, standby.DSN(""))
 	if got := queryString(t, sconn, "SELECT pg_is_in_recovery()::text"); got != "false" {
 		t.Errorf("after Promote: pg_is_in_recovery() = %s, want false", got)
 	}
-	execOK(t, ctx, sconn, "INSERT INTO items VALUES (2)")
+	kittest.ExecOK(t, ctx, sconn, "INSERT INTO items VALUES (2)")
 	if got := queryString(t, sconn, "SELECT count(*)::text FROM items"); got != "2" {
 		t.Errorf("promoted standby holds %s rows, want 2", got)
 	}
@@ -171,9 +143,9 @@ func TestStandbyCrashAndStart(t *testing.T) {
 	t.Parallel()
 	ctx := standbyCtx(t)
 	primary, standby := standbyPair(t)
-	pconn := connect(t, primary.DSN(""))
-	execOK(t, ctx, pconn, "CREATE TABLE items (id int PRIMARY KEY)")
-	execOK(t, ctx, pconn, "INSERT INTO items VALUES (1)")
+	pconn := kittest.Connect(t, primary.DSN(""))
+	kittest.ExecOK(t, ctx, pconn, "CREATE TABLE items (id int PRIMARY KEY)")
+	kittest.ExecOK(t, ctx, pconn, "INSERT INTO items VALUES (1)")
 	waitRow(t, ctx, standby.DSN(""), 1)
 
 	if err := standby.Crash(ctx); err != nil {
@@ -190,7 +162,7 @@ func TestStandbyCrashAndStart(t *testing.T) {
 		t.Errorf("the standby's log does not tell of an immediate shutdown (%v):\n%s", err, log)
 	}
 	// Written while the standby is down: it must catch up when it is back.
-	execOK(t, ctx, pconn, "INSERT INTO items VALUES (2)")
+	kittest.ExecOK(t, ctx, pconn, "INSERT INTO items VALUES (2)")
 
 	if err := standby.Start(ctx); err != nil {
 		t.Fatalf("Start: %v", err)
@@ -198,12 +170,12 @@ func TestStandbyCrashAndStart(t *testing.T) {
 	if err := standby.Start(ctx); err == nil {
 		t.Error("Start of a running server succeeded")
 	}
-	sconn := connect(t, standby.DSN(""))
+	sconn := kittest.Connect(t, standby.DSN(""))
 	if got := queryString(t, sconn, "SELECT pg_is_in_recovery()::text"); got != "true" {
 		t.Errorf("after Start: pg_is_in_recovery() = %s, want true", got)
 	}
 	waitRow(t, ctx, standby.DSN(""), 2)
-	execOK(t, ctx, pconn, "INSERT INTO items VALUES (3)")
+	kittest.ExecOK(t, ctx, pconn, "INSERT INTO items VALUES (3)")
 	waitRow(t, ctx, standby.DSN(""), 3)
 }
 
