@@ -106,19 +106,9 @@ func New(tb testing.TB, s *server.Server, cfg *Config) *Bouncer {
 	}
 	bin := pgbouncer.Need(tb)
 	proc.NeedTCP(tb, s.Addr(), "bouncer.New")
-	ctx, cancel := context.WithTimeout(context.Background(), proc.StartAttempts*(bouncerReadyTimeout+bouncerStopTimeout+proc.KillGrace))
-	defer cancel()
-	b, err := startBouncer(ctx, bin, s, opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		tb.Helper() // a failure to stop is reported at the line of the call
-		if err := b.Stop(); err != nil {
-			tb.Errorf("%v", err)
-		}
+	return proc.Started(tb, proc.StartAttempts*(bouncerReadyTimeout+bouncerStopTimeout+proc.KillGrace), func(ctx context.Context) (*Bouncer, error) {
+		return startBouncer(ctx, bin, s, opts)
 	})
-	return b
 }
 
 // DSN returns a URL connection string for the named database through the bouncer:

@@ -117,19 +117,9 @@ func New(tb testing.TB, primary *server.Server, standbys []*server.Server, cfg *
 	for _, s := range servers {
 		proc.NeedTCP(tb, s.Addr(), "pgpool.New")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), proc.StartAttempts*(pgpoolReadyTimeout+pgpoolStopTimeout+proc.KillGrace))
-	defer cancel()
-	p, err := startPgpool(ctx, bin, servers, opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		tb.Helper() // a failure to stop is reported at the line of the call
-		if err := p.Stop(); err != nil {
-			tb.Errorf("%v", err)
-		}
+	return proc.Started(tb, proc.StartAttempts*(pgpoolReadyTimeout+pgpoolStopTimeout+proc.KillGrace), func(ctx context.Context) (*Pgpool, error) {
+		return startPgpool(ctx, bin, servers, opts)
 	})
-	return p
 }
 
 // DSN returns a URL connection string for the named database through pgpool: the

@@ -1,10 +1,12 @@
 package proc
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 )
 
 // Program is a program a kit package starts from the machine's packages
@@ -75,4 +77,23 @@ func NeedTCP(tb testing.TB, addr, caller string) {
 		tb.Fatal(msg + " (CI=true: a failure, not a skip)")
 	}
 	tb.Skip(msg)
+}
+
+// Started runs start, bounded by bound, and stops what it started at tb's
+// cleanup; an error of either fails tb.
+func Started[T interface{ Stop() error }](tb testing.TB, bound time.Duration, start func(context.Context) (T, error)) T {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	v, err := start(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		tb.Helper() // a failure to stop is reported at the line of the call
+		if err := v.Stop(); err != nil {
+			tb.Errorf("%v", err)
+		}
+	})
+	return v
 }
