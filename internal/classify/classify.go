@@ -34,13 +34,13 @@ const codeTransactionTimeout = "25P04"
 // a connect that found a host read-only or a standby where
 // target_session_attrs asked for writes (unavailable: a failover under
 // way, whatever the other hosts answered), then the SQLSTATE of the first
-// PgError (with the texts of the poolers that send their own errors under a
-// generic code; a lost session while connecting is unavailable), then network-level failures — no such host or socket file
-// (permanent), a connection that could not be made (unavailable), one that
-// broke (connection lost), a connect that timed out (overload) — then
-// permanent. pgtx's own decisions (its
-// sentinels, a context error) come before it, in pgtx.Classify. A nil err
-// is None.
+// PgError (with the texts of the poolers that send their own errors under
+// a generic code; a session lost while connecting is unavailable), then
+// network-level failures — no such host or socket file (permanent), a
+// connection that could not be made (unavailable), one that broke
+// (connection lost), a connect that timed out (overload) — then permanent.
+// pgtx's own decisions (its sentinels, a context error) come before it, in
+// pgtx.Classify. A nil err is None.
 func Err(err error) Class {
 	if err == nil {
 		return None

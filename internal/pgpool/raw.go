@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/pgtx-go/pgtx/internal/cancel"
 )
 
 // result is one simple query's answer: the rows of its last statement, in
@@ -28,6 +29,11 @@ func simple(ctx context.Context, pgConn *pgconn.PgConn, queries ...string) ([]re
 		fe.Send(&pgproto3.Query{String: q})
 	}
 	if err := fe.Flush(); err != nil {
+		// As pgx does after a failed write: the connection is closed, so
+		// that nothing takes it for a live one.
+		ctx, stop := context.WithTimeout(context.Background(), cancel.DestroyWriteTimeout)
+		defer stop()
+		_ = pgConn.Close(ctx)
 		return nil, err
 	}
 	out := make([]result, len(queries))
