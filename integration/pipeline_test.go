@@ -127,8 +127,8 @@ func TestWriteFreeTakesNoID(t *testing.T) {
 // statement: no BEGIN and no COMMIT reach the server.
 func TestNothingSentSendsNothing(t *testing.T) {
 	ctx := testCtx(t)
-	_, proxy, through := proxied(t)
-	pool := newPool(t, through, nil)
+	direct, proxy, through := proxied(t)
+	pool := newPool(t, through, cancelPoolPast(direct))
 	// Warm the pool: the connection's own set-up statements are not the
 	// transaction's.
 	if err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
