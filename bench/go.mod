@@ -7,11 +7,11 @@ require (
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jmoiron/sqlx v1.4.0
-	github.com/pgtx-go/pgtx v0.3.0
-	github.com/pgtx-go/pgtx/pgtxgorm v0.3.0
-	github.com/pgtx-go/pgtx/pgtxsql v0.3.0
-	github.com/pgtx-go/pgtx/pgtxsqlx v0.3.0
-	github.com/pgtx-go/pgtx/pgtxtest v0.3.0
+	github.com/pgtx-go/pgtx v1.0.0
+	github.com/pgtx-go/pgtx/pgtxgorm v1.0.0
+	github.com/pgtx-go/pgtx/pgtxsql v1.0.0
+	github.com/pgtx-go/pgtx/pgtxsqlx v1.0.0
+	github.com/pgtx-go/pgtx/pgtxtest v1.0.0
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )

@@ -5,8 +5,8 @@ go 1.26.0
 require (
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pgtx-go/pgtx v0.3.0
-	github.com/pgtx-go/pgtx/pgtxtest v0.3.0
+	github.com/pgtx-go/pgtx v1.0.0
+	github.com/pgtx-go/pgtx/pgtxtest v1.0.0
 )
 
 require (

@@ -7,11 +7,11 @@ require (
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jmoiron/sqlx v1.4.0
-	github.com/pgtx-go/pgtx v0.3.0
+	github.com/pgtx-go/pgtx v1.0.0
 	github.com/pgtx-go/pgtx/examples v0.0.0
-	github.com/pgtx-go/pgtx/pgtxotel v0.3.0
-	github.com/pgtx-go/pgtx/pgtxprom v0.3.0
-	github.com/pgtx-go/pgtx/pgtxtest v0.3.0
+	github.com/pgtx-go/pgtx/pgtxotel v1.0.0
+	github.com/pgtx-go/pgtx/pgtxprom v1.0.0
+	github.com/pgtx-go/pgtx/pgtxtest v1.0.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	go.opentelemetry.io/otel v1.47.0
@@ -66,9 +66,9 @@ require (
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/opencontainers/go-digest v1.0.0 // indirect
 	github.com/opencontainers/image-spec v1.1.1 // indirect
-	github.com/pgtx-go/pgtx/pgtxgorm v0.3.0
-	github.com/pgtx-go/pgtx/pgtxsql v0.3.0
-	github.com/pgtx-go/pgtx/pgtxsqlx v0.3.0
+	github.com/pgtx-go/pgtx/pgtxgorm v1.0.0
+	github.com/pgtx-go/pgtx/pgtxsql v1.0.0
+	github.com/pgtx-go/pgtx/pgtxsqlx v1.0.0
 	github.com/power-devops/perfstat v0.0.0-20240221224432-82ca36839d55 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect

@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pgtx-go/pgtx v0.3.0
-	github.com/pgtx-go/pgtx/pgtxsql v0.3.0
+	github.com/pgtx-go/pgtx v1.0.0
+	github.com/pgtx-go/pgtx/pgtxsql v1.0.0
 	go.uber.org/goleak v1.3.0
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2

@@ -6,7 +6,7 @@ require (
 	github.com/exaring/otelpgx v0.13.0
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pgtx-go/pgtx v0.3.0
+	github.com/pgtx-go/pgtx v1.0.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0

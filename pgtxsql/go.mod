@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pgtx-go/pgtx v0.3.0
+	github.com/pgtx-go/pgtx v1.0.0
 	go.uber.org/goleak v1.3.0
 )
 

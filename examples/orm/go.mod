@@ -6,9 +6,9 @@ require (
 	entgo.io/ent v0.14.5
 	github.com/jackc/pgerrcode v0.0.0-20250907135507-afb5586c32a6
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pgtx-go/pgtx v0.3.0
-	github.com/pgtx-go/pgtx/pgtxsql v0.3.0
-	github.com/pgtx-go/pgtx/pgtxtest v0.3.0
+	github.com/pgtx-go/pgtx v1.0.0
+	github.com/pgtx-go/pgtx/pgtxsql v1.0.0
+	github.com/pgtx-go/pgtx/pgtxtest v1.0.0
 	github.com/uptrace/bun v1.3.0
 	github.com/uptrace/bun/dialect/pgdialect v1.3.0
 )

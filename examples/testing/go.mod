@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/pgtx-go/pgtx v0.3.0
-	github.com/pgtx-go/pgtx/pgtxtest v0.3.0
+	github.com/pgtx-go/pgtx v1.0.0
+	github.com/pgtx-go/pgtx/pgtxtest v1.0.0
 )
 
 require (
