@@ -125,104 +125,158 @@ type Result struct {
 // unavailable of 0 counts that time against timeout too. c counts the
 // outcome.
 func Resolve(ctx context.Context, a Asker, clk Clock, c *Counters, id ID, timeout, unavailable time.Duration) Result {
-	var (
-		last      error
-		end       = Keep
-		idleSince int64     // the backend's last state change, while idle in the transaction
-		idleSeen  time.Time // when it was first seen idle since idleSince
-		busySeen  time.Time // when the transaction was first seen in progress
-		standby   bool      // a server that answered was in recovery
-		unsynced  bool      // a server said committed, its synchronous standbys had not acknowledged it
-		start     = clk.Now()
-		down      time.Duration // time no server could be reached
-	)
+	r := resolution{ctx: ctx, asker: a, clk: clk, c: c, id: id, timeout: timeout, unavailable: unavailable, start: clk.Now()}
 	for {
 		asked := clk.Now()
-		ans := a.Ask(ctx, id, end, idleSince)
-		if ans.Terminated {
-			c.Terminated.Add(1)
+		ans, j, unreached := r.ask()
+		if res, done := r.settled(j); done {
+			return res
 		}
-		j := Judgement{Status: Unreachable}
-		if ans.Err == nil {
-			j = Judge(id, ans.View)
-		}
-		unreached := unavailable > 0 && j.Status == Unreachable && (ans.Err == nil || Unreached(ans.Err))
-		if j.Status == Committed && !ans.Synced {
-			// Committed on the server, not yet on its synchronous
-			// standbys: ask again.
-			j = Judgement{Status: Unreachable}
-			ans.Err, unsynced = errNotSynced, true
-		}
-		end = Keep
-		switch j.Status {
-		case Committed:
-			c.Committed.Add(1)
-			return Result{Status: Committed}
-		case Aborted:
-			c.Aborted.Add(1)
-			if j.Lost {
-				c.Lost.Add(1)
-			}
-			return Result{Status: Aborted}
-		case Unknown:
-			c.CountUnknown(j.Reason)
-			return Result{Status: Unknown, Why: j.Why}
-		case Unreachable:
-			if ans.Err != nil {
-				last = ans.Err
-			} else {
-				standby = true
-			}
-		case InProgress:
-			if !j.SameRun {
-				// Not provably this transaction's backend: wait, end none.
-				break
-			}
-			now := clk.Now()
-			if busySeen.IsZero() {
-				busySeen = now
-			}
-			switch {
-			case !strings.HasPrefix(ans.State, "idle in transaction"):
-				idleSince, idleSeen = 0, time.Time{}
-			case ans.Changed != idleSince || idleSeen.IsZero():
-				idleSince, idleSeen = ans.Changed, now
-			}
-			switch {
-			case now.Sub(busySeen) >= timeout/2:
-				end = EndNow
-			case !idleSeen.IsZero() && now.Sub(idleSeen) >= lingerAfter:
-				end = EndIfStillIdle
-			}
-		}
-		pause := Poll
-		if unreached {
-			pause = paceUnreachable + rand.N(paceJitter)
-		}
-		err := clk.Sleep(ctx, pause)
-		now := clk.Now()
-		if unreached {
-			down += now.Sub(asked)
-		}
-		outOfTime := now.Sub(start)-down >= timeout || (unavailable > 0 && down >= unavailable)
-		if err != nil || outOfTime {
-			c.CountUnknown(Unanswered)
-			why := "no answer within ResolveTimeout " + timeout.String()
-			if unavailable > 0 {
-				why += " (and UnavailableTimeout " + unavailable.String() + " while no server could be reached)"
-			}
-			switch {
-			case j.Status == InProgress:
-				why = "the transaction was still in progress after ResolveTimeout " + timeout.String()
-			case unsynced:
-				why += "; the server said committed, and its synchronous standbys had not acknowledged it"
-			case standby:
-				// A standby's answer may lag the primary's: never used.
-				why += "; a server that answered was in recovery"
-			}
-			return Result{Status: Unknown, Why: why, Unanswered: true, Err: last}
+		r.note(ans, j)
+		if !r.wait(asked, unreached) {
+			return r.unanswered(j.Status)
 		}
 	}
+}
+
+// resolution is one run of Resolve: what it asks about, its budgets, and
+// what its questions have found so far.
+type resolution struct {
+	ctx                  context.Context
+	asker                Asker
+	clk                  Clock
+	c                    *Counters
+	id                   ID
+	timeout, unavailable time.Duration
+
+	start     time.Time
+	down      time.Duration // time no server could be reached
+	end       End           // what the next question does to the backend
+	idleSince int64         // the backend's last state change, while idle in the transaction
+	idleSeen  time.Time     // when it was first seen idle since idleSince
+	busySeen  time.Time     // when the transaction was first seen in progress
+	last      error         // the last question's error
+	standby   bool          // a server that answered was in recovery
+	unsynced  bool          // a server said committed, its synchronous standbys had not acknowledged it
+}
+
+// ask asks once and judges the answer. unreached: no server able to
+// answer was reached, and the time counts against unavailable. A
+// "committed" its synchronous standbys have not acknowledged yet is judged
+// unreachable: it is asked again.
+func (r *resolution) ask() (ans Answer, j Judgement, unreached bool) {
+	ans = r.asker.Ask(r.ctx, r.id, r.end, r.idleSince)
+	if ans.Terminated {
+		r.c.Terminated.Add(1)
+	}
+	j = Judgement{Status: Unreachable}
+	if ans.Err == nil {
+		j = Judge(r.id, ans.View)
+	}
+	unreached = r.unavailable > 0 && j.Status == Unreachable && (ans.Err == nil || Unreached(ans.Err))
+	if j.Status == Committed && !ans.Synced {
+		j = Judgement{Status: Unreachable}
+		ans.Err, r.unsynced = errNotSynced, true
+	}
+	return ans, j, unreached
+}
+
+// settled counts and returns the result of a definitive judgement:
+// committed, aborted or unknown.
+func (r *resolution) settled(j Judgement) (Result, bool) {
+	switch j.Status {
+	case Committed:
+		r.c.Committed.Add(1)
+		return Result{Status: Committed}, true
+	case Aborted:
+		r.c.Aborted.Add(1)
+		if j.Lost {
+			r.c.Lost.Add(1)
+		}
+		return Result{Status: Aborted}, true
+	case Unknown:
+		r.c.CountUnknown(j.Reason)
+		return Result{Status: Unknown, Why: j.Why}, true
+	}
+	return Result{}, false
+}
+
+// note records what an answer that settled nothing says, and decides what
+// the next question does to the backend.
+func (r *resolution) note(ans Answer, j Judgement) {
+	r.end = Keep
+	switch j.Status {
+	case Unreachable:
+		if ans.Err != nil {
+			r.last = ans.Err
+		} else {
+			r.standby = true
+		}
+	case InProgress:
+		if j.SameRun {
+			r.inProgress(ans)
+		}
+		// Otherwise not provably this transaction's backend: wait, end
+		// none.
+	}
+}
+
+// inProgress watches the backend that runs the transaction in the run
+// that gave its id, and ends it once it has stayed idle in the transaction
+// for lingerAfter, or in progress for half of timeout.
+func (r *resolution) inProgress(ans Answer) {
+	now := r.clk.Now()
+	if r.busySeen.IsZero() {
+		r.busySeen = now
+	}
+	switch {
+	case !strings.HasPrefix(ans.State, "idle in transaction"):
+		r.idleSince, r.idleSeen = 0, time.Time{}
+	case ans.Changed != r.idleSince || r.idleSeen.IsZero():
+		r.idleSince, r.idleSeen = ans.Changed, now
+	}
+	switch {
+	case now.Sub(r.busySeen) >= r.timeout/2:
+		r.end = EndNow
+	case !r.idleSeen.IsZero() && now.Sub(r.idleSeen) >= lingerAfter:
+		r.end = EndIfStillIdle
+	}
+}
+
+// wait pauses before the next question, paced while no server is reached
+// (a question asked at asked), and reports whether time is left.
+func (r *resolution) wait(asked time.Time, unreached bool) bool {
+	pause := Poll
+	if unreached {
+		pause = paceUnreachable + rand.N(paceJitter)
+	}
+	err := r.clk.Sleep(r.ctx, pause)
+	now := r.clk.Now()
+	if unreached {
+		r.down += now.Sub(asked)
+	}
+	outOfTime := now.Sub(r.start)-r.down >= r.timeout || (r.unavailable > 0 && r.down >= r.unavailable)
+	return err == nil && !outOfTime
+}
+
+// unanswered counts and returns the result of a resolution that ran out
+// of time; status is what the last answer was judged.
+func (r *resolution) unanswered(status Status) Result {
+	r.c.CountUnknown(Unanswered)
+	why := "no answer within ResolveTimeout " + r.timeout.String()
+	if r.unavailable > 0 {
+		why += " (and UnavailableTimeout " + r.unavailable.String() + " while no server could be reached)"
+	}
+	switch {
+	case status == InProgress:
+		why = "the transaction was still in progress after ResolveTimeout " + r.timeout.String()
+	case r.unsynced:
+		why += "; the server said committed, and its synchronous standbys had not acknowledged it"
+	case r.standby:
+		// A standby's answer may lag the primary's: never used.
+		why += "; a server that answered was in recovery"
+	}
+	return Result{Status: Unknown, Why: why, Unanswered: true, Err: r.last}
 }
 
 // Unreached reports the error of a question that reached no server able
