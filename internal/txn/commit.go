@@ -26,25 +26,22 @@ import (
 // Releaser gives an attempt's connection back to its pool.
 type Releaser interface{ Release() }
 
-// Commit ends t's transaction with COMMIT, on a context the caller's
-// cancellation cannot interrupt (an interrupted COMMIT has an unknown
-// outcome), bounded by CommitTimeout (a deadline on the socket: when it
-// passes, the read fails and pgx closes the connection), and resolves an
-// answer that was lost, after giving the dead connection back with r (nil:
-// none), whose slot the resolution's wait must not hold. (t's own Commit
-// method is fn's, which refuses.)
-func Commit(ctx context.Context, t *Tx, r Releaser) (classify.Class, error) {
-	w, x := &t.w, &t.w.track
-	if !w.begun {
+// commit is [Commit]: it ends the transaction with COMMIT, on a context
+// the caller's cancellation cannot interrupt, bounded by CommitTimeout, and
+// resolves an answer that was lost, after giving the dead connection back
+// with r (nil: none).
+func (w *writer) commit(ctx context.Context, r Releaser) (classify.Class, error) {
+	x := &w.track
+	if !w.beginSent {
 		return classify.None, nil // fn sent nothing: there is nothing to commit
 	}
 	pgConn := w.pgConn
 	status := pgConn.TxStatus()
-	send := x.plan(w.begun, status, x.kind == InRecovery && status != 'E' && resolve.StillInRecovery(pgConn))
+	send := x.plan(w.beginSent, status, x.resolvedWith() == InRecovery && status != 'E' && resolve.StillInRecovery(pgConn))
 	if send == sendRollback {
 		// A statement failed inside fn, which swallowed the error: COMMIT
 		// would only answer ROLLBACK.
-		Rollback(ctx, t)
+		w.rollback(ctx)
 		return classify.Permanent, pgx.ErrTxCommitRollback
 	}
 	// A transaction that provably wrote nothing changes nothing at
@@ -68,13 +65,13 @@ func Commit(ctx context.Context, t *Tx, r Releaser) (classify.Class, error) {
 	if changesNothing && err != nil && ctx.Err() != nil {
 		// Cut by the caller's context: committed or not, nothing
 		// changed.
-		Rollback(ctx, t)
+		w.rollback(ctx)
 		return classify.Timeout, errs.WithContext(ctx, err)
 	}
 	c, err := commitOutcome(tag, err, pgConn.IsClosed())
 	if c != classify.Ambiguous {
 		if c != classify.None {
-			Rollback(ctx, t) // a failed id read leaves the transaction open
+			w.rollback(ctx) // a failed id read leaves the transaction open
 		}
 		return c, err
 	}
@@ -87,14 +84,14 @@ func Commit(ctx context.Context, t *Tx, r Releaser) (classify.Class, error) {
 	case lostUnknown:
 		return c, err
 	case lostNotResolvable:
-		return notResolvable(w.s, pgConn, x.kind, cu)
+		return notResolvable(w.s, pgConn, x.resolvedWith(), cu)
 	case lostAskBackend:
 		// COMMIT's write left, its id did not arrive. A backend that
 		// still runs the transaction tells its id; once COMMIT has ended
 		// it, nothing can.
 		if xid, ok := w.backendXid(ctx); ok {
-			x.id.Xid = xid
-			return resolveID(ctx, w.s, x.id, cu.Err)
+			x.found(xid)
+			return resolveID(ctx, w.s, x.current(), cu.Err)
 		}
 		w.s.Counters.CountUnknown(resolve.Unanswered)
 		cu.Why = "the connection was lost before the transaction's id arrived, and its backend no longer ran it"
@@ -106,7 +103,7 @@ func Commit(ctx context.Context, t *Tx, r Releaser) (classify.Class, error) {
 		w.s.Counters.NotApplied.Add(1)
 		return classify.ConnectionLost, cu.Err
 	}
-	return resolveID(ctx, w.s, x.id, cu.Err)
+	return resolveID(ctx, w.s, x.current(), cu.Err)
 }
 
 // commitOutcome classifies COMMIT's answer (tag) or error: COMMIT → none;
@@ -137,12 +134,12 @@ func commitOutcome(tag pgconn.CommandTag, err error, closed bool) (classify.Clas
 // commitReadingID sends [select id, Flush, COMMIT, Sync] and reads the id
 // as it arrives, before COMMIT's answer.
 func (w *writer) commitReadingID(ctx context.Context) (pgconn.CommandTag, error) {
-	w.track.idRead = false
+	w.track.unread()
 	p := w.pgConn.StartPipeline(ctx)
-	if w.st != nil && w.st.XidPrepared && w.track.capture == captureID {
+	if name, ok := w.track.preparedRead(w.st); ok {
 		// Prepared once per connection (PREPARE pgtx_xid): no parse and
 		// plan per transaction.
-		p.SendQueryPrepared(executeXidNames[b2i(w.track.notify)], nil, nil, nil)
+		p.SendQueryPrepared(name, nil, nil, nil)
 	} else {
 		p.SendQueryParams(w.track.readSQL(), nil, nil, nil, nil)
 	}
@@ -193,16 +190,13 @@ func notCommitted(err error, closed bool) bool {
 	return errors.As(err, &pgErr) && ((!classify.EndsSession(pgErr) && !closed) || classify.EndedIdle(pgErr))
 }
 
-// Rollback ends t's transaction when it is open, on a context the
-// caller's cancellation cannot interrupt, bounded by RollbackTimeout. A
-// connection left in a transaction (the ROLLBACK failed, rows were still
-// open) is discarded by Release. (t's own Rollback method is fn's, which
-// refuses.)
-func Rollback(ctx context.Context, t *Tx) {
-	if !t.w.begun {
+// rollback is [Rollback]: it ends the transaction when BEGIN was sent and
+// it is open, bounded by RollbackTimeout.
+func (w *writer) rollback(ctx context.Context) {
+	if !w.beginSent {
 		return
 	}
-	rollbackConn(ctx, t.w.pgConn, t.w.s.RollbackTimeout)
+	rollbackConn(ctx, w.pgConn, w.s.RollbackTimeout)
 }
 
 // rollbackConn rolls back the transaction open on pgConn, if any.

@@ -15,8 +15,8 @@ import (
 func (w *writer) firstSimple(ctx context.Context, sql string) (tag pgconn.CommandTag, err error) {
 	ctx, end := w.traceQuery(ctx, sql, nil)
 	defer func() { end(tag, err) }()
-	first := !w.begun
-	w.begun = true
+	first := !w.beginSent
+	w.beginSent = true
 	var buf [512]byte
 	q := buf[:0]
 	skip := 0
@@ -32,20 +32,17 @@ func (w *writer) firstSimple(ctx context.Context, sql string) (tag pgconn.Comman
 		q = append(q, ";\n"...)
 	}
 	q = append(q, sql...)
-	if w.track.capture != captureNone {
+	reads := w.track.reads()
+	if reads {
 		q = append(q, "\n;"...)
-		if w.track.capture == captureID && w.st != nil && w.st.XidPrepared {
-			q = append(q, executeXidSQLs[b2i(w.track.notify)]...)
-		} else {
-			q = append(q, w.track.readSQL()...)
-		}
+		q = append(q, w.track.simpleReadSQL(w.st)...)
 	}
 	mrr := w.pgConn.Exec(ctx, string(q))
 	done, idDone := 0, false
 	for mrr.NextResult() {
 		rr := mrr.ResultReader()
 		fields := rr.FieldDescriptions()
-		isID := w.track.capture != captureNone && len(fields) > 0 && fields[0].Name == "pgtx_xid"
+		isID := reads && len(fields) > 0 && fields[0].Name == "pgtx_xid"
 		var r idRow
 		got := false
 		for rr.NextRow() {
@@ -81,9 +78,10 @@ func (w *writer) firstSimple(ctx context.Context, sql string) (tag pgconn.Comman
 		}
 		return tag, w.beginErr
 	}
-	if !idDone && w.track.idRead {
-		// fn's own statement returned the column name: it was not the id.
-		w.track.idRead = false
+	if !idDone {
+		// No id read answered (fn's own statement may have returned the
+		// column name): the id was not read.
+		w.track.unread()
 	}
 	return tag, err
 }

@@ -71,6 +71,39 @@ var idSQLs = [2][3][2]string{
 // readSQL is the statement that reads the id.
 func (x *idTracker) readSQL() string { return idSQLs[b2i(x.emit)][x.capture][b2i(x.notify)] }
 
+// reads reports that the transaction's statements read its id: the pool
+// resolves, and the server can be asked.
+func (x *idTracker) reads() bool { return x.capture != captureNone }
+
+// direct reports that the id is read on a connection that reaches its
+// backend directly (its run was captured before its first transaction).
+func (x *idTracker) direct() bool { return x.capture == captureID }
+
+// preparedRead returns the name of the id read prepared on the connection
+// (whose state is st) that this transaction runs, and false when the read
+// goes inline ([PrepareReads]).
+func (x *idTracker) preparedRead(st *connstate.State) (string, bool) {
+	if !x.direct() || st == nil || !st.XidPrepared {
+		return "", false
+	}
+	return executeXidNames[b2i(x.notify)], true
+}
+
+// simpleReadSQL is the id read sent in the simple protocol, after fn's
+// first statement: the prepared read executed, or the read itself.
+func (x *idTracker) simpleReadSQL(st *connstate.State) string {
+	if _, ok := x.preparedRead(st); ok {
+		return executeXidSQLs[b2i(x.notify)]
+	}
+	return x.readSQL()
+}
+
+// resolvedWith is what the transaction can be resolved with.
+func (x *idTracker) resolvedWith() Kind { return x.kind }
+
+// current returns the transaction's id as far as it was read.
+func (x *idTracker) current() resolve.ID { return x.id }
+
 // prepareXidSQL prepares the id reads of a direct connection, for
 // executeXidSQLs, by whether they write the record.
 func prepareXidSQL(emit bool) string {
@@ -104,6 +137,22 @@ func (x *idTracker) after() {
 		x.stale = true
 	}
 }
+
+// sentAlone records BEGIN, or a statement after it, sent without the id
+// read: it may give the transaction an id no read saw.
+func (x *idTracker) sentAlone() { x.stale = true }
+
+// handedOut records that fn has the connection itself: what it sends there
+// is not seen, may give the transaction an id and may send a notification.
+func (x *idTracker) handedOut() { x.notify, x.stale = true, true }
+
+// unread forgets that the id was read: the read is to come (in COMMIT's
+// write), or what looked like it was fn's own result.
+func (x *idTracker) unread() { x.idRead = false }
+
+// found records the id that the transaction's backend told, after its id
+// read was lost.
+func (x *idTracker) found(xid uint64) { x.id.Xid = xid }
 
 // scan notes a statement that may send a notification (NOTIFY, pg_notify):
 // such a transaction takes its id only at COMMIT, so COMMIT's write reads

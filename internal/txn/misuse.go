@@ -19,24 +19,24 @@ func (t *Tx) refuse(method string) error {
 	if t.ended == "" {
 		t.ended = method
 	}
-	if t.endedBySQL() {
+	if t.w.endedBySQL() {
 		// A statement of fn's ended the transaction before: saying that
 		// nothing was committed would be false.
-		return t.matching(endedError(nil))
+		return t.w.matching(endedError(nil))
 	}
-	return t.matching(misuse(t.ended, nil))
+	return t.w.matching(misuse(t.ended, nil))
 }
 
 // matching makes err, a misuse error, match the root's sentinel too.
-func (t *Tx) matching(err error) error {
-	if t.w.s == nil {
+func (w *writer) matching(err error) error {
+	if w.s == nil {
 		return err
 	}
 	switch e := err.(type) {
 	case *errs.InvalidArgError:
-		e.Sentinel = t.w.s.ErrInvalidArgument
+		e.Sentinel = w.s.ErrInvalidArgument
 	case *errs.MisuseError:
-		e.Sentinel = t.w.s.ErrInvalidArgument
+		e.Sentinel = w.s.ErrInvalidArgument
 	}
 	return err
 }
@@ -59,9 +59,8 @@ func misuse(ended string, fnErr error) error {
 // nothing by a statement; COMMIT AND CHAIN and ROLLBACK AND CHAIN leave a
 // transaction open and are not seen. A connection still reading fn's
 // rows has not read BEGIN's status yet, so it ended nothing that is known.
-func (t *Tx) endedBySQL() bool {
-	w := &t.w
-	return w.begun && w.beginErr == nil && !w.pgConn.IsClosed() && !w.pgConn.IsBusy() && w.pgConn.TxStatus() == 'I'
+func (w *writer) endedBySQL() bool {
+	return w.beginSent && w.beginErr == nil && !w.pgConn.IsClosed() && !w.pgConn.IsBusy() && w.pgConn.TxStatus() == 'I'
 }
 
 // endedError is the error of a call whose fn ended the transaction with a
@@ -89,8 +88,11 @@ const errRowsOpen = "fn returned with rows still open: close every pgx.Rows (row
 // Rollback, or rows still open (the connection is busy reading them). The
 // error matches ErrInvalidArgument.
 func (t *Tx) Check() error {
-	return t.matching(leftBehind(t.endedBySQL(), t.ended, t.w.pgConn.IsBusy()))
+	return t.w.matching(leftBehind(t.w.endedBySQL(), t.ended, t.w.busy()))
 }
+
+// busy reports that the connection is still reading fn's rows.
+func (w *writer) busy() bool { return w.pgConn.IsBusy() }
 
 // leftBehind is Check's decision: a transaction a statement ended, the fn
 // method that ended it, rows still open.
@@ -113,10 +115,10 @@ func leftBehind(endedBySQL bool, ended string, busy bool) error {
 // otherwise.
 func (t *Tx) CheckFailed(fnErr error) error {
 	switch {
-	case t.endedBySQL():
-		return t.matching(endedError(fnErr))
+	case t.w.endedBySQL():
+		return t.w.matching(endedError(fnErr))
 	case t.ended != "":
-		return t.matching(misuse(t.ended, fnErr))
+		return t.w.matching(misuse(t.ended, fnErr))
 	}
 	return nil
 }

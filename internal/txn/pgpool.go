@@ -39,7 +39,7 @@ func readOnly(beginSQL string) bool { return strings.Contains(beginSQL, " read o
 // beginPgpool sends BEGIN behind Pgpool-II, with the transaction's
 // statement_timeout.
 func (w *writer) beginPgpool(ctx context.Context) error {
-	w.begun = true
+	w.beginSent = true
 	ms, ok := statementTimeout(ctx, w.timeout, w.s.SessionTimeout)
 	var stmts []string
 	switch {

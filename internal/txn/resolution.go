@@ -60,7 +60,7 @@ func notResolvable(s *Settings, pgConn *pgconn.PgConn, kind Kind, cu *errs.Commi
 // connection that reaches its backend directly, within half the
 // ResolveTimeout.
 func (w *writer) backendXid(ctx context.Context) (uint64, bool) {
-	if w.track.capture != captureID || w.st == nil || w.st.Res.BackendStart == 0 {
+	if !w.track.direct() || w.st == nil || w.st.Res.BackendStart == 0 {
 		return 0, false
 	}
 	s := w.s

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/classify"
 	"github.com/pgtx-go/pgtx/internal/errs"
 )
 
@@ -39,12 +40,30 @@ func (t *Tx) Start(ctx context.Context, conn *pgx.Conn, s *Settings, beginSQL st
 // End ends the attempt: every method of t refuses from now on.
 func (t *Tx) End() { t.closed.Store(true) }
 
+// Commit ends t's transaction with COMMIT, on a context the caller's
+// cancellation cannot interrupt (an interrupted COMMIT has an unknown
+// outcome), bounded by CommitTimeout (a deadline on the socket: when it
+// passes, the read fails and pgx closes the connection), and resolves an
+// answer that was lost, after giving the dead connection back with r (nil:
+// none), whose slot the resolution's wait must not hold. (t's
+// own Commit method is fn's, which refuses.)
+func Commit(ctx context.Context, t *Tx, r Releaser) (classify.Class, error) {
+	return t.w.commit(ctx, r)
+}
+
+// Rollback ends t's transaction when it is open, on a context the
+// caller's cancellation cannot interrupt, bounded by RollbackTimeout. A
+// connection left in a transaction (the ROLLBACK failed, rows were still
+// open) is discarded by Release. (t's own Rollback method is fn's, which
+// refuses.)
+func Rollback(ctx context.Context, t *Tx) { t.w.rollback(ctx) }
+
 // Begun reports that BEGIN was sent.
-func (t *Tx) Begun() bool { return t.w.begun }
+func (t *Tx) Begun() bool { return t.w.begun() }
 
 // BeginErr returns BEGIN's error: the attempt's failure, whatever fn made
 // of it.
-func (t *Tx) BeginErr() error { return t.w.beginErr }
+func (t *Tx) BeginErr() error { return t.w.beginError() }
 
 // Begin starts a pseudo nested transaction (a savepoint), after BEGIN.
 func (t *Tx) Begin(ctx context.Context) (pgx.Tx, error) {
@@ -67,10 +86,10 @@ func (t *Tx) Rollback(context.Context) error { return t.refuse("Rollback") }
 
 // CopyFrom runs COPY FROM after BEGIN (a copy cannot share its write).
 func (t *Tx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	if err := t.use(ctx); err != nil {
-		return 0, err
+	if t.closed.Load() {
+		return 0, pgx.ErrTxClosed
 	}
-	return t.w.conn.CopyFrom(ctx, table, columns, src)
+	return t.w.copyFrom(ctx, table, columns, src)
 }
 
 // SendBatch sends b; the first statement of the attempt carries BEGIN.
@@ -92,11 +111,10 @@ func (t *Tx) LargeObjects() pgx.LargeObjects {
 
 // Prepare prepares a statement, after BEGIN.
 func (t *Tx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	t.w.track.scan(sql)
-	if err := t.use(ctx); err != nil {
-		return nil, err
+	if t.closed.Load() {
+		return nil, pgx.ErrTxClosed
 	}
-	return t.w.conn.Prepare(ctx, name, sql)
+	return t.w.prepare(ctx, name, sql)
 }
 
 // Exec runs a statement; the first of the attempt carries BEGIN.
@@ -131,8 +149,7 @@ func (t *Tx) Conn() *pgx.Conn {
 	if t.closed.Load() {
 		return nil
 	}
-	t.w.handOut(t.ctx)
-	return t.w.conn
+	return t.w.handOut(t.ctx)
 }
 
 // use refuses a closed attempt's method and sends BEGIN first when it has

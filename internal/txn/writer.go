@@ -33,12 +33,12 @@ type writer struct {
 	beginSQL string
 	timeout  time.Duration
 
-	// beginErr is BEGIN's error, the attempt's failure whatever fn does
-	// with it. ptx is pgx's transaction, for savepoints and large objects
-	// (pgxTx).
-	beginErr error
-	ptx      pgx.Tx
-	begun    bool // BEGIN was sent
+	// beginSent says BEGIN was sent; beginErr is its error, the attempt's
+	// failure whatever fn does with it. ptx is pgx's transaction, for
+	// savepoints and large objects (pgxTx).
+	beginSent bool
+	beginErr  error
+	ptx       pgx.Tx
 
 	// pgpool: the connection goes through Pgpool-II, where BEGIN goes
 	// first, alone ([writer.beginPgpool]); balanced: the transaction is
@@ -58,6 +58,12 @@ func (w *writer) start(conn *pgx.Conn, s *Settings, beginSQL string, timeout tim
 	w.track.start(s.Resolving, pgConn, st, w.balanced)
 }
 
+// begun reports that BEGIN was sent.
+func (w *writer) begun() bool { return w.beginSent }
+
+// beginError returns BEGIN's error.
+func (w *writer) beginError() error { return w.beginErr }
+
 // exec runs fn's statement: the first one with BEGIN, a tracked one with
 // the id read.
 func (w *writer) exec(ctx context.Context, sql string, args []any) (pgconn.CommandTag, error) {
@@ -65,7 +71,7 @@ func (w *writer) exec(ctx context.Context, sql string, args []any) (pgconn.Comma
 	if err := w.beginFirst(ctx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	if !w.begun || w.track.tracking() {
+	if !w.beginSent || w.track.tracking() {
 		switch {
 		case sentAfterBegin(sql, args):
 		case len(args) == 0:
@@ -88,7 +94,7 @@ func (w *writer) query(ctx context.Context, sql string, args []any) (pgx.Rows, e
 	if err := w.beginFirst(ctx); err != nil {
 		return errs.NewRows(err), err
 	}
-	if !w.begun || w.track.tracking() {
+	if !w.beginSent || w.track.tracking() {
 		if !sentAfterBegin(sql, args) {
 			return w.firstQuery(ctx, sql, args)
 		}
@@ -106,7 +112,7 @@ func (w *writer) queryRow(ctx context.Context, sql string, args []any) pgx.Row {
 	if err := w.beginFirst(ctx); err != nil {
 		return errs.NewRows(err)
 	}
-	if !w.begun || w.track.tracking() {
+	if !w.beginSent || w.track.tracking() {
 		if !sentAfterBegin(sql, args) {
 			return w.firstQueryRow(ctx, sql, args)
 		}
@@ -121,15 +127,13 @@ func (w *writer) queryRow(ctx context.Context, sql string, args []any) pgx.Row {
 // sendBatch sends fn's batch b: the first one with BEGIN, a tracked one
 // with the id read.
 func (w *writer) sendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	for _, qq := range b.QueuedQueries {
-		w.track.scan(qq.SQL)
-	}
+	w.scanBatch(b)
 	if len(b.QueuedQueries) > 0 {
 		if err := w.beginFirst(ctx); err != nil {
 			return pgx.FailedBatchResults(b, err)
 		}
 	}
-	if (!w.begun || w.track.tracking()) && len(b.QueuedQueries) > 0 {
+	if (!w.beginSent || w.track.tracking()) && len(b.QueuedQueries) > 0 {
 		if !slices.ContainsFunc(b.QueuedQueries, func(qq *pgx.QueuedQuery) bool { return mayBeName(qq.SQL) }) {
 			return w.firstBatch(ctx, b)
 		}
@@ -137,30 +141,62 @@ func (w *writer) sendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 			return pgx.FailedBatchResults(b, err)
 		}
 	}
-	if w.begun {
+	if w.beginSent {
 		w.track.after()
 	}
 	return w.conn.SendBatch(ctx, b) // empty before BEGIN: sends nothing
 }
 
+// scanBatch notes the statements of b that may send a notification.
+func (w *writer) scanBatch(b *pgx.Batch) {
+	for _, qq := range b.QueuedQueries {
+		w.track.scan(qq.SQL)
+	}
+}
+
 // alone readies the connection for a statement that cannot share BEGIN's
 // write (a copy, a savepoint, a prepare): BEGIN goes alone first.
 func (w *writer) alone(ctx context.Context) error {
-	if !w.begun {
+	if !w.beginSent {
 		return w.beginNow(ctx)
 	}
 	w.track.after()
 	return nil
 }
 
+// copyFrom runs COPY FROM after BEGIN (a copy cannot share its write).
+func (w *writer) copyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if err := w.alone(ctx); err != nil {
+		return 0, err
+	}
+	return w.conn.CopyFrom(ctx, table, columns, src)
+}
+
+// prepare prepares a statement, after BEGIN.
+func (w *writer) prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	w.track.scan(sql)
+	if err := w.alone(ctx); err != nil {
+		return nil, err
+	}
+	return w.conn.Prepare(ctx, name, sql)
+}
+
+// inSavepoint notes sql, a statement sent in a savepoint (after BEGIN,
+// without the id read).
+func (w *writer) inSavepoint(sql string) {
+	w.track.scan(sql)
+	w.track.after()
+}
+
 // handOut readies the connection for fn's own use (Conn, LargeObjects),
-// whose statements pgtx does not see: BEGIN goes first, its error the
-// attempt's.
-func (w *writer) handOut(ctx context.Context) {
-	if !w.begun {
+// whose statements pgtx does not see, and returns it: BEGIN goes first,
+// its error the attempt's.
+func (w *writer) handOut(ctx context.Context) *pgx.Conn {
+	if !w.beginSent {
 		_ = w.beginNow(ctx)
 	}
-	w.track.notify, w.track.stale = true, true
+	w.track.handedOut()
+	return w.conn
 }
 
 // pgxTx returns pgx's transaction, for what only pgx's can do (savepoints,
@@ -186,7 +222,7 @@ const setTimeoutSQL = "select set_config('statement_timeout', $1, true)"
 // statement_timeout, and reports how many results of it are BEGIN's.
 func (w *writer) beginBatch(ctx context.Context, n int) (*pgx.Batch, int) {
 	b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, n+3)}
-	if w.begun {
+	if w.beginSent {
 		return b, 0 // a later write, which reads the id only
 	}
 	b.BeginTx(pgx.TxOptions{BeginQuery: w.beginSQL})
@@ -200,7 +236,7 @@ func (w *writer) beginBatch(ctx context.Context, n int) (*pgx.Batch, int) {
 // send sends b, which begins the transaction with its first skip results,
 // and reads those. BEGIN's failure is the attempt's (beginErr).
 func (w *writer) send(ctx context.Context, b *pgx.Batch, skip int) (pgx.BatchResults, error) {
-	w.begun = true
+	w.beginSent = true
 	br := w.conn.SendBatch(ctx, b)
 	if skip > 0 {
 		w.ptx = br.Tx()
@@ -224,8 +260,8 @@ func (w *writer) send(ctx context.Context, b *pgx.Batch, skip int) (pgx.BatchRes
 // the connection: what fn sends on it must never run outside the
 // transaction.
 func (w *writer) beginNow(ctx context.Context) error {
-	w.track.stale = true
-	if w.begun {
+	w.track.sentAlone()
+	if w.beginSent {
 		return nil
 	}
 	var err error
@@ -249,7 +285,7 @@ func (w *writer) beginNow(ctx context.Context) error {
 // beginFirst sends BEGIN alone before fn's first statement behind
 // Pgpool-II ([writer.beginPgpool]); elsewhere BEGIN goes with it.
 func (w *writer) beginFirst(ctx context.Context) error {
-	if !w.pgpool || w.begun {
+	if !w.pgpool || w.beginSent {
 		return nil
 	}
 	return w.beginNow(ctx)
@@ -324,7 +360,7 @@ func (w *writer) firstQueryRow(ctx context.Context, sql string, args []any) pgx.
 
 // queueID queues the read of the id after fn's statements.
 func (w *writer) queueID(b *pgx.Batch) {
-	if w.track.capture == captureNone {
+	if !w.track.reads() {
 		return
 	}
 	b.Queue(w.track.readSQL()).QueryRow(w.track.scanRow)
