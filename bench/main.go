@@ -9,6 +9,7 @@
 //	cd bench && go run .                               # every scenario, default durations
 //	cd bench && go run . -dur 200ms -rounds 1 -workers 8 overhead contention sql   # the short CI run
 //	cd bench && go run . -dur 10s contention           # longer cells
+//	cd bench && go run . readme                        # README.md's performance table from RESULTS.md
 //
 // Scenarios: overhead, connect, contention, cancel, overload, timeout, sql
 // (all by default), and backoff, a side experiment on pgtx's conflict backoff that
@@ -97,6 +98,13 @@ func main() {
 // run is the program; it returns the exit status: 0, 1 on a failure, 2 on
 // bad usage (a bad flag, value or scenario name).
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == "readme" {
+		if err := writeReadme("../README.md", "RESULTS.md"); err != nil {
+			fmt.Fprintln(stderr, "bench:", err)
+			return 1
+		}
+		return 0
+	}
 	opts, names, err := parseArgs(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -183,6 +191,7 @@ func parseArgs(args []string, stderr io.Writer) (options, []string, error) {
 			}
 			fmt.Fprintf(stderr, "  %-11s %s%s\n", s.name, s.what, dflt)
 		}
+		fmt.Fprintf(stderr, "\nreadme: rewrite README.md's performance table from the latest dated runs of RESULTS.md (go run . readme)\n")
 		fmt.Fprintf(stderr, "\nflags:\n")
 		fs.PrintDefaults()
 	}
