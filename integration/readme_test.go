@@ -177,8 +177,8 @@ func readmeBulkheads(ctx context.Context, cfg *pgtx.Config) error {
 }
 
 func readmeMigrate(ctx context.Context, pool *pgtx.Pool, body func(context.Context, pgx.Tx) error) error {
-	// before: for attempt := 0; attempt < 5; attempt++ { err = pgx.BeginTxFunc(ctx, pool, opts, fn); if !retryable(err) { break }; time.Sleep(...) }
-	err := pgtx.TransactionWithOptions(ctx, pool, pgtx.Serializable, pgtx.Options{ReadOnly: true},
+	// before: for attempt := 0; attempt < 5; attempt++ { err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.Serializable}, fn); if !retryable(err) { break }; time.Sleep(...) }
+	err := pgtx.Transaction(ctx, pool, pgtx.Serializable,
 		func(ctx context.Context, tx pgx.Tx) error { return body(ctx, tx) })
 	return err
 }
