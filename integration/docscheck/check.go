@@ -105,16 +105,31 @@ func (c *Checker) unresolved(span string, lenient bool) []string {
 		if !c.mustResolve(elems, apis) {
 			continue
 		}
-		ok := false
-		for _, a := range apis {
-			ok = ok || a.ResolveChain(elems)
+		names := [][]string{elems}
+		// A composite literal's keys are fields of its type:
+		// pgtx.Options{ReadOnly: true}.
+		if loc[1] < len(span) && span[loc[1]] == '{' {
+			if end := strings.IndexByte(span[loc[1]:], '}'); end > 0 {
+				for _, k := range literalKey.FindAllStringSubmatch(span[loc[1]:loc[1]+end], -1) {
+					names = append(names, append(append([]string{}, elems...), k[1]))
+				}
+			}
 		}
-		if !ok {
-			bad = append(bad, span[loc[0]:loc[1]])
+		for _, n := range names {
+			ok := false
+			for _, a := range apis {
+				ok = ok || a.ResolveChain(n)
+			}
+			if !ok {
+				bad = append(bad, strings.Join(n, "."))
+			}
 		}
 	}
 	return bad
 }
+
+// literalKey matches a key of a composite literal's element list.
+var literalKey = regexp.MustCompile(`(?:^\{|,)\s*([A-Z][A-Za-z0-9_]*)\s*:`)
 
 // mustResolve reports whether a chain is meant as Go: it starts with a
 // package's name and then an exported name, or with an exported name

@@ -90,7 +90,7 @@ func TestCheckerFindsMadeUpNames(t *testing.T) {
 		"`ResolveTimeout: -1`, `github.com/pgtx-go/pgtx/tracers`, `e.g.`, `1.07×`.",
 		"",
 		"Made up: `pgtx.TransactionFast`, `Pool.Teleport`, `Config.Retry.MaxTries`, `pgtxtest.Proxy.RejectNew`,",
-		"`FrobnicateTheWidget`, `multitracer`, `github.com/pgtx-go/pgtx/nosuchpkg`.",
+		"`FrobnicateTheWidget`, `multitracer`, `github.com/pgtx-go/pgtx/nosuchpkg`, `pgtx.Options{ReadOnly: true, Frozen: true}`.",
 		"",
 		"### Breaking changes",
 		"- Package `multitracer` is removed: `multitracer.New(a, b)` becomes `tracers.Join(a, b)`.",
@@ -104,7 +104,7 @@ func TestCheckerFindsMadeUpNames(t *testing.T) {
 	want := []string{
 		"pgtx.TransactionFast", "Pool.Teleport", "Config.Retry.MaxTries", "pgtxtest.Proxy.RejectNew",
 		"FrobnicateTheWidget", "multitracer", "github.com/pgtx-go/pgtx/nosuchpkg",
-		"pgtxtest.NoSuchOldName", "pgtxtest.Shared",
+		"pgtxtest.NoSuchOldName", "pgtxtest.Shared", "pgtx.Options.Frozen",
 	}
 	for _, w := range want {
 		if !got[w] {
