@@ -61,7 +61,8 @@ func Load(root, dir string) (*API, error) {
 var baseLine = regexp.MustCompile("`(v[0-9][^`]*)` at commit `([0-9a-f]{40})`")
 
 // PreviousRelease returns the version before CHANGELOG.md's newest and its
-// commit: the tag of that version, or the commit RELEASING.md names for it.
+// commit: the tag of that version, or the commit RELEASING.md names for it,
+// now or in its history.
 func PreviousRelease(root string) (version, commit string, err error) {
 	cl, err := os.ReadFile(filepath.Join(root, "CHANGELOG.md"))
 	if err != nil {
@@ -79,10 +80,15 @@ func PreviousRelease(root string) (version, commit string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	for _, m := range baseLine.FindAllStringSubmatch(string(rel), -1) {
-		if m[1] == version {
-			return version, m[2], nil
+	// RELEASING.md names the last release; once the next is cut, its
+	// history still does.
+	hist, _ := git(root, "log", "--format=", "-p", "-S", "`"+version+"` at commit", "--", "RELEASING.md")
+	for _, text := range []string{string(rel), string(hist)} {
+		for _, m := range baseLine.FindAllStringSubmatch(text, -1) {
+			if m[1] == version {
+				return version, m[2], nil
+			}
 		}
 	}
-	return "", "", fmt.Errorf("no commit for %s, the release before CHANGELOG.md's newest: neither a tag nor a line \"`%s` at commit `<40 hex>`\" in RELEASING.md", version, version)
+	return "", "", fmt.Errorf("no commit for %s, the release before CHANGELOG.md's newest: neither a tag nor a line \"`%s` at commit `<40 hex>`\" in RELEASING.md or its history", version, version)
 }
