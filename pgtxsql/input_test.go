@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/pgtx-go/pgtx"
@@ -142,5 +143,45 @@ func TestOpen(t *testing.T) {
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBadDBSaysWhat: a nil *sql.DB, one of another driver and one without a
+// pool are refused as pgtx.ErrInvalidArgument, each with its own text.
+func TestBadDBSaysWhat(t *testing.T) {
+	noPool := openDB(t, nil)
+	other := otherDB(t)
+	tests := []struct {
+		name string
+		call func(ctx context.Context) error
+		want string
+	}{
+		{"Transaction: nil db", func(ctx context.Context) error {
+			return pgtxsql.Transaction(ctx, nil, pgtx.Serializable, noop)
+		}, "pgtxsql: db is nil"},
+		{"Run: nil db", func(ctx context.Context) error {
+			return pgtxsql.Run(ctx, nil, pgtx.Serializable, pgtx.Options{}, begin(other), noop)
+		}, "pgtxsql: db is nil"},
+		{"Transaction: a *sql.DB of another driver", func(ctx context.Context) error {
+			return pgtxsql.Transaction(ctx, other, pgtx.Serializable, noop)
+		}, "pgtxsql: db was not opened by pgtxsql.Open or pgtxsql.OpenDB"},
+		{"Transaction: OpenDB(nil)", func(ctx context.Context) error {
+			return pgtxsql.Transaction(ctx, noPool, pgtx.Serializable, noop)
+		}, "pgtxgorm.Dialector(pool)"},
+		{"OpenDB(nil): Exec", func(ctx context.Context) error {
+			_, err := noPool.ExecContext(ctx, "select 1")
+			return err
+		}, "pgtxgorm.Dialector(pool)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call(t.Context())
+			if !errors.Is(err, pgtx.ErrInvalidArgument) {
+				t.Fatalf("err = %v, want one matching pgtx.ErrInvalidArgument", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("err = %q, want it to say %q", err, tt.want)
+			}
+		})
 	}
 }

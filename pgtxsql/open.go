@@ -75,7 +75,8 @@ type connector struct {
 	shapes                                         shapes
 }
 
-const errNoPool = invalidArg("pgtxsql: the *sql.DB has no pgtx.Pool: pass OpenDB a pool from pgtx.New")
+const errNoPool = invalidArg("pgtxsql: the *sql.DB has no pgtx.Pool: make it over a pool from pgtx.New, " +
+	"with pgtxsql.OpenDB(pool), pgtxsqlx.OpenDB(pool) or gorm.Open(pgtxgorm.Dialector(pool))")
 
 // Connect implements [driver.Connector]; it makes no connection.
 func (c *connector) Connect(context.Context) (driver.Conn, error) {

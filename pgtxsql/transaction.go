@@ -45,6 +45,8 @@ func Run[T interface{ Rollback() error }](ctx context.Context, db *sql.DB, iso p
 	begin func(ctx context.Context) (T, error), fn func(ctx context.Context, tx T) error) error {
 	c := connectorOf(db)
 	switch {
+	case db == nil:
+		return invalidArg("pgtxsql: db is nil: open it with pgtxsql.Open or pgtxsql.OpenDB")
 	case c == nil:
 		return invalidArg("pgtxsql: db was not opened by pgtxsql.Open or pgtxsql.OpenDB: its transactions would have none of pgtx's guarantees")
 	case c.pool == nil:

@@ -90,7 +90,7 @@ func (b *binding) begin(opts driver.TxOptions) error {
 		return invalidArg("pgtxsql: BeginTx asked for a read-only transaction: set pgtx.Options.ReadOnly instead")
 	}
 	if !b.begun.CompareAndSwap(false, true) {
-		return invalidArg("pgtxsql: fn began a second transaction with its ctx: an attempt has one transaction; " +
+		return invalidArg("fn began a second transaction with its ctx: an attempt has one transaction; " +
 			"pass the transaction down, or begin another after the call returns")
 	}
 	return nil
@@ -111,7 +111,7 @@ func (b *binding) refuse(method string) error {
 		b.misused = method
 	}
 	b.mu.Unlock()
-	return invalidArg("pgtxsql: fn called tx." + method + ": Transaction commits when fn returns nil and rolls back when it returns an error")
+	return invalidArg("fn called tx." + method + ": the call commits when fn returns nil and rolls back when it returns an error")
 }
 
 // check reports fn's misuse of the transaction, once fn has returned.
@@ -120,10 +120,10 @@ func (b *binding) check() error {
 	m := b.misused
 	b.mu.Unlock()
 	if m != "" {
-		return invalidArg("pgtxsql: fn called tx." + m + " itself: Transaction commits when fn returns nil and rolls back when it returns an error; nothing was committed")
+		return invalidArg("fn called tx." + m + " itself: the call commits when fn returns nil and rolls back when it returns an error; nothing was committed")
 	}
 	if b.open.Load() > 0 {
-		return invalidArg("pgtxsql: fn returned with rows still open: close every *sql.Rows (rows.Close, or read them to the end) before fn returns")
+		return invalidArg("fn returned with rows still open: close every rows (rows.Close, or read them to the end) before fn returns")
 	}
 	return nil
 }
