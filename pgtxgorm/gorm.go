@@ -2,6 +2,7 @@ package pgtxgorm
 
 import (
 	"context"
+	"database/sql"
 
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxsql"
@@ -35,9 +36,11 @@ func Open(ctx context.Context, connString string, opts ...gorm.Option) (*gorm.DB
 // returns nil, with the contract of [pgtx.Transaction] and
 // [pgtxsql.Transaction]. fn's tx is a session of db on the attempt's
 // transaction, with the attempt's context ([pgtx.Attempt] and
-// [pgtx.AfterCommit] take tx.Statement.Context). db's connections must be
-// those of [Open] or [Dialector]. It is [TransactionWithOptions] with the
-// zero [pgtx.Options].
+// [pgtx.AfterCommit] take tx.Statement.Context). db is a *gorm.DB of
+// [Open] or of gorm.Open over [Dialector], or a session of one: any other,
+// a transaction's included, is an error matching [pgtx.ErrInvalidArgument]
+// (a transaction's also matches [gorm.ErrInvalidTransaction]). It is
+// [TransactionWithOptions] with the zero [pgtx.Options].
 //
 // fn must not call tx.Commit or tx.Rollback, nor return with rows open:
 // each is an error matching [pgtx.ErrInvalidArgument], and nothing is
@@ -49,15 +52,12 @@ func Transaction(ctx context.Context, db *gorm.DB, iso pgtx.Isolation, fn func(t
 // TransactionWithOptions is [Transaction] with per-call options, as
 // [pgtx.TransactionWithOptions].
 func TransactionWithOptions(ctx context.Context, db *gorm.DB, iso pgtx.Isolation, opts pgtx.Options, fn func(tx *gorm.DB) error) error {
-	if db == nil {
-		return errNilDB
+	sqlDB, err := pooled(db)
+	if err != nil {
+		return err
 	}
 	if fn == nil {
 		return errNilFn
-	}
-	sqlDB, err := db.DB()
-	if err != nil {
-		return invalidArg("pgtxgorm: db has no *sql.DB of its own (" + err.Error() + "): pass the *gorm.DB of Open or Dialector, not a transaction's")
 	}
 	return pgtxsql.Run(ctx, sqlDB, iso, opts,
 		func(ctx context.Context) (session, error) {
@@ -65,6 +65,28 @@ func TransactionWithOptions(ctx context.Context, db *gorm.DB, iso pgtx.Isolation
 			return session{tx}, tx.Error
 		},
 		func(_ context.Context, s session) error { return fn(s.DB) })
+}
+
+// pooled returns the *sql.DB of db, a *gorm.DB of [Open] or [Dialector]
+// that is not a transaction's.
+func pooled(db *gorm.DB) (*sql.DB, error) {
+	switch {
+	case db == nil:
+		return nil, errNilDB
+	case db.Config == nil || db.Statement == nil || db.Callback() == nil || db.Dialector == nil || db.Statement.ConnPool == nil:
+		return nil, errNotGORM
+	}
+	if _, ok := db.Statement.ConnPool.(gorm.TxCommitter); ok {
+		return nil, errTxDB{}
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, errNotGORM
+	}
+	if pgtxsql.Pool(sqlDB) == nil {
+		return nil, errNotPooled
+	}
+	return sqlDB, nil
 }
 
 // session is GORM's transaction as pgtxsql.Run ends it.

@@ -3,12 +3,13 @@ package pgtxgorm_test
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
-// TestMain runs the package's tests and then checks that no goroutine
-// outlived them (every *gorm.DB and pool closed). The tests need no server:
-// those that do are in the integration module.
+// TestMain runs the package's tests and then stops the kit's servers and
+// checks that no goroutine outlived them (every *gorm.DB and pool closed).
+// Most tests need no server; those that do get a database of their own
+// from the kit.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	pgtxtest.Main(m)
 }
