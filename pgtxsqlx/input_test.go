@@ -3,6 +3,7 @@ package pgtxsqlx_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -116,5 +117,40 @@ func TestOpen(t *testing.T) {
 	// sqlx binds PostgreSQL's placeholders.
 	if got := db.Rebind("select ? where ?"); got != "select $1 where $2" {
 		t.Errorf("Rebind = %q, want $1 and $2", got)
+	}
+}
+
+// TestBadDBSaysWhat: a nil *sqlx.DB, an empty one and one whose
+// connections are not a pgtx.Pool's are refused as pgtx.ErrInvalidArgument,
+// each told what it is and how a sqlx user opens one.
+func TestBadDBSaysWhat(t *testing.T) {
+	cfg, err := pgx.ParseConfig(unreachable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := sqlx.NewDb(stdlib.OpenDB(*cfg), "pgx")
+	t.Cleanup(func() { _ = other.Close() })
+	tests := []struct {
+		name string
+		db   *sqlx.DB
+		want []string
+	}{
+		{"nil", nil, []string{"pgtxsqlx: db is nil", "pgtxsqlx.Open"}},
+		{"&sqlx.DB{}", &sqlx.DB{}, []string{"pgtxsqlx: db has no *sql.DB", "pgtxsqlx.Open"}},
+		{"another driver's", other, []string{"pgtxsqlx: db's connections are not a pgtx.Pool's", "pgtxsqlx.Open", "pgtxsqlx.OpenDB(pool)"}},
+		{"OpenDB(nil)", openDB(t, nil), []string{"pgtxsqlx: db's connections are not a pgtx.Pool's", "pgtxsqlx.OpenDB(pool)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := pgtxsqlx.Transaction(t.Context(), tt.db, pgtx.Serializable, noop)
+			if !errors.Is(err, pgtx.ErrInvalidArgument) {
+				t.Fatalf("err = %v, want one matching pgtx.ErrInvalidArgument", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err = %q, want it to say %q", err, w)
+				}
+			}
+		})
 	}
 }

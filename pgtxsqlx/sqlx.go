@@ -30,8 +30,10 @@ func Open(ctx context.Context, connString string) (*sqlx.DB, error) {
 // Transaction runs fn in a transaction of db and commits it when fn
 // returns nil, with the contract of [pgtx.Transaction] and
 // [pgtxsql.Transaction]. db must be over a *sql.DB of [pgtxsql.Open] or
-// [pgtxsql.OpenDB], as [Open] and [OpenDB] make. It is
-// [TransactionWithOptions] with the zero [pgtx.Options].
+// [pgtxsql.OpenDB], as [Open] and [OpenDB] make: a nil or empty *sqlx.DB,
+// or one over another *sql.DB, is an error matching
+// [pgtx.ErrInvalidArgument]. It is [TransactionWithOptions] with the zero
+// [pgtx.Options].
 //
 // fn's *sqlx.Tx is of this attempt only; fn must not call its Commit or
 // Rollback, nor return with its rows open: each is an error matching
@@ -43,8 +45,13 @@ func Transaction(ctx context.Context, db *sqlx.DB, iso pgtx.Isolation, fn func(c
 // TransactionWithOptions is [Transaction] with per-call options, as
 // [pgtx.TransactionWithOptions].
 func TransactionWithOptions(ctx context.Context, db *sqlx.DB, iso pgtx.Isolation, opts pgtx.Options, fn func(ctx context.Context, tx *sqlx.Tx) error) error {
-	if db == nil || db.DB == nil {
+	switch {
+	case db == nil:
 		return errNilDB
+	case db.DB == nil:
+		return errEmptyDB
+	case pgtxsql.Pool(db.DB) == nil:
+		return errNotPooled
 	}
 	return pgtxsql.Run(ctx, db.DB, iso, opts, func(ctx context.Context) (*sqlx.Tx, error) { return db.BeginTxx(ctx, nil) }, fn)
 }
