@@ -42,6 +42,10 @@ func Open(ctx context.Context, connString string, opts ...gorm.Option) (*gorm.DB
 // (a transaction's also matches [gorm.ErrInvalidTransaction]). It is
 // [TransactionWithOptions] with the zero [pgtx.Options].
 //
+// A statement's conflict (40001, 40P01), which pgtx reruns the transaction
+// for, goes to db's logger as an Info note, not as an error (unless
+// [pgtx.Options].MaxRetries is negative).
+//
 // fn must not call tx.Commit or tx.Rollback, nor return with rows open:
 // each is an error matching [pgtx.ErrInvalidArgument], and nothing is
 // committed.
@@ -59,9 +63,13 @@ func TransactionWithOptions(ctx context.Context, db *gorm.DB, iso pgtx.Isolation
 	if fn == nil {
 		return errNilFn
 	}
+	log := db.Logger
+	if _, ok := log.(rerunLogger); !ok && log != nil && opts.MaxRetries >= 0 {
+		log = rerunLogger{log}
+	}
 	return pgtxsql.Run(ctx, sqlDB, iso, opts,
 		func(ctx context.Context) (session, error) {
-			tx := db.WithContext(ctx).Begin()
+			tx := db.Session(&gorm.Session{Context: ctx, Logger: log}).Begin()
 			return session{tx}, tx.Error
 		},
 		func(_ context.Context, s session) error { return fn(s.DB) })
