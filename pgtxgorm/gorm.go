@@ -75,8 +75,9 @@ func TransactionWithOptions(ctx context.Context, db *gorm.DB, iso pgtx.Isolation
 		func(_ context.Context, s session) error { return fn(s.DB) })
 }
 
-// pooled returns the *sql.DB of db, a *gorm.DB of [Open] or [Dialector]
-// that is not a transaction's.
+// pooled returns the *sql.DB under db, or an error matching
+// [pgtx.ErrInvalidArgument] unless db is a *gorm.DB of [Open] or
+// [Dialector], or a session of one, and not a transaction's.
 func pooled(db *gorm.DB) (*sql.DB, error) {
 	switch {
 	case db == nil:

@@ -11,8 +11,8 @@ import (
 	"gorm.io/gorm"
 )
 
-// serverGORM is gorm.Open(pgtxgorm.Dialector(pool)) with logger l, on a
-// database of the test's own with a table accounts(id primary key).
+// serverGORM is gorm.Open(pgtxgorm.Dialector(pool), cfg), pool on a
+// database of the test's own with a table accounts, from the kit.
 func serverGORM(t *testing.T, cfg *gorm.Config) *gorm.DB {
 	t.Helper()
 	pool := pgtxtest.NewPool(t)
