@@ -1,4 +1,4 @@
-package pgtxgorm_test
+package sqldb
 
 import (
 	"errors"

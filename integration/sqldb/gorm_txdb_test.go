@@ -1,4 +1,4 @@
-package pgtxgorm_test
+package sqldb
 
 import (
 	"errors"
@@ -46,12 +46,12 @@ func TestTransactionsDB(t *testing.T) {
 				t.Fatal(tx.Error)
 			}
 			defer tx.Rollback()
-			return pgtxgorm.Transaction(t.Context(), tx, pgtx.Serializable, noop)
+			return pgtxgorm.Transaction(t.Context(), tx, pgtx.Serializable, func(*gorm.DB) error { return nil })
 		}},
 		{"inside db.Transaction", func(t *testing.T) error {
 			var err error
 			_ = db.WithContext(t.Context()).Transaction(func(tx *gorm.DB) error {
-				err = pgtxgorm.Transaction(t.Context(), tx, pgtx.Serializable, noop)
+				err = pgtxgorm.Transaction(t.Context(), tx, pgtx.Serializable, func(*gorm.DB) error { return nil })
 				return nil
 			})
 			return err
@@ -59,7 +59,7 @@ func TestTransactionsDB(t *testing.T) {
 		{"fn's tx", func(t *testing.T) error {
 			var err error
 			_ = pgtxgorm.Transaction(t.Context(), db, pgtx.Serializable, func(tx *gorm.DB) error {
-				err = pgtxgorm.Transaction(t.Context(), tx, pgtx.Serializable, noop)
+				err = pgtxgorm.Transaction(t.Context(), tx, pgtx.Serializable, func(*gorm.DB) error { return nil })
 				return nil
 			})
 			return err
