@@ -23,7 +23,7 @@ func exists(t *testing.T, admin *pgx.Conn, catalog, name string) bool {
 	if catalog == "schema" {
 		q = "SELECT count(*)::text FROM pg_namespace WHERE nspname = $1"
 	}
-	return queryString(t, admin, q, name) == "1"
+	return kittest.QueryString(t, admin, q, name) == "1"
 }
 
 func TestDatabaseIsolatedAndDropped(t *testing.T) {
@@ -39,12 +39,12 @@ func TestDatabaseIsolatedAndDropped(t *testing.T) {
 			t.Fatalf("NewDatabase returned %q twice", dsnA)
 		}
 		a, b := kittest.Connect(t, dsnA), kittest.Connect(t, dsnB)
-		names[0] = queryString(t, a, "SELECT current_database()::text")
-		names[1] = queryString(t, b, "SELECT current_database()::text")
+		names[0] = kittest.QueryString(t, a, "SELECT current_database()::text")
+		names[1] = kittest.QueryString(t, b, "SELECT current_database()::text")
 		if names[0] == names[1] {
 			t.Fatalf("both DSNs reach database %q", names[0])
 		}
-		if got := queryString(t, a, "SELECT count(*)::text FROM pg_class WHERE relnamespace = 'public'::regnamespace"); got != "0" {
+		if got := kittest.QueryString(t, a, "SELECT count(*)::text FROM pg_class WHERE relnamespace = 'public'::regnamespace"); got != "0" {
 			t.Errorf("a new database has %s relations in public", got)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -52,7 +52,7 @@ func TestDatabaseIsolatedAndDropped(t *testing.T) {
 		if _, err := a.Exec(ctx, "CREATE TABLE only_in_a (id int)"); err != nil {
 			t.Fatal(err)
 		}
-		if got := queryString(t, b, "SELECT coalesce(to_regclass('only_in_a')::text, 'none')"); got != "none" {
+		if got := kittest.QueryString(t, b, "SELECT coalesce(to_regclass('only_in_a')::text, 'none')"); got != "none" {
 			t.Errorf("a table made in one test database is visible in another: %s", got)
 		}
 		for _, name := range names {
@@ -106,7 +106,7 @@ func TestDatabaseSchemaFallback(t *testing.T) {
 	t.Parallel()
 	s := server.Shared(t)
 	admin := kittest.Connect(t, s.DSN(""))
-	if queryString(t, admin, "SELECT rolsuper::text FROM pg_roles WHERE rolname = current_user") != "true" {
+	if kittest.QueryString(t, admin, "SELECT rolsuper::text FROM pg_roles WHERE rolname = current_user") != "true" {
 		t.Skip("the shared server's role is not a superuser and cannot make the role this test needs")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -127,7 +127,7 @@ func TestDatabaseSchemaFallback(t *testing.T) {
 		}
 	})
 	home := NewDatabase(t)
-	homeName := queryString(t, kittest.Connect(t, home), "SELECT current_database()::text")
+	homeName := kittest.QueryString(t, kittest.Connect(t, home), "SELECT current_database()::text")
 	if _, err := admin.Exec(ctx, "GRANT CREATE ON DATABASE "+pgx.Identifier{homeName}.Sanitize()+" TO "+roleIdent); err != nil {
 		t.Fatal(err)
 	}
@@ -158,11 +158,11 @@ func TestDatabaseSchemaFallback(t *testing.T) {
 			t.Errorf("DSN %q sets no search_path", redact(dsn))
 		}
 		conn := kittest.Connect(t, dsn)
-		schema = queryString(t, conn, "SELECT current_schema()::text")
+		schema = kittest.QueryString(t, conn, "SELECT current_schema()::text")
 		if !strings.HasPrefix(schema, "pgtx_") {
 			t.Errorf("current_schema() = %q, want the test's own schema", schema)
 		}
-		if got := queryString(t, conn, "SELECT current_database()::text"); got != homeName {
+		if got := kittest.QueryString(t, conn, "SELECT current_database()::text"); got != homeName {
 			t.Errorf("current_database() = %q, want %q", got, homeName)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -170,7 +170,7 @@ func TestDatabaseSchemaFallback(t *testing.T) {
 		if _, err := conn.Exec(ctx, "CREATE TABLE t (id int)"); err != nil {
 			t.Fatal(err)
 		}
-		if got := queryString(t, conn, "SELECT schemaname::text FROM pg_tables WHERE tablename = 't'"); got != schema {
+		if got := kittest.QueryString(t, conn, "SELECT schemaname::text FROM pg_tables WHERE tablename = 't'"); got != schema {
 			t.Errorf("table t landed in schema %q, want %q", got, schema)
 		}
 	})
@@ -183,11 +183,11 @@ func TestDatabaseSchemaFallback(t *testing.T) {
 	var migrated string
 	t.Run("migrations in the schema", func(t *testing.T) {
 		conn := kittest.Connect(t, NewDatabase(t, WithServer(limited), WithMigrations(accountsMigrations)))
-		migrated = queryString(t, conn, "SELECT current_schema()::text")
-		if got := queryString(t, conn, "SELECT schemaname || '.' || tablename || ' ' || (SELECT count(*) FROM accounts) FROM pg_tables WHERE tablename = 'accounts'"); got != migrated+".accounts 1" {
+		migrated = kittest.QueryString(t, conn, "SELECT current_schema()::text")
+		if got := kittest.QueryString(t, conn, "SELECT schemaname || '.' || tablename || ' ' || (SELECT count(*) FROM accounts) FROM pg_tables WHERE tablename = 'accounts'"); got != migrated+".accounts 1" {
 			t.Errorf("table and rows: %q, want the seeded accounts in %s", got, migrated)
 		}
-		if got := queryString(t, conn, "SELECT coalesce(to_regclass('accounts_owner')::text, 'none')"); got != "accounts_owner" {
+		if got := kittest.QueryString(t, conn, "SELECT coalesce(to_regclass('accounts_owner')::text, 'none')"); got != "accounts_owner" {
 			t.Errorf("index: %s", got)
 		}
 	})
@@ -199,7 +199,7 @@ func TestDatabaseSchemaFallback(t *testing.T) {
 func TestDatabaseOnZeroServerFails(t *testing.T) {
 	t.Parallel()
 	for _, s := range []*server.Server{nil, {}} {
-		if tb := runFakeTB(func(tb testing.TB) { NewDatabase(tb, WithServer(s)) }); !tb.failed {
+		if tb := kittest.RunFakeTB(func(tb testing.TB) { NewDatabase(tb, WithServer(s)) }); !tb.Failed() {
 			t.Errorf("NewDatabase(WithServer(%v)) did not fail the test", s)
 		}
 	}

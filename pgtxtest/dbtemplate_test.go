@@ -114,15 +114,15 @@ func TestMigratedDatabasesParallel(t *testing.T) {
 				t.Parallel()
 				conn := kittest.Connect(t, NewDatabase(t, opts...))
 				ctx := testContext(t)
-				testExec(t, ctx, conn, "INSERT INTO accounts VALUES ($1, $2)", i+1, fmt.Sprint("owner ", i))
-				if got := queryString(t, conn, "SELECT string_agg(id::text, ',' ORDER BY id) FROM accounts"); got != fmt.Sprint("0,", i+1) {
+				kittest.ExecOK(t, ctx, conn, "INSERT INTO accounts VALUES ($1, $2)", i+1, fmt.Sprint("owner ", i))
+				if got := kittest.QueryString(t, conn, "SELECT string_agg(id::text, ',' ORDER BY id) FROM accounts"); got != fmt.Sprint("0,", i+1) {
 					t.Errorf("accounts ids = %s, want the seed row and this test's own: 0,%d", got, i+1)
 				}
-				if got := queryString(t, conn, "SELECT coalesce(to_regclass('accounts_owner')::text, 'none') || ' ' || coalesce(to_regclass('made_in_go')::text, 'none')"); got != "accounts_owner made_in_go" {
+				if got := kittest.QueryString(t, conn, "SELECT coalesce(to_regclass('accounts_owner')::text, 'none') || ' ' || coalesce(to_regclass('made_in_go')::text, 'none')"); got != "accounts_owner made_in_go" {
 					t.Errorf("the index and the table made in Go: %s", got)
 				}
 				mu.Lock()
-				databases[queryString(t, conn, "SELECT current_database()::text")] = true
+				databases[kittest.QueryString(t, conn, "SELECT current_database()::text")] = true
 				mu.Unlock()
 			})
 		}
@@ -216,7 +216,7 @@ func TestMigrationTemplateNames(t *testing.T) {
 		conn *pgx.Conn
 		want string
 	}{{inV1, "items_v1"}, {inV2, "items_v2"}, {inOther, "accounts"}} {
-		if got := queryString(t, c.conn, tables); got != c.want {
+		if got := kittest.QueryString(t, c.conn, tables); got != c.want {
 			t.Errorf("tables %q, want %q", got, c.want)
 		}
 	}
@@ -290,7 +290,7 @@ func TestMigrationTemplateBuildersSerialized(t *testing.T) {
 		}
 	}()
 	conn := kittest.Connect(t, dsn)
-	if got := queryString(t, conn, "SELECT coalesce(to_regclass('built')::text, 'none')"); got != "built" {
+	if got := kittest.QueryString(t, conn, "SELECT coalesce(to_regclass('built')::text, 'none')"); got != "built" {
 		t.Errorf("the rebuilt template's copy has table %q, want built", got)
 	}
 }
@@ -326,9 +326,9 @@ func TestMigrationErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tb := runFakeTB(tc.run)
-			if !tb.failed || !strings.Contains(tb.messages(), tc.want) {
-				t.Errorf("failed %t with %q, want a failure with %q", tb.failed, tb.messages(), tc.want)
+			tb := kittest.RunFakeTB(tc.run)
+			if !tb.Failed() || !strings.Contains(tb.Messages(), tc.want) {
+				t.Errorf("failed %t with %q, want a failure with %q", tb.Failed(), tb.Messages(), tc.want)
 			}
 		})
 	}
@@ -441,10 +441,10 @@ func TestMigrationTemplateDroppedMeanwhile(t *testing.T) {
 	dropTemplateAtCleanup(t, s, name)
 	NewDatabase(t, opt)
 	ident := pgx.Identifier{name}.Sanitize()
-	testExec(t, ctx, admin, "ALTER DATABASE "+ident+" IS_TEMPLATE false")
-	testExec(t, ctx, admin, "DROP DATABASE "+ident)
+	kittest.ExecOK(t, ctx, admin, "ALTER DATABASE "+ident+" IS_TEMPLATE false")
+	kittest.ExecOK(t, ctx, admin, "DROP DATABASE "+ident)
 	conn := kittest.Connect(t, NewDatabase(t, opt))
-	if got := queryString(t, conn, "SELECT coalesce(to_regclass('again')::text, 'none')"); got != "again" || runs.Load() != 2 {
+	if got := kittest.QueryString(t, conn, "SELECT coalesce(to_regclass('again')::text, 'none')"); got != "again" || runs.Load() != 2 {
 		t.Errorf("table %q, migration ran %d times; want again and twice", got, runs.Load())
 	}
 }

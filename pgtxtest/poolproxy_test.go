@@ -2,16 +2,13 @@ package pgtxtest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
@@ -26,39 +23,6 @@ var itemsMigrations = mapFS(map[string]string{
 	"0001_items.sql": `CREATE TABLE items (id int PRIMARY KEY, note text);
 		CREATE TABLE counter (n int NOT NULL); INSERT INTO counter VALUES (0);`,
 })
-
-// xactRollbacks returns the server's count of rolled-back transactions in the
-// database conn is connected to.
-func xactRollbacks(ctx context.Context, conn *pgx.Conn) (int64, error) {
-	var n int64
-	err := conn.QueryRow(ctx, "SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database()").Scan(&n)
-	return n, err
-}
-
-// waitRollbacksAbove waits until the server counts more than before rolled-back
-// transactions in conn's database. A backend reports its counts when it exits,
-// and when idle at most once a second (once in ten seconds from PostgreSQL 15
-// on): close the connections that rolled back first.
-func waitRollbacksAbove(t *testing.T, ctx context.Context, conn *pgx.Conn, before int64) {
-	t.Helper()
-	kittest.Eventually(t, ctx, 20*time.Second, "xact_rollback grows", func(ctx context.Context) error {
-		n, err := xactRollbacks(ctx, conn)
-		if err == nil && n <= before {
-			err = fmt.Errorf("xact_rollback %d, was %d", n, before)
-		}
-		return err
-	})
-}
-
-// requireSQLState fails the test unless err carries a server error with code.
-func requireSQLState(t *testing.T, what string, err error, code string) *pgconn.PgError {
-	t.Helper()
-	pgErr, ok := errors.AsType[*pgconn.PgError](err)
-	if !ok || pgErr.Code != code {
-		t.Fatalf("%s: error %v, want a server error with SQLSTATE %s", what, err, code)
-	}
-	return pgErr
-}
 
 // attemptTracer records the end of every attempt of pgtx transactions.
 type attemptTracer struct {
@@ -95,8 +59,8 @@ func TestProxyFailCommitsPgtx(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			direct := testConnect(t, ctx, connConfig(t, directDSN))
-			rollbacks, err := xactRollbacks(ctx, direct)
+			direct := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, directDSN))
+			rollbacks, err := kittest.XactRollbacks(ctx, direct)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -113,7 +77,7 @@ func TestProxyFailCommitsPgtx(t *testing.T) {
 			if n := runs.Load(); n != 2 {
 				t.Errorf("fn ran %d times, want 2", n)
 			}
-			if got := queryString(t, direct, "SELECT n::text FROM counter"); got != "1" {
+			if got := kittest.QueryString(t, direct, "SELECT n::text FROM counter"); got != "1" {
 				t.Errorf("counter = %s, want 1", got)
 			}
 			tracer.mu.Lock()
@@ -122,12 +86,12 @@ func TestProxyFailCommitsPgtx(t *testing.T) {
 			if len(ends) != 2 || !ends[0].Retry || ends[0].Class != pgtx.ClassConflict || ends[1].Err != nil {
 				t.Fatalf("attempts %+v: want a retried conflict, then a commit", ends)
 			}
-			requireSQLState(t, "the first attempt", ends[0].Err, code)
+			kittest.RequireSQLState(t, "the first attempt", ends[0].Err, code)
 			if s := p.Stats(); s.InjectedFailures != 1 {
 				t.Errorf("InjectedFailures = %d, want 1", s.InjectedFailures)
 			}
 			pool.Close() // its backends report their counts as they exit
-			waitRollbacksAbove(t, ctx, direct, rollbacks)
+			kittest.WaitRollbacksAbove(t, ctx, direct, rollbacks)
 		})
 	}
 }
@@ -236,17 +200,17 @@ func TestWithProxyOptionErrors(t *testing.T) {
 		"two proxies": {[]PoolOption{WithProxy(p), WithProxy(other)}, "WithProxy given two proxies (to 127.0.0.1:1 and to 127.0.0.1:2)"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			tb := runFakeTB(func(tb testing.TB) { NewPool(tb, tc.opts...) })
-			if !tb.failed || !strings.Contains(tb.messages(), tc.want) {
-				t.Errorf("failed %t, %q; want a failure saying %q", tb.failed, tb.messages(), tc.want)
+			tb := kittest.RunFakeTB(func(tb testing.TB) { NewPool(tb, tc.opts...) })
+			if !tb.Failed() || !strings.Contains(tb.Messages(), tc.want) {
+				t.Errorf("failed %t, %q; want a failure saying %q", tb.Failed(), tb.Messages(), tc.want)
 			}
 		})
 	}
 	t.Run("the same proxy twice", func(t *testing.T) {
 		var o *options
-		tb := runFakeTB(func(tb testing.TB) { o = collectOptions(tb, "NewPool", []PoolOption{WithProxy(p), WithProxy(p)}) })
-		if tb.failed || o.proxy != p {
-			t.Errorf("failed %t (%q), proxy %p; want no failure and proxy %p", tb.failed, tb.messages(), o.proxy, p)
+		tb := kittest.RunFakeTB(func(tb testing.TB) { o = collectOptions(tb, "NewPool", []PoolOption{WithProxy(p), WithProxy(p)}) })
+		if tb.Failed() || o.proxy != p {
+			t.Errorf("failed %t (%q), proxy %p; want no failure and proxy %p", tb.Failed(), tb.Messages(), o.proxy, p)
 		}
 	})
 	t.Run("another server", func(t *testing.T) {
@@ -254,10 +218,10 @@ func TestWithProxyOptionErrors(t *testing.T) {
 		if srv.Addr() == "" {
 			t.Skip("the shared server is reached over a Unix socket")
 		}
-		tb := runFakeTB(func(tb testing.TB) { NewPool(tb, WithProxy(p)) })
+		tb := kittest.RunFakeTB(func(tb testing.TB) { NewPool(tb, WithProxy(p)) })
 		want := "WithProxy: the proxy forwards to 127.0.0.1:1, but the database is on " + srv.Addr()
-		if !tb.failed || !strings.Contains(tb.messages(), want) {
-			t.Errorf("failed %t, %q; want a failure saying %q", tb.failed, tb.messages(), want)
+		if !tb.Failed() || !strings.Contains(tb.Messages(), want) {
+			t.Errorf("failed %t, %q; want a failure saying %q", tb.Failed(), tb.Messages(), want)
 		}
 		if s := p.Stats(); s.Accepted != 0 {
 			t.Errorf("the proxy accepted %d connections, want none", s.Accepted)
@@ -269,9 +233,9 @@ func TestWithProxyOptionErrors(t *testing.T) {
 func TestWithFailEveryCommitOnceRefused(t *testing.T) {
 	t.Parallel()
 	for _, code := range []string{"", "23505", "40002", "57P01", "40001'; DROP TABLE x; --"} {
-		tb := runFakeTB(func(tb testing.TB) { NewPool(tb, WithFailEveryCommitOnce(code)) })
-		if !tb.failed || !strings.Contains(tb.messages(), "WithFailEveryCommitOnce: SQLSTATE") {
-			t.Errorf("NewPool with WithFailEveryCommitOnce(%q): failed %t, %q", code, tb.failed, tb.messages())
+		tb := kittest.RunFakeTB(func(tb testing.TB) { NewPool(tb, WithFailEveryCommitOnce(code)) })
+		if !tb.Failed() || !strings.Contains(tb.Messages(), "WithFailEveryCommitOnce: SQLSTATE") {
+			t.Errorf("NewPool with WithFailEveryCommitOnce(%q): failed %t, %q", code, tb.Failed(), tb.Messages())
 		}
 	}
 }

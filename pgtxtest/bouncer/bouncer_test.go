@@ -48,7 +48,7 @@ func newBouncerEnv(t *testing.T, opts Config) *bouncerEnv {
 // round trips per statement may land on different server connections.
 func bouncerConnConfig(t *testing.T, dsn string) *pgx.ConnConfig {
 	t.Helper()
-	cfg := connConfig(t, dsn)
+	cfg := kittest.ConnConfig(t, dsn)
 	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	return cfg
 }
@@ -107,7 +107,7 @@ func TestBouncerQuery(t *testing.T) {
 			t.Parallel()
 			e := newBouncerEnv(t, Config{Mode: mode})
 			ctx := testContext(t)
-			c := testConnect(t, ctx, bouncerConnConfig(t, e.via))
+			c := kittest.ConnectConfig(t, ctx, bouncerConnConfig(t, e.via))
 			var db string
 			if err := c.QueryRow(ctx, "select current_database()").Scan(&db); err != nil {
 				t.Fatalf("select current_database(): %v", err)
@@ -115,7 +115,7 @@ func TestBouncerQuery(t *testing.T) {
 			if db != e.db {
 				t.Errorf("current_database() = %q through the bouncer, want %q", db, e.db)
 			}
-			testExec(t, ctx, c, "create table t (id int)")
+			kittest.ExecOK(t, ctx, c, "create table t (id int)")
 			tx, err := c.Begin(ctx)
 			if err != nil {
 				t.Fatalf("begin: %v", err)
@@ -164,8 +164,8 @@ func TestBouncerAdmin(t *testing.T) {
 	if cfg := adminShow(t, ctx, e.b, "SHOW CONFIG"); len(cfg) == 0 {
 		t.Error("SHOW CONFIG through AdminDSN returned no rows")
 	}
-	c := testConnect(t, ctx, bouncerConnConfig(t, e.via))
-	testExec(t, ctx, c, "select 1")
+	c := kittest.ConnectConfig(t, ctx, bouncerConnConfig(t, e.via))
+	kittest.ExecOK(t, ctx, c, "select 1")
 	log, err := os.ReadFile(e.b.LogPath())
 	if err != nil {
 		t.Fatalf("read the log: %v", err)
@@ -199,7 +199,7 @@ func TestBouncerAnyRole(t *testing.T) {
 	})
 	cfg := bouncerConnConfig(t, e.via)
 	cfg.User = role
-	c := testConnect(t, ctx, cfg)
+	c := kittest.ConnectConfig(t, ctx, cfg)
 	var user string
 	if err := c.QueryRow(ctx, "select current_user").Scan(&user); err != nil || user != role {
 		t.Fatalf("current_user = %q, %v; want %q", user, err, role)
@@ -236,9 +236,9 @@ func TestBouncerKill(t *testing.T) {
 					}
 				}
 			}
-			c := testConnect(t, ctx, cfg)
-			testExec(t, ctx, c, "begin")
-			testExec(t, ctx, c, "select 1")
+			c := kittest.ConnectConfig(t, ctx, cfg)
+			kittest.ExecOK(t, ctx, c, "begin")
+			kittest.ExecOK(t, ctx, c, "select 1")
 			done := make(chan error, 1)
 			if tc.running {
 				go func() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/proc"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
@@ -29,7 +30,7 @@ func TestBouncerPoolSharing(t *testing.T) {
 			e := newBouncerEnv(t, Config{Mode: tc.mode, DefaultPoolSize: tc.poolSize})
 			ctx := testContext(t)
 			cfg := bouncerConnConfig(t, e.via)
-			a, b := testConnect(t, ctx, cfg), testConnect(t, ctx, cfg)
+			a, b := kittest.ConnectConfig(t, ctx, cfg), kittest.ConnectConfig(t, ctx, cfg)
 			pidA, pidB := backendPID(t, ctx, a), backendPID(t, ctx, b)
 			if same := pidA == pidB; same != tc.wantSame {
 				t.Errorf("backend pids %d and %d: same %v, want %v", pidA, pidB, same, tc.wantSame)
@@ -45,7 +46,7 @@ func TestBouncerMaxClientConn(t *testing.T) {
 	ctx := testContext(t)
 	cfg := bouncerConnConfig(t, e.via)
 	for range maxConns {
-		testExec(t, ctx, testConnect(t, ctx, cfg), "select 1")
+		kittest.ExecOK(t, ctx, kittest.ConnectConfig(t, ctx, cfg), "select 1")
 	}
 	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err == nil {
@@ -63,8 +64,8 @@ func TestBouncerQueryWaitTimeout(t *testing.T) {
 	e := newBouncerEnv(t, Config{QueryWaitTimeout: time.Second, DefaultPoolSize: 1})
 	ctx := testContext(t)
 	cfg := bouncerConnConfig(t, e.via)
-	holder := testConnect(t, ctx, cfg)
-	waiter := testConnect(t, ctx, cfg) // logs in while the pool's server is free
+	holder := kittest.ConnectConfig(t, ctx, cfg)
+	waiter := kittest.ConnectConfig(t, ctx, cfg) // logs in while the pool's server is free
 	tx, err := holder.Begin(ctx)
 	if err != nil {
 		t.Fatalf("begin: %v", err)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/proc"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
@@ -20,9 +21,9 @@ func TestBouncerStop(t *testing.T) {
 	t.Parallel()
 	e := newBouncerEnv(t, Config{Mode: PoolSession})
 	ctx := testContext(t)
-	c := testConnect(t, ctx, bouncerConnConfig(t, e.via))
-	testExec(t, ctx, c, "begin")
-	testExec(t, ctx, c, "select 1")
+	c := kittest.ConnectConfig(t, ctx, bouncerConnConfig(t, e.via))
+	kittest.ExecOK(t, ctx, c, "begin")
+	kittest.ExecOK(t, ctx, c, "select 1")
 	pid := e.b.proc.Cmd.Process.Pid
 
 	start := time.Now()
@@ -98,18 +99,9 @@ func TestBouncerSweepsDeadBinariesDirs(t *testing.T) {
 	dead := filepath.Join(base, bouncerDirPrefix+"999999999-1")
 	mine := filepath.Join(base, bouncerDirPrefix+strconv.Itoa(os.Getpid())+"-1")
 	cluster := filepath.Join(base, "pgtx-pgtest-cluster-999999999-1")
-	for _, dir := range []string{dead, mine, cluster} {
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
+	kittest.MakeDirs(t, dead, mine, cluster)
 	sweepStaleBouncers(base)
-	for dir, wantGone := range map[string]bool{dead: true, mine: false, cluster: false} {
-		_, err := os.Stat(dir)
-		if gone := os.IsNotExist(err); gone != wantGone {
-			t.Errorf("%s: removed %v, want %v", filepath.Base(dir), gone, wantGone)
-		}
-	}
+	kittest.CheckRemoved(t, map[string]bool{dead: true, mine: false, cluster: false})
 }
 
 func TestBouncerMissingBinary(t *testing.T) {

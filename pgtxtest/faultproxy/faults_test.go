@@ -3,7 +3,6 @@ package faultproxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,46 +13,13 @@ import (
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 )
 
-// xactRollbacks returns the server's count of rolled-back transactions in the
-// database conn is connected to.
-func xactRollbacks(ctx context.Context, conn *pgx.Conn) (int64, error) {
-	var n int64
-	err := conn.QueryRow(ctx, "SELECT xact_rollback FROM pg_stat_database WHERE datname = current_database()").Scan(&n)
-	return n, err
-}
-
-// waitRollbacksAbove waits until the server counts more than before rolled-back
-// transactions in conn's database. A backend reports its counts when it exits,
-// and when idle at most once a second (once in ten seconds from PostgreSQL 15
-// on): close the connections that rolled back first.
-func waitRollbacksAbove(t *testing.T, ctx context.Context, conn *pgx.Conn, before int64) {
-	t.Helper()
-	kittest.Eventually(t, ctx, 20*time.Second, "xact_rollback grows", func(ctx context.Context) error {
-		n, err := xactRollbacks(ctx, conn)
-		if err == nil && n <= before {
-			err = fmt.Errorf("xact_rollback %d, was %d", n, before)
-		}
-		return err
-	})
-}
-
-// requireSQLState fails the test unless err carries a server error with code.
-func requireSQLState(t *testing.T, what string, err error, code string) *pgconn.PgError {
-	t.Helper()
-	pgErr, ok := errors.AsType[*pgconn.PgError](err)
-	if !ok || pgErr.Code != code {
-		t.Fatalf("%s: error %v, want a server error with SQLSTATE %s", what, err, code)
-	}
-	return pgErr
-}
-
 // The next n COMMITs fail with the server's own error, in either protocol; the
 // transaction is rolled back and the connection is idle and usable.
 func TestProxyFailCommits(t *testing.T) {
 	e := newProxyEnv(t)
 	ctx := testContext(t)
-	direct := testConnect(t, ctx, connConfig(t, e.direct))
-	testExec(t, ctx, direct, "CREATE TABLE t (id int PRIMARY KEY)")
+	direct := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.direct))
+	kittest.ExecOK(t, ctx, direct, "CREATE TABLE t (id int PRIMARY KEY)")
 
 	simple := func(ctx context.Context, c *pgx.Conn) error { return c.PgConn().Exec(ctx, "commit").Close() }
 	extended := func(ctx context.Context, c *pgx.Conn) error {
@@ -72,21 +38,21 @@ func TestProxyFailCommits(t *testing.T) {
 	id := 0
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := pgx.ConnectConfig(ctx, connConfig(t, e.viaProxy))
+			c, err := pgx.ConnectConfig(ctx, kittest.ConnConfig(t, e.viaProxy))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer c.Close(ctx)
 			before := e.proxy.Stats().InjectedFailures
-			rollbacks, err := xactRollbacks(ctx, direct)
+			rollbacks, err := kittest.XactRollbacks(ctx, direct)
 			if err != nil {
 				t.Fatal(err)
 			}
 			e.proxy.FailCommits(1, tc.code)
 			id++
-			testExec(t, ctx, c, "BEGIN")
-			testExec(t, ctx, c, "INSERT INTO t VALUES ($1)", id)
-			pgErr := requireSQLState(t, "COMMIT", tc.commit(ctx, c), tc.code)
+			kittest.ExecOK(t, ctx, c, "BEGIN")
+			kittest.ExecOK(t, ctx, c, "INSERT INTO t VALUES ($1)", id)
+			pgErr := kittest.RequireSQLState(t, "COMMIT", tc.commit(ctx, c), tc.code)
 			if !strings.HasPrefix(pgErr.Message, failedByProxy) || pgErr.Where != "" || pgErr.Severity != "ERROR" {
 				t.Errorf("error %+v: want the injected message, severity ERROR and no PL/pgSQL context", *pgErr)
 			}
@@ -102,8 +68,8 @@ func TestProxyFailCommits(t *testing.T) {
 
 			// The rule is used up: the next transaction commits.
 			id++
-			testExec(t, ctx, c, "BEGIN")
-			testExec(t, ctx, c, "INSERT INTO t VALUES ($1)", id)
+			kittest.ExecOK(t, ctx, c, "BEGIN")
+			kittest.ExecOK(t, ctx, c, "INSERT INTO t VALUES ($1)", id)
 			if err := tc.commit(ctx, c); err != nil {
 				t.Fatalf("the next COMMIT: %v", err)
 			}
@@ -113,19 +79,19 @@ func TestProxyFailCommits(t *testing.T) {
 			if err := c.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
-			waitRollbacksAbove(t, ctx, direct, rollbacks)
+			kittest.WaitRollbacksAbove(t, ctx, direct, rollbacks)
 		})
 	}
 
 	// Only a COMMIT of an open transaction counts: one outside a transaction, or
 	// of a failed one, goes through as is and leaves the rule armed.
-	c := testConnect(t, ctx, connConfig(t, e.viaProxy))
+	c := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.viaProxy))
 	t.Run("not in a transaction", func(t *testing.T) {
 		e.proxy.FailCommits(1, "40001")
 		defer e.proxy.StopFailing()
 		before := e.proxy.Stats().InjectedFailures
-		testExec(t, ctx, c, "COMMIT") // a warning: no transaction in progress
-		testExec(t, ctx, c, "BEGIN")
+		kittest.ExecOK(t, ctx, c, "COMMIT") // a warning: no transaction in progress
+		kittest.ExecOK(t, ctx, c, "BEGIN")
 		if _, err := c.Exec(ctx, "SELECT 1/0"); err == nil {
 			t.Fatal("1/0 did not fail")
 		}
@@ -138,19 +104,19 @@ func TestProxyFailCommits(t *testing.T) {
 		}
 		// A COMMIT that shares its Query message with another statement is not
 		// failed either.
-		testExec(t, ctx, c, "BEGIN")
+		kittest.ExecOK(t, ctx, c, "BEGIN")
 		if err := c.PgConn().Exec(ctx, "COMMIT; SELECT 1").Close(); err != nil {
 			t.Fatalf("COMMIT; SELECT 1: %v", err)
 		}
 		// pgx's Tx.Commit is.
 		err = pgx.BeginFunc(ctx, c, func(tx pgx.Tx) error { return nil })
-		requireSQLState(t, "BeginFunc", err, "40001")
+		kittest.RequireSQLState(t, "BeginFunc", err, "40001")
 	})
 
 	t.Run("every COMMIT", func(t *testing.T) {
 		e.proxy.FailCommits(0, "40001")
 		for range 3 {
-			requireSQLState(t, "BeginFunc", pgx.BeginFunc(ctx, c, func(pgx.Tx) error { return nil }), "40001")
+			kittest.RequireSQLState(t, "BeginFunc", pgx.BeginFunc(ctx, c, func(pgx.Tx) error { return nil }), "40001")
 		}
 		e.proxy.StopFailing()
 		if err := pgx.BeginFunc(ctx, c, func(pgx.Tx) error { return nil }); err != nil {
@@ -172,9 +138,9 @@ func TestProxyFailCodeRefused(t *testing.T) {
 			"FailCommits":         func() error { return p.FailCommits(1, code) },
 			"FailEveryCommitOnce": func() error { return p.FailEveryCommitOnce(code) },
 		} {
-			tb := runFakeTB(func(tb testing.TB) { p.tb = tb; _ = arm() })
-			if !tb.failed || !strings.Contains(tb.messages(), "use 40001 (serialization_failure) or 40P01") {
-				t.Errorf("%s(%q) with a test: failed %t, %q", name, code, tb.failed, tb.messages())
+			tb := kittest.RunFakeTB(func(tb testing.TB) { p.tb = tb; _ = arm() })
+			if !tb.Failed() || !strings.Contains(tb.Messages(), "use 40001 (serialization_failure) or 40P01") {
+				t.Errorf("%s(%q) with a test: failed %t, %q", name, code, tb.Failed(), tb.Messages())
 			}
 			p.tb = nil
 			if err := arm(); !errors.Is(err, pgtx.ErrInvalidArgument) || !strings.Contains(err.Error(), "cannot be injected") {
@@ -191,7 +157,7 @@ func TestProxyFailCodeRefused(t *testing.T) {
 func TestProxySlowStatements(t *testing.T) {
 	e := newProxyEnv(t)
 	ctx := testContext(t)
-	c := testConnect(t, ctx, connConfig(t, e.viaProxy))
+	c := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.viaProxy))
 	const d = 200 * time.Millisecond
 	e.proxy.SlowStatements(MatchPrefix("select 'slow"), d)
 	e.proxy.SlowStatements(MatchPrefix("select 'forever"), time.Hour)
@@ -214,7 +180,7 @@ func TestProxySlowStatements(t *testing.T) {
 			conn := c
 			qctx := ctx
 			if tc.deadline > 0 {
-				conn = testConnect(t, ctx, connConfig(t, e.viaProxy)) // the deadline closes it
+				conn = kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.viaProxy)) // the deadline closes it
 				var cancel context.CancelFunc
 				qctx, cancel = context.WithTimeout(ctx, tc.deadline)
 				defer cancel()
@@ -244,7 +210,7 @@ func TestProxySlowStatements(t *testing.T) {
 	}
 	e.proxy.Reset()
 	before := e.proxy.Stats().SlowedStatements
-	testExec(t, ctx, c, "select 'slow'")
+	kittest.ExecOK(t, ctx, c, "select 'slow'")
 	if got := e.proxy.Stats().SlowedStatements; got != before {
 		t.Errorf("after Reset, SlowedStatements grew from %d to %d", before, got)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 )
 
 func TestSavepointOp(t *testing.T) {
@@ -102,8 +103,8 @@ func TestIDRead(t *testing.T) {
 func TestFailEveryCommitOnceFingerprint(t *testing.T) {
 	e := newProxyEnv(t)
 	ctx := testContext(t)
-	c := testConnect(t, ctx, connConfig(t, e.viaProxy))
-	testExec(t, ctx, c, "CREATE TABLE t (id int)")
+	c := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.viaProxy))
+	kittest.ExecOK(t, ctx, c, "CREATE TABLE t (id int)")
 	e.proxy.FailEveryCommitOnce("40001")
 	defer e.proxy.StopFailing()
 

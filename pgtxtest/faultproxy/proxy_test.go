@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 	"go.uber.org/goleak"
 )
@@ -57,47 +58,7 @@ func newProxyEnv(t *testing.T) *proxyEnv {
 // testContext returns a context that bounds a test's database work.
 func testContext(t *testing.T) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// connConfig parses dsn for a plain-text connection without fallbacks, so
-// that every pgx.Connect is exactly one connection through a proxy or a
-// bouncer.
-func connConfig(t *testing.T, dsn string) *pgx.ConnConfig {
-	t.Helper()
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		t.Fatalf("parse DSN: %v", err)
-	}
-	cfg.TLSConfig = nil
-	cfg.Fallbacks = nil
-	cfg.ConnectTimeout = 15 * time.Second
-	return cfg
-}
-
-// testConnect opens a connection that is closed when the test ends.
-func testConnect(t *testing.T, ctx context.Context, cfg *pgx.ConnConfig) *pgx.Conn {
-	t.Helper()
-	c, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatalf("connect to %s:%d: %v", cfg.Host, cfg.Port, err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = c.Close(ctx)
-	})
-	return c
-}
-
-// testExec runs sql and fails the test on error.
-func testExec(t *testing.T, ctx context.Context, c *pgx.Conn, sql string, args ...any) {
-	t.Helper()
-	if _, err := c.Exec(ctx, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
+	return kittest.Context(t, testTimeout)
 }
 
 // requireConnCut fails the test unless err is a connection failure rather than
@@ -116,7 +77,7 @@ func requireConnCut(t *testing.T, what string, err error) {
 // see waitBackendGone.
 func (e *proxyEnv) holdBackendLock(t *testing.T, ctx context.Context, c *pgx.Conn) {
 	t.Helper()
-	testExec(t, ctx, c, "select pg_advisory_lock($1)", e.lockKey)
+	kittest.ExecOK(t, ctx, c, "select pg_advisory_lock($1)", e.lockKey)
 }
 
 // waitBackendGone blocks until the backend that called holdBackendLock has
@@ -150,8 +111,8 @@ func proxyRowCount(t *testing.T, ctx context.Context, c *pgx.Conn, id int) int {
 func TestProxyPassThrough(t *testing.T) {
 	e := newProxyEnv(t)
 	ctx := testContext(t)
-	c := testConnect(t, ctx, connConfig(t, e.viaProxy))
-	testExec(t, ctx, c, "create table items (id int primary key, note text)")
+	c := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.viaProxy))
+	kittest.ExecOK(t, ctx, c, "create table items (id int primary key, note text)")
 	big := strings.Repeat("x", 300<<10)
 
 	tests := []struct {
@@ -306,16 +267,16 @@ func TestProxyCancelRequest(t *testing.T) {
 	if got := e.proxy.Stats().Accepted - before; got != 1 {
 		t.Errorf("cancel request used %d proxied connections, want 1", got)
 	}
-	testExec(t, ctx, c, "select 1")
+	kittest.ExecOK(t, ctx, c, "select 1")
 }
 
 func TestProxyCutOnCommit(t *testing.T) {
 	e := newProxyEnv(t)
 	ctx := testContext(t)
-	direct := testConnect(t, ctx, connConfig(t, e.direct))
-	testExec(t, ctx, direct, "create table t (id int primary key)")
+	direct := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.direct))
+	kittest.ExecOK(t, ctx, direct, "create table t (id int primary key)")
 
-	c := testConnect(t, ctx, connConfig(t, e.viaProxy))
+	c := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.viaProxy))
 	e.holdBackendLock(t, ctx, c)
 	e.proxy.CutOnCommit(1)
 	tx, err := c.Begin(ctx)
@@ -344,7 +305,7 @@ func TestProxyCutOnCommit(t *testing.T) {
 	}
 
 	// The rule was one-shot: the next commit goes through.
-	c2 := testConnect(t, ctx, connConfig(t, e.viaProxy))
+	c2 := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.viaProxy))
 	tx2, err := c2.Begin(ctx)
 	if err != nil {
 		t.Fatalf("begin: %v", err)
@@ -390,12 +351,12 @@ func TestProxyCutStatement(t *testing.T) {
 			t.Run(kind.name+"/"+mode.name, func(t *testing.T) {
 				e := newProxyEnv(t)
 				ctx := testContext(t)
-				direct := testConnect(t, ctx, connConfig(t, e.direct))
-				testExec(t, ctx, direct, "create table t (id int primary key)")
-				c := testConnect(t, ctx, connConfig(t, e.viaProxy))
+				direct := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.direct))
+				kittest.ExecOK(t, ctx, direct, "create table t (id int primary key)")
+				c := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.viaProxy))
 				e.holdBackendLock(t, ctx, c)
 				if mode.prime {
-					testExec(t, ctx, c, insert, mode.mode, 1)
+					kittest.ExecOK(t, ctx, c, insert, mode.mode, 1)
 				}
 
 				kind.arm(e.proxy, MatchPrefix("INSERT into t"))
@@ -434,7 +395,7 @@ func TestProxyRuleCounts(t *testing.T) {
 			ctx := testContext(t)
 			e.proxy.CutOnCommit(tc.n)
 			for i, wantCut := range tc.wantCuts {
-				c := testConnect(t, ctx, connConfig(t, e.viaProxy))
+				c := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.viaProxy))
 				tx, err := c.Begin(ctx)
 				if err != nil {
 					t.Fatalf("begin %d: %v", i, err)
@@ -462,8 +423,8 @@ func TestProxyRuleCounts(t *testing.T) {
 func TestProxyRefuseNew(t *testing.T) {
 	e := newProxyEnv(t)
 	ctx := testContext(t)
-	cfg := connConfig(t, e.viaProxy)
-	established := testConnect(t, ctx, cfg)
+	cfg := kittest.ConnConfig(t, e.viaProxy)
+	established := kittest.ConnectConfig(t, ctx, cfg)
 
 	e.proxy.RefuseNew(true)
 	if c, err := pgx.ConnectConfig(ctx, cfg); err == nil {
@@ -473,11 +434,11 @@ func TestProxyRefuseNew(t *testing.T) {
 	if s := e.proxy.Stats(); s.Refused < 1 {
 		t.Errorf("stats %+v: want Refused >= 1", s)
 	}
-	testExec(t, ctx, established, "select 1")
+	kittest.ExecOK(t, ctx, established, "select 1")
 
 	e.proxy.RefuseNew(false)
-	c := testConnect(t, ctx, cfg)
-	testExec(t, ctx, c, "select 1")
+	c := kittest.ConnectConfig(t, ctx, cfg)
+	kittest.ExecOK(t, ctx, c, "select 1")
 }
 
 // TestProxyRejectNew: while RejectNew has a code, a new connection fails
@@ -486,8 +447,8 @@ func TestProxyRefuseNew(t *testing.T) {
 func TestProxyRejectNew(t *testing.T) {
 	e := newProxyEnv(t)
 	ctx := testContext(t)
-	cfg := connConfig(t, e.viaProxy)
-	established := testConnect(t, ctx, cfg)
+	cfg := kittest.ConnConfig(t, e.viaProxy)
+	established := kittest.ConnectConfig(t, ctx, cfg)
 
 	tests := []struct{ code, msg string }{
 		{"57P03", "the database system is starting up"},
@@ -509,19 +470,19 @@ func TestProxyRejectNew(t *testing.T) {
 			t.Errorf("stats %+v: want Rejected %d", s, i+1)
 		}
 	}
-	testExec(t, ctx, established, "select 1")
+	kittest.ExecOK(t, ctx, established, "select 1")
 
 	e.proxy.RejectNew("")
-	c := testConnect(t, ctx, cfg)
-	testExec(t, ctx, c, "select 1")
+	c := kittest.ConnectConfig(t, ctx, cfg)
+	kittest.ExecOK(t, ctx, c, "select 1")
 }
 
 func TestProxySetLatency(t *testing.T) {
 	const d = 150 * time.Millisecond
 	e := newProxyEnv(t)
 	ctx := testContext(t)
-	cfg := connConfig(t, e.viaProxy)
-	c := testConnect(t, ctx, cfg)
+	cfg := kittest.ConnConfig(t, e.viaProxy)
+	c := kittest.ConnectConfig(t, ctx, cfg)
 
 	tests := []struct {
 		name string
@@ -556,7 +517,7 @@ func TestProxySetLatency(t *testing.T) {
 		})
 	}
 	e.proxy.SetLatency(0)
-	testExec(t, ctx, c, "select 1")
+	kittest.ExecOK(t, ctx, c, "select 1")
 }
 
 // startCancellable opens a proxied connection and starts a statement on it
@@ -565,7 +526,7 @@ func TestProxySetLatency(t *testing.T) {
 func (e *proxyEnv) startCancellable(t *testing.T, ctx context.Context) (*pgx.Conn, <-chan error) {
 	t.Helper()
 	started := make(chan struct{}, 1)
-	cfg := connConfig(t, e.viaProxy)
+	cfg := kittest.ConnConfig(t, e.viaProxy)
 	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
 		if n.Message == "started" {
 			select {
@@ -574,7 +535,7 @@ func (e *proxyEnv) startCancellable(t *testing.T, ctx context.Context) (*pgx.Con
 			}
 		}
 	}
-	c := testConnect(t, ctx, cfg)
+	c := kittest.ConnectConfig(t, ctx, cfg)
 	done := make(chan error, 1)
 	go func() {
 		// The server flushes the notice at once, so once it arrives the
@@ -602,13 +563,13 @@ func TestProxyConnLatencyCancelRequest(t *testing.T) {
 	const d = 500 * time.Millisecond
 	e := newProxyEnv(t)
 	ctx := testContext(t)
-	other := testConnect(t, ctx, connConfig(t, e.viaProxy))
+	other := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.viaProxy))
 	c, done := e.startCancellable(t, ctx)
 	e.proxy.SetConnLatency(ConnCancelRequest, d)
 
 	// Sessions are not held: neither before nor while a cancel request is.
 	start := time.Now()
-	testExec(t, ctx, other, "select 1")
+	kittest.ExecOK(t, ctx, other, "select 1")
 	if took := time.Since(start); took >= d {
 		t.Errorf("a session's round trip took %v with cancel-request latency %v, want it not held", took, d)
 	}
@@ -617,7 +578,7 @@ func TestProxyConnLatencyCancelRequest(t *testing.T) {
 	cancelled := make(chan error, 1)
 	go func() { cancelled <- c.PgConn().CancelRequest(ctx) }()
 	roundTrip := time.Now()
-	testExec(t, ctx, other, "select 1")
+	kittest.ExecOK(t, ctx, other, "select 1")
 	if took := time.Since(roundTrip); took >= d {
 		t.Errorf("a session's round trip during a held cancel request took %v, want it not held", took)
 	}
@@ -631,7 +592,7 @@ func TestProxyConnLatencyCancelRequest(t *testing.T) {
 	if took := time.Since(start); took < d {
 		t.Errorf("statement cancelled %v after the cancel request, want at least the latency %v", took, d)
 	}
-	testExec(t, ctx, c, "select 1")
+	kittest.ExecOK(t, ctx, c, "select 1")
 }
 
 func TestProxyConnLatencySessionSparesCancel(t *testing.T) {
@@ -651,7 +612,7 @@ func TestProxyConnLatencySessionSparesCancel(t *testing.T) {
 		t.Errorf("cancel with session latency took %v, want it not held", took)
 	}
 	e.proxy.Reset()
-	testExec(t, ctx, c, "select 1")
+	kittest.ExecOK(t, ctx, c, "select 1")
 }
 
 func TestProxyConnLatencySettings(t *testing.T) {
@@ -697,10 +658,10 @@ func TestProxyConnLatencySettings(t *testing.T) {
 func TestProxyCutAll(t *testing.T) {
 	e := newProxyEnv(t)
 	ctx := testContext(t)
-	cfg := connConfig(t, e.viaProxy)
-	conns := []*pgx.Conn{testConnect(t, ctx, cfg), testConnect(t, ctx, cfg)}
+	cfg := kittest.ConnConfig(t, e.viaProxy)
+	conns := []*pgx.Conn{kittest.ConnectConfig(t, ctx, cfg), kittest.ConnectConfig(t, ctx, cfg)}
 	for _, c := range conns {
-		testExec(t, ctx, c, "select 1")
+		kittest.ExecOK(t, ctx, c, "select 1")
 	}
 	if n := e.proxy.CutAll(); n != len(conns) {
 		t.Fatalf("CutAll() = %d, want %d", n, len(conns))
@@ -709,8 +670,8 @@ func TestProxyCutAll(t *testing.T) {
 		_, err := c.Exec(ctx, "select 1")
 		requireConnCut(t, fmt.Sprint("query on connection ", i), err)
 	}
-	c := testConnect(t, ctx, cfg)
-	testExec(t, ctx, c, "select 1")
+	c := kittest.ConnectConfig(t, ctx, cfg)
+	kittest.ExecOK(t, ctx, c, "select 1")
 	if s := e.proxy.Stats(); s.CutsAll != int64(len(conns)) {
 		t.Errorf("stats %+v: want CutsAll %d", s, len(conns))
 	}
@@ -839,9 +800,9 @@ func rowLocked(t *testing.T, ctx context.Context, direct *pgx.Conn, id int) bool
 // locks row id.
 func lockRow(t *testing.T, ctx context.Context, c *pgx.Conn, id, ins int) {
 	t.Helper()
-	testExec(t, ctx, c, "begin")
-	testExec(t, ctx, c, "insert into t values ($1)", ins)
-	testExec(t, ctx, c, "select id from t where id = $1 for update", id)
+	kittest.ExecOK(t, ctx, c, "begin")
+	kittest.ExecOK(t, ctx, c, "insert into t values ($1)", ins)
+	kittest.ExecOK(t, ctx, c, "select id from t where id = $1 for update", id)
 }
 
 func TestProxyStallOnCommit(t *testing.T) {
@@ -886,11 +847,11 @@ func TestProxyStallOnCommit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newProxyEnv(t)
 			ctx := testContext(t)
-			direct := testConnect(t, ctx, connConfig(t, e.direct))
-			testExec(t, ctx, direct, "create table t (id int primary key)")
-			testExec(t, ctx, direct, "insert into t values (1)")
+			direct := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.direct))
+			kittest.ExecOK(t, ctx, direct, "create table t (id int primary key)")
+			kittest.ExecOK(t, ctx, direct, "insert into t values (1)")
 
-			c := testConnect(t, ctx, connConfig(t, e.viaProxy))
+			c := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.viaProxy))
 			if tc.prepare != nil {
 				if err := tc.prepare(ctx, c); err != nil {
 					t.Fatalf("prepare: %v", err)
@@ -929,9 +890,9 @@ func TestProxyStallOnCommit(t *testing.T) {
 			}
 
 			// The rule was one-shot: the next commit goes through.
-			c2 := testConnect(t, ctx, connConfig(t, e.viaProxy))
+			c2 := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.viaProxy))
 			lockRow(t, ctx, c2, 1, 3)
-			testExec(t, ctx, c2, "commit")
+			kittest.ExecOK(t, ctx, c2, "commit")
 			if n := proxyRowCount(t, ctx, direct, 3); n != 1 {
 				t.Errorf("row 3: %d rows, want 1", n)
 			}
@@ -945,11 +906,11 @@ func TestProxyStallOnCommit(t *testing.T) {
 func TestProxyStallAll(t *testing.T) {
 	e := newProxyEnv(t)
 	ctx := testContext(t)
-	direct := testConnect(t, ctx, connConfig(t, e.direct))
-	testExec(t, ctx, direct, "create table t (id int primary key)")
-	testExec(t, ctx, direct, "insert into t values (1), (2)")
+	direct := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.direct))
+	kittest.ExecOK(t, ctx, direct, "create table t (id int primary key)")
+	kittest.ExecOK(t, ctx, direct, "insert into t values (1), (2)")
 
-	cfg := connConfig(t, e.viaProxy)
+	cfg := kittest.ConnConfig(t, e.viaProxy)
 	// Each client sends, once stalled, a statement whose effect would show
 	// if it reached the server: a COMMIT would free the row lock and keep
 	// the transaction's insert, an INSERT outside a transaction would add
@@ -960,9 +921,9 @@ func TestProxyStallAll(t *testing.T) {
 		state string
 		sql   string // sent after StallAll
 	}{
-		{c: testConnect(t, ctx, cfg), lock: 1, state: "idle in transaction", sql: "commit"},
-		{c: testConnect(t, ctx, cfg), lock: 2, state: "idle in transaction", sql: "commit"},
-		{c: testConnect(t, ctx, cfg), state: "idle", sql: "insert into t values (100)"},
+		{c: kittest.ConnectConfig(t, ctx, cfg), lock: 1, state: "idle in transaction", sql: "commit"},
+		{c: kittest.ConnectConfig(t, ctx, cfg), lock: 2, state: "idle in transaction", sql: "commit"},
+		{c: kittest.ConnectConfig(t, ctx, cfg), state: "idle", sql: "insert into t values (100)"},
 	}
 	pids := make([]uint32, len(conns))
 	for i, sc := range conns {
@@ -970,7 +931,7 @@ func TestProxyStallAll(t *testing.T) {
 		if sc.lock != 0 {
 			lockRow(t, ctx, sc.c, sc.lock, 10+i)
 		} else {
-			testExec(t, ctx, sc.c, "select 1")
+			kittest.ExecOK(t, ctx, sc.c, "select 1")
 		}
 	}
 
@@ -999,8 +960,8 @@ func TestProxyStallAll(t *testing.T) {
 	// leaves stalled connections alone. (It also cuts the cancel requests
 	// that pgx sent for the timed-out connections, which the proxy holds
 	// while their backends are stalled, so its count is not checked.)
-	fresh := testConnect(t, ctx, cfg)
-	testExec(t, ctx, fresh, "select 1")
+	fresh := kittest.ConnectConfig(t, ctx, cfg)
+	kittest.ExecOK(t, ctx, fresh, "select 1")
 	if n := e.proxy.CutAll(); n < 1 {
 		t.Errorf("CutAll() = %d, want at least the connection opened after StallAll", n)
 	}
@@ -1036,9 +997,9 @@ func TestProxyCloseReleasesStalled(t *testing.T) {
 	}
 	dsn := newTestDatabase(t, srv)
 	ctx := testContext(t)
-	direct := testConnect(t, ctx, connConfig(t, dsn))
-	testExec(t, ctx, direct, "create table t (id int primary key)")
-	testExec(t, ctx, direct, "insert into t values (1)")
+	direct := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, dsn))
+	kittest.ExecOK(t, ctx, direct, "create table t (id int primary key)")
+	kittest.ExecOK(t, ctx, direct, "insert into t values (1)")
 	ignore := goleak.IgnoreCurrent()
 
 	p, err := Start(srv.Addr())
@@ -1049,7 +1010,7 @@ func TestProxyCloseReleasesStalled(t *testing.T) {
 	if err != nil {
 		t.Fatalf("proxy DSN: %v", err)
 	}
-	c, err := pgx.ConnectConfig(ctx, connConfig(t, via))
+	c, err := pgx.ConnectConfig(ctx, kittest.ConnConfig(t, via))
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -1065,12 +1026,12 @@ func TestProxyCloseReleasesStalled(t *testing.T) {
 	if !rowLocked(t, ctx, direct, 1) {
 		t.Fatal("row 1 is free while the stalled transaction holds its lock")
 	}
-	other, err := pgx.ConnectConfig(ctx, connConfig(t, via))
+	other, err := pgx.ConnectConfig(ctx, kittest.ConnConfig(t, via))
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
-	testExec(t, ctx, other, "begin")
-	testExec(t, ctx, other, "commit")
+	kittest.ExecOK(t, ctx, other, "begin")
+	kittest.ExecOK(t, ctx, other, "commit")
 
 	if err := p.Close(); err != nil {
 		t.Fatalf("close: %v", err)
@@ -1098,7 +1059,7 @@ func TestProxyReset(t *testing.T) {
 	e.proxy.RefuseNew(true)
 	e.proxy.Reset()
 
-	c := testConnect(t, ctx, connConfig(t, e.viaProxy))
+	c := kittest.ConnectConfig(t, ctx, kittest.ConnConfig(t, e.viaProxy))
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		t.Fatalf("begin: %v", err)
@@ -1114,7 +1075,7 @@ func TestProxyReset(t *testing.T) {
 func TestProxyStats(t *testing.T) {
 	e := newProxyEnv(t)
 	ctx := testContext(t)
-	cfg := connConfig(t, e.viaProxy)
+	cfg := kittest.ConnConfig(t, e.viaProxy)
 	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
@@ -1124,9 +1085,9 @@ func TestProxyStats(t *testing.T) {
 		t.Errorf("after connect: stats %+v, want Accepted 1, Active 1", before)
 	}
 	for _, sql := range []string{"select 1", "select 2", "select 3"} {
-		testExec(t, ctx, c, sql)
+		kittest.ExecOK(t, ctx, c, sql)
 	}
-	testExec(t, ctx, c, "select $1::int", pgx.QueryExecModeExec, 4) // one Parse
+	kittest.ExecOK(t, ctx, c, "select $1::int", pgx.QueryExecModeExec, 4) // one Parse
 	if got := e.proxy.Stats().Statements - before.Statements; got != 4 {
 		t.Errorf("statements seen = %d, want 4", got)
 	}
@@ -1160,7 +1121,7 @@ func TestProxyCloseLeavesNoGoroutines(t *testing.T) {
 	if err != nil {
 		t.Fatalf("proxy DSN: %v", err)
 	}
-	cfg := connConfig(t, via)
+	cfg := kittest.ConnConfig(t, via)
 	var conns []*pgx.Conn
 	open := func() *pgx.Conn {
 		c, err := pgx.ConnectConfig(ctx, cfg)
@@ -1171,7 +1132,7 @@ func TestProxyCloseLeavesNoGoroutines(t *testing.T) {
 		return c
 	}
 	idle := open()
-	testExec(t, ctx, idle, "select 1")
+	kittest.ExecOK(t, ctx, idle, "select 1")
 	cut := open()
 	p.CutOnCommit(1)
 	tx, err := cut.Begin(ctx)

@@ -31,7 +31,7 @@ func writeThrough(t *testing.T, ctx context.Context, dsn string, id int) (took t
 	t.Helper()
 	start := time.Now()
 	kittest.Eventually(t, ctx, time.Minute, "write "+strconv.Itoa(id)+" through "+dsn, func(ctx context.Context) error {
-		return oneShot(ctx, dsn, func(ctx context.Context, conn *pgx.Conn) error {
+		return kittest.OneShot(ctx, dsn, func(ctx context.Context, conn *pgx.Conn) error {
 			return conn.QueryRow(ctx, "INSERT INTO items VALUES ($1) RETURNING inet_server_port()", id).Scan(&port)
 		})
 	})
@@ -42,7 +42,7 @@ func writeThrough(t *testing.T, ctx context.Context, dsn string, id int) (took t
 func rowCount(t *testing.T, ctx context.Context, dsn string) int {
 	t.Helper()
 	var n int
-	err := oneShot(ctx, dsn, func(ctx context.Context, conn *pgx.Conn) error {
+	err := kittest.OneShot(ctx, dsn, func(ctx context.Context, conn *pgx.Conn) error {
 		return conn.QueryRow(ctx, "SELECT count(*) FROM items").Scan(&n)
 	})
 	if err != nil {
@@ -56,7 +56,7 @@ func serverTimeline(t *testing.T, ctx context.Context, dsn string) uint64 {
 	t.Helper()
 	conn := kittest.Connect(t, dsn)
 	defer conn.Close(ctx)
-	return timeline(t, conn)
+	return kittest.Timeline(t, conn)
 }
 
 // logEvents logs the monitor's events since since, with their time after it, and
@@ -126,23 +126,23 @@ func checkNewFormation(t *testing.T, ctx context.Context, f *Formation) {
 	defer conn.Close(ctx)
 	kittest.ExecOK(t, ctx, conn, "CREATE TABLE items (id int PRIMARY KEY)")
 	kittest.ExecOK(t, ctx, conn, "INSERT INTO items VALUES (1)")
-	if got := queryString(t, conn, "SELECT inet_server_port()::text"); got != strconv.Itoa(nodes[0].Port) {
+	if got := kittest.QueryString(t, conn, "SELECT inet_server_port()::text"); got != strconv.Itoa(nodes[0].Port) {
 		t.Errorf("the URI reaches port %s, want the primary's %d", got, nodes[0].Port)
 	}
 	// pg_auto_failover's synchronous replication: the COMMIT above waited for node2.
-	if got := queryString(t, conn, "SELECT current_setting('synchronous_standby_names') || ' ' || current_setting('synchronous_commit')"); !strings.Contains(got, "pgautofailover_standby_") || !strings.HasSuffix(got, " on") {
+	if got := kittest.QueryString(t, conn, "SELECT current_setting('synchronous_standby_names') || ' ' || current_setting('synchronous_commit')"); !strings.Contains(got, "pgautofailover_standby_") || !strings.HasSuffix(got, " on") {
 		t.Errorf("synchronous_standby_names and synchronous_commit on the primary: %q, want a pgautofailover standby and on", got)
 	}
-	if got := queryString(t, conn, "SELECT string_agg(sync_state, ',') FROM pg_stat_replication"); got != "quorum" && got != "sync" {
+	if got := kittest.QueryString(t, conn, "SELECT string_agg(sync_state, ',') FROM pg_stat_replication"); got != "quorum" && got != "sync" {
 		t.Errorf("the primary's standbys' sync_state: %q, want one synchronous standby", got)
 	}
 	mconn := kittest.Connect(t, f.MonitorDSN())
 	defer mconn.Close(ctx)
-	if got := queryString(t, mconn, "SELECT current_setting('pgautofailover.health_check_period')"); got != "1s" {
+	if got := kittest.QueryString(t, mconn, "SELECT current_setting('pgautofailover.health_check_period')"); got != "1s" {
 		t.Errorf("the monitor's health_check_period = %s, want the kit's 1s", got)
 	}
 	for name, c := range map[string]*pgx.Conn{"monitor": mconn, "node1": conn} {
-		if got := queryString(t, c, "SHOW listen_addresses"); got != "127.0.0.1" {
+		if got := kittest.QueryString(t, c, "SHOW listen_addresses"); got != "127.0.0.1" {
 			t.Errorf("%s listens on %q, want 127.0.0.1 only", name, got)
 		}
 	}
@@ -188,7 +188,7 @@ func checkSwitchover(t *testing.T, ctx context.Context, f *Formation) {
 	}
 	pconn := kittest.Connect(t, p.DSN)
 	defer pconn.Close(ctx)
-	if got := queryString(t, pconn, "SHOW max_connections"); got != "150" {
+	if got := kittest.QueryString(t, pconn, "SHOW max_connections"); got != "150" {
 		t.Errorf("max_connections on %s = %s, want Config.Settings' 150", p.Name, got)
 	}
 }
@@ -285,7 +285,7 @@ func checkStopPrimary(t *testing.T, ctx context.Context, f *Formation, id int) {
 	if stopped.Name != before.Name {
 		t.Fatalf("StopPrimary stopped %s, want %s", stopped.Name, before.Name)
 	}
-	if err := oneShot(ctx, stopped.DSN, func(context.Context, *pgx.Conn) error { return nil }); err == nil {
+	if err := kittest.OneShot(ctx, stopped.DSN, func(context.Context, *pgx.Conn) error { return nil }); err == nil {
 		t.Error("the stopped primary accepts connections")
 	}
 	if _, err := f.StopPrimary(ctx); err == nil {
@@ -328,7 +328,7 @@ func checkStopPrimary(t *testing.T, ctx context.Context, f *Formation, id int) {
 	if _, port := writeThrough(t, ctx, f.URI(), id+1); port != p.Port {
 		t.Errorf("write through the URI after the rejoin went to port %d, want %d", port, p.Port)
 	}
-	waitRow(t, ctx, stopped.DSN, id+1)
+	kittest.WaitRow(t, ctx, stopped.DSN, id+1)
 
 	// Stop leaves no process and no directory behind.
 	nodes, err := f.Nodes(ctx)
@@ -364,12 +364,12 @@ func checkStopPrimary(t *testing.T, ctx context.Context, f *Formation, id int) {
 
 func TestFormationMissingTools(t *testing.T) {
 	t.Parallel()
-	_, err := autoctl.Find(fakeEnv(map[string]string{"PGTX_TEST_PG_AUTOCTL": "/nonexistent/pg_autoctl"}))
+	_, err := autoctl.Find(kittest.FakeEnv(map[string]string{"PGTX_TEST_PG_AUTOCTL": "/nonexistent/pg_autoctl"}))
 	if err == nil || !strings.Contains(err.Error(), "PGTX_TEST_PG_AUTOCTL=/nonexistent/pg_autoctl") {
 		t.Fatalf("Find with a bad PGTX_TEST_PG_AUTOCTL = %v", err)
 	}
 	for _, ci := range []string{"", "true"} {
-		fail, msg := missingFormation(fakeEnv(map[string]string{"CI": ci}), err)
+		fail, msg := missingFormation(kittest.FakeEnv(map[string]string{"CI": ci}), err)
 		if fail != (ci == "true") || !strings.Contains(msg, "apt-get install postgresql-15-auto-failover") || !strings.Contains(msg, "/nonexistent/pg_autoctl") {
 			t.Errorf("CI=%q: missingFormation = %v, %q", ci, fail, msg)
 		}
@@ -387,7 +387,7 @@ func TestFormationBadOptions(t *testing.T) {
 		if err := opts.validate(); err == nil {
 			t.Errorf("%s: validate(%+v) = nil, want an error", name, opts)
 		}
-		if tb := runFakeTB(func(tb testing.TB) { New(tb, &opts) }); !tb.failed {
+		if tb := kittest.RunFakeTB(func(tb testing.TB) { New(tb, &opts) }); !tb.Failed() {
 			t.Errorf("%s: New did not fail the test", name)
 		}
 	}
@@ -449,11 +449,7 @@ func TestFormationSweepsDeadBinariesDirs(t *testing.T) {
 	dead := filepath.Join(base, formationDirPrefix+"999999999-1")
 	mine := filepath.Join(base, formationDirPrefix+strconv.Itoa(os.Getpid())+"-1")
 	cluster := filepath.Join(base, "pgtx-pgtest-cluster-999999999-1")
-	for _, dir := range []string{dead, mine, cluster} {
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
+	kittest.MakeDirs(t, dead, mine, cluster)
 	// A recorded group whose postmaster.pid names a process of another group (this
 	// test binary) is not killed.
 	if err := os.WriteFile(filepath.Join(dead, "node1.pgid"), []byte("999999998"), 0o600); err != nil {
@@ -466,10 +462,5 @@ func TestFormationSweepsDeadBinariesDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	sweepStaleFormations(base)
-	for dir, wantGone := range map[string]bool{dead: true, mine: false, cluster: false} {
-		_, err := os.Stat(dir)
-		if gone := os.IsNotExist(err); gone != wantGone {
-			t.Errorf("%s: removed %v, want %v", filepath.Base(dir), gone, wantGone)
-		}
-	}
+	kittest.CheckRemoved(t, map[string]bool{dead: true, mine: false, cluster: false})
 }

@@ -19,9 +19,7 @@ const testTimeout = 90 * time.Second
 // testContext returns a context that bounds a test's database work.
 func testContext(t *testing.T) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	t.Cleanup(cancel)
-	return ctx
+	return kittest.Context(t, testTimeout)
 }
 
 // cluster is a primary of the test's own, a standby of it, and a pgpool in front

@@ -161,21 +161,13 @@ func TestPgpoolSweepsDeadBinariesDirs(t *testing.T) {
 	dead := filepath.Join(base, pgpoolDirPrefix+"999999999-1")
 	mine := filepath.Join(base, pgpoolDirPrefix+strconv.Itoa(os.Getpid())+"-1")
 	bouncer := filepath.Join(base, "pgtx-pgtest-bouncer-999999999-1")
-	for _, dir := range []string{dead, mine, bouncer} {
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
+	kittest.MakeDirs(t, dead, mine, bouncer)
 	// A pid file naming a group that is gone, in pgpool's format.
 	if err := os.WriteFile(filepath.Join(dead, "pgpool.pid"), []byte("999999998\x00"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	sweepStalePgpools(base, pgpoolDefaultPath)
-	for dir, wantGone := range map[string]bool{dead: true, mine: false, bouncer: false} {
-		if gone := !fileExists(dir); gone != wantGone {
-			t.Errorf("%s: removed %v, want %v", filepath.Base(dir), gone, wantGone)
-		}
-	}
+	kittest.CheckRemoved(t, map[string]bool{dead: true, mine: false, bouncer: false})
 }
 
 func TestPgpoolMissingBinary(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/moby/moby/client"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 	"github.com/testcontainers/testcontainers-go"
 )
 
@@ -71,7 +72,7 @@ func TestNoDockerDaemonSaysWhere(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			d := dockerPlaces{
-				getenv: fakeEnv(tc.env),
+				getenv: kittest.FakeEnv(tc.env),
 				exists: func(path string) bool { return slices.Contains(tc.files, path) },
 				lookPath: func(file string) (string, error) {
 					if tc.rootless {
@@ -116,7 +117,7 @@ func TestDockerDecision(t *testing.T) {
 			t.Parallel()
 			pinged := false
 			p := choose(context.Background(), probe{
-				getenv:      fakeEnv(tc.env),
+				getenv:      kittest.FakeEnv(tc.env),
 				dockerPing:  func(context.Context) error { pinged = true; return tc.ping },
 				pingTimeout: time.Second,
 				findBindir:  func() (string, error) { return "/bin", nil },
@@ -162,7 +163,7 @@ func TestDockerForcedServer(t *testing.T) {
 			t.Parallel()
 			pinged := false
 			p := choose(context.Background(), probe{
-				getenv:      fakeEnv(tc.env),
+				getenv:      kittest.FakeEnv(tc.env),
 				dockerPing:  func(context.Context) error { pinged = true; return tc.ping },
 				pingTimeout: time.Second,
 				findBindir:  func() (string, error) { return "/bin", tc.binErr },
@@ -173,11 +174,11 @@ func TestDockerForcedServer(t *testing.T) {
 			if tc.want != "" {
 				return
 			}
-			fail, msg := missingServer(fakeEnv(nil), p) // not CI
+			fail, msg := missingServer(kittest.FakeEnv(nil), p) // not CI
 			if !fail || !strings.Contains(msg, tc.wantNote) || !strings.Contains(msg, "a failure, not a skip") {
 				t.Errorf("missingServer = %v, %q; want a failure that says %q", fail, msg, tc.wantNote)
 			}
-			if run, fail, _ := dedicatedVerdict(fakeEnv(nil), p, false); run || !fail {
+			if run, fail, _ := dedicatedVerdict(kittest.FakeEnv(nil), p, false); run || !fail {
 				t.Errorf("dedicatedVerdict = run %v, fail %v; want a failure", run, fail)
 			}
 		})
@@ -186,10 +187,10 @@ func TestDockerForcedServer(t *testing.T) {
 
 func TestDockerImage(t *testing.T) {
 	t.Parallel()
-	if got := dockerImage(fakeEnv(nil)); got != defaultDockerImage {
+	if got := dockerImage(kittest.FakeEnv(nil)); got != defaultDockerImage {
 		t.Errorf("default image %q, want %q", got, defaultDockerImage)
 	}
-	if got := dockerImage(fakeEnv(map[string]string{"PGTX_TEST_IMAGE": " pgtx-local/postgres:15 "})); got != "pgtx-local/postgres:15" {
+	if got := dockerImage(kittest.FakeEnv(map[string]string{"PGTX_TEST_IMAGE": " pgtx-local/postgres:15 "})); got != "pgtx-local/postgres:15" {
 		t.Errorf("PGTX_TEST_IMAGE: image %q", got)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/proc"
 )
 
@@ -19,18 +20,9 @@ func TestLocalSweepsDeadBinariesClusters(t *testing.T) {
 	dead := filepath.Join(base, "pgtx-pgtest-cluster-999999999-1")
 	mine := filepath.Join(base, "pgtx-pgtest-cluster-"+strconv.Itoa(os.Getpid())+"-1")
 	other := filepath.Join(base, "pgtx-pgtest-template-15-x-0")
-	for _, dir := range []string{dead, mine, other} {
-		if err := os.Mkdir(dir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
+	kittest.MakeDirs(t, dead, mine, other)
 	sweepStaleClusters(base)
-	for dir, wantGone := range map[string]bool{dead: true, mine: false, other: false} {
-		_, err := os.Stat(dir)
-		if gone := os.IsNotExist(err); gone != wantGone {
-			t.Errorf("%s: removed %v, want %v", filepath.Base(dir), gone, wantGone)
-		}
-	}
+	kittest.CheckRemoved(t, map[string]bool{dead: true, mine: false, other: false})
 }
 
 func TestLocalWaitReady(t *testing.T) {

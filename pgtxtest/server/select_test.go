@@ -3,18 +3,12 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-)
 
-// fakeEnv is a getenv over a map.
-func fakeEnv(vars map[string]string) func(string) string {
-	return func(name string) string { return vars[name] }
-}
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
+)
 
 func TestSelectOrder(t *testing.T) {
 	t.Parallel()
@@ -66,7 +60,7 @@ func TestSelectOrder(t *testing.T) {
 			t.Parallel()
 			var pinged, looked bool
 			p := choose(context.Background(), probe{
-				getenv:      fakeEnv(tc.env),
+				getenv:      kittest.FakeEnv(tc.env),
 				dockerPing:  func(context.Context) error { pinged = true; return tc.ping },
 				pingTimeout: time.Second,
 				findBindir:  func() (string, error) { looked = true; return tc.bindir, tc.binErr },
@@ -96,7 +90,7 @@ func TestSelectDockerPingIsBounded(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	start := time.Now()
 	p := choose(context.Background(), probe{
-		getenv: fakeEnv(nil),
+		getenv: kittest.FakeEnv(nil),
 		dockerPing: func(ctx context.Context) error {
 			deadline, ok := ctx.Deadline()
 			if !ok || time.Until(deadline) > timeout {
@@ -128,7 +122,7 @@ func TestCINoServerFailsElseSkips(t *testing.T) {
 	for _, tc := range tests {
 		t.Run("CI="+tc.ci, func(t *testing.T) {
 			t.Parallel()
-			getenv := fakeEnv(map[string]string{"CI": tc.ci})
+			getenv := kittest.FakeEnv(map[string]string{"CI": tc.ci})
 			fail, msg := missingServer(getenv, none)
 			if fail != tc.wantFail {
 				t.Errorf("missingServer fail = %v, want %v", fail, tc.wantFail)
@@ -140,9 +134,9 @@ func TestCINoServerFailsElseSkips(t *testing.T) {
 			}
 
 			// The same verdict drives the test: Fatal under CI, Skip elsewhere.
-			tb := runFakeTB(func(tb testing.TB) { noServer(tb, getenv, none) })
-			if tb.failed != tc.wantFail || tb.skipped == tc.wantFail {
-				t.Errorf("noServer: failed %v skipped %v, want failed %v", tb.failed, tb.skipped, tc.wantFail)
+			tb := kittest.RunFakeTB(func(tb testing.TB) { noServer(tb, getenv, none) })
+			if tb.Failed() != tc.wantFail || tb.Skipped() == tc.wantFail {
+				t.Errorf("noServer: failed %v skipped %v, want failed %v", tb.Failed(), tb.Skipped(), tc.wantFail)
 			}
 		})
 	}
@@ -175,84 +169,11 @@ func TestDedicatedVerdict(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			run, fail, msg := dedicatedVerdict(fakeEnv(map[string]string{"CI": tc.ci}), tc.p, tc.haveLocal)
+			run, fail, msg := dedicatedVerdict(kittest.FakeEnv(map[string]string{"CI": tc.ci}), tc.p, tc.haveLocal)
 			if run != tc.wantRun || fail != tc.wantFail || !strings.Contains(msg, tc.wantMsg) {
 				t.Errorf("dedicatedVerdict = run %v fail %v msg %q; want run %v fail %v msg containing %q",
 					run, fail, msg, tc.wantRun, tc.wantFail, tc.wantMsg)
 			}
 		})
 	}
-}
-
-// fakeTB records failures and skips; Fatal, FailNow and Skip end the calling
-// goroutine, as testing's do. Cleanup functions run when runFakeTB's function
-// returns.
-type fakeTB struct {
-	testing.TB // nil: calling anything else panics, which the test would see
-	mu         sync.Mutex
-	failed     bool
-	skipped    bool
-	msgs       []string
-	cleanups   []func()
-}
-
-func (f *fakeTB) Helper()      {}
-func (f *fakeTB) Name() string { return "TestFake" }
-
-func (f *fakeTB) Logf(format string, args ...any) {}
-
-func (f *fakeTB) Errorf(format string, args ...any) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.failed = true
-	f.msgs = append(f.msgs, fmt.Sprintf(format, args...))
-}
-
-func (f *fakeTB) FailNow() {
-	f.mu.Lock()
-	f.failed = true
-	f.mu.Unlock()
-	runtime.Goexit()
-}
-
-func (f *fakeTB) Fatal(args ...any) {
-	f.mu.Lock()
-	f.msgs = append(f.msgs, fmt.Sprint(args...))
-	f.mu.Unlock()
-	f.FailNow()
-}
-
-func (f *fakeTB) Fatalf(format string, args ...any) { f.Fatal(fmt.Sprintf(format, args...)) }
-
-func (f *fakeTB) Skip(args ...any) {
-	f.mu.Lock()
-	f.skipped = true
-	f.mu.Unlock()
-	runtime.Goexit()
-}
-
-func (f *fakeTB) Cleanup(fn func()) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.cleanups = append(f.cleanups, fn)
-}
-
-// runFakeTB runs fn with a fakeTB in a goroutine of its own and waits for it,
-// then runs its cleanups, last registered first.
-func runFakeTB(fn func(testing.TB)) *fakeTB {
-	tb := &fakeTB{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		fn(tb)
-	}()
-	<-done
-	tb.mu.Lock()
-	cleanups := tb.cleanups
-	tb.cleanups = nil
-	tb.mu.Unlock()
-	for i := len(cleanups) - 1; i >= 0; i-- {
-		cleanups[i]()
-	}
-	return tb
 }

@@ -19,18 +19,6 @@ import (
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/proc"
 )
 
-// queryString runs a query that returns one text value.
-func queryString(t *testing.T, conn *pgx.Conn, sql string, args ...any) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var v string
-	if err := conn.QueryRow(ctx, sql, args...).Scan(&v); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return v
-}
-
 func TestServerSharedAcceptsQueries(t *testing.T) {
 	t.Parallel()
 	s := Shared(t)
@@ -43,12 +31,12 @@ func TestServerSharedAcceptsQueries(t *testing.T) {
 		t.Errorf("Kind() = %q", s.Kind())
 	}
 	conn := kittest.Connect(t, s.DSN(""))
-	if got := queryString(t, conn, "SELECT (1 + 1)::text"); got != "2" {
+	if got := kittest.QueryString(t, conn, "SELECT (1 + 1)::text"); got != "2" {
 		t.Errorf("SELECT 1 + 1 = %q", got)
 	}
 	if s.Kind() == KindLocal {
 		for setting, want := range map[string]string{"fsync": "off", "max_connections": defaultMaxConns, "listen_addresses": "127.0.0.1"} {
-			if got := queryString(t, conn, "SELECT current_setting($1)", setting); got != want {
+			if got := kittest.QueryString(t, conn, "SELECT current_setting($1)", setting); got != want {
 				t.Errorf("%s = %q, want %q", setting, got, want)
 			}
 		}
@@ -178,7 +166,7 @@ func TestLocalClusterLifecycle(t *testing.T) {
 	t.Logf("local cluster started in %v (copy of the template, postgres up, first connection)", time.Since(start))
 
 	conn := kittest.Connect(t, s.DSN(""))
-	if got := queryString(t, conn, "SELECT current_user::text"); got != "postgres" {
+	if got := kittest.QueryString(t, conn, "SELECT current_user::text"); got != "postgres" {
 		t.Errorf("current_user = %q", got)
 	}
 	c := s.local
@@ -271,7 +259,7 @@ func TestDedicatedAppliesSettings(t *testing.T) {
 			}
 			conn := kittest.Connect(t, s.DSN(""))
 			for name, want := range tc.want {
-				if got := queryString(t, conn, "SHOW "+pgx.Identifier{name}.Sanitize()); got != want {
+				if got := kittest.QueryString(t, conn, "SHOW "+pgx.Identifier{name}.Sanitize()); got != want {
 					t.Errorf("SHOW %s = %q, want %q", name, got, want)
 				}
 			}
@@ -285,7 +273,7 @@ func TestDedicatedAppliesSettings(t *testing.T) {
 func TestDedicatedOwnSystem(t *testing.T) {
 	t.Parallel()
 	systemOf := func(s *Server) string {
-		return queryString(t, kittest.Connect(t, s.DSN("")), "select system_identifier::text from pg_control_system()")
+		return kittest.QueryString(t, kittest.Connect(t, s.DSN("")), "select system_identifier::text from pg_control_system()")
 	}
 	a, b := systemOf(New(t, nil)), systemOf(New(t, nil))
 	own := systemOf(New(t, &Config{OwnSystem: true}))
@@ -342,7 +330,7 @@ func TestRestartKeepsPortAndData(t *testing.T) {
 		t.Error("a connection from before the restart still works")
 	}
 	after := kittest.Connect(t, dsn)
-	if got := queryString(t, after, "SELECT v FROM kept"); got != "still here" {
+	if got := kittest.QueryString(t, after, "SELECT v FROM kept"); got != "still here" {
 		t.Errorf("after Restart, kept.v = %q", got)
 	}
 }

@@ -31,48 +31,6 @@ func standbyCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// oneShot runs fn on a fresh connection to dsn, so that a server that went away
-// costs one try, not the rest of the test.
-func oneShot(ctx context.Context, dsn string, fn func(context.Context, *pgx.Conn) error) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	return fn(ctx, conn)
-}
-
-// waitRow waits until the row of items with id is visible on the server at dsn.
-func waitRow(t *testing.T, ctx context.Context, dsn string, id int) {
-	t.Helper()
-	kittest.Eventually(t, ctx, 30*time.Second, "row "+strconv.Itoa(id)+" replicated", func(ctx context.Context) error {
-		return oneShot(ctx, dsn, func(ctx context.Context, conn *pgx.Conn) error {
-			var n int
-			if err := conn.QueryRow(ctx, "SELECT count(*) FROM items WHERE id = $1", id).Scan(&n); err != nil {
-				return err
-			}
-			if n != 1 {
-				return errors.New("not there yet")
-			}
-			return nil
-		})
-	})
-}
-
-// timeline returns the server's current timeline, the first 8 hex digits of the name
-// of the WAL file it writes.
-func timeline(t *testing.T, conn *pgx.Conn) uint64 {
-	t.Helper()
-	name := queryString(t, conn, "SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)")
-	tli, err := strconv.ParseUint(name, 16, 32)
-	if err != nil {
-		t.Fatalf("timeline %q: %v", name, err)
-	}
-	return tli
-}
-
 func TestStandbyReplicates(t *testing.T) {
 	t.Parallel()
 	ctx := standbyCtx(t)
@@ -84,7 +42,7 @@ func TestStandbyReplicates(t *testing.T) {
 	pconn := kittest.Connect(t, primary.DSN(""))
 	kittest.ExecOK(t, ctx, pconn, "CREATE TABLE items (id int PRIMARY KEY)")
 	kittest.ExecOK(t, ctx, pconn, "INSERT INTO items VALUES (1)")
-	waitRow(t, ctx, standby.DSN(""), 1)
+	kittest.WaitRow(t, ctx, standby.DSN(""), 1)
 
 	kittest.Eventually(t, ctx, 10*time.Second, "the primary streams to the standby", func(ctx context.Context) error {
 		var n int
@@ -97,10 +55,10 @@ func TestStandbyReplicates(t *testing.T) {
 		return nil
 	})
 	sconn := kittest.Connect(t, standby.DSN(""))
-	if got := queryString(t, sconn, "SELECT pg_is_in_recovery()::text"); got != "true" {
+	if got := kittest.QueryString(t, sconn, "SELECT pg_is_in_recovery()::text"); got != "true" {
 		t.Errorf("standby: pg_is_in_recovery() = %s, want true", got)
 	}
-	if got := queryString(t, pconn, "SELECT pg_is_in_recovery()::text"); got != "false" {
+	if got := kittest.QueryString(t, pconn, "SELECT pg_is_in_recovery()::text"); got != "false" {
 		t.Errorf("primary: pg_is_in_recovery() = %s, want false", got)
 	}
 	_, err := sconn.Exec(ctx, "INSERT INTO items VALUES (2)")
@@ -116,7 +74,7 @@ func TestStandbyPromote(t *testing.T) {
 	pconn := kittest.Connect(t, primary.DSN(""))
 	kittest.ExecOK(t, ctx, pconn, "CREATE TABLE items (id int PRIMARY KEY)")
 	kittest.ExecOK(t, ctx, pconn, "INSERT INTO items VALUES (1)")
-	waitRow(t, ctx, standby.DSN(""), 1)
+	kittest.WaitRow(t, ctx, standby.DSN(""), 1)
 
 	start := time.Now()
 	if err := standby.Promote(ctx); err != nil {
@@ -124,14 +82,14 @@ func TestStandbyPromote(t *testing.T) {
 	}
 	t.Logf("promoted in %v", time.Since(start).Round(time.Millisecond))
 	sconn := kittest.Connect(t, standby.DSN(""))
-	if got := queryString(t, sconn, "SELECT pg_is_in_recovery()::text"); got != "false" {
+	if got := kittest.QueryString(t, sconn, "SELECT pg_is_in_recovery()::text"); got != "false" {
 		t.Errorf("after Promote: pg_is_in_recovery() = %s, want false", got)
 	}
 	kittest.ExecOK(t, ctx, sconn, "INSERT INTO items VALUES (2)")
-	if got := queryString(t, sconn, "SELECT count(*)::text FROM items"); got != "2" {
+	if got := kittest.QueryString(t, sconn, "SELECT count(*)::text FROM items"); got != "2" {
 		t.Errorf("promoted standby holds %s rows, want 2", got)
 	}
-	if p, s := timeline(t, pconn), timeline(t, sconn); s <= p {
+	if p, s := kittest.Timeline(t, pconn), kittest.Timeline(t, sconn); s <= p {
 		t.Errorf("timeline of the promoted standby %d, of the primary %d: want a new, greater one", s, p)
 	}
 	if err := standby.Promote(ctx); err == nil {
@@ -146,12 +104,12 @@ func TestStandbyCrashAndStart(t *testing.T) {
 	pconn := kittest.Connect(t, primary.DSN(""))
 	kittest.ExecOK(t, ctx, pconn, "CREATE TABLE items (id int PRIMARY KEY)")
 	kittest.ExecOK(t, ctx, pconn, "INSERT INTO items VALUES (1)")
-	waitRow(t, ctx, standby.DSN(""), 1)
+	kittest.WaitRow(t, ctx, standby.DSN(""), 1)
 
 	if err := standby.Crash(ctx); err != nil {
 		t.Fatalf("Crash: %v", err)
 	}
-	if err := oneShot(ctx, standby.DSN(""), func(context.Context, *pgx.Conn) error { return nil }); err == nil {
+	if err := kittest.OneShot(ctx, standby.DSN(""), func(context.Context, *pgx.Conn) error { return nil }); err == nil {
 		t.Fatal("the standby accepts connections after Crash")
 	}
 	if err := standby.Crash(ctx); err == nil {
@@ -171,12 +129,12 @@ func TestStandbyCrashAndStart(t *testing.T) {
 		t.Error("Start of a running server succeeded")
 	}
 	sconn := kittest.Connect(t, standby.DSN(""))
-	if got := queryString(t, sconn, "SELECT pg_is_in_recovery()::text"); got != "true" {
+	if got := kittest.QueryString(t, sconn, "SELECT pg_is_in_recovery()::text"); got != "true" {
 		t.Errorf("after Start: pg_is_in_recovery() = %s, want true", got)
 	}
-	waitRow(t, ctx, standby.DSN(""), 2)
+	kittest.WaitRow(t, ctx, standby.DSN(""), 2)
 	kittest.ExecOK(t, ctx, pconn, "INSERT INTO items VALUES (3)")
-	waitRow(t, ctx, standby.DSN(""), 3)
+	kittest.WaitRow(t, ctx, standby.DSN(""), 3)
 }
 
 // TestCrashedServerStops: a server that Crash took down keeps its directory until
@@ -228,12 +186,12 @@ func TestStandbyNeedsLocalServer(t *testing.T) {
 		{name: "a Server not made by pgtxtest: fail", primary: &Server{}, wantFail: true, wantMsg: "needs a server"},
 	}
 	for _, tc := range tests {
-		fail, msg := standbyVerdict(fakeEnv(map[string]string{"CI": tc.ci}), tc.primary, tc.haveLocal)
+		fail, msg := standbyVerdict(kittest.FakeEnv(map[string]string{"CI": tc.ci}), tc.primary, tc.haveLocal)
 		if fail != tc.wantFail || (tc.wantMsg == "") != (msg == "") || !strings.Contains(msg, tc.wantMsg) {
 			t.Errorf("%s: standbyVerdict = fail %v msg %q; want fail %v msg containing %q", tc.name, fail, msg, tc.wantFail, tc.wantMsg)
 		}
 	}
-	if tb := runFakeTB(func(tb testing.TB) { NewStandby(tb, nil) }); !tb.failed {
+	if tb := kittest.RunFakeTB(func(tb testing.TB) { NewStandby(tb, nil) }); !tb.Failed() {
 		t.Error("NewStandby(nil) did not fail the test")
 	}
 	ctx := context.Background()

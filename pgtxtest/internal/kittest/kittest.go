@@ -64,3 +64,54 @@ func Eventually(t testing.TB, ctx context.Context, timeout time.Duration, what s
 		}
 	}
 }
+
+// Context returns a context that bounds a test's database work to timeout and
+// ends at cleanup.
+func Context(t testing.TB, timeout time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// ConnConfig parses dsn for a plain-text connection without fallbacks, so
+// that every pgx.Connect is exactly one connection through a proxy or a
+// bouncer.
+func ConnConfig(t testing.TB, dsn string) *pgx.ConnConfig {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("parse DSN: %v", err)
+	}
+	cfg.TLSConfig = nil
+	cfg.Fallbacks = nil
+	cfg.ConnectTimeout = 15 * time.Second
+	return cfg
+}
+
+// ConnectConfig opens a connection by cfg that the test closes at cleanup.
+func ConnectConfig(t testing.TB, ctx context.Context, cfg *pgx.ConnConfig) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("connect to %s:%d: %v", cfg.Host, cfg.Port, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	})
+	return c
+}
+
+// QueryString runs a query that returns one text value.
+func QueryString(t testing.TB, conn *pgx.Conn, sql string, args ...any) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var v string
+	if err := conn.QueryRow(ctx, sql, args...).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/proc"
 )
 
@@ -53,7 +54,7 @@ func TestSelectFindsLocalBinaries(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			f := binFinder{
-				getenv: fakeEnv(tc.env),
+				getenv: kittest.FakeEnv(tc.env),
 				pgConfig: func() (string, error) {
 					if tc.pgCfg == "" {
 						return "", errors.New("pg_config: not found")
@@ -106,8 +107,4 @@ func TestSelectVersionOrder(t *testing.T) {
 			t.Errorf("VersionLess(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.less)
 		}
 	}
-}
-
-func fakeEnv(vars map[string]string) func(string) string {
-	return func(name string) string { return vars[name] }
 }
