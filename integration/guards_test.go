@@ -39,15 +39,6 @@ const (
 	guardQueryCanceled        = "57014"
 )
 
-// guardCtx returns a context bounded well under the test binary's timeout,
-// so a broken promise fails the test instead of hanging it.
-func guardCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // guardNoDeadline returns a context without a deadline (cancelled at
 // cleanup), for the calls whose statement_timeout must not be shaped by one.
 func guardNoDeadline(t *testing.T) context.Context {
@@ -55,25 +46,6 @@ func guardNoDeadline(t *testing.T) context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// guardPool opens a pgtx pool on dsn with mutate applied to its Config and
-// closes it at cleanup.
-func guardPool(t *testing.T, dsn string, mutate func(*pgtx.Config)) *pgtx.Pool {
-	t.Helper()
-	cfg, err := pgtx.ParseConfig(dsn)
-	if err != nil {
-		t.Fatalf("ParseConfig: %v", err)
-	}
-	if mutate != nil {
-		mutate(cfg)
-	}
-	pool, err := pgtx.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("NewWithConfig: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
 }
 
 // guardConn opens a plain pgx connection (no pgtx, no proxy): the server's
@@ -208,7 +180,7 @@ func TestGuardAfterCommitOnceAfterRetries(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := guardCtx(t)
+			ctx := testCtx(t)
 			dsn := pgtxtest.NewDatabase(t)
 			other := guardConn(t, dsn)
 			guardExec(t, ctx, other, guardConflictSQL...)
@@ -216,7 +188,7 @@ func TestGuardAfterCommitOnceAfterRetries(t *testing.T) {
 				"create table guard_ledger (attempt int not null)",
 				"create table guard_hot (id int primary key, v int not null)",
 				"insert into guard_hot values (1, 0)")
-			pool := guardPool(t, dsn, nil)
+			pool := newPool(t, dsn, nil)
 
 			var (
 				attempts []int
@@ -343,12 +315,12 @@ func TestGuardAfterCommitNotOnFailure(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := guardCtx(t)
+			ctx := testCtx(t)
 			dsn := pgtxtest.NewDatabase(t)
 			other := guardConn(t, dsn)
 			guardExec(t, ctx, other, guardConflictSQL...)
 			guardExec(t, ctx, other, "create table guard_ledger (attempt int not null)")
-			pool := guardPool(t, dsn, nil)
+			pool := newPool(t, dsn, nil)
 
 			callCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
@@ -395,11 +367,11 @@ func TestGuardAfterCommitLostCommit(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := guardCtx(t)
+			ctx := testCtx(t)
 			direct, proxy, through := guardProxied(t)
 			other := guardConn(t, direct)
 			guardExec(t, ctx, other, "create table guard_ledger (attempt int not null)")
-			pool := guardPool(t, through, func(c *pgtx.Config) { c.ResolveTimeout = tc.resolve })
+			pool := newPool(t, through, func(c *pgtx.Config) { c.ResolveTimeout = tc.resolve })
 
 			proxy.CutOnCommitReply(1)
 			runs := 0
@@ -450,8 +422,8 @@ func TestGuardAfterCommitLostCommit(t *testing.T) {
 // AfterCommit with a context that is not fn's, or after fn returned, is
 // refused with ErrInvalidArgument and registers nothing.
 func TestGuardAfterCommitMisuse(t *testing.T) {
-	ctx := guardCtx(t)
-	pool := guardPool(t, pgtxtest.NewDatabase(t), nil)
+	ctx := testCtx(t)
+	pool := newPool(t, pgtxtest.NewDatabase(t), nil)
 
 	if err := pgtx.AfterCommit(ctx, func(context.Context) {}); !errors.Is(err, pgtx.ErrInvalidArgument) {
 		t.Errorf("AfterCommit outside a Transaction: err = %v, want ErrInvalidArgument", err)
@@ -495,11 +467,11 @@ func TestGuardAttempt(t *testing.T) {
 	type key struct{}
 	for _, failures := range []int{0, 1, 3} {
 		t.Run(fmt.Sprintf("%d conflicts", failures), func(t *testing.T) {
-			ctx := guardCtx(t)
+			ctx := testCtx(t)
 			dsn := pgtxtest.NewDatabase(t)
 			admin := guardConn(t, dsn)
 			guardExec(t, ctx, admin, guardConflictSQL...)
-			pool := guardPool(t, dsn, nil)
+			pool := newPool(t, dsn, nil)
 
 			var seen, derived []int
 			got, err := pgtx.TransactionValue(ctx, pool, pgtx.Serializable, pgtx.Options{},
@@ -570,11 +542,11 @@ func TestGuardNestedSamePoolRefused(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := guardCtx(t)
+			ctx := testCtx(t)
 			dsn := pgtxtest.NewDatabase(t)
 			admin := guardConn(t, dsn)
 			guardExec(t, ctx, admin, "create table guard_ledger (who text not null)")
-			pool := guardPool(t, dsn, func(c *pgtx.Config) {
+			pool := newPool(t, dsn, func(c *pgtx.Config) {
 				c.MaxConns = 1
 				c.AcquireTimeout = 2 * time.Second
 			})
@@ -622,12 +594,12 @@ func TestGuardNestedSamePoolRefused(t *testing.T) {
 // the outer one rolls back. A call back onto the outer pool from inside the
 // inner one is still refused (the whole chain counts).
 func TestGuardNestedOtherPoolAllowed(t *testing.T) {
-	ctx := guardCtx(t)
+	ctx := testCtx(t)
 	dsn := pgtxtest.NewDatabase(t)
 	admin := guardConn(t, dsn)
 	guardExec(t, ctx, admin, "create table guard_ledger (who text not null)")
 	one := func(c *pgtx.Config) { c.MaxConns = 1; c.AcquireTimeout = 2 * time.Second }
-	outerPool, innerPool := guardPool(t, dsn, one), guardPool(t, dsn, one)
+	outerPool, innerPool := newPool(t, dsn, one), newPool(t, dsn, one)
 	errRollback := errors.New("guard: roll the outer transaction back")
 
 	var (
@@ -754,11 +726,11 @@ func TestGuardRetryErrorSaysWhatHappened(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := guardCtx(t)
+			ctx := testCtx(t)
 			dsn := pgtxtest.NewDatabase(t)
 			admin := guardConn(t, dsn)
 			guardExec(t, ctx, admin, guardConflictSQL...)
-			pool := guardPool(t, dsn, nil)
+			pool := newPool(t, dsn, nil)
 
 			runs := 0
 			var fnErr error // what fn returned last
@@ -842,10 +814,10 @@ func TestGuardDeadlineStatementTimeout(t *testing.T) {
 		{name: "Options.StatementTimeout off, deadline 1.5s", deadline: 1500 * time.Millisecond, opt: -1,
 			min: time.Second, max: 1600 * time.Millisecond},
 	}
-	ctx := guardCtx(t)
+	ctx := testCtx(t)
 	// One connection, so the plain query after the transaction reads the
 	// very session the transaction ran on.
-	pool := guardPool(t, pgtxtest.NewDatabase(t), func(c *pgtx.Config) { c.MaxConns = 1 })
+	pool := newPool(t, pgtxtest.NewDatabase(t), func(c *pgtx.Config) { c.MaxConns = 1 })
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			callCtx := guardNoDeadline(t)
@@ -906,10 +878,10 @@ func TestGuardDeadlineStatementTimeout(t *testing.T) {
 // statement_timeout, and pg_stat_activity shows the backend idle
 // afterwards: the work really stopped on the server.
 func TestGuardDeadlineStopsServerWork(t *testing.T) {
-	ctx := guardCtx(t)
+	ctx := testCtx(t)
 	dsn := pgtxtest.NewDatabase(t)
 	admin := guardConn(t, dsn)
-	pool := guardPool(t, dsn, nil)
+	pool := newPool(t, dsn, nil)
 
 	callCtx, cancel := context.WithTimeout(guardNoDeadline(t), time.Second)
 	defer cancel()
@@ -989,12 +961,12 @@ func TestGuardUniqueViolationRetry(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(guardCtx(t))
+			ctx, cancel := context.WithCancel(testCtx(t))
 			dsn := pgtxtest.NewDatabase(t)
 			admin := guardConn(t, dsn)
 			guardExec(t, ctx, admin, "create table guard_keys (k int not null, who text not null)",
 				"create unique index on guard_keys (k)")
-			pool := guardPool(t, dsn, func(c *pgtx.Config) { c.MaxConns = 4 })
+			pool := newPool(t, dsn, func(c *pgtx.Config) { c.MaxConns = 4 })
 
 			loserChecked := make(chan struct{})
 			winnerDone := make(chan error, 1)
@@ -1098,11 +1070,11 @@ func TestGuardUniqueViolationRetry(t *testing.T) {
 // a true duplicate (a transaction that does not check first) is retried up
 // to MaxRetries before its 23505 is returned.
 func TestGuardUniqueViolationTrueDuplicate(t *testing.T) {
-	ctx := guardCtx(t)
+	ctx := testCtx(t)
 	dsn := pgtxtest.NewDatabase(t)
 	admin := guardConn(t, dsn)
 	guardExec(t, ctx, admin, "create table guard_keys (k int primary key)", "insert into guard_keys values (1)")
-	pool := guardPool(t, dsn, nil)
+	pool := newPool(t, dsn, nil)
 
 	runs := 0
 	err := pgtx.TransactionWithOptions(ctx, pool, pgtx.Serializable, pgtx.Options{RetryUniqueViolations: true, MaxRetries: 2},
@@ -1145,12 +1117,12 @@ var (
 // (WithTx), where the writes are the transaction's: committed with it, or
 // rolled back with it.
 func TestGuardDBTX(t *testing.T) {
-	ctx := guardCtx(t)
+	ctx := testCtx(t)
 	schema, err := os.ReadFile("../examples/repository/db/schema.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := guardPool(t, pgtxtest.NewDatabase(t), func(c *pgtx.Config) {
+	pool := newPool(t, pgtxtest.NewDatabase(t), func(c *pgtx.Config) {
 		c.ConnConfig.RuntimeParams["search_path"] = "pgtx_repository_example"
 	})
 	guardExec(t, ctx, pool, string(schema))
@@ -1269,8 +1241,8 @@ func TestGuardPoolMethodsCancelOnServer(t *testing.T) {
 			return err
 		}},
 	}
-	ctx := guardCtx(t)
-	pool := guardPool(t, pgtxtest.NewDatabase(t), func(c *pgtx.Config) { c.MaxConns = 1 })
+	ctx := testCtx(t)
+	pool := newPool(t, pgtxtest.NewDatabase(t), func(c *pgtx.Config) { c.MaxConns = 1 })
 	guardExec(t, ctx, pool,
 		"create table guard_sink (v int)",
 		`create function guard_slow() returns trigger language plpgsql as $$ begin perform pg_sleep(10); return new; end $$`,

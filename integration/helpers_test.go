@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/integration/internal/itest"
 	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
@@ -24,20 +24,16 @@ const (
 	cancelPoolSize            = 2                      // the cancel pool's connections (fixed)
 )
 
-// testCtx returns a context bounded well under the test binary's timeout, so a
-// broken promise fails the test instead of hanging it.
+// testCtx returns a context bounded well under the test binary's timeout.
 func testCtx(t testing.TB) context.Context {
 	t.Helper()
-	return testCtxFor(t, 60*time.Second)
+	return itest.Ctx(t)
 }
 
-// testCtxFor returns a context that ends after d or at the test's cleanup,
-// for a test (or a subtest) whose work needs a bound of its own.
+// testCtxFor returns a context that ends after d or at the test's cleanup.
 func testCtxFor(t testing.TB, d time.Duration) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
+	return itest.CtxFor(t, d)
 }
 
 // newDB creates a fresh database for the test and returns its DSN.
@@ -50,49 +46,28 @@ func newDB(t testing.TB) string {
 // closes it at cleanup.
 func newPool(t testing.TB, dsn string, mutate func(*pgtx.Config)) *pgtx.Pool {
 	t.Helper()
-	cfg, err := pgtx.ParseConfig(dsn)
-	if err != nil {
-		t.Fatalf("ParseConfig: %v", err)
-	}
-	if mutate != nil {
-		mutate(cfg)
-	}
-	pool, err := pgtx.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("NewWithConfig: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
+	return itest.NewPool(t, dsn, mutate)
 }
 
 // directConn opens a plain pgx connection (no pgtx, no proxy) to check what
 // the server really holds.
 func directConn(t testing.TB, dsn string) *pgx.Conn {
 	t.Helper()
-	conn, err := pgx.Connect(testCtx(t), dsn)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return conn
+	return itest.DirectConn(t, dsn)
 }
 
+// mustExec runs one statement on db and fails the test on error.
 func mustExec(t *testing.T, ctx context.Context, db interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
 }, sql string, args ...any) {
 	t.Helper()
-	if _, err := db.Exec(ctx, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
+	itest.Exec(t, ctx, db, sql, args...)
 }
 
+// queryInt runs a query that returns one integer.
 func queryInt(t *testing.T, ctx context.Context, conn *pgx.Conn, sql string, args ...any) int {
 	t.Helper()
-	var n int
-	if err := conn.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
+	return itest.QueryInt(t, ctx, conn, sql, args...)
 }
 
 // counter counts fn's runs (attempts) across goroutines.
@@ -108,10 +83,4 @@ func raise(code string) string {
 
 // sqlState returns the SQLSTATE of the first *pgconn.PgError in err's chain,
 // or "" when there is none.
-func sqlState(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
-}
+func sqlState(err error) string { return itest.SQLState(err) }

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/integration/internal/itest"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
@@ -201,7 +201,7 @@ func TestPlainStatementsAfterARestart(t *testing.T) {
 		}})
 	for _, m := range methods {
 		t.Run(m.name, func(t *testing.T) {
-			fillIdle(t, ctx, pool, conns)
+			itest.FillIdle(t, ctx, pool, conns)
 			if err := srv.Restart(ctx, 0); err != nil {
 				t.Fatal(err)
 			}
@@ -214,35 +214,5 @@ func TestPlainStatementsAfterARestart(t *testing.T) {
 	}
 	if n := queryInt(t, ctx, directConn(t, dsn), "select count(*) from sink"); n != len(methods) {
 		t.Errorf("rows = %d, want %d: each statement ran once", n, len(methods))
-	}
-}
-
-// fillIdle leaves n idle connections in pool: n acquires hold one each at
-// once, then release them.
-func fillIdle(t *testing.T, ctx context.Context, pool *pgtx.Pool, n int) {
-	t.Helper()
-	held, release := make(chan error, n), make(chan struct{})
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			c, err := pool.Pgxpool().Acquire(ctx)
-			held <- err
-			if err == nil {
-				<-release
-				c.Release()
-			}
-		})
-	}
-	var err error
-	for range n {
-		err = cmp.Or(err, <-held)
-	}
-	close(release)
-	wg.Wait()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if idle := pool.Pgxpool().Stat().IdleConns(); idle != int32(n) {
-		t.Fatalf("%d idle connections, want %d", idle, n)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/integration/internal/itest"
 	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
 )
 
@@ -27,9 +28,9 @@ import (
 // The pool found Pgpool-II, and said so once.
 func TestPgpoolCancelKeepsTheConnection(t *testing.T) {
 	e := behindPgpool(t, nil, hotAccounts...)
-	ctx := testCtx(t)
+	ctx := itest.Ctx(t)
 	tr := &poolerTracer{}
-	waiter := directConn(t, e.direct)
+	waiter := itest.DirectConn(t, e.direct)
 	for _, node := range []struct{ name, addr string }{{"standby", e.standby.Addr()}, {"primary", e.primary.Addr()}} {
 		t.Run(node.name, func(t *testing.T) {
 			pool := e.balancedTo(t, node.addr, func(c *pgtx.Config) { c.Tracer = tr })
@@ -133,8 +134,8 @@ func TestPgpoolRidesOutRestarts(t *testing.T) {
 	t.Run("defaults named", func(t *testing.T) {
 		e := behindPgpool(t, nil)
 		tr := &poolerTracer{}
-		pool := newPool(t, e.through, func(c *pgtx.Config) { c.Tracer = tr })
-		if err := pool.Ping(testCtx(t)); err != nil {
+		pool := itest.NewPool(t, e.through, func(c *pgtx.Config) { c.Tracer = tr })
+		if err := pool.Ping(itest.Ctx(t)); err != nil {
 			t.Fatal(err)
 		}
 		found := tr.poolers()
@@ -150,8 +151,8 @@ func TestPgpoolRidesOutRestarts(t *testing.T) {
 	})
 	t.Run("restart and switchover", func(t *testing.T) {
 		e := behindPgpool(t, map[string]string{"failover_on_backend_error": "off", "failover_on_backend_shutdown": "off"}, hotAccounts...)
-		ctx := testCtxFor(t, 3*time.Minute)
-		pool := newPool(t, e.through, func(c *pgtx.Config) { c.MaxConns = 4 })
+		ctx := itest.CtxFor(t, 3*time.Minute)
+		pool := itest.NewPool(t, e.through, func(c *pgtx.Config) { c.MaxConns = 4 })
 		var stale, calls, failed atomic.Int64
 		var mu sync.Mutex
 		var errs []error
@@ -212,8 +213,8 @@ func TestPgpoolRidesOutRestarts(t *testing.T) {
 		if n := failed.Load(); n != 0 {
 			t.Errorf("%d calls failed: %v", n, errors.Join(errs...))
 		}
-		admin := directConn(t, e.onStandby)
-		if sum := queryInt(t, ctx, admin, "select sum(balance)::int from acct"); sum != 4000 {
+		admin := itest.DirectConn(t, e.onStandby)
+		if sum := itest.QueryInt(t, ctx, admin, "select sum(balance)::int from acct"); sum != 4000 {
 			t.Errorf("the accounts hold %d, want 4000", sum)
 		}
 	})
@@ -227,29 +228,29 @@ func TestPgpoolRidesOutRestarts(t *testing.T) {
 // nodes are still attached, the primary still the primary.
 func TestPgpoolLostCommitKeepsNodesAttached(t *testing.T) {
 	e := behindPgpool(t, nil, "create table ledger (id text primary key)")
-	ctx := testCtx(t)
+	ctx := itest.Ctx(t)
 	proxy := faultproxy.New(t, e.pool.Addr())
 	through, err := proxy.DSN(e.through)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := newPool(t, through, func(c *pgtx.Config) { c.CommitTimeout = 300 * time.Millisecond })
+	pool := itest.NewPool(t, through, func(c *pgtx.Config) { c.CommitTimeout = 300 * time.Millisecond })
 	t.Cleanup(func() { proxy.ReleaseStalled() })
 	for i := range 3 {
 		proxy.StallOnCommit(1)
-		var runs counter
+		var runs itest.Counter
 		id := string(rune('a' + i))
 		err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
-			runs.inc()
+			runs.Inc()
 			_, err := tx.Exec(ctx, "insert into ledger values ($1)", id)
 			return err
 		})
 		if err != nil {
 			t.Fatalf("call %d: err = %v: a transaction whose backend was ended must resolve and run again", i, err)
 		}
-		admin := directConn(t, e.direct)
-		if n := queryInt(t, ctx, admin, "select count(*) from ledger where id = $1", id); n != 1 || runs.get() != 2 {
-			t.Errorf("call %d: %d rows, fn ran %d times; want 1 row, 2 runs", i, n, runs.get())
+		admin := itest.DirectConn(t, e.direct)
+		if n := itest.QueryInt(t, ctx, admin, "select count(*) from ledger where id = $1", id); n != 1 || runs.Get() != 2 {
+			t.Errorf("call %d: %d rows, fn ran %d times; want 1 row, 2 runs", i, n, runs.Get())
 		}
 		nodes, err := e.pool.Nodes(ctx)
 		if err != nil {

@@ -8,12 +8,12 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/integration/internal/itest"
 	"github.com/pgtx-go/pgtx/pgtxtest"
 	"github.com/pgtx-go/pgtx/pgtxtest/pgpool"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
@@ -39,12 +39,12 @@ func behindPgpool(t *testing.T, extra map[string]string, setup ...string) *pgpoo
 	if testing.Short() {
 		t.Skip("starts a primary, a standby and a Pgpool-II of its own")
 	}
-	ctx := testCtx(t)
+	ctx := itest.Ctx(t)
 	e := &pgpoolEnv{primary: server.New(t, nil)}
 	e.direct = pgtxtest.NewDatabase(t, pgtxtest.WithServer(e.primary))
-	admin := directConn(t, e.direct)
+	admin := itest.DirectConn(t, e.direct)
 	for _, sql := range setup {
-		mustExec(t, ctx, admin, sql)
+		itest.Exec(t, ctx, admin, sql)
 	}
 	e.standby = server.NewStandby(t, e.primary)
 	var err error
@@ -74,9 +74,9 @@ func behindPgpool(t *testing.T, extra map[string]string, setup ...string) *pgpoo
 // test ends.
 func (e *pgpoolEnv) pauseReplay(t *testing.T) {
 	t.Helper()
-	ctx := testCtx(t)
-	conn := directConn(t, e.onStandby)
-	mustExec(t, ctx, conn, "select pg_wal_replay_pause()")
+	ctx := itest.Ctx(t)
+	conn := itest.DirectConn(t, e.onStandby)
+	itest.Exec(t, ctx, conn, "select pg_wal_replay_pause()")
 	for range 500 {
 		var state string
 		if err := conn.QueryRow(ctx, "select pg_get_wal_replay_pause_state()").Scan(&state); err != nil {
@@ -111,9 +111,9 @@ func port(t *testing.T, addr string) int {
 // 1:1, so each has an even chance).
 func (e *pgpoolEnv) balancedTo(t *testing.T, addr string, mutate func(*pgtx.Config)) *pgtx.Pool {
 	t.Helper()
-	ctx := testCtx(t)
+	ctx := itest.Ctx(t)
 	for range 40 {
-		pool := newPool(t, e.through, func(c *pgtx.Config) {
+		pool := itest.NewPool(t, e.through, func(c *pgtx.Config) {
 			c.MaxConns = 1
 			if mutate != nil {
 				mutate(c)
@@ -196,68 +196,4 @@ func (p *poolerTracer) poolers() []pooler.Data {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return append([]pooler.Data(nil), p.found...)
-}
-
-// counter counts fn's runs across goroutines.
-type counter struct{ n atomic.Int64 }
-
-func (c *counter) inc() int64 { return c.n.Add(1) }
-func (c *counter) get() int64 { return c.n.Load() }
-
-// testCtxFor returns a context that ends after d or at the test's cleanup,
-// so a broken promise fails the test instead of hanging it.
-func testCtxFor(t testing.TB, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func testCtx(t testing.TB) context.Context { return testCtxFor(t, time.Minute) }
-
-// newPool opens a pgtx pool on dsn, with mutate applied to its Config, and
-// closes it at cleanup.
-func newPool(t testing.TB, dsn string, mutate func(*pgtx.Config)) *pgtx.Pool {
-	t.Helper()
-	cfg, err := pgtx.ParseConfig(dsn)
-	if err != nil {
-		t.Fatalf("ParseConfig: %v", err)
-	}
-	if mutate != nil {
-		mutate(cfg)
-	}
-	pool, err := pgtx.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatalf("NewWithConfig: %v", err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
-
-// directConn opens a plain pgx connection, past Pgpool-II, to check what a
-// server really holds.
-func directConn(t testing.TB, dsn string) *pgx.Conn {
-	t.Helper()
-	conn, err := pgx.Connect(testCtx(t), dsn)
-	if err != nil {
-		t.Fatalf("connect: %v", err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return conn
-}
-
-func mustExec(t testing.TB, ctx context.Context, conn *pgx.Conn, sql string, args ...any) {
-	t.Helper()
-	if _, err := conn.Exec(ctx, sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-}
-
-func queryInt(t testing.TB, ctx context.Context, conn *pgx.Conn, sql string, args ...any) int {
-	t.Helper()
-	var n int
-	if err := conn.QueryRow(ctx, sql, args...).Scan(&n); err != nil {
-		t.Fatalf("%s: %v", sql, err)
-	}
-	return n
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/integration/internal/itest"
 )
 
 // hotAccounts are the accounts of the Pgpool-II transfer tests: few, so
@@ -54,10 +55,10 @@ func TestPgpoolTransactionsStayOnTheirNode(t *testing.T) {
 		n   int
 	}{{pgtx.Serializable, 2000}, {pgtx.RepeatableRead, 400}} {
 		t.Run(tt.iso.String(), func(t *testing.T) {
-			ctx := testCtxFor(t, 5*time.Minute)
+			ctx := itest.CtxFor(t, 5*time.Minute)
 			// Six connections and the cancel pool's two fill Pgpool-II's
 			// eight children (num_init_children), as docs/poolers.md asks.
-			pool := newPool(t, e.through, func(c *pgtx.Config) { c.MaxConns = 6 })
+			pool := itest.NewPool(t, e.through, func(c *pgtx.Config) { c.MaxConns = 6 })
 			var stale, failed atomic.Int64
 			var firstErr error
 			var once sync.Once
@@ -86,8 +87,8 @@ func TestPgpoolTransactionsStayOnTheirNode(t *testing.T) {
 			if n := failed.Load(); n != 0 {
 				t.Errorf("%d of %d calls failed, the first with: %v", n, tt.n, firstErr)
 			}
-			admin := directConn(t, e.direct)
-			if sum := queryInt(t, ctx, admin, "select sum(balance)::int from acct"); sum != 4000 {
+			admin := itest.DirectConn(t, e.direct)
+			if sum := itest.QueryInt(t, ctx, admin, "select sum(balance)::int from acct"); sum != 4000 {
 				t.Errorf("the accounts hold %d, want 4000", sum)
 			}
 		})
@@ -101,7 +102,7 @@ func TestPgpoolTransactionsStayOnTheirNode(t *testing.T) {
 // answers, and none of its children is left stuck in a command.
 func TestPgpoolFirstWriteNeverHangs(t *testing.T) {
 	e := behindPgpool(t, nil, hotAccounts...)
-	ctx := testCtxFor(t, 5*time.Minute)
+	ctx := itest.CtxFor(t, 5*time.Minute)
 	modes := []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe,
 		pgx.QueryExecModeDescribeExec, pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol}
 	const perMode, perSession = 40, 20
@@ -151,7 +152,7 @@ func TestPgpoolFirstWriteNeverHangs(t *testing.T) {
 	if len(stuck) > 1 {
 		t.Errorf("children %v are stuck in a command with no client", stuck)
 	}
-	pool := newPool(t, e.through, nil)
+	pool := itest.NewPool(t, e.through, nil)
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var one int
@@ -170,9 +171,9 @@ func TestPgpoolFirstWriteNeverHangs(t *testing.T) {
 func TestPgpoolReadOnlyBalanced(t *testing.T) {
 	e := behindPgpool(t, nil, hotAccounts...)
 	e.pauseReplay(t)
-	ctx := testCtx(t)
-	admin := directConn(t, e.direct)
-	mustExec(t, ctx, admin, "update acct set balance = balance + 1000, version = version + 1 where id = 1")
+	ctx := itest.Ctx(t)
+	admin := itest.DirectConn(t, e.direct)
+	itest.Exec(t, ctx, admin, "update acct set balance = balance + 1000, version = version + 1 where id = 1")
 	for _, tt := range []struct {
 		name string
 		addr string

@@ -20,6 +20,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver of the libraries' own ways
 	"github.com/jmoiron/sqlx"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/integration/internal/itest"
 	"github.com/pgtx-go/pgtx/pgtxgorm"
 	"github.com/pgtx-go/pgtx/pgtxsql"
 	"github.com/pgtx-go/pgtx/pgtxsqlx"
@@ -157,7 +158,7 @@ var ways = []way{
 		return r
 	}},
 	{"database/sql", "pgtxsql.Transaction", true, func(t *testing.T, dsn string, o openOpts) *runner {
-		pool := newPool(t, dsn, o.mutate)
+		pool := itest.NewPool(t, dsn, o.mutate)
 		db := pgtxsql.OpenDB(pool)
 		t.Cleanup(func() { db.Close() })
 		return &runner{db: db, pool: pool, tx: func(ctx context.Context, fn txFunc) error {
@@ -189,7 +190,7 @@ var ways = []way{
 		return r
 	}},
 	{"sqlx", "pgtxsqlx.Transaction", true, func(t *testing.T, dsn string, o openOpts) *runner {
-		pool := newPool(t, dsn, o.mutate)
+		pool := itest.NewPool(t, dsn, o.mutate)
 		db := pgtxsqlx.OpenDB(pool)
 		t.Cleanup(func() { db.Close() })
 		return &runner{db: db.DB, pool: pool, tx: func(ctx context.Context, fn txFunc) error {
@@ -211,7 +212,7 @@ var ways = []way{
 		}}
 	}},
 	{"GORM", "pgtxgorm.Transaction", true, func(t *testing.T, dsn string, o openOpts) *runner {
-		pool := newPool(t, dsn, o.mutate)
+		pool := itest.NewPool(t, dsn, o.mutate)
 		gdb, err := gorm.Open(pgtxgorm.Dialector(pool), &gorm.Config{Logger: logger.Discard})
 		if err != nil {
 			t.Fatal(err)
@@ -250,7 +251,7 @@ func handLoop(retryBroken bool, attempt func() error) error {
 
 // conflict tells a serialization failure or a deadlock.
 func conflict(err error) bool {
-	s := sqlState(err)
+	s := itest.SQLState(err)
 	return s == "40001" || s == "40P01"
 }
 
@@ -261,15 +262,6 @@ func broken(err error) bool {
 	var ne net.Error
 	return pgconn.SafeToRetry(err) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, io.EOF) || errors.As(err, &ne)
-}
-
-// sqlState returns the SQLSTATE of the first *pgconn.PgError in err's chain.
-func sqlState(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code
-	}
-	return ""
 }
 
 // transfer moves amount from account 1 to 2 and writes the ledger row id;
@@ -287,46 +279,9 @@ func transfer(id string, amount int64, runs *int) txFunc {
 	}
 }
 
-// newPool opens a pgtx pool on dsn, with mutate applied to its Config, and
-// closes it at cleanup.
-func newPool(t *testing.T, dsn string, mutate func(*pgtx.Config)) *pgtx.Pool {
-	t.Helper()
-	cfg, err := pgtx.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mutate != nil {
-		mutate(cfg)
-	}
-	pool, err := pgtx.NewWithConfig(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	return pool
-}
-
-// testCtx is bounded well under the test binary's timeout.
-func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// directConn is a plain pgx connection to the server, to see what it holds.
-func directConn(t *testing.T, dsn string) *pgx.Conn {
-	t.Helper()
-	conn, err := pgx.Connect(testCtx(t), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return conn
-}
-
 func mustExec(t *testing.T, conn *pgx.Conn, q string, args ...any) {
 	t.Helper()
-	if _, err := conn.Exec(testCtx(t), q, args...); err != nil {
+	if _, err := conn.Exec(itest.Ctx(t), q, args...); err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
 }
@@ -334,7 +289,7 @@ func mustExec(t *testing.T, conn *pgx.Conn, q string, args ...any) {
 func queryInt(t *testing.T, conn *pgx.Conn, q string, args ...any) int64 {
 	t.Helper()
 	var n int64
-	if err := conn.QueryRow(testCtx(t), q, args...).Scan(&n); err != nil {
+	if err := conn.QueryRow(itest.Ctx(t), q, args...).Scan(&n); err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
 	return n
@@ -356,7 +311,7 @@ func serverOffset(t *testing.T, conn *pgx.Conn) time.Duration {
 	for range 5 {
 		var at time.Time
 		t0 := time.Now()
-		if err := conn.QueryRow(testCtx(t), "select clock_timestamp()").Scan(&at); err != nil {
+		if err := conn.QueryRow(itest.Ctx(t), "select clock_timestamp()").Scan(&at); err != nil {
 			t.Fatal(err)
 		}
 		if rtt := time.Since(t0); rtt < best {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/integration/internal/itest"
 	"github.com/pgtx-go/pgtx/pgtxtest"
 	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
@@ -17,11 +18,11 @@ import (
 // applies once; GORM's Transaction runs fn once and the transfer is lost.
 func faultCommitConflict(t *testing.T, c cell, w way) {
 	dsn := pgtxtest.NewDatabase(t, bankSchema)
-	admin := directConn(t, dsn)
+	admin := itest.DirectConn(t, dsn)
 	mustExec(t, admin, failFirstCommitSQL)
 	r := w.open(t, dsn, openOpts{})
 	runs := 0
-	err := r.tx(testCtx(t), transfer("t-1", 10, &runs))
+	err := r.tx(itest.Ctx(t), transfer("t-1", 10, &runs))
 	rows, bal := ledger(t, admin, "t-1")
 	switch {
 	case w.pgtx || w.lib != "GORM":
@@ -30,10 +31,10 @@ func faultCommitConflict(t *testing.T, c cell, w way) {
 		}
 		c.add(t, 0, w.String(), fmt.Sprintf("ok: fn ran %d times, applied once", runs))
 	default:
-		if sqlState(err) != "40001" || runs != 1 || rows != 0 || bal != 1000 {
+		if itest.SQLState(err) != "40001" || runs != 1 || rows != 0 || bal != 1000 {
 			t.Errorf("err %v, fn ran %d times, ledger rows %d, balance %d: want 40001, 1, 0, 1000 (GORM runs fn once)", err, runs, rows, bal)
 		}
-		c.add(t, 0, w.String(), fmt.Sprintf("lost: fn ran %d time, error %s returned, balance unchanged", runs, sqlState(err)))
+		c.add(t, 0, w.String(), fmt.Sprintf("lost: fn ran %d time, error %s returned, balance unchanged", runs, itest.SQLState(err)))
 	}
 }
 
@@ -56,7 +57,7 @@ func proxied(t *testing.T) (direct string, proxy *faultproxy.Proxy, through stri
 // modules resolve the COMMIT: nil, and one transfer.
 func faultLostCommit(t *testing.T, c cell, w way) {
 	direct, proxy, through := proxied(t)
-	admin := directConn(t, direct)
+	admin := itest.DirectConn(t, direct)
 	r := w.open(t, through, openOpts{})
 	variants := []bool{false}
 	if !w.pgtx && w.lib != "GORM" {
@@ -73,7 +74,7 @@ func faultLostCommit(t *testing.T, c cell, w way) {
 		cuts := proxy.Stats().CutsOnCommitReply
 		proxy.CutOnCommitReply(1)
 		runs := 0
-		err := r.tx(testCtx(t), transfer(id, 10, &runs))
+		err := r.tx(itest.Ctx(t), transfer(id, 10, &runs))
 		if n := proxy.Stats().CutsOnCommitReply - cuts; n != 1 {
 			t.Fatalf("%s: the proxy dropped %d COMMIT answers, want 1 (err %v)", name, n, err)
 		}

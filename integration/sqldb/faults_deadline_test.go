@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/integration/internal/itest"
 	"github.com/pgtx-go/pgtx/pgtxtest"
 )
 
@@ -34,13 +35,13 @@ func lockRound(t *testing.T, r *runner, waiter *pgx.Conn, offset time.Duration) 
 			return
 		}
 		var g got
-		if err := waiter.QueryRow(testCtx(t), "update hot set n = n + 1 where id = 1 returning statement_timestamp(), clock_timestamp()").Scan(&g.began, &g.at); err != nil {
+		if err := waiter.QueryRow(itest.Ctx(t), "update hot set n = n + 1 where id = 1 returning statement_timestamp(), clock_timestamp()").Scan(&g.began, &g.at); err != nil {
 			t.Errorf("waiter: %v", err)
 		}
 		waited <- g
 	})
 	defer wg.Wait()
-	ctx, cancel := context.WithTimeout(testCtx(t), lockDeadline)
+	ctx, cancel := context.WithTimeout(itest.Ctx(t), lockDeadline)
 	defer cancel()
 	deadline, _ := ctx.Deadline()
 	err = r.tx(ctx, func(_ context.Context, s stmts) error {
@@ -70,7 +71,7 @@ func lockRound(t *testing.T, r *runner, waiter *pgx.Conn, offset time.Duration) 
 func backendPid(t *testing.T, r *runner) (int64, error) {
 	t.Helper()
 	var pid int64
-	err := r.tx(testCtx(t), func(_ context.Context, s stmts) error {
+	err := r.tx(itest.Ctx(t), func(_ context.Context, s stmts) error {
 		var err error
 		if pid, err = s.scalar("select pg_backend_pid()"); err != nil {
 			return err
@@ -89,7 +90,7 @@ func backendPid(t *testing.T, r *runner) (int64, error) {
 // the error too, but database/sql closes the connection.
 func faultDeadline(t *testing.T, c cell, w way) {
 	dsn := pgtxtest.NewDatabase(t, bankSchema)
-	waiter := directConn(t, dsn)
+	waiter := itest.DirectConn(t, dsn)
 	offset := serverOffset(t, waiter)
 	r := w.open(t, dsn, openOpts{mutate: func(c *pgtx.Config) { c.MaxConns = 1 }})
 	r.db.SetMaxOpenConns(1)

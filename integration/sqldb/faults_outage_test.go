@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/integration/internal/itest"
 	"github.com/pgtx-go/pgtx/pgtxtest"
 	"github.com/pgtx-go/pgtx/pgtxtest/bouncer"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
@@ -23,7 +24,7 @@ import (
 // ride the outage out and commit once; the own ways fail at once.
 func faultRefused(t *testing.T, c cell, w way) {
 	direct, proxy, through := proxied(t)
-	admin := directConn(t, direct)
+	admin := itest.DirectConn(t, direct)
 	r := w.open(t, through, openOpts{})
 	if _, err := backendPid(t, r); err != nil {
 		t.Fatal(err)
@@ -36,7 +37,7 @@ func faultRefused(t *testing.T, c cell, w way) {
 		close(ended)
 	})
 	defer func() { <-ended }()
-	ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
+	ctx, cancel := context.WithTimeout(itest.Ctx(t), 10*time.Second)
 	defer cancel()
 	start := time.Now()
 	runs := 0
@@ -82,7 +83,7 @@ func faultBouncer(t *testing.T, c cell, w way) {
 	}
 	b := bouncer.New(t, server.Shared(t), &bouncer.Config{Mode: bouncer.PoolTransaction, DefaultPoolSize: 2})
 	through := b.DSN(strings.TrimPrefix(u.Path, "/"))
-	admin := directConn(t, direct)
+	admin := itest.DirectConn(t, direct)
 	mustExec(t, admin, failFirstCommitSQL)
 	r := w.open(t, through, openOpts{mutate: func(c *pgtx.Config) {
 		c.StatementTimeout = -1
@@ -96,7 +97,7 @@ func faultBouncer(t *testing.T, c cell, w way) {
 
 	// A transfer whose first COMMIT fails.
 	runs := 0
-	err = r.tx(testCtx(t), transfer("t-commit", 10, &runs))
+	err = r.tx(itest.Ctx(t), transfer("t-commit", 10, &runs))
 	rows, _ := ledger(t, admin, "t-commit")
 	parts = append(parts, fmt.Sprintf("40001 at COMMIT: fn ran %d, applied %d, err %s", runs, rows, errText(err)))
 	if w.pgtx && (err != nil || runs != 2 || rows != 1) {
@@ -112,7 +113,7 @@ func faultBouncer(t *testing.T, c cell, w way) {
 		wg.Go(func() {
 			for i := range each {
 				runs := 0
-				if err := r.tx(testCtx(t), transfer(fmt.Sprintf("w-%d-%d", wk, i), 1, &runs)); err != nil {
+				if err := r.tx(itest.Ctx(t), transfer(fmt.Sprintf("w-%d-%d", wk, i), 1, &runs)); err != nil {
 					mu.Lock()
 					failed[errText(err)]++
 					mu.Unlock()
@@ -139,7 +140,7 @@ func faultBouncer(t *testing.T, c cell, w way) {
 	if w.pgtx {
 		conns0 = r.pool.Stats().Pool.NewConnsCount()
 	}
-	_, release, valid, err := lockRound(t, r, directConn(t, direct), serverOffset(t, admin))
+	_, release, valid, err := lockRound(t, r, itest.DirectConn(t, direct), serverOffset(t, admin))
 	_, nerr := backendPid(t, r)
 	rel := "not measured (the waiter came late)"
 	if valid {
@@ -168,8 +169,8 @@ func errText(err error) string {
 		return "nil"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "DeadlineExceeded"
-	case sqlState(err) != "":
-		return sqlState(err) + " " + shortErr(err)
+	case itest.SQLState(err) != "":
+		return itest.SQLState(err) + " " + shortErr(err)
 	}
 	return shortErr(err)
 }

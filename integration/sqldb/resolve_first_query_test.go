@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/integration/internal/itest"
 )
 
 // TestCutAsCommitLeftAfterAQuery: a query of database/sql asks for its
@@ -67,13 +68,13 @@ func TestCutAsCommitLeftAfterAQuery(t *testing.T) {
 			}
 			t.Run(tt.name+"/"+w.String(), func(t *testing.T) {
 				direct, proxy, through := proxied(t)
-				admin := directConn(t, direct)
-				watcher := directConn(t, direct) // used from the proxy's goroutine
+				admin := itest.DirectConn(t, direct)
+				watcher := itest.DirectConn(t, direct) // used from the proxy's goroutine
 				r := w.open(t, through, openOpts{})
 				var pid atomic.Int64
 				runs := 0
 				if tt.warm {
-					if err := r.tx(testCtx(t), tt.fn(&pid, &runs)); err != nil {
+					if err := r.tx(itest.Ctx(t), tt.fn(&pid, &runs)); err != nil {
 						t.Fatal(err)
 					}
 					mustExec(t, admin, "delete from ledger")
@@ -89,7 +90,7 @@ func TestCutAsCommitLeftAfterAQuery(t *testing.T) {
 					return false
 				}, time.Millisecond)
 				proxy.CutOnCommit(1)
-				err := r.tx(testCtx(t), tt.fn(&pid, &runs))
+				err := r.tx(itest.Ctx(t), tt.fn(&pid, &runs))
 				rows, bal := ledger(t, admin, "t-1")
 				if err != nil || runs != 1 || rows != 1 || bal != tt.wantBal {
 					t.Errorf("err %v, fn ran %d times, ledger rows %d, balance %d: want nil, 1, 1, %d", err, runs, rows, bal, tt.wantBal)
@@ -107,7 +108,7 @@ func TestCutAsCommitLeftAfterAQuery(t *testing.T) {
 
 // waitBackendGone returns once the backend pid has exited, asking on conn.
 func waitBackendGone(t *testing.T, conn *pgx.Conn, pid int64) {
-	ctx := testCtx(t)
+	ctx := itest.Ctx(t)
 	for ctx.Err() == nil {
 		var n int
 		if err := conn.QueryRow(ctx, "select count(*) from pg_stat_activity where pid = $1", pid).Scan(&n); err != nil {

@@ -1,15 +1,14 @@
 package sqldb
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/integration/internal/itest"
 	"github.com/pgtx-go/pgtx/pgtxsql"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
@@ -59,7 +58,7 @@ func TestPlainStatementsAfterARestart(t *testing.T) {
 		}})
 	for _, c := range calls {
 		t.Run(c.name, func(t *testing.T) {
-			fillIdle(t, ctx, pool, conns)
+			itest.FillIdle(t, ctx, pool, conns)
 			if err := srv.Restart(ctx, 0); err != nil {
 				t.Fatal(err)
 			}
@@ -73,35 +72,5 @@ func TestPlainStatementsAfterARestart(t *testing.T) {
 	var n int
 	if err := db.QueryRowContext(ctx, "select count(*) from sink").Scan(&n); err != nil || n != len(calls) {
 		t.Errorf("rows = %d (%v), want %d: each ran once", n, err, len(calls))
-	}
-}
-
-// fillIdle leaves n idle connections in pool: n acquires hold one each at
-// once, then release them.
-func fillIdle(t *testing.T, ctx context.Context, pool *pgtx.Pool, n int) {
-	t.Helper()
-	held, release := make(chan error, n), make(chan struct{})
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			c, err := pool.Pgxpool().Acquire(ctx)
-			held <- err
-			if err == nil {
-				<-release
-				c.Release()
-			}
-		})
-	}
-	var err error
-	for range n {
-		err = cmp.Or(err, <-held)
-	}
-	close(release)
-	wg.Wait()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if idle := pool.Pgxpool().Stat().IdleConns(); idle != int32(n) {
-		t.Fatalf("%d idle connections, want %d", idle, n)
 	}
 }
