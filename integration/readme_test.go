@@ -2,7 +2,8 @@ package integration_test
 
 // The code blocks of README.md (in the repository root) and of the guides
 // in docs/, verbatim, in functions that compile. Keep the two in sync: TestReadmeCodeBlocks fails
-// when a README block is not found here. The file lives in the integration
+// when a README block is not found here (or, for the testing guide's tests,
+// in examples/testing/bank/bank_test.go). The file lives in the integration
 // module because the README's blocks import every part of pgtx, pgtxotel and
 // pgtxprom included, which the root module does not depend on.
 
@@ -293,142 +294,14 @@ func sqlRun(ctx context.Context, db *sql.DB) error {
 	return err
 }
 
-// The README's section on pgtxtest: the tests are examples/testing/bank's,
-// and run here too, on that package's migrations and a copy of the part of
-// its repository they call (this module does not import examples/testing).
+// The README's section on pgtxtest: its tests are examples/testing/bank's,
+// which TestReadmeCodeBlocks finds in that package's bank_test.go.
 
 func readmeTestingMigrations() pgtxtest.Option {
 	// The *.sql files of the directory next to this file, in lexical order. They
 	// run once, into a template database; each test's database is a copy of it.
 	var migrations = pgtxtest.WithMigrationsDir("migrations")
 	return migrations
-}
-
-// migrations is examples/testing/bank's directory, seen from here.
-var migrations = pgtxtest.WithMigrationsDir("../examples/testing/bank/migrations")
-
-// bankRepo is examples/testing/bank's Repo without idempotency keys.
-type bankRepo struct {
-	pool       *pgtx.Pool
-	OnTransfer func(from, to, amount int64)
-}
-
-func New(pool *pgtx.Pool) *bankRepo { return &bankRepo{pool: pool} }
-
-func (r *bankRepo) Open(ctx context.Context, id, balance int64) error {
-	_, err := r.pool.Exec(ctx, "insert into accounts (id, balance) values ($1, $2)", id, balance)
-	return err
-}
-
-func (r *bankRepo) Balance(ctx context.Context, id int64) (int64, error) {
-	var balance int64
-	err := r.pool.QueryRow(ctx, "select balance from accounts where id = $1", id).Scan(&balance)
-	return balance, err
-}
-
-func (r *bankRepo) Transfers(ctx context.Context) (int64, error) {
-	var n int64
-	err := r.pool.QueryRow(ctx, "select count(*) from transfers").Scan(&n)
-	return n, err
-}
-
-func (r *bankRepo) Transfer(ctx context.Context, from, to, amount int64) error {
-	return pgtx.Transaction(ctx, r.pool, pgtx.Serializable, func(ctx context.Context, tx pgx.Tx) error {
-		return r.transfer(ctx, tx, "", from, to, amount)
-	})
-}
-
-func (r *bankRepo) transfer(ctx context.Context, tx pgx.Tx, key string, from, to, amount int64) error {
-	var balance int64
-	if err := tx.QueryRow(ctx, "select balance from accounts where id = $1", from).Scan(&balance); err != nil {
-		return err
-	}
-	if balance < amount {
-		return ErrInsufficientFunds
-	}
-	if _, err := tx.Exec(ctx, "update accounts set balance = balance - $1 where id = $2", amount, from); err != nil {
-		return err
-	}
-	if _, err := tx.Exec(ctx, "update accounts set balance = balance + $1 where id = $2", amount, to); err != nil {
-		return err
-	}
-	_, err := tx.Exec(ctx, "insert into transfers (key, from_id, to_id, amount) values (nullif($1, ''), $2, $3, $4)",
-		key, from, to, amount)
-	if err != nil {
-		return err
-	}
-	if r.OnTransfer != nil {
-		return pgtx.AfterCommit(ctx, func(context.Context) { r.OnTransfer(from, to, amount) })
-	}
-	return nil
-}
-
-func openAccounts(t *testing.T, repo *bankRepo, balances ...int64) {
-	t.Helper()
-	for i, b := range balances {
-		if err := repo.Open(t.Context(), int64(i+1), b); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func wantBalances(t *testing.T, repo *bankRepo, want ...int64) {
-	t.Helper()
-	for i, w := range want {
-		got, err := repo.Balance(t.Context(), int64(i+1))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != w {
-			t.Errorf("balance of account %d = %d, want %d", i+1, got, w)
-		}
-	}
-}
-
-func TestTransfer(t *testing.T) {
-	t.Parallel() // every test has a database of its own
-	ctx := t.Context()
-	repo := New(pgtxtest.NewPool(t, migrations))
-	openAccounts(t, repo, 100, 0)
-
-	if err := repo.Transfer(ctx, 1, 2, 30); err != nil {
-		t.Fatal(err)
-	}
-	wantBalances(t, repo, 70, 30)
-
-	err := repo.Transfer(ctx, 1, 2, 500)
-	if !errors.Is(err, ErrInsufficientFunds) {
-		t.Fatalf("Transfer of 500 = %v, want ErrInsufficientFunds", err)
-	}
-	wantBalances(t, repo, 70, 30) // nothing changed
-}
-
-func TestTransferIsSafeToRerun(t *testing.T) {
-	t.Parallel()
-	ctx := t.Context()
-	// Every transaction's first COMMIT fails with a real serialization
-	// failure (40001) from the server, so pgtx runs every fn twice.
-	pool := pgtxtest.NewPool(t, migrations, pgtxtest.WithFailEveryCommitOnce("40001"))
-	repo := New(pool)
-	openAccounts(t, repo, 100, 0)
-	notified := 0
-	repo.OnTransfer = func(from, to, amount int64) { notified++ }
-
-	runs := 0
-	err := pgtx.Transaction(ctx, pool, pgtx.Serializable, func(ctx context.Context, tx pgx.Tx) error {
-		runs++ // a side effect written here happens once per attempt
-		return repo.transfer(ctx, tx, "", 1, 2, 30)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if runs != 2 || notified != 1 {
-		t.Errorf("fn ran %d times, OnTransfer %d times; want 2 and 1", runs, notified)
-	}
-	if n, err := repo.Transfers(ctx); err != nil || n != 1 {
-		t.Errorf("Transfers = %d, %v; want 1 transfer", n, err)
-	}
-	wantBalances(t, repo, 70, 30) // applied once
 }
 
 // The README's snippets are used, so the compiler checks every one of them.
@@ -439,10 +312,10 @@ var _ = []any{readmeIntro, readmeOpen, readmeBackpressure, readmeDefaults, readm
 // the guides in docs/ compiles: a whole program (package main) is one of the
 // examples, line for line, which the examples module builds; every other
 // block appears, line for line (leading white space aside), in this file,
-// where it compiles.
+// where it compiles, or in examples/testing/bank's tests, where it runs.
 func TestReadmeCodeBlocks(t *testing.T) {
-	here := normalizedLines(t, "readme_test.go")
-	text := strings.Join(here, "\n")
+	text := strings.Join(normalizedLines(t, "readme_test.go"), "\n") + "\n\n" +
+		strings.Join(normalizedLines(t, "../examples/testing/bank/bank_test.go"), "\n")
 	docs, err := filepath.Glob("../docs/*.md")
 	if err != nil || len(docs) == 0 {
 		t.Fatalf("no guides in docs/ (%v)", err)
@@ -460,7 +333,8 @@ func TestReadmeCodeBlocks(t *testing.T) {
 				continue
 			}
 			if !strings.Contains(text, strings.Join(block, "\n")) {
-				t.Errorf("%s Go block %d is not in integration/readme_test.go:\n%s", path, i+1, strings.Join(block, "\n"))
+				t.Errorf("%s Go block %d is neither in integration/readme_test.go nor in examples/testing/bank/bank_test.go:\n%s",
+					path, i+1, strings.Join(block, "\n"))
 			}
 		}
 	}
