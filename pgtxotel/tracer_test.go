@@ -42,6 +42,40 @@ func newHarness(t *testing.T, opts ...TracerOption) *harness {
 	return newHarnessSampler(t, sdktrace.AlwaysSample(), opts...)
 }
 
+// eventOn calls fn with a context whose span, named spanName, is recording,
+// already ended or absent (span "recording", "ended" or "none"). It returns
+// the one event, named event, that the ended spans hold when span is
+// "recording", and nil otherwise, when they must hold none.
+func (h *harness) eventOn(t *testing.T, span, spanName, event string, fn func(context.Context)) *sdktrace.Event {
+	t.Helper()
+	ctx := context.Background()
+	var s trace.Span
+	if span != "none" {
+		ctx, s = h.tp.Tracer("test").Start(ctx, spanName)
+	}
+	if span == "ended" {
+		s.End()
+	}
+	fn(ctx)
+	if span == "recording" {
+		s.End()
+	}
+	var events []sdktrace.Event
+	for _, ended := range h.spans.Ended() {
+		events = append(events, ended.Events()...)
+	}
+	if span != "recording" {
+		if len(events) != 0 {
+			t.Errorf("events = %v, want none", events)
+		}
+		return nil
+	}
+	if len(events) != 1 || events[0].Name != event {
+		t.Fatalf("events = %v, want one %s", events, event)
+	}
+	return &events[0]
+}
+
 func newHarnessSampler(t *testing.T, sampler sdktrace.Sampler, opts ...TracerOption) *harness {
 	t.Helper()
 	h := &harness{spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
@@ -455,32 +489,8 @@ func TestTraceCancel(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
-			ctx := context.Background()
-			var span trace.Span
-			if tt.span != "none" {
-				ctx, span = h.tp.Tracer("test").Start(ctx, "statement")
-			}
-			if tt.span == "ended" {
-				span.End()
-			}
-			h.tr.TraceCancel(ctx, tt.data)
-			if tt.span == "recording" {
-				span.End()
-			}
-
-			var events []sdktrace.Event
-			for _, s := range h.spans.Ended() {
-				events = append(events, s.Events()...)
-			}
-			if tt.span != "recording" {
-				if len(events) != 0 {
-					t.Errorf("events = %v, want none", events)
-				}
-			} else {
-				if len(events) != 1 || events[0].Name != "pgtx.cancel" {
-					t.Fatalf("events = %v, want one pgtx.cancel", events)
-				}
-				assertAttrs(t, "cancel event", attrMap(events[0].Attributes), map[attribute.Key]attribute.Value{
+			if ev := h.eventOn(t, tt.span, "statement", "pgtx.cancel", func(ctx context.Context) { h.tr.TraceCancel(ctx, tt.data) }); ev != nil {
+				assertAttrs(t, "cancel event", attrMap(ev.Attributes), map[attribute.Key]attribute.Value{
 					"pgtx.cancel.outcome":   attribute.StringValue(tt.wantOut),
 					"pgtx.cancel.mode":      attribute.StringValue(tt.wantMode),
 					"pgtx.cancel.fell_back": attribute.BoolValue(tt.data.FellBack),
@@ -541,31 +551,7 @@ func TestTraceBreakerStateChange(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t)
-			ctx := context.Background()
-			var span trace.Span
-			if tt.span != "none" {
-				ctx, span = h.tp.Tracer("test").Start(ctx, "caller")
-			}
-			if tt.span == "ended" {
-				span.End()
-			}
-			h.tr.TraceBreakerStateChange(ctx, tt.data)
-			if tt.span == "recording" {
-				span.End()
-			}
-
-			var events []sdktrace.Event
-			for _, s := range h.spans.Ended() {
-				events = append(events, s.Events()...)
-			}
-			if tt.span != "recording" {
-				if len(events) != 0 {
-					t.Errorf("events = %v, want none", events)
-				}
-			} else {
-				if len(events) != 1 || events[0].Name != "pgtx.breaker.state_change" {
-					t.Fatalf("events = %v, want one pgtx.breaker.state_change", events)
-				}
+			if ev := h.eventOn(t, tt.span, "caller", "pgtx.breaker.state_change", func(ctx context.Context) { h.tr.TraceBreakerStateChange(ctx, tt.data) }); ev != nil {
 				want := map[attribute.Key]attribute.Value{
 					"pgtx.breaker.from":     attribute.StringValue(tt.wantFrom),
 					"pgtx.breaker.to":       attribute.StringValue(tt.wantTo),
@@ -577,8 +563,8 @@ func TestTraceBreakerStateChange(t *testing.T) {
 				if tt.data.Name != "" {
 					want["pgtx.breaker.name"] = attribute.StringValue(tt.data.Name)
 				}
-				assertAttrs(t, "breaker event", attrMap(events[0].Attributes), want)
-				assertExactKeys(t, "breaker event", attrMap(events[0].Attributes), want)
+				assertAttrs(t, "breaker event", attrMap(ev.Attributes), want)
+				assertExactKeys(t, "breaker event", attrMap(ev.Attributes), want)
 			}
 
 			rm := collect(t, h.reader)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -51,13 +50,7 @@ pgtx_breaker_transitions_total{breaker="replica",from="open",to="half-open"} 2
 	if problems, err := testutil.CollectAndLint(bt); err != nil || len(problems) > 0 {
 		t.Errorf("CollectAndLint = %v, %v", problems, err)
 	}
-	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(bt); err != nil {
-		t.Fatalf("Register: %v", err)
-	}
-	if _, err := reg.Gather(); err != nil {
-		t.Errorf("Gather: %v", err)
-	}
+	gatherPedantic(t, bt)
 }
 
 func TestTracerBreakerNamespace(t *testing.T) {

@@ -309,15 +309,7 @@ func TestDescribe(t *testing.T) {
 	if n != len(c.descs) || n == 0 {
 		t.Errorf("Describe sent %d descriptors, want %d", n, len(c.descs))
 	}
-	// A pedantic registry checks every collected metric against the
-	// descriptors.
-	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(c); err != nil {
-		t.Fatalf("Register: %v", err)
-	}
-	if _, err := reg.Gather(); err != nil {
-		t.Errorf("Gather: %v", err)
-	}
+	gatherPedantic(t, c)
 }
 
 // TestNewCollectorNilPool: a nil pool is an invalid argument, named in
@@ -643,5 +635,18 @@ pgtx_contention_conflicts_total{label="transfer",pool="main"} 27
 		"pgtx_contention_limit", "pgtx_contention_waiting", "pgtx_contention_attempts_total", "pgtx_contention_conflicts_total")
 	if err != nil {
 		t.Error(err)
+	}
+}
+
+// gatherPedantic registers c in a pedantic registry, which checks every
+// collected metric against the descriptors, and gathers it.
+func gatherPedantic(t *testing.T, c prometheus.Collector) {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Errorf("Gather: %v", err)
 	}
 }
