@@ -2,13 +2,11 @@ package bouncer
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 	"github.com/pgtx-go/pgtx/pgtxtest/internal/proc"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
@@ -113,12 +111,7 @@ func TestBouncerBadOptions(t *testing.T) {
 				_ = b.Stop()
 				t.Fatal("startBouncer succeeded")
 			}
-			if !strings.HasPrefix(err.Error(), "pgtxtest: ") || !strings.Contains(err.Error(), tc.wantMsg) {
-				t.Errorf("error %q, want one starting with \"pgtxtest: \" that says %q", err, tc.wantMsg)
-			}
-			if tc.s != nil && tc.s.DSN("") != "" && !errors.Is(err, pgtx.ErrInvalidArgument) {
-				t.Errorf("error %q does not wrap pgtx.ErrInvalidArgument", err)
-			}
+			kittest.CheckConfigError(t, err, tc.wantMsg, tc.s != nil && tc.s.DSN("") != "")
 		})
 	}
 }

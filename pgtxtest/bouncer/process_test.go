@@ -59,17 +59,8 @@ func TestBouncerPortTaken(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	dir, err := os.MkdirTemp(proc.BaseDir(), bouncerDirPrefix+strconv.Itoa(os.Getpid())+"-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	b := &Bouncer{server: s, bin: bin, dir: dir, user: proc.Superuser, port: ln.Addr().(*net.TCPAddr).Port}
+	dir := kittest.ProgramDir(t, bouncerDirPrefix)
+	b := &Bouncer{server: s, bin: bin, dir: dir, user: proc.Superuser, port: kittest.TakenPort(t)}
 	if b.cred, err = proc.Credential(); err != nil {
 		t.Fatal(err)
 	}
@@ -85,12 +76,7 @@ func TestBouncerPortTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = b.start(context.Background())
-	if !errors.Is(err, proc.ErrPortTaken) {
-		t.Fatalf("start on a taken port = %v, want proc.ErrPortTaken", err)
-	}
-	if b.proc != nil {
-		t.Error("the failed start left its process recorded")
-	}
+	kittest.CheckPortTaken(t, err, b.proc != nil)
 }
 
 func TestBouncerSweepsDeadBinariesDirs(t *testing.T) {

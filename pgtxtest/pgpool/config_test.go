@@ -2,11 +2,10 @@ package pgpool
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 
-	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/pgtxtest/internal/kittest"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
@@ -110,12 +109,7 @@ func TestPgpoolBadOptions(t *testing.T) {
 				_ = p.Stop()
 				t.Fatal("startPgpool succeeded")
 			}
-			if !strings.HasPrefix(err.Error(), "pgtxtest: ") || !strings.Contains(err.Error(), tc.wantMsg) {
-				t.Errorf("error %q, want one starting with \"pgtxtest: \" that says %q", err, tc.wantMsg)
-			}
-			if tc.wantMsg != "needs servers" && !errors.Is(err, pgtx.ErrInvalidArgument) {
-				t.Errorf("error %q does not wrap pgtx.ErrInvalidArgument", err)
-			}
+			kittest.CheckConfigError(t, err, tc.wantMsg, tc.wantMsg != "needs servers")
 		})
 	}
 }

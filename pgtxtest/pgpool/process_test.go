@@ -114,21 +114,12 @@ func TestPgpoolPortTaken(t *testing.T) {
 	if err != nil {
 		t.Skip(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	dir, err := os.MkdirTemp(proc.BaseDir(), pgpoolDirPrefix+strconv.Itoa(os.Getpid())+"-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	dir := kittest.ProgramDir(t, pgpoolDirPrefix)
 	params, err := serverParams([]*server.Server{s})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Pgpool{primary: s, bin: bin, dir: dir, user: params.user, nodes: 1, port: ln.Addr().(*net.TCPAddr).Port}
+	p := &Pgpool{primary: s, bin: bin, dir: dir, user: params.user, nodes: 1, port: kittest.TakenPort(t)}
 	if p.pcpPort, err = proc.FreePort(); err != nil {
 		t.Fatal(err)
 	}
@@ -147,12 +138,7 @@ func TestPgpoolPortTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = p.start(context.Background())
-	if !errors.Is(err, proc.ErrPortTaken) {
-		t.Fatalf("start on a taken port = %v, want proc.ErrPortTaken", err)
-	}
-	if p.proc != nil {
-		t.Error("the failed start left its process recorded")
-	}
+	kittest.CheckPortTaken(t, err, p.proc != nil)
 }
 
 func TestPgpoolSweepsDeadBinariesDirs(t *testing.T) {
