@@ -46,9 +46,7 @@ func TestResolveFailover(t *testing.T) {
 	ctx := testCtx(t)
 	// The harness turns synchronous_commit off for speed; replication
 	// waits only with it on.
-	primary := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
-	standby := server.NewStandby(t, primary)
-	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
+	primary, standby, dsn := syncCommitPair(t)
 	admin := directConn(t, dsn)
 	mustExec(t, ctx, admin, "create table ledger (id text not null)")
 	// Synchronous replication: a COMMIT acknowledged by the old primary is
@@ -123,21 +121,7 @@ func TestResolveFailover(t *testing.T) {
 	}
 
 	newPrimary := directConn(t, standby.DSN(dbName(t, dsn)))
-	present := map[string]int{}
-	rows, err := newPrimary.Query(ctx, "select id from ledger")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		present[id]++
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	present := ledgerIDs(t, ctx, newPrimary)
 
 	var ok, unknown, failed, wrong int
 	var successes []time.Time

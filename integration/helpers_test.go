@@ -11,6 +11,7 @@ import (
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/integration/internal/itest"
 	"github.com/pgtx-go/pgtx/pgtxtest"
+	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // The documented defaults of the settings some tests count on (the root
@@ -84,3 +85,43 @@ func raise(code string) string {
 // sqlState returns the SQLSTATE of the first *pgconn.PgError in err's chain,
 // or "" when there is none.
 func sqlState(err error) string { return itest.SQLState(err) }
+
+// syncCommitServer starts a server of the test's own with synchronous_commit
+// on (the harness turns it off for speed: a COMMIT acknowledged is then
+// flushed, and waits for the synchronous standbys) and creates a database on
+// it: the server and the database's DSN.
+func syncCommitServer(t *testing.T) (srv *server.Server, dsn string) {
+	t.Helper()
+	srv = server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+	return srv, pgtxtest.NewDatabase(t, pgtxtest.WithServer(srv))
+}
+
+// syncCommitPair is syncCommitServer with a streaming standby of the server,
+// started before the database is created.
+func syncCommitPair(t *testing.T) (primary, standby *server.Server, dsn string) {
+	t.Helper()
+	primary = server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+	standby = server.NewStandby(t, primary)
+	return primary, standby, pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
+}
+
+// ledgerIDs returns how many times each id is in table ledger, asking on conn.
+func ledgerIDs(t *testing.T, ctx context.Context, conn *pgx.Conn) map[string]int {
+	t.Helper()
+	present := map[string]int{}
+	rows, err := conn.Query(ctx, "select id from ledger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		present[id]++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return present
+}

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/failover"
-	"github.com/pgtx-go/pgtx/pgtxtest"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
@@ -93,9 +92,7 @@ func TestLostCommits(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtxFor(t, 3*time.Minute)
-	primary := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
-	standby := server.NewStandby(t, primary)
-	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
+	primary, standby, dsn := syncCommitPair(t)
 	admin := directConn(t, dsn)
 	mustExec(t, ctx, admin, "create table ledger (id text primary key)")
 	role, roleDSN := testRole(t, ctx, admin, dsn, "lost", "")
@@ -317,9 +314,7 @@ func TestNoCommitLostUnderSynchronousReplication(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtxFor(t, 3*time.Minute)
-	primary := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
-	standby := server.NewStandby(t, primary)
-	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
+	primary, standby, dsn := syncCommitPair(t)
 	admin := directConn(t, dsn)
 	mustExec(t, ctx, admin, "create table ledger (id text primary key)")
 	makeSynchronous(t, ctx, admin)
@@ -400,9 +395,7 @@ func TestPausedStandbyPromotionReplaysWhatItReceived(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtxFor(t, 2*time.Minute)
-	primary := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
-	standby := server.NewStandby(t, primary)
-	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
+	primary, standby, dsn := syncCommitPair(t)
 	admin := directConn(t, dsn)
 	mustExec(t, ctx, admin, "create table ledger (id text primary key)")
 	standbyDSN, err := server.DSNWithAddr(dsn, standby.Addr())

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/integration/internal/itest"
 	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
 )
 
@@ -254,7 +255,7 @@ func TestResolveIDReadAtCommit(t *testing.T) {
 				// backend has ended: on a loaded machine the resolver
 				// can otherwise find it still running COMMIT, and
 				// rightly learn the id from it (the next row).
-				watchAsk(t, proxy, "backend_xid", func() { waitBackendGone(t, ctx, watcher, pid.Load()) })
+				watchAsk(t, proxy, "backend_xid", func() { itest.WaitBackendGone(t, ctx, watcher, int64(pid.Load())) })
 			}
 			tt.cut(proxy)
 			var runs counter
@@ -298,25 +299,6 @@ func watchAsk(t *testing.T, proxy *faultproxy.Proxy, marker string, f func()) {
 		}
 		return false
 	}, time.Millisecond)
-}
-
-// waitBackendGone returns once the backend pid has exited, asking on conn.
-func waitBackendGone(t *testing.T, ctx context.Context, conn *pgx.Conn, pid uint32) {
-	for ctx.Err() == nil {
-		var n int
-		if err := conn.QueryRow(ctx, "select count(*) from pg_stat_activity where pid = $1", int64(pid)).Scan(&n); err != nil {
-			t.Errorf("is backend %d gone: %v", pid, err)
-			return
-		}
-		if n == 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	t.Errorf("backend %d did not end: %v", pid, ctx.Err())
 }
 
 // TestResolveByFaultReadFirst is TestResolveByFault's proxy faults for a

@@ -37,8 +37,7 @@ func TestResolveCrashReusedIDBehindPgBouncer(t *testing.T) {
 		t.Skip("crashes a server of its own")
 	}
 	ctx := testCtx(t)
-	srv := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
-	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(srv))
+	srv, dsn := syncCommitServer(t)
 	_, roleDSN := heldCommitSchema(t, ctx, dsn)
 	pgb := bouncer.New(t, srv, &bouncer.Config{
 		QueryWaitTimeout: 50 * time.Second, ServerLoginRetry: 50 * time.Millisecond,
@@ -53,11 +52,7 @@ func TestResolveCrashReusedIDBehindPgBouncer(t *testing.T) {
 		bouncerSettings(c)
 	})
 
-	call := runHeldCommit(ctx, pool)
-	first := call.waitFirst(t)
-	if err := waitInCommit(ctx, directConn(t, dsn), first.pid); err != nil {
-		t.Fatal(err)
-	}
+	call, first := holdCommit(t, ctx, pool, dsn)
 	db := dbName(t, dsn)
 	paused := make(chan error, 1)
 	go func() { paused <- pgb.Admin(ctx, "PAUSE "+db) }()
@@ -126,8 +121,7 @@ func TestResolveBehindPgBouncerCapturesEachTransactionsRun(t *testing.T) {
 		t.Skip("crashes a server of its own")
 	}
 	ctx := testCtx(t)
-	srv := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
-	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(srv))
+	srv, dsn := syncCommitServer(t)
 	mustExec(t, ctx, directConn(t, dsn), "create table ledger (id text primary key)")
 	pgb := bouncer.New(t, srv, &bouncer.Config{ServerLoginRetry: 50 * time.Millisecond})
 	proxy := faultproxy.New(t, pgb.Addr())
@@ -191,9 +185,7 @@ func TestResolveRestoredBackup(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtx(t)
-	primary := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
-	standby := server.NewStandby(t, primary)
-	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
+	primary, standby, dsn := syncCommitPair(t)
 	_, roleDSN := heldCommitSchema(t, ctx, dsn)
 	copyDSN, err := server.DSNWithAddr(dsn, standby.Addr())
 	if err != nil {
@@ -208,11 +200,7 @@ func TestResolveRestoredBackup(t *testing.T) {
 		c.ResolveTimeout = 40 * time.Second
 	})
 
-	call := runHeldCommit(ctx, pool)
-	first := call.waitFirst(t)
-	if err := waitInCommit(ctx, directConn(t, dsn), first.pid); err != nil {
-		t.Fatal(err)
-	}
+	call, first := holdCommit(t, ctx, pool, dsn)
 	toPrimary.RefuseNew(true)
 	if err := primary.Crash(ctx); err != nil {
 		t.Fatal(err)
@@ -270,9 +258,7 @@ func TestResolveNeverAsksAStandby(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtx(t)
-	primary := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
-	standby := server.NewStandby(t, primary)
-	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
+	primary, standby, dsn := syncCommitPair(t)
 	_, roleDSN := heldCommitSchema(t, ctx, dsn)
 	standbyDSN, err := server.DSNWithAddr(dsn, standby.Addr())
 	if err != nil {
@@ -285,11 +271,7 @@ func TestResolveNeverAsksAStandby(t *testing.T) {
 		c.ResolveTimeout = 2 * time.Second
 	})
 
-	call := runHeldCommit(ctx, pool)
-	first := call.waitFirst(t)
-	if err := waitInCommit(ctx, directConn(t, dsn), first.pid); err != nil {
-		t.Fatal(err)
-	}
+	call, _ := holdCommit(t, ctx, pool, dsn)
 	if err := primary.Crash(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -338,11 +320,7 @@ func TestResolveAnotherSystemListed(t *testing.T) {
 		c.ResolveTimeout = 20 * time.Second
 	})
 
-	call := runHeldCommit(ctx, pool)
-	first := call.waitFirst(t)
-	if err := waitInCommit(ctx, directConn(t, dsn), first.pid); err != nil {
-		t.Fatal(err)
-	}
+	call, _ := holdCommit(t, ctx, pool, dsn)
 	if err := primary.Crash(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -332,8 +332,7 @@ func TestResolveRidesOutARestart(t *testing.T) {
 		name := map[bool]string{false: "direct", true: "behind PgBouncer"}[behindBouncer]
 		t.Run(name, func(t *testing.T) {
 			ctx := testCtxFor(t, 2*time.Minute)
-			srv := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
-			dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(srv))
+			srv, dsn := syncCommitServer(t)
 			admin := directConn(t, dsn)
 			mustExec(t, ctx, admin, "create table ledger (id text primary key)")
 			role, roleDSN := testRole(t, ctx, admin, dsn, "resolver", "")

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
 	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
@@ -67,8 +66,7 @@ func TestResolveCrashReusedID(t *testing.T) {
 			ctx := testCtx(t)
 			// Commits are flushed when acknowledged (the harness turns that
 			// off for speed), so the setup survives the crash.
-			srv := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
-			dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(srv))
+			srv, dsn := syncCommitServer(t)
 			role, roleDSN := heldCommitSchema(t, ctx, dsn)
 			proxy := faultproxy.New(t, srv.Addr())
 			through, err := proxy.DSN(roleDSN)
@@ -177,6 +175,18 @@ func (c heldCall) wantRunAgain(t *testing.T, ctx context.Context, pool *pgtx.Poo
 	}
 }
 
+// holdCommit starts runHeldCommit on pool and returns once its first COMMIT
+// waits on the server of dsn.
+func holdCommit(t *testing.T, ctx context.Context, pool *pgtx.Pool, dsn string) (heldCall, heldFirst) {
+	t.Helper()
+	call := runHeldCommit(ctx, pool)
+	first := call.waitFirst(t)
+	if err := waitInCommit(ctx, directConn(t, dsn), first.pid); err != nil {
+		t.Fatal(err)
+	}
+	return call, first
+}
+
 // runHeldCommit starts a call whose first attempt holds its COMMIT (see
 // heldCommitSchema).
 func runHeldCommit(ctx context.Context, pool *pgtx.Pool) heldCall {
@@ -269,8 +279,7 @@ func TestResolveNeverEndsAnotherTransactionsBackend(t *testing.T) {
 		t.Skip("crashes a server of its own")
 	}
 	ctx := testCtx(t)
-	srv := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
-	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(srv))
+	srv, dsn := syncCommitServer(t)
 	_, roleDSN := heldCommitSchema(t, ctx, dsn)
 	proxy := faultproxy.New(t, srv.Addr())
 	through, err := proxy.DSN(roleDSN)
@@ -281,11 +290,7 @@ func TestResolveNeverEndsAnotherTransactionsBackend(t *testing.T) {
 		c.MaxConns = 2
 		c.ResolveTimeout = 40 * time.Second
 	})
-	call := runHeldCommit(ctx, pool)
-	first := call.waitFirst(t)
-	if err := waitInCommit(ctx, directConn(t, dsn), first.pid); err != nil {
-		t.Fatal(err)
-	}
+	call, first := holdCommit(t, ctx, pool, dsn)
 	proxy.RefuseNew(true)
 	if err := srv.Crash(ctx); err != nil {
 		t.Fatal(err)

@@ -9,9 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
 	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
-	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
 // TestResolveCommittedOnlyLocally: the primary has a synchronous standby,
@@ -28,9 +26,7 @@ func TestResolveCommittedOnlyLocally(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtx(t)
-	primary := server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
-	standby := server.NewStandby(t, primary)
-	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
+	primary, standby, dsn := syncCommitPair(t)
 	admin := directConn(t, dsn)
 	mustExec(t, ctx, admin, "create table ledger (id text primary key)")
 	makeSynchronous(t, ctx, admin)

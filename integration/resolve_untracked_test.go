@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/integration/internal/itest"
 )
 
 // TestResolveAfterAStatementWithoutTheIDRead: a transaction whose first
@@ -58,7 +59,7 @@ func TestResolveAfterAStatementWithoutTheIDRead(t *testing.T) {
 			// Were the id not known, the resolver would ask the cut
 			// backend which transaction it runs: held until that backend
 			// has ended, when nothing can tell.
-			watchAsk(t, proxy, "backend_xid", func() { waitBackendGone(t, ctx, watcher, pid.Load()) })
+			watchAsk(t, proxy, "backend_xid", func() { itest.WaitBackendGone(t, ctx, watcher, int64(pid.Load())) })
 			proxy.CutOnCommit(1)
 			var runs counter
 			err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {

@@ -146,21 +146,7 @@ func TestCrashRestartRiddenOut(t *testing.T) {
 			t.Errorf("%s: %v (class %v): a call during a crash restart must ride it out", r.id, r.err, pgtx.Classify(r.err))
 		}
 	}
-	present := map[string]int{}
-	rows, err := directConn(t, dsn).Query(ctx, "select id from ledger")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		present[id]++
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
+	present := ledgerIDs(t, ctx, directConn(t, dsn))
 	for _, r := range calls {
 		if r.err == nil && present[r.id] != 1 {
 			t.Errorf("%s succeeded but is in the table %d times", r.id, present[r.id])

@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/integration/internal/itest"
 	"github.com/pgtx-go/pgtx/pgtxsql"
 	"github.com/pgtx-go/pgtx/pgtxtest"
 	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
@@ -29,23 +28,9 @@ func TestPlainStatementsRideOutAnOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := pgx.Connect(ctx, direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close(context.Background()) })
-	if _, err := admin.Exec(ctx, "create table sink (v int)"); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := pgtx.ParseConfig(through)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgtx.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	admin := itest.DirectConn(t, direct)
+	itest.Exec(t, ctx, admin, "create table sink (v int)")
+	pool := itest.NewPool(t, through, nil)
 	db := pgtxsql.OpenDB(pool)
 	t.Cleanup(func() { db.Close() })
 

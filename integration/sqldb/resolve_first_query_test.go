@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/integration/internal/itest"
 )
@@ -85,7 +84,7 @@ func TestCutAsCommitLeftAfterAQuery(t *testing.T) {
 				// backend has ended, when nothing can tell.
 				proxy.SlowStatements(func(sql string) bool {
 					if strings.Contains(sql, "backend_xid") {
-						waitBackendGone(t, watcher, pid.Load())
+						itest.WaitBackendGone(t, itest.Ctx(t), watcher, pid.Load())
 					}
 					return false
 				}, time.Millisecond)
@@ -104,24 +103,4 @@ func TestCutAsCommitLeftAfterAQuery(t *testing.T) {
 			})
 		}
 	}
-}
-
-// waitBackendGone returns once the backend pid has exited, asking on conn.
-func waitBackendGone(t *testing.T, conn *pgx.Conn, pid int64) {
-	ctx := itest.Ctx(t)
-	for ctx.Err() == nil {
-		var n int
-		if err := conn.QueryRow(ctx, "select count(*) from pg_stat_activity where pid = $1", pid).Scan(&n); err != nil {
-			t.Errorf("is backend %d gone: %v", pid, err)
-			return
-		}
-		if n == 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	t.Errorf("backend %d did not end: %v", pid, ctx.Err())
 }

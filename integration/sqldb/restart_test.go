@@ -28,16 +28,7 @@ func TestPlainStatementsAfterARestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	srv := server.New(t, nil)
-	cfg, err := pgtx.ParseConfig(srv.DSN(""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = conns
-	pool, err := pgtx.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := itest.NewPool(t, srv.DSN(""), func(c *pgtx.Config) { c.MaxConns = conns })
 	db := pgtxsql.OpenDB(pool)
 	t.Cleanup(func() { db.Close() })
 	if _, err := db.ExecContext(ctx, "create table sink (v int)"); err != nil {

@@ -78,3 +78,23 @@ func (c *Counter) Inc() int64 { return c.n.Add(1) }
 
 // Get returns the count.
 func (c *Counter) Get() int64 { return c.n.Load() }
+
+// WaitBackendGone returns once the backend pid has exited, asking on conn.
+func WaitBackendGone(t testing.TB, ctx context.Context, conn *pgx.Conn, pid int64) {
+	t.Helper()
+	for ctx.Err() == nil {
+		var n int
+		if err := conn.QueryRow(ctx, "select count(*) from pg_stat_activity where pid = $1", pid).Scan(&n); err != nil {
+			t.Errorf("is backend %d gone: %v", pid, err)
+			return
+		}
+		if n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	t.Errorf("backend %d did not end: %v", pid, ctx.Err())
+}
