@@ -8,12 +8,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/examples/orm/internal/ormtest"
 	"github.com/pgtx-go/pgtx/pgtxtest"
 	"github.com/uptrace/bun"
 )
@@ -89,7 +87,7 @@ func TestTransferUnderInjected40001(t *testing.T) {
 				runs++
 				return transfer(ctx, tx, 1, 2, 30)
 			})
-			if code := sqlState(err); code != tt.wantCode {
+			if code := ormtest.SQLState(err); code != tt.wantCode {
 				t.Errorf("err = %v, want SQLSTATE %q", err, tt.wantCode)
 			}
 			if runs != tt.wantRuns {
@@ -121,12 +119,12 @@ func TestCancelOnTheServer(t *testing.T) {
 	// The context ends once the statement runs on the server.
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	cancelWhenRunning(t, pool, pid0, cancel)
+	ormtest.CancelWhenRunning(t, pool, pid0, cancel)
 	err := runInTx(ctx, db, pgtx.ReadCommitted, func(ctx context.Context, tx bun.Tx) error {
 		_, err := tx.ExecContext(ctx, "select pg_sleep(30)")
 		return err
 	})
-	if !errors.Is(err, context.Canceled) || sqlState(err) != pgerrcode.QueryCanceled {
+	if !errors.Is(err, context.Canceled) || ormtest.SQLState(err) != pgerrcode.QueryCanceled {
 		t.Fatalf("err = %v, want context.Canceled with the server's 57014", err)
 	}
 
@@ -142,37 +140,4 @@ func TestCancelOnTheServer(t *testing.T) {
 	if n := s.Pool.NewConnsCount(); n != 1 || pid != pid0 {
 		t.Errorf("new connections %d, backend %d then %d: the connection must be kept", n, pid0, pid)
 	}
-}
-
-// sqlState returns err's SQLSTATE, or "" when it has none.
-func sqlState(err error) string {
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
-		return pgErr.Code
-	}
-	return ""
-}
-
-// cancelWhenRunning calls cancel once the backend pid runs a pg_sleep, as
-// pg_stat_activity shows from a connection of its own: the context ends
-// while the statement runs on the server, however loaded the machine.
-func cancelWhenRunning(t *testing.T, pool *pgtx.Pool, pid int, cancel context.CancelFunc) {
-	t.Helper()
-	conn, err := pgx.Connect(t.Context(), pool.Config().ConnString())
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	t.Cleanup(func() { <-done; conn.Close(context.Background()) })
-	go func() {
-		defer close(done)
-		defer cancel()
-		for t.Context().Err() == nil {
-			var running bool
-			err := conn.QueryRow(t.Context(), "select exists (select from pg_stat_activity where pid = $1 and state = 'active' and query like '%pg_sleep%')", pid).Scan(&running)
-			if err != nil || running {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}()
 }
