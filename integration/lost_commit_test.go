@@ -147,19 +147,7 @@ func TestLostCommits(t *testing.T) {
 		t.Errorf("told of replication %+v, want once: asynchronous, one standby, on timeline 1", rep)
 	}
 
-	if err := primary.Crash(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// The old primary comes back on its old timeline, for the cleanup
-		// that drops the test's database and role there.
-		if err := primary.Start(context.Background()); err != nil {
-			t.Errorf("restart the old primary: %v", err)
-		}
-	})
-	if err := standby.Promote(ctx); err != nil {
-		t.Fatal(err)
-	}
+	crashAndPromote(t, ctx, primary, standby)
 	newPrimary := directConn(t, standbyDSN)
 	if err := giveXids(ctx, newPrimary, lost[0].xid, true); err != nil {
 		t.Fatal(err)
@@ -415,6 +403,17 @@ func TestPausedStandbyPromotionReplaysWhatItReceived(t *testing.T) {
 	if n := queryInt(t, ctx, directConn(t, standbyDSN), "select count(*) from ledger"); n != 0 {
 		t.Fatalf("the paused standby shows %d rows before its promotion, want none", n)
 	}
+	crashAndPromote(t, ctx, primary, standby)
+	if n := queryInt(t, ctx, directConn(t, standbyDSN), "select count(*) from ledger"); n != 1 {
+		t.Errorf("the promoted standby has %d rows, want the one it received while paused", n)
+	}
+}
+
+// crashAndPromote crashes primary and promotes standby. The old primary comes
+// back on its old timeline at cleanup, for the cleanup that drops the test's
+// database and role there.
+func crashAndPromote(t *testing.T, ctx context.Context, primary, standby *server.Server) {
+	t.Helper()
 	if err := primary.Crash(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -425,8 +424,5 @@ func TestPausedStandbyPromotionReplaysWhatItReceived(t *testing.T) {
 	})
 	if err := standby.Promote(ctx); err != nil {
 		t.Fatal(err)
-	}
-	if n := queryInt(t, ctx, directConn(t, standbyDSN), "select count(*) from ledger"); n != 1 {
-		t.Errorf("the promoted standby has %d rows, want the one it received while paused", n)
 	}
 }
