@@ -19,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
-	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
 	"github.com/pgtx-go/pgtx/pgtxtest/pgpool"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
@@ -161,11 +160,7 @@ func runChaosBank(t *testing.T, bank chaosBank, seed uint64, dur time.Duration) 
 	if bank.pgpool {
 		upstream = chaosPgpool(t, srv)
 	}
-	proxy := faultproxy.New(t, upstream)
-	through, err := proxy.DSN(direct)
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, through := proxyTo(t, upstream, direct)
 	pool := newPool(t, through, func(c *pgtx.Config) {
 		c.MaxConns = chaosPoolConns
 		c.ConnConfig.RuntimeParams["application_name"] = chaosAppName // what the injector terminates

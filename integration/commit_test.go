@@ -17,12 +17,20 @@ import (
 func proxied(t *testing.T) (direct string, proxy *faultproxy.Proxy, through string) {
 	t.Helper()
 	direct = newDB(t)
-	proxy = faultproxy.New(t, server.Shared(t).Addr())
-	through, err := proxy.DSN(direct)
+	proxy, through = proxyTo(t, server.Shared(t).Addr(), direct)
+	return direct, proxy, through
+}
+
+// proxyTo starts a fault proxy in front of the server at addr and returns it
+// and the DSN of dsn's database through it.
+func proxyTo(t *testing.T, addr, dsn string) (*faultproxy.Proxy, string) {
+	t.Helper()
+	proxy := faultproxy.New(t, addr)
+	through, err := proxy.DSN(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return direct, proxy, through
+	return proxy, through
 }
 
 // cancelPoolPast gives the cancel pool the direct DSN, past the proxy: it

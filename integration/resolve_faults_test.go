@@ -145,11 +145,7 @@ func newFaultEnv(t *testing.T, dedicated bool) *faultEnv {
 		srv = server.New(t, nil)
 	}
 	direct := pgtxtest.NewDatabase(t, pgtxtest.WithServer(srv))
-	proxy := faultproxy.New(t, srv.Addr())
-	through, err := proxy.DSN(direct)
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, through := proxyTo(t, srv.Addr(), direct)
 	return &faultEnv{srv: srv, proxy: proxy, admin: directConn(t, direct), direct: direct, through: through}
 }
 

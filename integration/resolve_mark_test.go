@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxtest"
-	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
@@ -32,11 +31,7 @@ func TestResolveWithoutTheMessage(t *testing.T) {
 	if _, err := directConn(t, roleDSN).Exec(ctx, "select pg_logical_emit_message(true, 'x', '')"); sqlState(err) != "42501" {
 		t.Fatalf("the role called pg_logical_emit_message: %v; the test did not revoke it", err)
 	}
-	proxy := faultproxy.New(t, srv.Addr())
-	through, err := proxy.DSN(roleDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, through := proxyTo(t, srv.Addr(), roleDSN)
 	for _, mode := range []pgx.QueryExecMode{pgx.QueryExecModeCacheStatement, pgx.QueryExecModeSimpleProtocol} {
 		t.Run(mode.String(), func(t *testing.T) {
 			pool := newPool(t, through, func(c *pgtx.Config) { c.ConnConfig.DefaultQueryExecMode = mode })

@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
@@ -68,11 +67,7 @@ func TestResolveCrashReusedID(t *testing.T) {
 			// off for speed), so the setup survives the crash.
 			srv, dsn := syncCommitServer(t)
 			role, roleDSN := heldCommitSchema(t, ctx, dsn)
-			proxy := faultproxy.New(t, srv.Addr())
-			through, err := proxy.DSN(roleDSN)
-			if err != nil {
-				t.Fatal(err)
-			}
+			proxy, through := proxyTo(t, srv.Addr(), roleDSN)
 			pool := newPool(t, through, func(c *pgtx.Config) {
 				c.MaxConns = 2
 				c.ResolveTimeout = 40 * time.Second // the crash, the recovery and the reuse come first
@@ -281,11 +276,7 @@ func TestResolveNeverEndsAnotherTransactionsBackend(t *testing.T) {
 	ctx := testCtx(t)
 	srv, dsn := syncCommitServer(t)
 	_, roleDSN := heldCommitSchema(t, ctx, dsn)
-	proxy := faultproxy.New(t, srv.Addr())
-	through, err := proxy.DSN(roleDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, through := proxyTo(t, srv.Addr(), roleDSN)
 	pool := newPool(t, through, func(c *pgtx.Config) {
 		c.MaxConns = 2
 		c.ResolveTimeout = 40 * time.Second

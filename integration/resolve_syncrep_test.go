@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
 )
 
 // TestResolveCommittedOnlyLocally: the primary has a synchronous standby,
@@ -34,11 +33,7 @@ func TestResolveCommittedOnlyLocally(t *testing.T) {
 	// need no privilege.
 	role, roleDSN := testRole(t, ctx, admin, dsn, "resolver", "")
 	mustExec(t, ctx, admin, "grant all on ledger to "+role)
-	proxy := faultproxy.New(t, primary.Addr())
-	through, err := proxy.DSN(roleDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
+	proxy, through := proxyTo(t, primary.Addr(), roleDSN)
 	pool := newPool(t, through, func(c *pgtx.Config) {
 		c.MaxConns = 2
 		c.ResolveTimeout = 4 * time.Second
@@ -80,7 +75,7 @@ func TestResolveCommittedOnlyLocally(t *testing.T) {
 		t.Fatal(err)
 	}
 	proxy.CutAll() // the COMMIT's answer, and its connection, are lost
-	err = <-done
+	err := <-done
 	local := queryInt(t, ctx, admin, "select count(*) from ledger where id = 'a'")
 	r := pool.Stats().Resolved
 	t.Logf("err = %v; committed locally: %d; resolutions %+v", err, local, r)

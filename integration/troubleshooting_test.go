@@ -472,11 +472,7 @@ func troubleshootingScenarios() []scenario {
 				// whether Pgpool-II is in front, and the connection breaks.
 				dsn := newDB(t)
 				pgb := bouncer.New(t, server.Shared(t), &bouncer.Config{})
-				proxy := faultproxy.New(t, pgb.Addr())
-				through, err := proxy.DSN(pgb.DSN(dbName(t, dsn)))
-				if err != nil {
-					t.Fatal(err)
-				}
+				proxy, through := proxyTo(t, pgb.Addr(), pgb.DSN(dbName(t, dsn)))
 				proxy.CutBeforeForward(func(sql string) bool { return sql == "show pool_version" }, 1)
 				pool := newPool(t, through, func(c *pgtx.Config) {
 					bouncerSettings(c)
