@@ -192,12 +192,7 @@ func TestTraceContention(t *testing.T) {
 	contentionLine := func(level slog.Level, attrs map[string]string) line {
 		return line{level, "contention limit changed", attrs}
 	}
-	tests := []struct {
-		name string
-		opts pgtxslog.Option
-		data pgtx.TraceContentionData
-		want []line
-	}{
+	tests := []logCase[pgtx.TraceContentionData]{
 		{
 			name: "starts limiting at info",
 			data: pgtx.TraceContentionData{Label: "transfer", Limiting: true, Limit: 6, ConflictRatio: 0.25},
@@ -233,14 +228,7 @@ func TestTraceContention(t *testing.T) {
 			data: pgtx.TraceContentionData{Label: "transfer", Limiting: true, Limit: 6},
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			h, tr := newRecorder(slog.LevelDebug, tt.opts)
-			tr.TraceContention(context.Background(), tt.data)
-			assertLines(t, h, tt.want...)
-		})
-	}
+	runLogCases(t, tests, (*pgtxslog.Tracer).TraceContention)
 }
 
 // TestAdmission checks that an attempt the contention gate limited carries

@@ -46,6 +46,30 @@ func newRecorder(min slog.Level, opts pgtxslog.Option) (*recorder, *pgtxslog.Tra
 	return h, pgtxslog.NewTracer(pgtxslog.WithLogger(slog.New(h)), opts)
 }
 
+// logCase is one case of a table test of one trace method: the tracer's
+// options, the data the method is given and the lines it must log.
+type logCase[D any] struct {
+	name string
+	opts pgtxslog.Option
+	data D
+	want []line
+}
+
+// runLogCases runs each case as a parallel subtest: trace hands the case's
+// data to a tracer with the case's options, recording every level, which
+// must log the case's lines.
+func runLogCases[D any](t *testing.T, tests []logCase[D], trace func(*pgtxslog.Tracer, context.Context, D)) {
+	t.Helper()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			h, tr := newRecorder(slog.LevelDebug, tt.opts)
+			trace(tr, context.Background(), tt.data)
+			assertLines(t, h, tt.want...)
+		})
+	}
+}
+
 // levels is the type of WithLevels's map.
 type levels = map[pgtxslog.Event]slog.Leveler
 
@@ -164,12 +188,7 @@ func TestTraceAttemptEnd(t *testing.T) {
 			"backoff": backoff, "duration": "12ms",
 		}}
 	}
-	tests := []struct {
-		name string
-		opts pgtxslog.Option
-		data pgtx.TraceAttemptEndData
-		want []line
-	}{
+	tests := []logCase[pgtx.TraceAttemptEndData]{
 		{
 			name: "conflict retry at debug",
 			data: end(errConflict, true, 3*time.Millisecond),
@@ -244,14 +263,7 @@ func TestTraceAttemptEnd(t *testing.T) {
 			data: end(errOverload, true, time.Second),
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			h, tr := newRecorder(slog.LevelDebug, tt.opts)
-			tr.TraceAttemptEnd(context.Background(), tt.data)
-			assertLines(t, h, tt.want...)
-		})
-	}
+	runLogCases(t, tests, (*pgtxslog.Tracer).TraceAttemptEnd)
 }
 
 func TestTraceTransactionEnd(t *testing.T) {
@@ -273,12 +285,7 @@ func TestTraceTransactionEnd(t *testing.T) {
 		}
 		return l
 	}
-	tests := []struct {
-		name string
-		opts pgtxslog.Option
-		data pgtx.TraceTransactionEndData
-		want []line
-	}{
+	tests := []logCase[pgtx.TraceTransactionEndData]{
 		{
 			name: "success not logged by default",
 			data: end("pay", nil),
@@ -392,14 +399,7 @@ func TestTraceTransactionEnd(t *testing.T) {
 			data: end("pay", errCommitLost),
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			h, tr := newRecorder(slog.LevelDebug, tt.opts)
-			tr.TraceTransactionEnd(context.Background(), tt.data)
-			assertLines(t, h, tt.want...)
-		})
-	}
+	runLogCases(t, tests, (*pgtxslog.Tracer).TraceTransactionEnd)
 }
 
 // TestBudgetRefusal: a retry the budget refused is an attempt end with no
@@ -407,12 +407,7 @@ func TestTraceTransactionEnd(t *testing.T) {
 func TestBudgetRefusal(t *testing.T) {
 	t.Parallel()
 	lostBudget := fmt.Errorf("%w: %w", pgtx.ErrRetryBudgetExhausted, io.EOF)
-	tests := []struct {
-		name string
-		opts pgtxslog.Option
-		data pgtx.TraceAttemptEndData
-		want []line
-	}{
+	tests := []logCase[pgtx.TraceAttemptEndData]{
 		{
 			name: "overload refusal at warn",
 			data: pgtx.TraceAttemptEndData{Label: "pay", Isolation: pgtx.ReadCommitted, Attempt: 2, Err: errBudget, Class: pgtx.ClassOverload},
@@ -467,14 +462,7 @@ func TestBudgetRefusal(t *testing.T) {
 			}}},
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			h, tr := newRecorder(slog.LevelDebug, tt.opts)
-			tr.TraceAttemptEnd(context.Background(), tt.data)
-			assertLines(t, h, tt.want...)
-		})
-	}
+	runLogCases(t, tests, (*pgtxslog.Tracer).TraceAttemptEnd)
 }
 
 // TestBudgetRefusalIsOneLine replays the events of a call the budget
@@ -504,12 +492,7 @@ func TestTraceCancel(t *testing.T) {
 	data := func(mode pgtx.CancelMode, closed, notFound, fellBack bool) pgtx.TraceCancelData {
 		return pgtx.TraceCancelData{PID: 4242, Mode: mode, Closed: closed, NotFound: notFound, FellBack: fellBack, Latency: 800 * time.Microsecond}
 	}
-	tests := []struct {
-		name string
-		opts pgtxslog.Option
-		data pgtx.TraceCancelData
-		want []line
-	}{
+	tests := []logCase[pgtx.TraceCancelData]{
 		{
 			name: "signalled at debug",
 			data: data(pgtx.CancelModePool, false, false, false),
@@ -567,14 +550,7 @@ func TestTraceCancel(t *testing.T) {
 			data: data(pgtx.CancelModePool, false, false, false),
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			h, tr := newRecorder(slog.LevelDebug, tt.opts)
-			tr.TraceCancel(context.Background(), tt.data)
-			assertLines(t, h, tt.want...)
-		})
-	}
+	runLogCases(t, tests, (*pgtxslog.Tracer).TraceCancel)
 }
 
 func TestTraceBreakerStateChange(t *testing.T) {
@@ -592,12 +568,7 @@ func TestTraceBreakerStateChange(t *testing.T) {
 		}
 		return l
 	}
-	tests := []struct {
-		name string
-		opts pgtxslog.Option
-		data pgtx.TraceBreakerStateChangeData
-		want []line
-	}{
+	tests := []logCase[pgtx.TraceBreakerStateChangeData]{
 		{
 			name: "opened at warn",
 			data: change("replica", pgtx.BreakerClosed, pgtx.BreakerOpen, "failure ratio 7/12"),
@@ -630,14 +601,7 @@ func TestTraceBreakerStateChange(t *testing.T) {
 			data: change("replica", pgtx.BreakerClosed, pgtx.BreakerOpen, "5 consecutive failures"),
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			h, tr := newRecorder(slog.LevelDebug, tt.opts)
-			tr.TraceBreakerStateChange(context.Background(), tt.data)
-			assertLines(t, h, tt.want...)
-		})
-	}
+	runLogCases(t, tests, (*pgtxslog.Tracer).TraceBreakerStateChange)
 }
 
 type ctxKey struct{}
