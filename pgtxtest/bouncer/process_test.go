@@ -5,8 +5,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -81,13 +79,9 @@ func TestBouncerPortTaken(t *testing.T) {
 
 func TestBouncerSweepsDeadBinariesDirs(t *testing.T) {
 	t.Parallel()
-	base := t.TempDir()
-	dead := filepath.Join(base, bouncerDirPrefix+"999999999-1")
-	mine := filepath.Join(base, bouncerDirPrefix+strconv.Itoa(os.Getpid())+"-1")
-	cluster := filepath.Join(base, "pgtx-pgtest-cluster-999999999-1")
-	kittest.MakeDirs(t, dead, mine, cluster)
-	sweepStaleBouncers(base)
-	kittest.CheckRemoved(t, map[string]bool{dead: true, mine: false, cluster: false})
+	sw := kittest.NewSweep(t, bouncerDirPrefix, "pgtx-pgtest-cluster-999999999-1")
+	sweepStaleBouncers(sw.Base)
+	sw.Check(t)
 }
 
 func TestBouncerMissingBinary(t *testing.T) {

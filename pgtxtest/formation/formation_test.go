@@ -445,22 +445,18 @@ func TestFormationStates(t *testing.T) {
 
 func TestFormationSweepsDeadBinariesDirs(t *testing.T) {
 	t.Parallel()
-	base := t.TempDir()
-	dead := filepath.Join(base, formationDirPrefix+"999999999-1")
-	mine := filepath.Join(base, formationDirPrefix+strconv.Itoa(os.Getpid())+"-1")
-	cluster := filepath.Join(base, "pgtx-pgtest-cluster-999999999-1")
-	kittest.MakeDirs(t, dead, mine, cluster)
+	sw := kittest.NewSweep(t, formationDirPrefix, "pgtx-pgtest-cluster-999999999-1")
 	// A recorded group whose postmaster.pid names a process of another group (this
 	// test binary) is not killed.
-	if err := os.WriteFile(filepath.Join(dead, "node1.pgid"), []byte("999999998"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(sw.Dead, "node1.pgid"), []byte("999999998"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(filepath.Join(dead, "node1"), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Join(sw.Dead, "node1"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dead, "node1", "postmaster.pid"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(sw.Dead, "node1", "postmaster.pid"), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sweepStaleFormations(base)
-	kittest.CheckRemoved(t, map[string]bool{dead: true, mine: false, cluster: false})
+	sweepStaleFormations(sw.Base)
+	sw.Check(t)
 }

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -143,17 +142,13 @@ func TestPgpoolPortTaken(t *testing.T) {
 
 func TestPgpoolSweepsDeadBinariesDirs(t *testing.T) {
 	t.Parallel()
-	base := t.TempDir()
-	dead := filepath.Join(base, pgpoolDirPrefix+"999999999-1")
-	mine := filepath.Join(base, pgpoolDirPrefix+strconv.Itoa(os.Getpid())+"-1")
-	bouncer := filepath.Join(base, "pgtx-pgtest-bouncer-999999999-1")
-	kittest.MakeDirs(t, dead, mine, bouncer)
+	sw := kittest.NewSweep(t, pgpoolDirPrefix, "pgtx-pgtest-bouncer-999999999-1")
 	// A pid file naming a group that is gone, in pgpool's format.
-	if err := os.WriteFile(filepath.Join(dead, "pgpool.pid"), []byte("999999998\x00"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(sw.Dead, "pgpool.pid"), []byte("999999998\x00"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sweepStalePgpools(base, pgpoolDefaultPath)
-	kittest.CheckRemoved(t, map[string]bool{dead: true, mine: false, bouncer: false})
+	sweepStalePgpools(sw.Base, pgpoolDefaultPath)
+	sw.Check(t)
 }
 
 func TestPgpoolMissingBinary(t *testing.T) {

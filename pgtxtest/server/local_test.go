@@ -3,9 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,13 +13,9 @@ import (
 
 func TestLocalSweepsDeadBinariesClusters(t *testing.T) {
 	t.Parallel()
-	base := t.TempDir()
-	dead := filepath.Join(base, "pgtx-pgtest-cluster-999999999-1")
-	mine := filepath.Join(base, "pgtx-pgtest-cluster-"+strconv.Itoa(os.Getpid())+"-1")
-	other := filepath.Join(base, "pgtx-pgtest-template-15-x-0")
-	kittest.MakeDirs(t, dead, mine, other)
-	sweepStaleClusters(base)
-	kittest.CheckRemoved(t, map[string]bool{dead: true, mine: false, other: false})
+	sw := kittest.NewSweep(t, "pgtx-pgtest-cluster-", "pgtx-pgtest-template-15-x-0")
+	sweepStaleClusters(sw.Base)
+	sw.Check(t)
 }
 
 func TestLocalWaitReady(t *testing.T) {
