@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
 	"github.com/pgtx-go/pgtx/pgtxtest/faultproxy"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
@@ -253,9 +252,7 @@ func TestResolveNotAskedElsewhere(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtx(t)
-	primary := server.New(t, nil)
-	standby := server.NewStandby(t, primary)
-	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
+	primary, standby, dsn := serverPair(t, nil)
 	admin := directConn(t, dsn)
 	mustExec(t, ctx, admin, "create table ledger (id text not null)")
 	mustExec(t, ctx, admin, `create function slow_commit() returns trigger language plpgsql as $$

@@ -100,7 +100,15 @@ func syncCommitServer(t *testing.T) (srv *server.Server, dsn string) {
 // started before the database is created.
 func syncCommitPair(t *testing.T) (primary, standby *server.Server, dsn string) {
 	t.Helper()
-	primary = server.New(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+	return serverPair(t, &server.Config{Settings: map[string]string{"synchronous_commit": "on"}})
+}
+
+// serverPair starts a server of the test's own configured by cfg (nil for
+// the kit's defaults) and a streaming standby of it, then creates a database
+// on the primary: the two servers and the database's DSN.
+func serverPair(t *testing.T, cfg *server.Config) (primary, standby *server.Server, dsn string) {
+	t.Helper()
+	primary = server.New(t, cfg)
 	standby = server.NewStandby(t, primary)
 	return primary, standby, pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
-	"github.com/pgtx-go/pgtx/pgtxtest"
 	"github.com/pgtx-go/pgtx/pgtxtest/server"
 )
 
@@ -23,9 +22,7 @@ func TestNoReadWriteHostUntilPromoted(t *testing.T) {
 		t.Skip("starts a primary and a standby")
 	}
 	ctx := testCtx(t)
-	primary := server.New(t, nil)
-	standby := server.NewStandby(t, primary)
-	dsn := pgtxtest.NewDatabase(t, pgtxtest.WithServer(primary))
+	primary, standby, dsn := serverPair(t, nil)
 	mustExec(t, ctx, directConn(t, dsn), "create table ledger (id text primary key)")
 	standbyDSN, err := server.DSNWithAddr(dsn, standby.Addr())
 	if err != nil {
