@@ -139,7 +139,8 @@ func (c *Config) validate() error {
 	case c.MaxWaiters < 0:
 		return &invalidArgError{Msg: fmt.Sprintf("MaxWaiters must be 0 (no bound, the default) or a bound, got %d", c.MaxWaiters)}
 	case c.CancelMode < CancelModePool || c.CancelMode > CancelModeClose:
-		return &invalidArgError{Msg: "unknown " + c.CancelMode.String()}
+		return &invalidArgError{Msg: "unknown " + c.CancelMode.String() +
+			": use CancelModePool (the default), CancelModeProtocol or CancelModeClose"}
 	case c.Breaker != nil && c.Breaker.validate() != nil:
 		return c.Breaker.validate()
 	case c.Contention.validate() != nil:

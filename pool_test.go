@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -247,5 +248,27 @@ func TestConfigCopy(t *testing.T) {
 	var nilCfg *Config
 	if nilCfg.Copy() != nil {
 		t.Error("a nil Config's Copy is not nil")
+	}
+}
+
+// TestUnknownCancelModeListsTheModes: a CancelMode out of range is refused
+// with an error that names every valid mode, so the fix is in the message.
+func TestUnknownCancelModeListsTheModes(t *testing.T) {
+	for _, mode := range []CancelMode{42, -1, CancelModeClose + 1} {
+		cfg := mustParse(t, unreachableDSN)
+		cfg.CancelMode = mode
+		p, err := NewWithConfig(context.Background(), cfg)
+		if err == nil {
+			p.Close()
+			t.Fatalf("%v: NewWithConfig accepted it", mode)
+		}
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%v: err = %v, want ErrInvalidArgument", mode, err)
+		}
+		for _, name := range []string{"CancelModePool", "CancelModeProtocol", "CancelModeClose", mode.String()} {
+			if !strings.Contains(err.Error(), name) {
+				t.Errorf("%v: err %q does not name %s", mode, err, name)
+			}
+		}
 	}
 }
