@@ -71,8 +71,21 @@ func commitUnknown(err error) error {
 type acquireTimeoutError struct {
 	timeout    time.Duration
 	connecting bool
-	sameCtx    bool // a call with the waiting call's context holds a connection
+	// heldBy says whose call held a connection through the wait:
+	// sameContext, a context with the waiter's Done channel; neverDone,
+	// one that is never done as the waiter's (which a channel cannot tell
+	// apart); 0: no such call.
+	heldBy heldBy
 }
+
+// heldBy is what a timed-out acquire knows of a call that may be its
+// caller.
+type heldBy int
+
+const (
+	sameContext heldBy = iota + 1
+	neverDone
+)
 
 func (e *acquireTimeoutError) Error() string {
 	msg := ErrAcquireTimeout.Error() + " (AcquireTimeout " + e.timeout.String()
@@ -80,9 +93,14 @@ func (e *acquireTimeoutError) Error() string {
 		msg += ", connecting to the server"
 	}
 	msg += ")"
-	if e.sameCtx {
+	switch e.heldBy {
+	case sameContext:
 		msg += "; a connection of the pool is held by a call with the same context: " +
 			"a Transaction called inside fn must be given fn's ctx, not the request's, " +
+			"or it waits for the connection its caller holds"
+	case neverDone:
+		msg += "; a connection of the pool is held by a call whose context is never done, as this one's " +
+			"(context.Background()): if this call runs inside that call's fn, give it fn's ctx, " +
 			"or it waits for the connection its caller holds"
 	}
 	return msg

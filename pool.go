@@ -212,9 +212,10 @@ func (p *Pool) BreakerState() BreakerState {
 }
 
 // acquire takes a connection through p's queue. caller is the Done channel
-// of the call's context: a timeout says when a call with the same context
-// holds a connection (a nested Transaction given the request's context
-// waits for itself).
+// of the call's context: a timeout says when a call with the same context,
+// or one never done as the caller's is, held a connection through the wait
+// (a nested Transaction given the request's context, or
+// context.Background(), waits for itself).
 func (p *Pool) acquire(ctx context.Context, caller <-chan struct{}) (*pgxpool.Conn, time.Time, error) {
 	conn, end, waited, err := p.queue.Acquire(ctx, p.pool, p.clock)
 	if err == acquire.ErrFull {
@@ -222,8 +223,14 @@ func (p *Pool) acquire(ctx context.Context, caller <-chan struct{}) (*pgxpool.Co
 	}
 	p.queue.acquireWait.Observe(waited)
 	if err == acquire.ErrTimeout {
-		err = &acquireTimeoutError{timeout: p.queue.Bounds().Timeout, connecting: p.connecting(),
-			sameCtx: p.queue.inflight.HeldBy(caller)}
+		e := &acquireTimeoutError{timeout: p.queue.Bounds().Timeout, connecting: p.connecting()}
+		if p.queue.inflight.HeldBy(caller, end.Add(-waited)) {
+			e.heldBy = sameContext
+			if caller == nil {
+				e.heldBy = neverDone
+			}
+		}
+		err = e
 	}
 	return conn, end, err
 }

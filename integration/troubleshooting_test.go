@@ -271,6 +271,26 @@ func troubleshootingScenarios() []scenario {
 				}
 				return inner
 			}},
+		{doc: "pgtx: timed out waiting for a pool connection (AcquireTimeout …); a connection of the pool is held by a call whose context is never done, as this one's (context.Background()): …",
+			is: pgtx.ErrAcquireTimeout,
+			run: func(t *testing.T, ctx context.Context) error {
+				pool := newPool(t, newDB(t), func(c *pgtx.Config) {
+					c.MaxConns = 1
+					c.AcquireTimeout = 100 * time.Millisecond
+				})
+				var inner error
+				err := pgtx.Transaction(context.Background(), pool, pgtx.ReadCommitted, func(fnCtx context.Context, tx pgx.Tx) error {
+					if _, err := tx.Exec(fnCtx, "select 1"); err != nil {
+						return err
+					}
+					inner = pgtx.Transaction(context.Background(), pool, pgtx.ReadCommitted, noop) // a script's context, not fn's
+					return nil
+				})
+				if err != nil {
+					t.Fatalf("the outer call: %v", err)
+				}
+				return inner
+			}},
 		{doc: "pgtx: too many callers waiting for a pool connection", is: pgtx.ErrQueueFull,
 			run: func(t *testing.T, ctx context.Context) error {
 				pool := newPool(t, newDB(t), func(c *pgtx.Config) {

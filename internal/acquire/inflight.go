@@ -39,16 +39,16 @@ func (s *InFlight) Add(now time.Time, owner <-chan struct{}) int {
 }
 
 // HeldBy reports whether an attempt of a caller whose context's Done
-// channel is owner holds a connection. A nil owner (a context that is
-// never done) matches nothing.
-func (s *InFlight) HeldBy(owner <-chan struct{}) bool {
-	if owner == nil {
-		return false
-	}
+// channel is owner has held a connection since before since (the start of
+// a wait that timed out): a holder that took its connection later is not
+// the caller the waiter runs inside of. A nil owner is a context that is
+// never done (context.Background()): all such look alike, so it matches
+// every holder whose context is never done.
+func (s *InFlight) HeldBy(owner <-chan struct{}, since time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for slot, o := range s.owners {
-		if o == owner && s.starts[slot] != 0 {
+		if o == owner && s.starts[slot] != 0 && s.starts[slot] <= since.UnixNano() {
 			return true
 		}
 	}

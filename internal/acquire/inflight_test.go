@@ -56,32 +56,40 @@ func TestInFlight(t *testing.T) {
 }
 
 // TestInFlightHeldBy: an attempt is found by its caller's context while it
-// holds a connection, and no longer once released; a nil owner (a context
-// that is never done) is never found.
+// holds a connection it took before the wait began, and no longer once
+// released; a nil owner (a context that is never done) finds the holders
+// whose context is never done.
 func TestInFlightHeldBy(t *testing.T) {
 	req, other := make(chan struct{}), make(chan struct{})
+	t0 := time.Unix(1000, 0)
 	var s InFlight
-	if s.HeldBy(req) {
-		t.Error("an empty set holds a connection for req")
+	if s.HeldBy(req, t0) || s.HeldBy(nil, t0) {
+		t.Error("an empty set holds a connection")
 	}
-	slot := s.Add(time.Now(), req)
-	s.Add(time.Now(), nil)
+	slot := s.Add(t0, req)
+	never := s.Add(t0, nil)
+	late := make(chan struct{})
+	s.Add(t0.Add(time.Second), late)
 	tests := []struct {
 		name  string
 		owner <-chan struct{}
+		since time.Time
 		want  bool
 	}{
-		{"the holder's context", req, true},
-		{"another context", other, false},
-		{"a context never done", nil, false},
+		{"the holder's context", req, t0, true},
+		{"the holder's context, a wait begun before it held", req, t0.Add(-time.Second), false},
+		{"another context", other, t0, false},
+		{"a context never done", nil, t0, true},
+		{"a holder that took its connection during the wait", late, t0, false},
 	}
 	for _, tt := range tests {
-		if got := s.HeldBy(tt.owner); got != tt.want {
+		if got := s.HeldBy(tt.owner, tt.since); got != tt.want {
 			t.Errorf("%s: HeldBy = %v, want %v", tt.name, got, tt.want)
 		}
 	}
 	s.Remove(slot, time.Second)
-	if s.HeldBy(req) {
-		t.Error("req released its connection but is still found")
+	s.Remove(never, time.Second)
+	if s.HeldBy(req, t0) || s.HeldBy(nil, t0) {
+		t.Error("released connections are still found")
 	}
 }
