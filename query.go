@@ -16,7 +16,8 @@ import (
 // Exec is pgxpool.Pool.Exec. When the context ended the statement, the
 // error matches ctx.Err(), and the connection is kept. When no connection
 // can be made, it waits for the server within the context's deadline or
-// [RetryConfig].UnavailableTimeout: nothing had been sent. A connection
+// [RetryConfig].UnavailableTimeout (nothing had been sent), and then
+// returns a [RetryError] saying so, as [Transaction] does. A connection
 // whose session the server ended while it was idle (a restart) is not
 // used.
 func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
@@ -110,42 +111,56 @@ func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNam
 
 var errPoolNotOpened = &invalidArgError{Msg: "the Pool was not created by New or NewWithConfig"}
 
-// conn waits out a server that cannot be reached, as Transaction does; a
-// statement already sent is never sent again.
+// conn returns a connection of p. When none can be made, it waits for the
+// server as Transaction does, and says so the same way (a [RetryError]);
+// a statement already sent is never sent again.
 func (p *Pool) conn(ctx context.Context) (*pgxpool.Conn, error) {
-	var st retry.State
+	c, err := p.openConn(ctx)
+	if err == nil || !unreachable(ctx, err) {
+		return c, err
+	}
+	first := err // the first attempt's, made before the loop
+	loop := retry.Loop{Policy: p.settings.retry.decider(), Clock: p.clock, Budget: p.budget, Wake: p.reach, GaveUp: gaveUp}
+	err = loop.Run(ctx, func(ctx context.Context) (classify.Class, error) {
+		if err := first; err != nil {
+			first = nil
+			return classify.Unavailable, err
+		}
+		c, err = p.openConn(ctx)
+		switch {
+		case err == nil:
+			return classify.None, nil
+		case unreachable(ctx, err):
+			return classify.Unavailable, err
+		}
+		return classify.Permanent, err
+	})
+	return c, err
+}
+
+// openConn returns a connection of p that is open: one whose session the
+// server ended while it was idle is not used.
+func (p *Pool) openConn(ctx context.Context) (*pgxpool.Conn, error) {
 	for closed := 0; ; {
 		c, err := p.pool.Acquire(ctx)
 		switch {
-		case err == nil && !c.Conn().IsClosed():
-			return c, nil
-		case err == nil:
-			c.Release()
-			if closed++; closed > int(p.cfg.MaxConns) {
-				return nil, pgconn.ErrConnClosed
-			}
-		case !p.rideOut(ctx, &st, err):
+		case err != nil:
 			return nil, err
+		case !c.Conn().IsClosed():
+			return c, nil
+		}
+		c.Release()
+		if closed++; closed > int(p.cfg.MaxConns) {
+			return nil, pgconn.ErrConnClosed
 		}
 	}
 }
 
-func (p *Pool) rideOut(ctx context.Context, st *retry.State, err error) bool {
+// unreachable reports a connect that failed for want of a server, while
+// ctx still runs: what a plain statement waits out.
+func unreachable(ctx context.Context, err error) bool {
 	var connectErr *pgconn.ConnectError
-	if ctx.Err() != nil || !errors.As(err, &connectErr) || Classify(err) != ClassUnavailable {
-		return false
-	}
-	now := p.clock.Now()
-	deadline, hasDeadline := ctx.Deadline()
-	policy := p.settings.retry.decider()
-	d := policy.Next(st, classify.Unavailable, 0, now, deadline, hasDeadline)
-	if !d.Retry {
-		return false
-	}
-	if p.budget != nil {
-		d.Backoff = max(d.Backoff, p.budget.Pace(now))
-	}
-	return p.reach.Sleep(ctx, d.Backoff) == nil && ctx.Err() == nil
+	return ctx.Err() == nil && errors.As(err, &connectErr) && Classify(err) == ClassUnavailable
 }
 
 // poolRows, poolRow and poolBatch release their connection when done, as
