@@ -152,6 +152,9 @@ func (a *call) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, error) {
 	class, err := txn.Commit(ctx, t, a)
 	if Class(class) == ClassAmbiguous {
 		err = commitUnknown(err)
+		if !a.pool.settings.resolveCommits {
+			a.pool.resolved.Unknown.Add(1) // a resolution counts its own
+		}
 	}
 	if err == nil && a.pool.acked != nil {
 		a.pool.acknowledged(t, a.loop.label)

@@ -160,8 +160,9 @@ type ResolveStats struct {
 	NotAppliedCount int64
 	// LostCount counts, of AbortedCount, commits a restart or failover lost.
 	LostCount int64
-	// UnknownCount: the call returned [ErrCommitUnknown]; the sum of the
-	// five counts that follow.
+	// UnknownCount: the call returned [ErrCommitUnknown]. With resolution
+	// on, the sum of the five counts that follow; with ResolveTimeout -1,
+	// every lost COMMIT, none of which those five count.
 	UnknownCount int64
 	// UnsupportedCount: the server cannot be asked (no pg_xact_status).
 	UnsupportedCount int64

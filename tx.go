@@ -69,7 +69,10 @@ type Options struct {
 	// RetryUniqueViolations, under [Serializable], retries a unique
 	// violation (23505) or an exclusion violation (23P01) as a conflict: set
 	// it only for transactions that check before they insert, since a true
-	// duplicate then costs MaxRetries retries. See docs/retries.md.
+	// duplicate then costs MaxRetries retries. At the other levels it has
+	// no effect: only SERIALIZABLE makes a violation after a check a
+	// conflict in disguise, so one Options may serve calls of any level.
+	// See docs/retries.md.
 	RetryUniqueViolations bool
 }
 

@@ -73,3 +73,21 @@ func cancellable(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// TestUnknownCountWithResolutionOff: with ResolveTimeout -1 a lost COMMIT
+// ends its call with ErrCommitUnknown unasked, and Stats counts it in
+// UnknownCount as it counts the lost COMMITs a resolution could not tell.
+func TestUnknownCountWithResolutionOff(t *testing.T) {
+	srv := &fakepg.Server{Answer: on("commit", 1, fakepg.Answer{Close: true})}
+	pool := fakePool(t, srv, nil) // ResolveTimeout -1
+	err := Transaction(context.Background(), pool, ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, update)
+		return err
+	})
+	if !errors.Is(err, ErrCommitUnknown) {
+		t.Fatalf("err = %v, want ErrCommitUnknown", err)
+	}
+	if got := pool.Stats().Resolved; got.UnknownCount != 1 {
+		t.Errorf("Stats().Resolved = %+v, want UnknownCount 1", got)
+	}
+}
