@@ -75,19 +75,19 @@ func (c *attempt) afterCommit(ctx context.Context) {
 // matching [ErrInvalidArgument]. See docs/retries.md.
 func AfterCommit(ctx context.Context, fn func(ctx context.Context)) error {
 	if fn == nil {
-		return &invalidArgError{Msg: "AfterCommit: nil fn"}
+		return invalidArg("AfterCommit: nil fn")
 	}
 	if ctx == nil {
-		return &invalidArgError{Msg: "AfterCommit: nil context"}
+		return invalidArg("AfterCommit: nil context")
 	}
 	c := attemptOf(ctx)
 	if c == nil {
-		return &invalidArgError{Msg: "AfterCommit: ctx is not the context fn of a Transaction received"}
+		return invalidArg("AfterCommit: ctx is not the context fn of a Transaction received")
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.inFn {
-		return &invalidArgError{Msg: "AfterCommit: called after fn returned; register work while fn runs"}
+		return invalidArg("AfterCommit: called after fn returned; register work while fn runs")
 	}
 	c.hooks = append(c.hooks, fn)
 	return nil

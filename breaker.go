@@ -92,7 +92,7 @@ type BreakerConfig struct {
 
 func (c BreakerConfig) validate() error {
 	if c.FailureRatio > 1 || c.SlowCallRatio > 1 || c.FailureRatio != c.FailureRatio || c.SlowCallRatio != c.SlowCallRatio {
-		return &invalidArgError{Msg: "BreakerConfig: FailureRatio and SlowCallRatio must be at most 1"}
+		return invalidArg("BreakerConfig: FailureRatio and SlowCallRatio must be at most 1")
 	}
 	return nil
 }

@@ -49,7 +49,6 @@ func (p *Pool) txnSettings() txn.Settings {
 		Resolver:           p.resolver,
 		Clock:              p.clock,
 		Counters:           &p.resolved,
-		ErrInvalidArgument: ErrInvalidArgument,
 	}
 	if w := p.acked; w != nil {
 		s.Captured = func(system int64, run resolve.Run) { w.Seen(system, run, time.Now()) }
@@ -151,7 +150,6 @@ func (a *call) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, error) {
 	done = true
 	class, err := txn.Commit(ctx, t, a)
 	if Class(class) == ClassAmbiguous {
-		err = commitUnknown(err)
 		if !a.pool.settings.resolveCommits {
 			a.pool.resolved.Unknown.Add(1) // a resolution counts its own
 		}

@@ -125,22 +125,22 @@ func (c *Config) Copy() *Config {
 func (c *Config) validate() error {
 	switch {
 	case c == nil:
-		return &invalidArgError{Msg: "nil Config"}
+		return invalidArg("nil Config")
 	case c.Config == nil:
-		return &invalidArgError{Msg: "Config.Config is nil: create the Config with ParseConfig, or set Config to a *pgxpool.Config from pgxpool.ParseConfig"}
+		return invalidArg("Config.Config is nil: create the Config with ParseConfig, or set Config to a *pgxpool.Config from pgxpool.ParseConfig")
 	case c.ConnConfig == nil:
-		return &invalidArgError{Msg: "Config.ConnConfig is nil"}
+		return invalidArg("Config.ConnConfig is nil")
 	case c.MaxConns < 1:
-		return &invalidArgError{Msg: fmt.Sprintf("MaxConns must be at least 1, got %d", c.MaxConns)}
+		return invalidArg(fmt.Sprintf("MaxConns must be at least 1, got %d", c.MaxConns))
 	case c.MinConns < 0 || c.MinConns > c.MaxConns:
-		return &invalidArgError{Msg: fmt.Sprintf("MinConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinConns)}
+		return invalidArg(fmt.Sprintf("MinConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinConns))
 	case c.MinIdleConns < 0 || c.MinIdleConns > c.MaxConns:
-		return &invalidArgError{Msg: fmt.Sprintf("MinIdleConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinIdleConns)}
+		return invalidArg(fmt.Sprintf("MinIdleConns must be between 0 and MaxConns (%d), got %d", c.MaxConns, c.MinIdleConns))
 	case c.MaxWaiters < 0:
-		return &invalidArgError{Msg: fmt.Sprintf("MaxWaiters must be 0 (no bound, the default) or a bound, got %d", c.MaxWaiters)}
+		return invalidArg(fmt.Sprintf("MaxWaiters must be 0 (no bound, the default) or a bound, got %d", c.MaxWaiters))
 	case c.CancelMode < CancelModePool || c.CancelMode > CancelModeClose:
-		return &invalidArgError{Msg: "unknown " + c.CancelMode.String() +
-			": use CancelModePool (the default), CancelModeProtocol or CancelModeClose"}
+		return invalidArg("unknown " + c.CancelMode.String() +
+			": use CancelModePool (the default), CancelModeProtocol or CancelModeClose")
 	case c.Breaker != nil && c.Breaker.validate() != nil:
 		return c.Breaker.validate()
 	case c.Contention.validate() != nil:

@@ -25,7 +25,7 @@ type ContentionConfig struct {
 
 func (c ContentionConfig) validate() error {
 	if c.Threshold != c.Threshold || c.Threshold > 1 {
-		return &invalidArgError{Msg: "ContentionConfig: Threshold must be a number no greater than 1"}
+		return invalidArg("ContentionConfig: Threshold must be a number no greater than 1")
 	}
 	return nil
 }

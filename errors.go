@@ -15,7 +15,9 @@ import (
 // when the connection was lost while COMMIT was in flight and nothing could
 // tell what became of it: the transaction may or may not have committed, so
 // it is never run again. The error also wraps the original network error.
-var ErrCommitUnknown = errors.New("pgtx: commit outcome unknown: connection lost while COMMIT was in flight")
+// Its text is "pgtx: commit outcome unknown: connection lost while COMMIT
+// was in flight".
+var ErrCommitUnknown = errs.ErrCommitUnknown
 
 // ErrAcquireTimeout is matched (errors.Is) by the error [Transaction] returns
 // when the pool could not hand out a connection within [Config].AcquireTimeout
@@ -28,8 +30,8 @@ var ErrAcquireTimeout = errors.New("pgtx: timed out waiting for a pool connectio
 // Rollback, leaving rows open, ending the transaction with a statement of
 // its own). Such a call is not retried, and Transaction commits nothing:
 // only a COMMIT statement fn ran itself has committed what came before it
-// (see [Transaction]).
-var ErrInvalidArgument = errors.New("pgtx: invalid argument")
+// (see [Transaction]). Its text is "pgtx: invalid argument".
+var ErrInvalidArgument = errs.ErrInvalidArgument
 
 var errNonRetryableMarker = errs.ErrNonRetryable
 
@@ -49,21 +51,6 @@ func (e *nonRetryableError) Error() string { return e.err.Error() }
 func (e *nonRetryableError) Unwrap() error { return e.err }
 func (e *nonRetryableError) Is(target error) bool {
 	return target == errNonRetryableMarker
-}
-
-// commitUnknownError is the internal ambiguous-COMMIT error as Transaction
-// returns it: matching ErrCommitUnknown, unwrapping to COMMIT's error.
-type commitUnknownError struct{ err *errs.CommitUnknownError }
-
-func (e *commitUnknownError) Error() string        { return e.err.Error() }
-func (e *commitUnknownError) Unwrap() error        { return e.err.Err }
-func (e *commitUnknownError) Is(target error) bool { return target == ErrCommitUnknown }
-
-func commitUnknown(err error) error {
-	if cu, ok := err.(*errs.CommitUnknownError); ok {
-		return &commitUnknownError{err: cu}
-	}
-	return err
 }
 
 // acquireTimeoutError does not match context.DeadlineExceeded, which would
@@ -112,24 +99,14 @@ func (e *acquireTimeoutError) Is(target error) bool {
 // withContextErr makes err match ctx.Err() when ctx has ended.
 func withContextErr(ctx context.Context, err error) error { return errs.WithContext(ctx, err) }
 
-// invalidArgError is a bad-input error of the root's: it matches
-// ErrInvalidArgument and says so first.
-type invalidArgError struct{ Msg string }
+// invalidArg returns a bad-input error: it matches [ErrInvalidArgument]
+// and says so first.
+func invalidArg(msg string) error { return &errs.InvalidArgError{Msg: msg} }
 
-func (e *invalidArgError) Error() string        { return ErrInvalidArgument.Error() + ": " + e.Msg }
-func (e *invalidArgError) Is(target error) bool { return target == ErrInvalidArgument }
-
-// nestedError refuses a Transaction inside one of the same pool, which
+// errNested refuses a Transaction inside one of the same pool, which
 // would commit on its own even when the outer one is retried.
-type nestedError struct{}
-
-func (nestedError) Error() string {
-	return "pgtx: invalid argument: nested Transaction on the same pool: fn of a Transaction called Transaction again with its ctx; " +
-		"pass its pgx.Tx down instead (tx.Begin makes a savepoint), or start the second transaction after the first returns"
-}
-func (nestedError) Is(target error) bool {
-	return target == ErrInvalidArgument
-}
+var errNested = invalidArg("nested Transaction on the same pool: fn of a Transaction called Transaction again with its ctx; " +
+	"pass its pgx.Tx down instead (tx.Begin makes a savepoint), or start the second transaction after the first returns")
 
 // RetryError is the error [Transaction] returns when the call was retried,
 // a retry was refused, or it could not connect. Its message says why it

@@ -63,11 +63,12 @@ func sqlState(err error) string {
 }
 
 // lostCommit is the error Transaction returns for a COMMIT lost with err.
-func lostCommit(err error) error { return commitUnknown(&errs.CommitUnknownError{Err: err}) }
+func lostCommit(err error) error { return &errs.CommitUnknownError{Err: err} }
 
 // TestCommitUnknownIsTheRootsError: a lost COMMIT's error reads as the
 // sentinel's text with COMMIT's error after it, matches ErrCommitUnknown
-// (the root's own value, not the internal one) and keeps COMMIT's error.
+// (one value, the root's and the internal packages') and keeps COMMIT's
+// error.
 func TestCommitUnknownIsTheRootsError(t *testing.T) {
 	cause := io.ErrUnexpectedEOF
 	err := lostCommit(cause)
@@ -77,7 +78,25 @@ func TestCommitUnknownIsTheRootsError(t *testing.T) {
 	if want := ErrCommitUnknown.Error() + ": " + cause.Error(); err.Error() != want {
 		t.Errorf("text %q, want %q", err, want)
 	}
-	if other := errors.New("eof"); commitUnknown(other) != other {
-		t.Error("commitUnknown changed an error that is not a lost COMMIT's")
+}
+
+// TestOneSentinelPerError: the root's sentinels are the values the internal
+// packages make their errors match, with the texts their docs state, so no
+// bridge is needed for errors.Is to hold.
+func TestOneSentinelPerError(t *testing.T) {
+	tests := []struct {
+		root, internal error
+		text           string
+	}{
+		{ErrCommitUnknown, errs.ErrCommitUnknown, "pgtx: commit outcome unknown: connection lost while COMMIT was in flight"},
+		{ErrInvalidArgument, errs.ErrInvalidArgument, "pgtx: invalid argument"},
+	}
+	for _, tt := range tests {
+		if tt.root != tt.internal || tt.root.Error() != tt.text {
+			t.Errorf("%q: the root's and the internal value differ, or the text is not %q", tt.root, tt.text)
+		}
+	}
+	if err := (&errs.MisuseError{InvalidArgError: &errs.InvalidArgError{Msg: "fn called tx.Commit"}}); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("%v does not match ErrInvalidArgument", err)
 	}
 }

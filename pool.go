@@ -149,7 +149,7 @@ func newVerdict(tracer TransactionTracer) *pgpool.Verdict {
 func newPgxpool(ctx context.Context, pc *pgxpool.Config) (pool *pgxpool.Pool, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			pool, err = nil, &invalidArgError{Msg: fmt.Sprintf("pgxpool rejected the config: %v", r)}
+			pool, err = nil, invalidArg(fmt.Sprintf("pgxpool rejected the config: %v", r))
 		}
 	}()
 	return pgxpool.NewWithConfig(ctx, pc)

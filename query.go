@@ -109,7 +109,7 @@ func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNam
 	return n, withContextErr(ctx, err)
 }
 
-var errPoolNotOpened = &invalidArgError{Msg: "the Pool was not created by New or NewWithConfig"}
+var errPoolNotOpened = invalidArg("the Pool was not created by New or NewWithConfig")
 
 // conn returns a connection of p. When none can be made, it waits for the
 // server as Transaction does, and says so the same way (a [RetryError]);

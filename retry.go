@@ -75,7 +75,7 @@ type RetryConfig struct {
 
 func (p RetryConfig) validate() error {
 	if p.BudgetRatio != p.BudgetRatio || p.BudgetMinPerSecond != p.BudgetMinPerSecond {
-		return &invalidArgError{Msg: "Retry: BudgetRatio and BudgetMinPerSecond must be numbers"}
+		return invalidArg("Retry: BudgetRatio and BudgetMinPerSecond must be numbers")
 	}
 	return nil
 }

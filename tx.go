@@ -171,18 +171,18 @@ func TransactionValue[T any](ctx context.Context, pool *Pool, iso Isolation, opt
 func validateCall(ctx context.Context, pool *Pool, iso Isolation, fn func(context.Context, pgx.Tx) error) error {
 	switch {
 	case ctx == nil:
-		return &invalidArgError{Msg: "nil context"}
+		return invalidArg("nil context")
 	case pool == nil:
-		return &invalidArgError{Msg: "nil pool"}
+		return invalidArg("nil pool")
 	case pool.pool == nil || pool.queue == nil:
 		return errPoolNotOpened
 	case fn == nil:
-		return &invalidArgError{Msg: "nil fn"}
+		return invalidArg("nil fn")
 	case !iso.valid():
-		return &invalidArgError{Msg: fmt.Sprintf("unknown isolation level %d: use ReadCommitted, RepeatableRead or Serializable", int(iso))}
+		return invalidArg(fmt.Sprintf("unknown isolation level %d: use ReadCommitted, RepeatableRead or Serializable", int(iso)))
 	}
 	if attemptOf(ctx).inside(pool) {
-		return nestedError{}
+		return errNested
 	}
 	return nil
 }

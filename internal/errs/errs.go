@@ -5,12 +5,13 @@ import (
 	"errors"
 )
 
-// ErrCommitUnknown is pgtx.ErrCommitUnknown: the connection was lost while
-// COMMIT was in flight and nothing could tell what became of it.
+// ErrCommitUnknown is pgtx.ErrCommitUnknown, the one value of both: the
+// connection was lost while COMMIT was in flight and nothing could tell
+// what became of it.
 var ErrCommitUnknown = errors.New("pgtx: commit outcome unknown: connection lost while COMMIT was in flight")
 
-// ErrInvalidArgument is pgtx.ErrInvalidArgument: bad input, or misuse of the
-// transaction by fn.
+// ErrInvalidArgument is pgtx.ErrInvalidArgument, the one value of both:
+// bad input, or misuse of the transaction by fn.
 var ErrInvalidArgument = errors.New("pgtx: invalid argument")
 
 // ErrNonRetryable is what an error that must never be retried matches, so
@@ -36,19 +37,13 @@ func (e *CommitUnknownError) Is(target error) bool {
 	return target == ErrCommitUnknown
 }
 
-// InvalidArgError is a bad-input error that matches [ErrInvalidArgument],
-// and Sentinel when set (the root's pgtx.ErrInvalidArgument); its message
-// is Msg after "pgtx: invalid argument: ", so a log says what errors.Is
-// does.
-type InvalidArgError struct {
-	Msg      string
-	Sentinel error
-}
+// InvalidArgError is a bad-input error that matches [ErrInvalidArgument];
+// its message is Msg after "pgtx: invalid argument: ", so a log says what
+// errors.Is does.
+type InvalidArgError struct{ Msg string }
 
-func (e *InvalidArgError) Error() string { return ErrInvalidArgument.Error() + ": " + e.Msg }
-func (e *InvalidArgError) Is(target error) bool {
-	return target == ErrInvalidArgument || e.Sentinel != nil && target == e.Sentinel
-}
+func (e *InvalidArgError) Error() string        { return ErrInvalidArgument.Error() + ": " + e.Msg }
+func (e *InvalidArgError) Is(target error) bool { return target == ErrInvalidArgument }
 
 // MisuseError is a misuse error that also carries the error fn returned
 // (FnErr). It is never retried, whatever fn's error is: it matches

@@ -22,23 +22,9 @@ func (t *Tx) refuse(method string) error {
 	if t.w.endedBySQL() {
 		// A statement of fn's ended the transaction before: saying that
 		// nothing was committed would be false.
-		return t.w.matching(endedError(nil))
+		return endedError(nil)
 	}
-	return t.w.matching(misuse(t.ended, nil))
-}
-
-// matching makes err, a misuse error, match the root's sentinel too.
-func (w *writer) matching(err error) error {
-	if w.s == nil {
-		return err
-	}
-	switch e := err.(type) {
-	case *errs.InvalidArgError:
-		e.Sentinel = w.s.ErrInvalidArgument
-	case *errs.MisuseError:
-		e.Sentinel = w.s.ErrInvalidArgument
-	}
-	return err
+	return misuse(t.ended, nil)
 }
 
 // misuse is the error of a call whose fn called Commit or Rollback (the
@@ -88,7 +74,7 @@ const errRowsOpen = "fn returned with rows still open: close every pgx.Rows (row
 // Rollback, or rows still open (the connection is busy reading them). The
 // error matches ErrInvalidArgument.
 func (t *Tx) Check() error {
-	return t.w.matching(leftBehind(t.w.endedBySQL(), t.ended, t.w.busy()))
+	return leftBehind(t.w.endedBySQL(), t.ended, t.w.busy())
 }
 
 // busy reports that the connection is still reading fn's rows.
@@ -116,9 +102,9 @@ func leftBehind(endedBySQL bool, ended string, busy bool) error {
 func (t *Tx) CheckFailed(fnErr error) error {
 	switch {
 	case t.w.endedBySQL():
-		return t.w.matching(endedError(fnErr))
+		return endedError(fnErr)
 	case t.ended != "":
-		return t.w.matching(misuse(t.ended, fnErr))
+		return misuse(t.ended, fnErr)
 	}
 	return nil
 }

@@ -32,9 +32,6 @@ type Settings struct {
 	// connection: a run later than the pool knew is a failover or a
 	// restart.
 	Captured func(system int64, run resolve.Run)
-	// ErrInvalidArgument is the root's sentinel, which the misuse errors
-	// made here match too.
-	ErrInvalidArgument error
 }
 
 // Resolver asks a server what became of a transaction ([resolve.Resolver]).
