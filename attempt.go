@@ -2,11 +2,7 @@ package pgtx
 
 import (
 	"context"
-	"errors"
 	"sync"
-
-	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // attempt is the context fn receives, carrying what the call's guards
@@ -104,12 +100,4 @@ func Attempt(ctx context.Context) int {
 		return c.n
 	}
 	return 0
-}
-
-// isUniqueViolation reports a unique or exclusion violation that the caller
-// did not mark NonRetryable.
-func isUniqueViolation(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.UniqueViolation || pgErr.Code == pgerrcode.ExclusionViolation) &&
-		!errors.Is(err, errNonRetryableMarker)
 }

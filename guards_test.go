@@ -197,20 +197,3 @@ func TestTransactionValueBadInput(t *testing.T) {
 		t.Errorf("zero isolation: %v, %v", v, err)
 	}
 }
-
-func TestIsUniqueViolation(t *testing.T) {
-	for _, tt := range []struct {
-		err  error
-		want bool
-	}{
-		{pgErr(pgerrcode.UniqueViolation), true},
-		{pgErr(pgerrcode.ExclusionViolation), true},
-		{pgErr(pgerrcode.ForeignKeyViolation), false},
-		{NonRetryable(pgErr(pgerrcode.UniqueViolation)), false},
-		{errCallerOwn, false},
-	} {
-		if got := isUniqueViolation(tt.err); got != tt.want {
-			t.Errorf("isUniqueViolation(%v) = %v, want %v", tt.err, got, tt.want)
-		}
-	}
-}

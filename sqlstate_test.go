@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx/internal/classify"
@@ -116,6 +117,23 @@ func TestClassNumbering(t *testing.T) {
 	for _, p := range pairs {
 		if int(p.root) != int(p.internal) {
 			t.Errorf("%v is %d, the internal class %d", p.root, int(p.root), int(p.internal))
+		}
+	}
+}
+
+func TestIsUniqueViolation(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want bool
+	}{
+		{pgErr(pgerrcode.UniqueViolation), true},
+		{pgErr(pgerrcode.ExclusionViolation), true},
+		{pgErr(pgerrcode.ForeignKeyViolation), false},
+		{NonRetryable(pgErr(pgerrcode.UniqueViolation)), false},
+		{errCallerOwn, false},
+	} {
+		if got := isUniqueViolation(tt.err); got != tt.want {
+			t.Errorf("isUniqueViolation(%v) = %v, want %v", tt.err, got, tt.want)
 		}
 	}
 }
