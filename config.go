@@ -14,6 +14,7 @@ const (
 	defaultIdleInTransactionTimeout = 10 * time.Second
 	defaultCommitTimeout            = 5 * time.Second
 	defaultRollbackTimeout          = 2 * time.Second
+	defaultResolveTimeout           = 5 * time.Second
 )
 
 // Config configures a [Pool]. For every pgtx field, 0 means the default

@@ -6,7 +6,6 @@ import (
 
 	"github.com/pgtx-go/pgtx/failover"
 	"github.com/pgtx-go/pgtx/internal/acked"
-	"github.com/pgtx-go/pgtx/internal/cancel"
 	"github.com/pgtx-go/pgtx/internal/resolve"
 	"github.com/pgtx-go/pgtx/internal/txn"
 )
@@ -18,19 +17,19 @@ const (
 	replicationRefresh   = time.Minute     // how often a writing pool asks how its server replicates
 )
 
-// newAcked returns nil when RecentCommits or ResolveTimeout is negative.
-func newAcked(cfg *Config, canceller *cancel.Canceller) *acked.Watcher {
+// newAcked returns nil when RecentCommits or ResolveTimeout is negative;
+// its surveys ask resolver, the pool's.
+func newAcked(cfg *Config, resolver *resolve.Resolver) *acked.Watcher {
 	if cfg.ResolveTimeout < 0 || cfg.RecentCommits < 0 {
 		return nil
 	}
 	tracer, _ := cfg.Tracer.(failover.Tracer)
 	w := acked.New(acked.Settings{
-		Size:    defaultOrNone(cfg.RecentCommits, defaultRecentCommits),
-		MaxAge:  recentCommitsAge,
-		Refresh: replicationRefresh,
-		Surveyor: resolve.NewResolver(durDefault(cfg.ResolveTimeout, defaultResolveTimeout),
-			canceller.Pool(), cfg.ConnConfig, cfg.BeforeConnect),
-		Clock: realClock{},
+		Size:     defaultOrNone(cfg.RecentCommits, defaultRecentCommits),
+		MaxAge:   recentCommitsAge,
+		Refresh:  replicationRefresh,
+		Surveyor: resolver,
+		Clock:    realClock{},
 		Discarded: func(e acked.Entry, run resolve.Run, status string) {
 			if tracer != nil {
 				tracer.TraceCommitLost(context.Background(), failover.CommitLostData{Label: e.Label, Xid: e.ID.Xid,

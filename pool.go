@@ -114,13 +114,14 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		canceller.Close()
 		return nil, err
 	}
+	resolver := resolve.NewResolver(st.resolveTimeout, canceller.Pool(), cfg.ConnConfig, cfg.BeforeConnect)
 	p := &Pool{
 		pool:       pool,
 		cfg:        own,
 		cancel:     canceller,
 		reach:      signal,
-		acked:      newAcked(cfg, canceller),
-		resolver:   resolve.NewResolver(st.resolveTimeout, canceller.Pool(), cfg.ConnConfig, cfg.BeforeConnect),
+		acked:      newAcked(cfg, resolver),
+		resolver:   resolver,
 		settings:   st,
 		clock:      realClock{},
 		budget:     newRetryBudget(cfg.Retry, time.Now()),

@@ -147,8 +147,6 @@ func (p *Pool) Stats() Stats {
 	return s
 }
 
-const defaultResolveTimeout = 5 * time.Second
-
 // ResolveStats counts what became of a pool's ambiguous COMMITs. See
 // docs/ambiguous-commits.md.
 type ResolveStats struct {
