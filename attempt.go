@@ -20,41 +20,47 @@ type attempt struct {
 	hooks []func(context.Context)
 }
 
-func (c *attempt) setInFn(in bool) {
-	c.mu.Lock()
-	c.inFn = in
-	c.mu.Unlock()
+// setInFn says whether fn is running, for AfterCommit.
+func (a *attempt) setInFn(in bool) {
+	a.mu.Lock()
+	a.inFn = in
+	a.mu.Unlock()
 }
 
-type callKey struct{}
+// attemptKey is the context key under which an attempt finds itself.
+type attemptKey struct{}
 
-func (c *attempt) Value(key any) any {
-	if key == (callKey{}) {
-		return c
+// Value makes the attempt findable from any context derived from it.
+func (a *attempt) Value(key any) any {
+	if key == (attemptKey{}) {
+		return a
 	}
-	return c.Context.Value(key)
+	return a.Context.Value(key)
 }
 
 // attemptOf returns the innermost attempt ctx is inside, or nil.
 func attemptOf(ctx context.Context) *attempt {
-	c, _ := ctx.Value(callKey{}).(*attempt)
-	return c
+	a, _ := ctx.Value(attemptKey{}).(*attempt)
+	return a
 }
 
-func (c *attempt) inside(pool *Pool) bool {
-	for ; c != nil; c = c.parent {
-		if c.pool == pool {
+// inside reports whether a, or an attempt whose fn made its call, runs on
+// pool.
+func (a *attempt) inside(pool *Pool) bool {
+	for ; a != nil; a = a.parent {
+		if a.pool == pool {
 			return true
 		}
 	}
 	return false
 }
 
-func (c *attempt) afterCommit(ctx context.Context) {
-	c.mu.Lock()
-	hooks := c.hooks
-	c.hooks = nil
-	c.mu.Unlock()
+// afterCommit runs the work AfterCommit registered, once.
+func (a *attempt) afterCommit(ctx context.Context) {
+	a.mu.Lock()
+	hooks := a.hooks
+	a.hooks = nil
+	a.mu.Unlock()
 	for _, h := range hooks {
 		h(ctx)
 	}
@@ -76,16 +82,16 @@ func AfterCommit(ctx context.Context, fn func(ctx context.Context)) error {
 	if ctx == nil {
 		return invalidArg("AfterCommit: nil context")
 	}
-	c := attemptOf(ctx)
-	if c == nil {
+	a := attemptOf(ctx)
+	if a == nil {
 		return invalidArg("AfterCommit: ctx is not the context fn of a Transaction received")
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.inFn {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.inFn {
 		return invalidArg("AfterCommit: called after fn returned; register work while fn runs")
 	}
-	c.hooks = append(c.hooks, fn)
+	a.hooks = append(a.hooks, fn)
 	return nil
 }
 
@@ -96,8 +102,8 @@ func Attempt(ctx context.Context) int {
 	if ctx == nil {
 		return 0
 	}
-	if c := attemptOf(ctx); c != nil {
-		return c.n
+	if a := attemptOf(ctx); a != nil {
+		return a.n
 	}
 	return 0
 }

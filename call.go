@@ -10,30 +10,78 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx/internal/classify"
 	"github.com/pgtx-go/pgtx/internal/resolve"
+	"github.com/pgtx-go/pgtx/internal/retry"
 	"github.com/pgtx-go/pgtx/internal/txn"
 )
 
-// call is one call: its attempts acquire a connection, run fn on a
-// fresh [txn.Tx], commit, and release.
+// call is one Transaction call: its attempts acquire a connection, run fn
+// on a fresh [txn.Tx], commit, and release.
 type call struct {
 	pool             *Pool
-	statementTimeout time.Duration // Options.StatementTimeout
 	fn               func(context.Context, pgx.Tx) error
-	readOnly         bool            // Options.ReadOnly
-	deferrable       bool            // Options.Deferrable
+	begin            string          // the BEGIN of its isolation and Options
+	statementTimeout time.Duration   // Options.StatementTimeout
+	label            string          // Options.Label
 	uniqueAsConflict bool            // Options.RetryUniqueViolations under SERIALIZABLE
 	parent           *attempt        // the attempt whose fn made this call, on another pool
 	caller           <-chan struct{} // the caller's ctx.Done(), which names the call to a waiting one
 	attempts         int
-	first            attempt   // the first attempt's context, without an allocation
-	cur              *attempt  // the current attempt's
-	firstTx          txn.Tx    // the first attempt's handle, without an allocation
-	loop             retryLoop // the call's retry loop, here to be its tracer without an allocation
+	first            attempt    // the first attempt's context, without an allocation
+	cur              *attempt   // the current attempt's
+	firstTx          txn.Tx     // the first attempt's handle, without an allocation
+	loop             retry.Loop // the pool's loop, with the call's overrides
+	trace            callTrace  // the loop's tracer when the pool has one, without an allocation
 	// The attempt's connection while it holds it.
 	conn   *pgxpool.Conn
 	heldAt time.Time
 	slot   int
+}
+
+// newCall starts a call on p: the pool's retry loop, resolved once, with
+// opts' overrides, its label's gate, and the pool's tracer.
+func (p *Pool) newCall(ctx context.Context, iso Isolation, opts *Options, fn func(context.Context, pgx.Tx) error) *call {
+	p.queue.calls.Add(1)
+	c := &call{pool: p, fn: fn, begin: txn.BeginSQL(int(iso), opts.ReadOnly, opts.Deferrable),
+		statementTimeout: opts.StatementTimeout, label: opts.Label,
+		uniqueAsConflict: opts.RetryUniqueViolations && iso == Serializable,
+		parent:           attemptOf(ctx), caller: ctx.Done(), loop: p.loop}
+	c.loop.Policy = opts.override(p.loop.Policy)
+	if p.contention != nil {
+		c.loop.Gate = p.contention.Gate(opts.Label)
+	}
+	if p.settings.tracer != nil {
+		c.trace = callTrace{tracer: p.settings.tracer, label: opts.Label, isolation: iso}
+		c.loop.Tracer = &c.trace
+	}
+	return c
+}
+
+// run runs the call's attempts: the breaker's fn.
+func (c *call) run(ctx context.Context) error { return c.loop.Run(ctx, c.runAttempt) }
+
+// runAttempt acquires a connection, runs fn and COMMIT on it, and releases
+// it before it returns, so the retry loop never sleeps holding one.
+func (c *call) runAttempt(ctx context.Context) (classify.Class, error) {
+	c.attempts++
+	a := &c.first
+	if c.attempts > 1 {
+		a = new(attempt)
+	}
+	*a = attempt{Context: ctx, pool: c.pool, parent: c.parent, n: c.attempts}
+	c.cur = a
+	conn, held, err := c.pool.acquire(ctx, c.caller)
+	if err != nil {
+		return classify.Class(acquireClass(ctx, err)), err
+	}
+	c.conn, c.heldAt, c.slot = conn, held, c.pool.queue.inflight.Add(held, c.caller)
+	defer c.Release()
+	class, err := c.transact(ctx, conn)
+	if c.uniqueAsConflict && class == ClassPermanent && isUniqueViolation(err) {
+		class = ClassConflict
+	}
+	return classify.Class(class), err
 }
 
 func (p *Pool) txnSettings() txn.Settings {
@@ -45,7 +93,7 @@ func (p *Pool) txnSettings() txn.Settings {
 		ResolveTimeout:  p.settings.resolveTimeout,
 		// A failover or a restart takes seconds: a resolution rides it
 		// out as a call does.
-		UnavailableTimeout: p.settings.retry.UnavailableTimeout,
+		UnavailableTimeout: p.loop.Policy.UnavailableTimeout,
 		Resolver:           p.resolver,
 		Clock:              p.clock,
 		Counters:           &p.resolved,
@@ -56,60 +104,33 @@ func (p *Pool) txnSettings() txn.Settings {
 	return s
 }
 
-// run returns only after the connection is released, so the retry loop
-// never sleeps holding one.
-func (a *call) run(ctx context.Context) (Class, error) {
-	a.attempts++
-	ac := &a.first
-	if a.attempts > 1 {
-		ac = new(attempt)
-	}
-	*ac = attempt{Context: ctx, pool: a.pool, parent: a.parent, n: a.attempts}
-	a.cur = ac
-	c, err := a.held(ctx)
-	if a.uniqueAsConflict && c == ClassPermanent && isUniqueViolation(err) {
-		c = ClassConflict
-	}
-	return c, err
-}
-
-func (a *call) held(ctx context.Context) (Class, error) {
-	conn, held, err := a.pool.acquire(ctx, a.caller)
-	if err != nil {
-		return acquireClass(ctx, err), err
-	}
-	a.conn, a.heldAt, a.slot = conn, held, a.pool.queue.inflight.Add(held, a.caller)
-	defer a.Release()
-	return a.onConn(ctx, conn)
-}
-
 // Release runs as soon as COMMIT's answer is lost too, so that the dead
 // connection's slot is not held while the resolution waits.
-func (a *call) Release() {
-	if a.conn == nil {
+func (c *call) Release() {
+	if c.conn == nil {
 		return
 	}
-	a.conn.Release()
-	a.pool.queue.inflight.Remove(a.slot, a.pool.clock.Now().Sub(a.heldAt))
-	a.conn = nil
+	c.conn.Release()
+	c.pool.queue.inflight.Remove(c.slot, c.pool.clock.Now().Sub(c.heldAt))
+	c.conn = nil
 }
 
-// onConn runs fn and COMMIT on conn; fn's handle refuses every method once
-// it returns.
-func (a *call) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, error) {
+// transact runs fn and COMMIT on conn; fn's handle refuses every method
+// once it returns.
+func (c *call) transact(ctx context.Context, conn *pgxpool.Conn) (Class, error) {
 	if err := ctx.Err(); err != nil {
 		return ClassTimeout, err
 	}
-	c := conn.Conn()
-	if err := txn.SetUp(ctx, c, &a.pool.txn); err != nil {
+	pc := conn.Conn()
+	if err := txn.SetUp(ctx, pc, &c.pool.txn); err != nil {
 		err = withContextErr(ctx, err)
 		return Classify(err), err
 	}
-	t := &a.firstTx
-	if a.attempts > 1 {
+	t := &c.firstTx
+	if c.attempts > 1 {
 		t = new(txn.Tx)
 	}
-	t.Start(ctx, c, &a.pool.txn, txn.BeginSQL(int(a.loop.isolation), a.readOnly, a.deferrable), a.statementTimeout)
+	t.Start(ctx, pc, &c.pool.txn, c.begin, c.statementTimeout)
 	done := false
 	defer func() {
 		t.End()
@@ -119,11 +140,11 @@ func (a *call) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, error) {
 		}
 	}()
 
-	ac := a.cur
-	ac.Context = ctx
-	ac.setInFn(true)
-	err := a.fn(ac, t)
-	ac.setInFn(false)
+	a := c.cur
+	a.Context = ctx
+	a.setInFn(true)
+	err := c.fn(a, t)
+	a.setInFn(false)
 	if berr := t.BeginErr(); berr != nil {
 		// BEGIN failed: that is the attempt's failure, whatever fn made of it.
 		return classifyFnError(berr, conn), berr
@@ -134,7 +155,7 @@ func (a *call) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, error) {
 		}
 		return classifyFnError(err, conn), err
 	}
-	if c.PgConn().IsClosed() && t.Begun() {
+	if pc.PgConn().IsClosed() && t.Begun() {
 		// fn swallowed the error of a connection that died under it: the
 		// transaction died with its session, and COMMIT is never sent.
 		return ClassConnectionLost, errLostBeforeCommit
@@ -148,14 +169,12 @@ func (a *call) onConn(ctx context.Context, conn *pgxpool.Conn) (Class, error) {
 		return ClassTimeout, err
 	}
 	done = true
-	class, err := txn.Commit(ctx, t, a)
-	if Class(class) == ClassAmbiguous {
-		if !a.pool.settings.resolveCommits {
-			a.pool.resolved.Unknown.Add(1) // a resolution counts its own
-		}
+	class, err := txn.Commit(ctx, t, c)
+	if Class(class) == ClassAmbiguous && !c.pool.settings.resolveCommits {
+		c.pool.resolved.Unknown.Add(1) // a resolution counts its own
 	}
-	if err == nil && a.pool.acked != nil {
-		a.pool.acknowledged(t, a.loop.label)
+	if err == nil && c.pool.acked != nil {
+		c.pool.acknowledged(t, c.label)
 	}
 	return Class(class), err
 }

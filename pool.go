@@ -47,6 +47,7 @@ type Pool struct {
 	resolved   resolve.Counters
 	resolver   *resolve.Resolver
 	reach      *reach.Signal // wakes the calls waiting for the server
+	loop       retry.Loop    // every call's, before its overrides: the settings resolved once
 	txn        txn.Settings  // what its transactions need of it (txnSettings)
 
 	// acked keeps the commits a failover may lose; nil: off.
@@ -79,12 +80,11 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	params.Set(pc.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", cfg.IdleInTransactionTimeout, defaultIdleInTransactionTimeout)
 	params.AskUTF8(pc.ConnConfig.RuntimeParams)
 
-	retryPolicy := cfg.Retry.withDefaults()
+	retryConfig := cfg.Retry.withDefaults()
 	st := settings{
 		acquireTimeout:   defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout),
 		commitTimeout:    defaultOrNone(cfg.CommitTimeout, defaultCommitTimeout),
 		rollbackTimeout:  defaultOrNone(cfg.RollbackTimeout, defaultRollbackTimeout),
-		retry:            retryPolicy,
 		tracer:           cfg.Tracer,
 		resolveCommits:   cfg.ResolveTimeout >= 0,
 		resolveTimeout:   durDefault(cfg.ResolveTimeout, defaultResolveTimeout),
@@ -104,7 +104,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 			}
 			return err
 		},
-		Every: probeEvery, Jitter: retryPolicy.Jitter, Timeout: probeTimeout,
+		Every: probeEvery, Jitter: retryConfig.Jitter, Timeout: probeTimeout,
 	})
 	verdict := newVerdict(cfg.Tracer)
 	hooks.Install(pc, canceller, &q.Queue, verdict, signal.Connected)
@@ -129,6 +129,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		breaker:    newBreaker(cfg.Breaker, cfg.Tracer, realClock{}),
 		contention: newContention(cfg.Contention, realClock{}, int(cfg.MaxConns), st.acquireTimeout, cfg.Tracer),
 	}
+	p.loop = retry.Loop{Policy: retryConfig.policy(), Clock: p.clock, Budget: p.budget, Wake: signal, GaveUp: gaveUp}
 	p.txn = p.txnSettings()
 	return p, nil
 }
@@ -261,7 +262,6 @@ type settings struct {
 	acquireTimeout  time.Duration // 0: no bound of its own
 	commitTimeout   time.Duration // 0: no bound of its own
 	rollbackTimeout time.Duration // 0: no bound of its own
-	retry           RetryConfig
 	tracer          TransactionTracer
 	resolveCommits  bool
 	resolveTimeout  time.Duration

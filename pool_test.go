@@ -187,7 +187,7 @@ func TestNegativeSwitchesOff(t *testing.T) {
 		p.cancel.Grace() != 0 || p.budget != nil || s.statementTimeout != 0 || p.contention != nil || p.Stats().Contention != nil {
 		t.Errorf("settings %+v, maxWaiters %d, grace %v, budget %v: every one must be off", s, p.queue.Bounds().MaxWaiters, p.cancel.Grace(), p.budget)
 	}
-	r := s.retry
+	r := p.loop.Policy
 	if r.MaxRetries != 0 || r.MaxAdaptiveRetries != 0 || r.UnavailableTimeout != 0 || r.BaseBackoff != 0 || r.ConflictMaxBackoff != 0 {
 		t.Errorf("retry %+v: every one must be off", r)
 	}
@@ -214,7 +214,7 @@ func TestDefaultsResolved(t *testing.T) {
 	if s.acquireTimeout != defaultAcquireTimeout || s.commitTimeout != defaultCommitTimeout || s.rollbackTimeout != defaultRollbackTimeout {
 		t.Errorf("timeouts = %+v", s)
 	}
-	r := s.retry
+	r := p.loop.Policy
 	if r.MaxRetries != 10 || r.MaxAdaptiveRetries != 2 || r.UnavailableTimeout != 15*time.Second || r.BaseBackoff != 100*time.Millisecond ||
 		r.MaxBackoff != 10*time.Second || r.Jitter == nil {
 		t.Errorf("retry defaults = %+v", r)

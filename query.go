@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx/internal/classify"
 	"github.com/pgtx-go/pgtx/internal/errs"
-	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
 // Exec is pgxpool.Pool.Exec. When the context ended the statement, the
@@ -120,7 +119,7 @@ func (p *Pool) conn(ctx context.Context) (*pgxpool.Conn, error) {
 		return c, err
 	}
 	first := err // the first attempt's, made before the loop
-	loop := retry.Loop{Policy: p.settings.retry.decider(), Clock: p.clock, Budget: p.budget, Wake: p.reach, GaveUp: gaveUp}
+	loop := p.loop
 	err = loop.Run(ctx, func(ctx context.Context) (classify.Class, error) {
 		if err := first; err != nil {
 			first = nil

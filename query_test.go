@@ -53,7 +53,7 @@ func TestQueryMethodsKeepTheContextsError(t *testing.T) {
 
 	// A context that cannot end: pgx's results as they are. (The server
 	// that does not exist is not waited for.)
-	p.settings.retry.UnavailableTimeout = -1
+	p.loop.Policy.UnavailableTimeout = 0
 	if _, ok := p.QueryRow(context.Background(), "select 1").(errs.CtxRow); ok {
 		t.Error("QueryRow wrapped the row of a context that cannot end")
 	}

@@ -5,8 +5,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/pgtx-go/pgtx/internal/classify"
-	"github.com/pgtx-go/pgtx/internal/contention"
 	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
@@ -94,12 +92,30 @@ func (p RetryConfig) withDefaults() RetryConfig {
 	return p
 }
 
-func (p *RetryConfig) decider() retry.Policy {
+// policy is p, its defaults applied ([RetryConfig.withDefaults]), as the
+// retry loop reads it: every call's, before its [Options] override it.
+func (p *RetryConfig) policy() retry.Policy {
 	return retry.Policy{
-		MaxAdaptiveRetries: p.MaxAdaptiveRetries, UnavailableTimeout: p.UnavailableTimeout, Jitter: p.Jitter,
+		MaxRetries: p.MaxRetries, MaxAdaptiveRetries: p.MaxAdaptiveRetries,
+		UnavailableTimeout: p.UnavailableTimeout, Jitter: p.Jitter,
 		BaseBackoff: p.BaseBackoff, MaxBackoff: p.MaxBackoff,
 		ConflictBaseBackoff: p.ConflictBaseBackoff, ConflictMaxBackoff: p.ConflictMaxBackoff,
 	}
+}
+
+// override returns the pool's policy p with the call's overrides of o,
+// each under the package's rule: 0 keeps the pool's, negative is off.
+func (o *Options) override(p retry.Policy) retry.Policy {
+	if o.MaxRetries != 0 {
+		p.MaxRetries = defaultOrNone(o.MaxRetries, 0)
+	}
+	if o.MaxAdaptiveRetries != 0 {
+		p.MaxAdaptiveRetries = defaultOrNone(o.MaxAdaptiveRetries, 0)
+	}
+	if o.UnavailableTimeout != 0 {
+		p.UnavailableTimeout = defaultOrNone(o.UnavailableTimeout, 0)
+	}
+	return p
 }
 
 // clock lets unit tests fake the time.
@@ -107,57 +123,39 @@ type clock = retry.Clock
 
 type realClock = retry.RealClock
 
-// retryLoop holds a call's settings for [retry.Loop], and is its tracer.
-type retryLoop struct {
-	policy     *RetryConfig
-	clock      clock
-	maxRetries int
-	budget     *retry.Budget     // nil: no budget
-	tracer     TransactionTracer // nil: no events
-	label      string
-	isolation  Isolation
-	gate       *contention.Gate // nil: no contention manager
-	wake       retry.Sleeper    // the pause after an unavailable server; nil: the clock's
-}
-
-type attemptFunc func(ctx context.Context) (Class, error)
-
-func (l *retryLoop) run(ctx context.Context, try attemptFunc) error {
-	loop := retry.Loop{Policy: l.policy.decider(), MaxRetries: l.maxRetries, Clock: l.clock,
-		Budget: l.budget, Gate: l.gate, Wake: l.wake, GaveUp: gaveUp}
-	if l.tracer != nil {
-		loop.Tracer = l
-	}
-	return loop.Run(ctx, func(ctx context.Context) (classify.Class, error) {
-		c, err := try(ctx)
-		return classify.Class(c), err
-	})
-}
-
+// gaveUp is the error of a call the loop retried, or refused to retry.
 func gaveUp(err error, attempts int, why retry.Why) error {
 	return &RetryError{Attempts: attempts, Reason: why.Reason, Err: err, why: why}
 }
 
-func (l *retryLoop) CallStart(ctx context.Context) context.Context {
-	return l.tracer.TraceTransactionStart(ctx, TraceTransactionStartData{Label: l.label, Isolation: l.isolation})
+// callTrace tells a [TransactionTracer] the events of one call, which the
+// retry loop reports to it ([retry.Tracer]).
+type callTrace struct {
+	tracer    TransactionTracer
+	label     string
+	isolation Isolation
 }
 
-func (l *retryLoop) AttemptStart(ctx context.Context, n int) context.Context {
-	return l.tracer.TraceAttemptStart(ctx, TraceAttemptStartData{Label: l.label, Isolation: l.isolation, Attempt: n})
+func (t *callTrace) CallStart(ctx context.Context) context.Context {
+	return t.tracer.TraceTransactionStart(ctx, TraceTransactionStartData{Label: t.label, Isolation: t.isolation})
 }
 
-func (l *retryLoop) AttemptEnd(ctx context.Context, e retry.AttemptEnd) {
-	l.tracer.TraceAttemptEnd(ctx, TraceAttemptEndData{Label: l.label, Isolation: l.isolation, Attempt: e.Attempt,
+func (t *callTrace) AttemptStart(ctx context.Context, n int) context.Context {
+	return t.tracer.TraceAttemptStart(ctx, TraceAttemptStartData{Label: t.label, Isolation: t.isolation, Attempt: n})
+}
+
+func (t *callTrace) AttemptEnd(ctx context.Context, e retry.AttemptEnd) {
+	t.tracer.TraceAttemptEnd(ctx, TraceAttemptEndData{Label: t.label, Isolation: t.isolation, Attempt: e.Attempt,
 		Err: e.Err, Class: Class(e.Class), Duration: e.Duration, Retry: e.Retry, Backoff: e.Backoff,
 		AdmissionWait: e.Wait, Limit: e.Limit})
 }
 
 // CallEnd reports a call the context ended during a backoff as a timeout.
-func (l *retryLoop) CallEnd(ctx context.Context, e retry.CallEnd) {
+func (t *callTrace) CallEnd(ctx context.Context, e retry.CallEnd) {
 	class := Classify(e.Err)
 	if e.Interrupted {
 		class = ClassTimeout
 	}
-	l.tracer.TraceTransactionEnd(ctx, TraceTransactionEndData{Label: l.label, Isolation: l.isolation,
+	t.tracer.TraceTransactionEnd(ctx, TraceTransactionEndData{Label: t.label, Isolation: t.isolation,
 		Attempts: e.Attempts, Err: e.Err, Class: class, Duration: e.Duration})
 }

@@ -9,11 +9,40 @@ import (
 
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/pgtx-go/pgtx/internal/classify"
 	"github.com/pgtx-go/pgtx/internal/fakeclock"
 	"github.com/pgtx-go/pgtx/internal/retry"
 )
 
 func pgErr(code string) error { return &pgconn.PgError{Code: code, Message: "test " + code} }
+
+// attemptFunc is a scripted attempt of the tests' loop.
+type attemptFunc func(ctx context.Context) (Class, error)
+
+// retryLoop is the tests' handle on one call's retry loop, built as a
+// call builds it: the policy resolved (policy), the call's MaxRetries, the
+// tracer adapter.
+type retryLoop struct {
+	policy     *RetryConfig // defaults applied
+	clock      clock
+	maxRetries int
+	budget     *retry.Budget     // nil: no budget
+	tracer     TransactionTracer // nil: no events
+	label      string
+	isolation  Isolation
+}
+
+func (l *retryLoop) run(ctx context.Context, try attemptFunc) error {
+	loop := retry.Loop{Policy: l.policy.policy(), Clock: l.clock, Budget: l.budget, GaveUp: gaveUp}
+	loop.Policy.MaxRetries = l.maxRetries
+	if l.tracer != nil {
+		loop.Tracer = &callTrace{tracer: l.tracer, label: l.label, isolation: l.isolation}
+	}
+	return loop.Run(ctx, func(ctx context.Context) (classify.Class, error) {
+		c, err := try(ctx)
+		return classify.Class(c), err
+	})
+}
 
 // scripted returns an attemptFunc that fails with errs in order, then
 // succeeds, and counts its calls.

@@ -102,52 +102,17 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts
 	if err := validateCall(ctx, pool, iso, fn); err != nil {
 		return err
 	}
-	pool.queue.calls.Add(1)
-	a := &call{pool: pool, fn: fn, readOnly: opts.ReadOnly, deferrable: opts.Deferrable,
-		statementTimeout: opts.StatementTimeout, uniqueAsConflict: opts.RetryUniqueViolations && iso == Serializable}
-	a.parent, a.caller = attemptOf(ctx), ctx.Done()
-	a.loop = retryLoop{
-		policy:     &pool.settings.retry,
-		clock:      pool.clock,
-		maxRetries: pool.settings.retry.MaxRetries,
-		budget:     pool.budget,
-		wake:       pool.reach,
-		tracer:     pool.settings.tracer,
-		label:      opts.Label,
-		isolation:  iso,
-	}
-	if pool.contention != nil {
-		a.loop.gate = pool.contention.Gate(opts.Label)
-	}
-	if opts.MaxRetries != 0 {
-		a.loop.maxRetries = defaultOrNone(opts.MaxRetries, 0)
-	}
-	a.loop.policy = opts.retryPolicy(a.loop.policy)
+	c := pool.newCall(ctx, iso, &opts, fn)
 	var err error
 	if pool.breaker == nil {
-		err = a.loop.run(ctx, a.run)
+		err = c.loop.Run(ctx, c.runAttempt)
 	} else {
-		err = pool.breaker.do(ctx, func(ctx context.Context) error { return a.loop.run(ctx, a.run) })
+		err = pool.breaker.do(ctx, c.run)
 	}
 	if err == nil {
-		a.cur.afterCommit(ctx)
+		c.cur.afterCommit(ctx)
 	}
 	return err
-}
-
-// retryPolicy copies p only when the call overrides it.
-func (o Options) retryPolicy(p *RetryConfig) *RetryConfig {
-	if o.MaxAdaptiveRetries == 0 && o.UnavailableTimeout == 0 {
-		return p
-	}
-	policy := *p
-	if o.MaxAdaptiveRetries != 0 {
-		policy.MaxAdaptiveRetries = defaultOrNone(o.MaxAdaptiveRetries, 0)
-	}
-	if o.UnavailableTimeout != 0 {
-		policy.UnavailableTimeout = defaultOrNone(o.UnavailableTimeout, 0)
-	}
-	return &policy
 }
 
 // TransactionValue is [TransactionWithOptions] for a fn that returns a

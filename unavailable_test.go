@@ -314,28 +314,33 @@ func TestUnavailableContextEnds(t *testing.T) {
 // TestOptionsRetryConfig: the per-call overrides of Options, each under the
 // package's rule (0 keeps the pool's, negative is off).
 func TestOptionsRetryConfig(t *testing.T) {
-	pool := RetryConfig{}.withDefaults()
-	if got := (Options{}).retryPolicy(&pool); got != &pool {
-		t.Errorf("no override: a copy, want the pool's policy itself")
+	c := RetryConfig{}.withDefaults()
+	pool := c.policy()
+	if got := (&Options{}).override(pool); got.MaxRetries != pool.MaxRetries || got.MaxAdaptiveRetries != pool.MaxAdaptiveRetries ||
+		got.UnavailableTimeout != pool.UnavailableTimeout {
+		t.Errorf("no override: %+v, want the pool's policy %+v", got, pool)
 	}
 	tests := []struct {
 		opts                 Options
+		wantRetries          int
 		wantAdaptive         int
 		wantUnavailableBound time.Duration
 	}{
-		{Options{UnavailableTimeout: 3 * time.Second}, 2, 3 * time.Second},
-		{Options{UnavailableTimeout: -1}, 2, 0},
-		{Options{MaxAdaptiveRetries: -1}, 0, 15 * time.Second},
-		{Options{MaxAdaptiveRetries: 5, UnavailableTimeout: -1}, 5, 0},
+		{Options{UnavailableTimeout: 3 * time.Second}, 10, 2, 3 * time.Second},
+		{Options{UnavailableTimeout: -1}, 10, 2, 0},
+		{Options{MaxAdaptiveRetries: -1}, 10, 0, 15 * time.Second},
+		{Options{MaxAdaptiveRetries: 5, UnavailableTimeout: -1}, 10, 5, 0},
+		{Options{MaxRetries: 3}, 3, 2, 15 * time.Second},
+		{Options{MaxRetries: -1}, 0, 2, 15 * time.Second},
 	}
 	for _, tt := range tests {
-		got := tt.opts.retryPolicy(&pool)
-		if got.MaxAdaptiveRetries != tt.wantAdaptive || got.UnavailableTimeout != tt.wantUnavailableBound {
-			t.Errorf("%+v: MaxAdaptiveRetries %d, UnavailableTimeout %v; want %d, %v", tt.opts,
-				got.MaxAdaptiveRetries, got.UnavailableTimeout, tt.wantAdaptive, tt.wantUnavailableBound)
+		got := tt.opts.override(pool)
+		if got.MaxRetries != tt.wantRetries || got.MaxAdaptiveRetries != tt.wantAdaptive || got.UnavailableTimeout != tt.wantUnavailableBound {
+			t.Errorf("%+v: MaxRetries %d, MaxAdaptiveRetries %d, UnavailableTimeout %v; want %d, %d, %v", tt.opts,
+				got.MaxRetries, got.MaxAdaptiveRetries, got.UnavailableTimeout, tt.wantRetries, tt.wantAdaptive, tt.wantUnavailableBound)
 		}
 	}
-	if pool.UnavailableTimeout != 15*time.Second || pool.MaxAdaptiveRetries != 2 {
+	if pool.UnavailableTimeout != 15*time.Second || pool.MaxAdaptiveRetries != 2 || pool.MaxRetries != 10 {
 		t.Errorf("the pool's policy changed: %+v", pool)
 	}
 }

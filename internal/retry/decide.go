@@ -9,6 +9,8 @@ import (
 // Policy is a call's retry settings, defaults applied: the fields of
 // pgtx.RetryConfig that decide a retry.
 type Policy struct {
+	// MaxRetries caps the conflict and lost-connection retries (0: off).
+	MaxRetries          int
 	MaxAdaptiveRetries  int
 	UnavailableTimeout  time.Duration
 	Jitter              func() float64
@@ -92,14 +94,12 @@ const (
 )
 
 // Next decides whether a call that failed with an error of class c runs
-// again, and after how long. maxRetries is the conflict/lost-connection cap
-// for this call (the policy's or the per-call override, already resolved).
-// It follows the Client Backpressure specification's pseudocode: the retry
+// again, and after how long. It follows the Client Backpressure specification's pseudocode: the retry
 // counter counts every retry; an overload makes MaxAdaptiveRetries the cap of
 // the call from then on; a backoff that would end past the deadline ends the
 // call at once. An unavailable server is pgtx's own class, outside that
 // counter and those caps: nextUnavailable decides its retries.
-func (p *Policy) Next(st *State, c classify.Class, maxRetries int, now time.Time, deadline time.Time, hasDeadline bool) Decision {
+func (p *Policy) Next(st *State, c classify.Class, now time.Time, deadline time.Time, hasDeadline bool) Decision {
 	if !Retryable(c) {
 		return Decision{Stop: NotRetryable}
 	}
@@ -108,14 +108,14 @@ func (p *Policy) Next(st *State, c classify.Class, maxRetries int, now time.Time
 	}
 	// A class the caller switched off is never retried, whatever the cap
 	// an earlier overload made the call's.
-	if (c == classify.Overload && p.MaxAdaptiveRetries == 0) || (c != classify.Overload && maxRetries == 0) {
+	if (c == classify.Overload && p.MaxAdaptiveRetries == 0) || (c != classify.Overload && p.MaxRetries == 0) {
 		return Decision{Stop: CapReached}
 	}
 	st.Retries++
 	if c == classify.Overload {
 		st.OverloadSeen = true
 	}
-	allowed := maxRetries
+	allowed := p.MaxRetries
 	if st.OverloadSeen {
 		allowed = p.MaxAdaptiveRetries
 	}

@@ -95,10 +95,11 @@ func TestNext(t *testing.T) {
 			if tt.policy != nil {
 				pol = tt.policy(p)
 			}
+			pol.MaxRetries = tt.maxRetries
 			var st State
 			deadline, has := t0.Add(tt.deadline), tt.deadline > 0
 			for i, s := range tt.steps {
-				if got := pol.Next(&st, s.c, tt.maxRetries, t0, deadline, has); got != s.want {
+				if got := pol.Next(&st, s.c, t0, deadline, has); got != s.want {
 					t.Errorf("step %d (class %d): %+v, want %+v", i, s.c, got, s.want)
 				}
 			}
@@ -115,7 +116,7 @@ func TestUnavailableBound(t *testing.T) {
 	var st State
 	now := t0
 	for range 100 {
-		d := p.Next(&st, classify.Unavailable, 0, now, time.Time{}, false)
+		d := p.Next(&st, classify.Unavailable, now, time.Time{}, false)
 		if !d.Retry {
 			if d.Stop != Unreachable || now.Sub(t0) < time.Second {
 				t.Fatalf("stopped at +%v with %v, want Unreachable at +1s", now.Sub(t0), d.Stop)
@@ -131,7 +132,7 @@ func TestUnavailablePastDeadlineEndsByContext(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	p := Policy{UnavailableTimeout: time.Minute, Jitter: one, BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second}
 	st := State{UnavailableSince: t0}
-	if d := p.Next(&st, classify.Unavailable, 0, t0.Add(2*time.Second), t0.Add(time.Second), true); d.Retry || d.Stop != ContextEnded {
+	if d := p.Next(&st, classify.Unavailable, t0.Add(2*time.Second), t0.Add(time.Second), true); d.Retry || d.Stop != ContextEnded {
 		t.Errorf("past the deadline by the clock: %+v, want ContextEnded", d)
 	}
 }

@@ -87,7 +87,9 @@ var testPolicy = Policy{MaxAdaptiveRetries: 2, UnavailableTimeout: 15 * time.Sec
 // newLoop returns a loop with testPolicy, pgtx's default MaxRetries (10),
 // on clk.
 func newLoop(clk Clock) *Loop {
-	return &Loop{Policy: testPolicy, MaxRetries: 10, Clock: clk, GaveUp: gaveUp}
+	p := testPolicy
+	p.MaxRetries = 10
+	return &Loop{Policy: p, Clock: clk, GaveUp: gaveUp}
 }
 
 // event is one of a tracer's events, as recorder records it.

@@ -15,13 +15,11 @@ import (
 // before it returns, so the loop never sleeps holding a connection. A Loop
 // is built by value for each call.
 type Loop struct {
+	// Policy is the call's: the pool's, with the call's overrides.
 	Policy Policy
-	// MaxRetries is the call's cap on conflict and lost-connection
-	// retries, resolved (0: off).
-	MaxRetries int
-	Clock      Clock
-	Budget     *Budget          // nil: no budget
-	Gate       *contention.Gate // nil: no contention manager
+	Clock  Clock
+	Budget *Budget          // nil: no budget
+	Gate   *contention.Gate // nil: no contention manager
 	// Wake, when set, is the pause after an unavailable server instead of
 	// Clock's: it ends early when a connection to the server is made.
 	Wake   Sleeper
@@ -59,8 +57,8 @@ func (l *Loop) Run(ctx context.Context, attempt func(ctx context.Context) (class
 	return err
 }
 
-// call is one run of a Loop: its context, its deadline and its attempts.
-type call struct {
+// callState is one run of a Loop: its context, its deadline and its attempts.
+type callState struct {
 	ctx         context.Context // the caller's
 	traced      context.Context // the call's, as the tracer returned it
 	start       time.Time       // set only for a tracer or a gate
@@ -70,9 +68,9 @@ type call struct {
 	n           int // attempts made
 }
 
-// tried is one attempt: its context and start for the tracer, its
+// attemptState is one attempt: its context and start for the tracer, its
 // admission at the gate, and its outcome.
-type tried struct {
+type attemptState struct {
 	ctx      context.Context
 	start    time.Time
 	adm      contention.Admission
@@ -82,8 +80,8 @@ type tried struct {
 }
 
 // startCall begins the call: its deadline, its start, its trace.
-func (l *Loop) startCall(ctx context.Context) call {
-	c := call{ctx: ctx, traced: ctx}
+func (l *Loop) startCall(ctx context.Context) callState {
+	c := callState{ctx: ctx, traced: ctx}
 	c.deadline, c.hasDeadline = ctx.Deadline()
 	if l.Tracer != nil || l.Gate != nil {
 		c.start = l.Clock.Now()
@@ -95,9 +93,9 @@ func (l *Loop) startCall(ctx context.Context) call {
 }
 
 // try runs one attempt, admitted by the gate when there is one.
-func (l *Loop) try(c *call, attempt func(ctx context.Context) (classify.Class, error)) tried {
+func (l *Loop) try(c *callState, attempt func(ctx context.Context) (classify.Class, error)) attemptState {
 	c.n++
-	a := tried{ctx: c.traced}
+	a := attemptState{ctx: c.traced}
 	if l.Tracer != nil {
 		a.start = l.Clock.Now()
 		a.ctx = l.Tracer.AttemptStart(c.traced, c.n)
@@ -126,14 +124,14 @@ func (l *Loop) try(c *call, attempt func(ctx context.Context) (classify.Class, e
 }
 
 // admit waits at the gate, older calls first, and reports admission.
-func (l *Loop) admit(c *call, a *tried) bool {
+func (l *Loop) admit(c *callState, a *attemptState) bool {
 	a.adm, a.admitErr = l.Gate.Admit(c.ctx, c.start.UnixNano(), c.st.Conflicts)
 	return a.admitErr == nil
 }
 
 // decide decides whether attempt a runs again and after how long, and
 // returns its error as the call sees it.
-func (l *Loop) decide(c *call, a *tried) (Decision, error) {
+func (l *Loop) decide(c *callState, a *attemptState) (Decision, error) {
 	ctx, err := c.ctx, a.err
 	switch {
 	case a.admitErr != nil && ctx.Err() == nil:
@@ -155,7 +153,7 @@ func (l *Loop) decide(c *call, a *tried) (Decision, error) {
 		}
 		return Decision{Stop: ContextEnded}, err
 	}
-	d := l.Policy.Next(&c.st, a.class, l.MaxRetries, l.Clock.Now(), c.deadline, c.hasDeadline)
+	d := l.Policy.Next(&c.st, a.class, l.Clock.Now(), c.deadline, c.hasDeadline)
 	if d.Stop == ContextEnded {
 		// The deadline passed by the clock, not yet by ctx.
 		err = pastDeadline(err)
@@ -188,7 +186,7 @@ func (l *Loop) withBudget(d Decision, class classify.Class) Decision {
 // pause waits d before the next attempt, and reports false when ctx ended
 // meanwhile: an attempt on a dead context would only replace the error
 // with ctx's.
-func (l *Loop) pause(c *call, class classify.Class, d time.Duration) bool {
+func (l *Loop) pause(c *callState, class classify.Class, d time.Duration) bool {
 	sleep := l.Clock.Sleep
 	if class == classify.Unavailable && l.Wake != nil {
 		sleep = l.Wake.Sleep
@@ -197,7 +195,7 @@ func (l *Loop) pause(c *call, class classify.Class, d time.Duration) bool {
 }
 
 // attemptEnd reports attempt a, its decision d and its error to the tracer.
-func (l *Loop) attemptEnd(c *call, a *tried, d Decision, err error) {
+func (l *Loop) attemptEnd(c *callState, a *attemptState, d Decision, err error) {
 	if tr := l.Tracer; tr != nil {
 		tr.AttemptEnd(a.ctx, AttemptEnd{Attempt: c.n, Err: err, Class: a.class, Duration: l.Clock.Now().Sub(a.start),
 			Retry: d.Retry, Backoff: d.Backoff, Wait: a.adm.Wait, Limit: a.adm.Limit})
@@ -205,7 +203,7 @@ func (l *Loop) attemptEnd(c *call, a *tried, d Decision, err error) {
 }
 
 // end reports the call's end to the tracer.
-func (l *Loop) end(c *call, err error, interrupted bool) {
+func (l *Loop) end(c *callState, err error, interrupted bool) {
 	if tr := l.Tracer; tr != nil {
 		tr.CallEnd(c.traced, CallEnd{Attempts: c.n, Err: err, Interrupted: interrupted, Duration: l.Clock.Now().Sub(c.start)})
 	}

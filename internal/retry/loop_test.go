@@ -19,7 +19,7 @@ var t0 = time.Unix(1000, 0)
 // more (the caps, the classes switched off, an unreachable server), or
 // that it returns the error as it is.
 func TestLoopStops(t *testing.T) {
-	maxRetries := func(n int) func(*Loop) { return func(l *Loop) { l.MaxRetries = n } }
+	maxRetries := func(n int) func(*Loop) { return func(l *Loop) { l.Policy.MaxRetries = n } }
 	adaptive := func(n int) func(*Loop) { return func(l *Loop) { l.Policy.MaxAdaptiveRetries = n } }
 	unavailableOff := func(l *Loop) { l.Policy.UnavailableTimeout = 0 }
 	capped := func(limit string, n int) Why { return Why{Stop: CapReached, Reason: limit, Limit: limit, Cap: n} }
@@ -49,7 +49,7 @@ func TestLoopStops(t *testing.T) {
 		{name: "timeout: not retried", errs: []error{timeout}, attempts: 1, plain: true},
 		{name: "ambiguous: not retried", errs: []error{ambiguous}, attempts: 1, plain: true},
 		{name: "not retryable after retries", errs: []error{conflict, conflict, permanent}, attempts: 3, why: Why{Stop: NotRetryable, Reason: "not retryable"}},
-		{name: "unavailable: outside the caps", set: func(l *Loop) { l.MaxRetries, l.Policy.MaxAdaptiveRetries = 0, 0 }, errs: repeat(unavailable, 3), attempts: 4, plain: true},
+		{name: "unavailable: outside the caps", set: func(l *Loop) { l.Policy.MaxRetries, l.Policy.MaxAdaptiveRetries = 0, 0 }, errs: repeat(unavailable, 3), attempts: 4, plain: true},
 		{name: "unavailable, then conflicts: MaxRetries still 10", errs: append(repeat(unavailable, 6), repeat(conflict, 20)...), attempts: 17, why: capped("MaxRetries", 10)},
 		{name: "UnavailableTimeout: the bound", errs: repeat(unavailable, 100), attempts: 13,
 			why: Why{Stop: Unreachable, Reason: "UnavailableTimeout", Unreachable: true, UnreachableFor: 15 * time.Second, Bound: 15 * time.Second}},
@@ -93,7 +93,7 @@ func TestLoopStops(t *testing.T) {
 func TestLoopClassOffStaysOff(t *testing.T) {
 	calls := 0
 	l := newLoop(&fakeclock.Clock{T: t0})
-	l.MaxRetries = 0
+	l.Policy.MaxRetries = 0
 	_ = l.Run(context.Background(), scripted(&calls, overload, conflict, conflict))
 	if calls != 2 {
 		t.Errorf("conflicts off, a conflict after an overload: %d attempts, want 2", calls)

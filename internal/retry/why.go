@@ -56,7 +56,7 @@ func (l *Loop) gaveUp(err error, class classify.Class, n int, stop Stop, st *Sta
 	case stop == CapReached && (st.OverloadSeen || (class == classify.Overload && l.Policy.MaxAdaptiveRetries == 0)):
 		why.Limit, why.Cap = "MaxAdaptiveRetries", l.Policy.MaxAdaptiveRetries
 	case stop == CapReached:
-		why.Limit, why.Cap = "MaxRetries", l.MaxRetries
+		why.Limit, why.Cap = "MaxRetries", l.Policy.MaxRetries
 	}
 	if why.Limit != "" {
 		why.Reason = why.Limit
