@@ -140,6 +140,23 @@ func (c *call) transact(ctx context.Context, conn *pgxpool.Conn) (Class, error) 
 		}
 	}()
 
+	if class, err := c.runFn(ctx, t, conn); err != nil {
+		return class, err
+	}
+	done = true
+	class, err := txn.Commit(ctx, t, c)
+	if Class(class) == ClassAmbiguous && !c.pool.settings.resolveCommits {
+		c.pool.resolved.Unknown.Add(1) // a resolution counts its own
+	}
+	if err == nil && c.pool.acked != nil {
+		c.pool.acknowledged(t, c.label)
+	}
+	return Class(class), err
+}
+
+// runFn runs fn on t, and says whether COMMIT may follow: an error when
+// it may not, and its class.
+func (c *call) runFn(ctx context.Context, t *txn.Tx, conn *pgxpool.Conn) (Class, error) {
 	a := c.cur
 	a.Context = ctx
 	a.setInFn(true)
@@ -155,7 +172,7 @@ func (c *call) transact(ctx context.Context, conn *pgxpool.Conn) (Class, error) 
 		}
 		return classifyFnError(err, conn), err
 	}
-	if pc.PgConn().IsClosed() && t.Begun() {
+	if conn.Conn().PgConn().IsClosed() && t.Begun() {
 		// fn swallowed the error of a connection that died under it: the
 		// transaction died with its session, and COMMIT is never sent.
 		return ClassConnectionLost, errLostBeforeCommit
@@ -168,15 +185,7 @@ func (c *call) transact(ctx context.Context, conn *pgxpool.Conn) (Class, error) 
 		// BeginTxFunc.
 		return ClassTimeout, err
 	}
-	done = true
-	class, err := txn.Commit(ctx, t, c)
-	if Class(class) == ClassAmbiguous && !c.pool.settings.resolveCommits {
-		c.pool.resolved.Unknown.Add(1) // a resolution counts its own
-	}
-	if err == nil && c.pool.acked != nil {
-		c.pool.acknowledged(t, c.label)
-	}
-	return Class(class), err
+	return classNone, nil
 }
 
 // acquireClass counts a connect that timed out while ctx still runs, or an

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx/internal/params"
 )
 
 // The defaults of Config, stated on each field.
@@ -166,4 +167,31 @@ func durDefault(v, def time.Duration) time.Duration {
 		return def
 	}
 	return v
+}
+
+// settings is a Config resolved to its effective values.
+type settings struct {
+	acquireTimeout  time.Duration // 0: no bound of its own
+	commitTimeout   time.Duration // 0: no bound of its own
+	rollbackTimeout time.Duration // 0: no bound of its own
+	tracer          TransactionTracer
+	resolveCommits  bool
+	resolveTimeout  time.Duration
+	// statementTimeout is the one pgtx sent (0: none): a deadline carried
+	// to the server never raises it.
+	statementTimeout time.Duration
+}
+
+// newSettings resolves cfg's settings to their effective values; pc is
+// the main pool's config, whose statement_timeout pgtx sends.
+func newSettings(cfg *Config, pc *pgxpool.Config) settings {
+	return settings{
+		acquireTimeout:   defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout),
+		commitTimeout:    defaultOrNone(cfg.CommitTimeout, defaultCommitTimeout),
+		rollbackTimeout:  defaultOrNone(cfg.RollbackTimeout, defaultRollbackTimeout),
+		tracer:           cfg.Tracer,
+		resolveCommits:   cfg.ResolveTimeout >= 0,
+		resolveTimeout:   durDefault(cfg.ResolveTimeout, defaultResolveTimeout),
+		statementTimeout: params.Duration(pc.ConnConfig.RuntimeParams["statement_timeout"]),
+	}
 }

@@ -72,42 +72,17 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 		return nil, err
 	}
 	own := cfg.Copy()
-	pc := cfg.Config.Copy()
-	if pc.ConnConfig.RuntimeParams == nil {
-		pc.ConnConfig.RuntimeParams = map[string]string{}
-	}
-	params.Set(pc.ConnConfig.RuntimeParams, "statement_timeout", cfg.StatementTimeout, defaultStatementTimeout)
-	params.Set(pc.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", cfg.IdleInTransactionTimeout, defaultIdleInTransactionTimeout)
-	params.AskUTF8(pc.ConnConfig.RuntimeParams)
-
+	pc := mainConfig(cfg)
 	retryConfig := cfg.Retry.withDefaults()
-	st := settings{
-		acquireTimeout:   defaultOrNone(cfg.AcquireTimeout, defaultAcquireTimeout),
-		commitTimeout:    defaultOrNone(cfg.CommitTimeout, defaultCommitTimeout),
-		rollbackTimeout:  defaultOrNone(cfg.RollbackTimeout, defaultRollbackTimeout),
-		tracer:           cfg.Tracer,
-		resolveCommits:   cfg.ResolveTimeout >= 0,
-		resolveTimeout:   durDefault(cfg.ResolveTimeout, defaultResolveTimeout),
-		statementTimeout: params.Duration(pc.ConnConfig.RuntimeParams["statement_timeout"]),
-	}
+	st := newSettings(cfg, pc)
 	q := newQueue(st.acquireTimeout, cfg.MaxWaiters)
 	canceller, err := newCanceller(ctx, cfg, pc)
 	if err != nil {
 		return nil, err
 	}
 	var pool *pgxpool.Pool // the probe's, set below before any call can wait
-	signal := reach.New(reach.Settings{
-		Probe: func(ctx context.Context) error {
-			c, err := pool.Acquire(ctx)
-			if err == nil {
-				c.Release()
-			}
-			return err
-		},
-		Every: probeEvery, Jitter: retryConfig.Jitter, Timeout: probeTimeout,
-	})
-	verdict := newVerdict(cfg.Tracer)
-	hooks.Install(pc, canceller, &q.Queue, verdict, signal.Connected)
+	signal := newReach(&pool, retryConfig.Jitter)
+	hooks.Install(pc, canceller, &q.Queue, newVerdict(cfg.Tracer), signal.Connected)
 	pool, err = newPgxpool(ctx, pc)
 	if err != nil {
 		signal.Close()
@@ -132,6 +107,34 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	p.loop = retry.Loop{Policy: retryConfig.policy(), Clock: p.clock, Budget: p.budget, Wake: signal, GaveUp: gaveUp}
 	p.txn = p.txnSettings()
 	return p, nil
+}
+
+// mainConfig returns a copy of cfg's pgxpool.Config with the session
+// parameters pgtx sends at connect.
+func mainConfig(cfg *Config) *pgxpool.Config {
+	pc := cfg.Config.Copy()
+	if pc.ConnConfig.RuntimeParams == nil {
+		pc.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	params.Set(pc.ConnConfig.RuntimeParams, "statement_timeout", cfg.StatementTimeout, defaultStatementTimeout)
+	params.Set(pc.ConnConfig.RuntimeParams, "idle_in_transaction_session_timeout", cfg.IdleInTransactionTimeout, defaultIdleInTransactionTimeout)
+	params.AskUTF8(pc.ConnConfig.RuntimeParams)
+	return pc
+}
+
+// newReach returns the signal that wakes the calls waiting for the server:
+// its probe connects through *pool, set before any call can wait.
+func newReach(pool **pgxpool.Pool, jitter func() float64) *reach.Signal {
+	return reach.New(reach.Settings{
+		Probe: func(ctx context.Context) error {
+			c, err := (*pool).Acquire(ctx)
+			if err == nil {
+				c.Release()
+			}
+			return err
+		},
+		Every: probeEvery, Jitter: jitter, Timeout: probeTimeout,
+	})
 }
 
 // newVerdict returns what a pool learns of a pooler in front of its
@@ -255,33 +258,4 @@ func newQueue(timeout time.Duration, maxWaiters int) *queue {
 	q := &queue{}
 	q.Init(acquire.Bounds{Timeout: timeout, MaxWaiters: maxWaiters})
 	return q
-}
-
-// settings is a Config resolved to its effective values.
-type settings struct {
-	acquireTimeout  time.Duration // 0: no bound of its own
-	commitTimeout   time.Duration // 0: no bound of its own
-	rollbackTimeout time.Duration // 0: no bound of its own
-	tracer          TransactionTracer
-	resolveCommits  bool
-	resolveTimeout  time.Duration
-	// statementTimeout is the one pgtx sent (0: none): a deadline carried
-	// to the server never raises it.
-	statementTimeout time.Duration
-}
-
-// Defaults of the retry budget.
-const (
-	defaultBudgetRatio        = 0.2
-	defaultBudgetMinPerSecond = 10
-	defaultBudgetWindow       = 10 * time.Second
-)
-
-// newRetryBudget returns nil when the budget is off.
-func newRetryBudget(p RetryConfig, now time.Time) *retry.Budget {
-	if p.BudgetRatio < 0 {
-		return nil
-	}
-	return retry.NewBudget(defaultOrNone(p.BudgetRatio, defaultBudgetRatio), defaultOrNone(p.BudgetMinPerSecond, defaultBudgetMinPerSecond),
-		durDefault(p.BudgetWindow, defaultBudgetWindow), now)
 }

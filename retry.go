@@ -118,6 +118,22 @@ func (o *Options) override(p retry.Policy) retry.Policy {
 	return p
 }
 
+// Defaults of the retry budget.
+const (
+	defaultBudgetRatio        = 0.2
+	defaultBudgetMinPerSecond = 10
+	defaultBudgetWindow       = 10 * time.Second
+)
+
+// newRetryBudget returns nil when the budget is off.
+func newRetryBudget(p RetryConfig, now time.Time) *retry.Budget {
+	if p.BudgetRatio < 0 {
+		return nil
+	}
+	return retry.NewBudget(defaultOrNone(p.BudgetRatio, defaultBudgetRatio), defaultOrNone(p.BudgetMinPerSecond, defaultBudgetMinPerSecond),
+		durDefault(p.BudgetWindow, defaultBudgetWindow), now)
+}
+
 // clock lets unit tests fake the time.
 type clock = retry.Clock
 
