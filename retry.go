@@ -71,35 +71,35 @@ type RetryConfig struct {
 	BudgetWindow time.Duration
 }
 
-func (p RetryConfig) validate() error {
-	if p.BudgetRatio != p.BudgetRatio || p.BudgetMinPerSecond != p.BudgetMinPerSecond {
+func (c RetryConfig) validate() error {
+	if c.BudgetRatio != c.BudgetRatio || c.BudgetMinPerSecond != c.BudgetMinPerSecond {
 		return invalidArg("Retry: BudgetRatio and BudgetMinPerSecond must be numbers")
 	}
 	return nil
 }
 
-func (p RetryConfig) withDefaults() RetryConfig {
-	p.MaxRetries = defaultOrNone(p.MaxRetries, defaultMaxRetries)
-	p.MaxAdaptiveRetries = defaultOrNone(p.MaxAdaptiveRetries, defaultMaxAdaptiveRetries)
-	p.BaseBackoff = defaultOrNone(p.BaseBackoff, defaultBaseBackoff)
-	p.MaxBackoff = defaultOrNone(p.MaxBackoff, defaultMaxBackoff)
-	p.ConflictBaseBackoff = defaultOrNone(p.ConflictBaseBackoff, defaultConflictBaseBackoff)
-	p.ConflictMaxBackoff = defaultOrNone(p.ConflictMaxBackoff, defaultConflictMaxBackoff)
-	p.UnavailableTimeout = defaultOrNone(p.UnavailableTimeout, defaultUnavailableTimeout)
-	if p.Jitter == nil {
-		p.Jitter = rand.Float64
+func (c RetryConfig) withDefaults() RetryConfig {
+	c.MaxRetries = defaultOrNone(c.MaxRetries, defaultMaxRetries)
+	c.MaxAdaptiveRetries = defaultOrNone(c.MaxAdaptiveRetries, defaultMaxAdaptiveRetries)
+	c.BaseBackoff = defaultOrNone(c.BaseBackoff, defaultBaseBackoff)
+	c.MaxBackoff = defaultOrNone(c.MaxBackoff, defaultMaxBackoff)
+	c.ConflictBaseBackoff = defaultOrNone(c.ConflictBaseBackoff, defaultConflictBaseBackoff)
+	c.ConflictMaxBackoff = defaultOrNone(c.ConflictMaxBackoff, defaultConflictMaxBackoff)
+	c.UnavailableTimeout = defaultOrNone(c.UnavailableTimeout, defaultUnavailableTimeout)
+	if c.Jitter == nil {
+		c.Jitter = rand.Float64
 	}
-	return p
+	return c
 }
 
-// policy is p, its defaults applied ([RetryConfig.withDefaults]), as the
+// policy is c, its defaults applied ([RetryConfig.withDefaults]), as the
 // retry loop reads it: every call's, before its [Options] override it.
-func (p *RetryConfig) policy() retry.Policy {
+func (c *RetryConfig) policy() retry.Policy {
 	return retry.Policy{
-		MaxRetries: p.MaxRetries, MaxAdaptiveRetries: p.MaxAdaptiveRetries,
-		UnavailableTimeout: p.UnavailableTimeout, Jitter: p.Jitter,
-		BaseBackoff: p.BaseBackoff, MaxBackoff: p.MaxBackoff,
-		ConflictBaseBackoff: p.ConflictBaseBackoff, ConflictMaxBackoff: p.ConflictMaxBackoff,
+		MaxRetries: c.MaxRetries, MaxAdaptiveRetries: c.MaxAdaptiveRetries,
+		UnavailableTimeout: c.UnavailableTimeout, Jitter: c.Jitter,
+		BaseBackoff: c.BaseBackoff, MaxBackoff: c.MaxBackoff,
+		ConflictBaseBackoff: c.ConflictBaseBackoff, ConflictMaxBackoff: c.ConflictMaxBackoff,
 	}
 }
 
