@@ -58,12 +58,26 @@ func (p *Pool) newCall(ctx context.Context, iso Isolation, opts *Options, fn fun
 	return c
 }
 
-// run runs the call's attempts: the breaker's fn.
-func (c *call) run(ctx context.Context) error { return c.loop.Run(ctx, c.runAttempt) }
+// run runs the call's attempts, driving its retry loop: control goes down
+// into the loop, which says when to run another.
+func (c *call) run(ctx context.Context) error {
+	r := c.loop.Start(ctx)
+	for {
+		actx, admitted := r.Begin()
+		var class Class
+		var err error
+		if admitted {
+			class, err = c.runAttempt(actx)
+		}
+		if !r.End(classify.Class(class), err) {
+			return r.Err()
+		}
+	}
+}
 
 // runAttempt acquires a connection, runs fn and COMMIT on it, and releases
 // it before it returns, so the retry loop never sleeps holding one.
-func (c *call) runAttempt(ctx context.Context) (classify.Class, error) {
+func (c *call) runAttempt(ctx context.Context) (Class, error) {
 	c.attempts++
 	a := &c.first
 	if c.attempts > 1 {
@@ -73,7 +87,7 @@ func (c *call) runAttempt(ctx context.Context) (classify.Class, error) {
 	c.cur = a
 	conn, held, err := c.pool.acquire(ctx, c.caller)
 	if err != nil {
-		return classify.Class(acquireClass(ctx, err)), err
+		return acquireClass(ctx, err), err
 	}
 	c.conn, c.heldAt, c.slot = conn, held, c.pool.queue.inflight.Add(held, c.caller)
 	defer c.Release()
@@ -81,7 +95,7 @@ func (c *call) runAttempt(ctx context.Context) (classify.Class, error) {
 	if c.uniqueAsConflict && class == ClassPermanent && isUniqueViolation(err) {
 		class = ClassConflict
 	}
-	return classify.Class(class), err
+	return class, err
 }
 
 func (p *Pool) txnSettings() txn.Settings {

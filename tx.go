@@ -105,7 +105,7 @@ func TransactionWithOptions(ctx context.Context, pool *Pool, iso Isolation, opts
 	c := pool.newCall(ctx, iso, &opts, fn)
 	var err error
 	if pool.breaker == nil {
-		err = c.loop.Run(ctx, c.runAttempt)
+		err = c.run(ctx)
 	} else {
 		err = pool.breaker.do(ctx, c.run)
 	}

@@ -31,41 +31,38 @@ type Loop struct {
 
 // Run returns nil after a successful attempt, or the last attempt's error,
 // as GaveUp's error when the call was retried or a retry was refused. When
-// ctx ended the call, the error matches ctx.Err() as well.
+// ctx ended the call, the error matches ctx.Err() as well. It drives a
+// [Call] as a caller that runs its own attempts does.
 func (l *Loop) Run(ctx context.Context, attempt func(ctx context.Context) (classify.Class, error)) error {
-	c := l.startCall(ctx)
-	var err error
-	interrupted := false // the context ended during a backoff
+	c := l.Start(ctx)
 	for {
-		a := l.try(&c, attempt)
-		var d Decision
-		d, err = l.decide(&c, &a)
-		if !d.Retry && err != nil {
-			err = l.gaveUp(err, a.class, c.n, d.Stop, &c.st)
+		actx, admitted := c.Begin()
+		var class classify.Class
+		var err error
+		if admitted {
+			class, err = attempt(actx)
 		}
-		l.attemptEnd(&c, &a, d, err)
-		if !d.Retry {
-			break
-		}
-		if !l.pause(&c, a.class, d.Backoff) {
-			interrupted = true
-			err = l.gaveUp(errs.WithContext(ctx, err), a.class, c.n, ContextEnded, &c.st)
-			break
+		if !c.End(class, err) {
+			return c.Err()
 		}
 	}
-	l.end(&c, err, interrupted)
-	return err
 }
 
-// callState is one run of a Loop: its context, its deadline and its attempts.
-type callState struct {
+// Call is one run of a Loop, driven by its caller, so that control goes
+// down from the caller into the loop: [Call.Begin] before each attempt,
+// [Call.End] after it, until End returns false; then [Call.Err]. A Call is
+// used by one goroutine.
+type Call struct {
+	l           Loop            // a copy: the caller's may change once the call started
 	ctx         context.Context // the caller's
 	traced      context.Context // the call's, as the tracer returned it
 	start       time.Time       // set only for a tracer or a gate
 	deadline    time.Time
 	hasDeadline bool
 	st          State
-	n           int // attempts made
+	n           int          // attempts made
+	a           attemptState // the current attempt
+	err         error        // the call's, once End returned false
 }
 
 // attemptState is one attempt: its context and start for the tracer, its
@@ -73,15 +70,16 @@ type callState struct {
 type attemptState struct {
 	ctx      context.Context
 	start    time.Time
+	began    time.Time // after admission, for a gate that limited it
 	adm      contention.Admission
 	admitErr error // the wait at the gate failed: the attempt did not run
 	class    classify.Class
 	err      error
 }
 
-// startCall begins the call: its deadline, its start, its trace.
-func (l *Loop) startCall(ctx context.Context) callState {
-	c := callState{ctx: ctx, traced: ctx}
+// Start begins a call: its deadline, its start, its trace.
+func (l *Loop) Start(ctx context.Context) Call {
+	c := Call{l: *l, ctx: ctx, traced: ctx}
 	c.deadline, c.hasDeadline = ctx.Deadline()
 	if l.Tracer != nil || l.Gate != nil {
 		c.start = l.Clock.Now()
@@ -92,46 +90,80 @@ func (l *Loop) startCall(ctx context.Context) callState {
 	return c
 }
 
-// try runs one attempt, admitted by the gate when there is one.
-func (l *Loop) try(c *callState, attempt func(ctx context.Context) (classify.Class, error)) attemptState {
+// Begin starts an attempt and returns its context; false when the gate
+// refused it, which then does not run. End follows either way.
+func (c *Call) Begin() (context.Context, bool) {
+	l := &c.l
 	c.n++
-	a := attemptState{ctx: c.traced}
+	c.a = attemptState{ctx: c.traced}
 	if l.Tracer != nil {
-		a.start = l.Clock.Now()
-		a.ctx = l.Tracer.AttemptStart(c.traced, c.n)
+		c.a.start = l.Clock.Now()
+		c.a.ctx = l.Tracer.AttemptStart(c.traced, c.n)
 	}
+	if l.Gate != nil {
+		if !l.admit(c, &c.a) {
+			return c.a.ctx, false
+		}
+		if c.a.adm.Held {
+			// Only an attempt the gate limited is timed for it: an open
+			// gate needs no clock.
+			c.a.began = l.Clock.Now()
+		}
+	}
+	return c.a.ctx, true
+}
+
+// End ends the attempt Begin started, which failed with err of class
+// (ignored when the gate refused it), and reports whether another follows:
+// the pause before it is over. When it returns false the call is over.
+func (c *Call) End(class classify.Class, err error) bool {
+	l, a := &c.l, &c.a
 	switch {
-	case l.Gate == nil:
-		a.class, a.err = attempt(a.ctx)
-	case !l.admit(c, &a):
-		a.class, a.err = classify.Timeout, a.admitErr
-	case a.adm.Held:
-		// Only an attempt the gate limited is timed for it: an open gate
-		// needs no clock.
-		began := l.Clock.Now()
-		a.class, a.err = attempt(a.ctx)
-		l.Gate.Done(a.ctx, a.adm, outcome(a.class), l.Clock.Now().Sub(began))
-	default:
-		a.class, a.err = attempt(a.ctx)
-		l.Gate.Done(a.ctx, a.adm, outcome(a.class), 0)
+	case a.admitErr != nil:
+		class, err = classify.Timeout, a.admitErr
+	case l.Gate != nil && a.adm.Held:
+		l.Gate.Done(a.ctx, a.adm, outcome(class), l.Clock.Now().Sub(a.began))
+	case l.Gate != nil:
+		l.Gate.Done(a.ctx, a.adm, outcome(class), 0)
 	}
-	if a.class == classify.Conflict {
+	a.class, a.err = class, err
+	if class == classify.Conflict {
 		c.st.Conflicts++
 	} else {
 		c.st.Conflicts = 0
 	}
-	return a
+	d, err := l.decide(c, a)
+	if !d.Retry && err != nil {
+		err = l.gaveUp(err, a.class, c.n, d.Stop, &c.st)
+	}
+	l.attemptEnd(c, a, d, err)
+	switch {
+	case !d.Retry:
+		l.end(c, err, false)
+	case !l.pause(c, a.class, d.Backoff):
+		// The context ended during the pause.
+		err = l.gaveUp(errs.WithContext(c.ctx, err), a.class, c.n, ContextEnded, &c.st)
+		l.end(c, err, true)
+	default:
+		return true
+	}
+	c.err = err
+	return false
 }
 
+// Err returns the call's error once End returned false: nil after a
+// successful attempt.
+func (c *Call) Err() error { return c.err }
+
 // admit waits at the gate, older calls first, and reports admission.
-func (l *Loop) admit(c *callState, a *attemptState) bool {
+func (l *Loop) admit(c *Call, a *attemptState) bool {
 	a.adm, a.admitErr = l.Gate.Admit(c.ctx, c.start.UnixNano(), c.st.Conflicts)
 	return a.admitErr == nil
 }
 
 // decide decides whether attempt a runs again and after how long, and
 // returns its error as the call sees it.
-func (l *Loop) decide(c *callState, a *attemptState) (Decision, error) {
+func (l *Loop) decide(c *Call, a *attemptState) (Decision, error) {
 	ctx, err := c.ctx, a.err
 	switch {
 	case a.admitErr != nil && ctx.Err() == nil:
@@ -186,7 +218,7 @@ func (l *Loop) withBudget(d Decision, class classify.Class) Decision {
 // pause waits d before the next attempt, and reports false when ctx ended
 // meanwhile: an attempt on a dead context would only replace the error
 // with ctx's.
-func (l *Loop) pause(c *callState, class classify.Class, d time.Duration) bool {
+func (l *Loop) pause(c *Call, class classify.Class, d time.Duration) bool {
 	sleep := l.Clock.Sleep
 	if class == classify.Unavailable && l.Wake != nil {
 		sleep = l.Wake.Sleep
@@ -195,7 +227,7 @@ func (l *Loop) pause(c *callState, class classify.Class, d time.Duration) bool {
 }
 
 // attemptEnd reports attempt a, its decision d and its error to the tracer.
-func (l *Loop) attemptEnd(c *callState, a *attemptState, d Decision, err error) {
+func (l *Loop) attemptEnd(c *Call, a *attemptState, d Decision, err error) {
 	if tr := l.Tracer; tr != nil {
 		tr.AttemptEnd(a.ctx, AttemptEnd{Attempt: c.n, Err: err, Class: a.class, Duration: l.Clock.Now().Sub(a.start),
 			Retry: d.Retry, Backoff: d.Backoff, Wait: a.adm.Wait, Limit: a.adm.Limit})
@@ -203,7 +235,7 @@ func (l *Loop) attemptEnd(c *callState, a *attemptState, d Decision, err error) 
 }
 
 // end reports the call's end to the tracer.
-func (l *Loop) end(c *callState, err error, interrupted bool) {
+func (l *Loop) end(c *Call, err error, interrupted bool) {
 	if tr := l.Tracer; tr != nil {
 		tr.CallEnd(c.traced, CallEnd{Attempts: c.n, Err: err, Interrupted: interrupted, Duration: l.Clock.Now().Sub(c.start)})
 	}
