@@ -159,9 +159,6 @@ func (c *call) transact(ctx context.Context, conn *pgxpool.Conn) (Class, error) 
 	}
 	done = true
 	class, err := txn.Commit(ctx, t, c)
-	if Class(class) == ClassAmbiguous && !c.pool.settings.resolveCommits {
-		c.pool.resolved.Unknown.Add(1) // a resolution counts its own
-	}
 	if err == nil && c.pool.acked != nil {
 		c.pool.acknowledged(t, c.label)
 	}

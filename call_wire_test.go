@@ -75,8 +75,8 @@ func cancellable(t *testing.T) context.Context {
 }
 
 // TestUnknownCountWithResolutionOff: with ResolveTimeout -1 a lost COMMIT
-// ends its call with ErrCommitUnknown unasked, and Stats counts it in
-// UnknownCount as it counts the lost COMMITs a resolution could not tell.
+// ends its call with ErrCommitUnknown unasked, and ResolveStats, which
+// counts resolutions, stays at zero, as its doc says.
 func TestUnknownCountWithResolutionOff(t *testing.T) {
 	srv := &fakepg.Server{Answer: on("commit", 1, fakepg.Answer{Close: true})}
 	pool := fakePool(t, srv, nil) // ResolveTimeout -1
@@ -87,7 +87,7 @@ func TestUnknownCountWithResolutionOff(t *testing.T) {
 	if !errors.Is(err, ErrCommitUnknown) {
 		t.Fatalf("err = %v, want ErrCommitUnknown", err)
 	}
-	if got := pool.Stats().Resolved; got.UnknownCount != 1 {
-		t.Errorf("Stats().Resolved = %+v, want UnknownCount 1", got)
+	if got := pool.Stats().Resolved; got != (ResolveStats{}) {
+		t.Errorf("Stats().Resolved = %+v, want zeros: nothing was resolved", got)
 	}
 }

@@ -147,8 +147,10 @@ func (p *Pool) Stats() Stats {
 	return s
 }
 
-// ResolveStats counts what became of a pool's ambiguous COMMITs. See
-// docs/ambiguous-commits.md.
+// ResolveStats counts the resolutions of a pool's ambiguous COMMITs, and
+// what they found. With ResolveTimeout -1 nothing is resolved and every
+// count stays 0, although each lost COMMIT ends its call with
+// [ErrCommitUnknown]. See docs/ambiguous-commits.md.
 type ResolveStats struct {
 	// CommittedCount: the server had committed; the call reported success.
 	CommittedCount int64
@@ -158,9 +160,10 @@ type ResolveStats struct {
 	NotAppliedCount int64
 	// LostCount counts, of AbortedCount, commits a restart or failover lost.
 	LostCount int64
-	// UnknownCount: the call returned [ErrCommitUnknown]. With resolution
-	// on, the sum of the five counts that follow; with ResolveTimeout -1,
-	// every lost COMMIT, none of which those five count.
+	// UnknownCount: the resolution could not tell, and the call returned
+	// [ErrCommitUnknown]; the sum of the five counts that follow. A lost
+	// COMMIT that no resolution was asked about (ResolveTimeout -1) is not
+	// counted.
 	UnknownCount int64
 	// UnsupportedCount: the server cannot be asked (no pg_xact_status).
 	UnsupportedCount int64
