@@ -45,6 +45,20 @@ import (
 //   - connected, when set, is told of every connection made and set up,
 //     after the caller's AfterConnect.
 func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, v *pgpool.Verdict, connected func()) {
+	installConnect(pc, q, v)
+	installPrepare(pc)
+	installAfterConnect(pc, v, connected)
+	pc.ConnConfig.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
+		st := connstate.Attach(pgConn)
+		st.Cancel.Init(c, pgConn, pgConn.Conn())
+		return &st.Cancel
+	}
+}
+
+// installConnect traces the acquires through q, and gives a connect the
+// caller's tracer and BeforeConnect; behind Pgpool-II (v) a statement
+// cache becomes a describe cache.
+func installConnect(pc *pgxpool.Config, q *acquire.Queue, v *pgpool.Verdict) {
 	user := pc.ConnConfig.Tracer
 	pc.ConnConfig.Tracer = acquire.NewTracer(q, user)
 	userBeforeConnect := pc.BeforeConnect
@@ -62,14 +76,18 @@ func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, v *pgpoo
 		}
 		return nil
 	}
-
 	if userPing := pc.ShouldPing; userPing != nil {
 		pc.ShouldPing = func(ctx context.Context, params pgxpool.ShouldPingParams) bool {
 			acquire.MarkShared(ctx)
 			return userPing(ctx, params)
 		}
 	}
+}
 
+// installPrepare refuses a connection a cancellation doomed, one retired
+// or ended, and one whose statement_timeout cannot be restored, before
+// the caller's PrepareConn (or deprecated BeforeAcquire) sees it.
+func installPrepare(pc *pgxpool.Config) {
 	userPrepare := pc.PrepareConn
 	//lint:ignore SA1019 the caller's deprecated hook must keep working
 	if before := pc.BeforeAcquire; userPrepare == nil && before != nil {
@@ -89,7 +107,11 @@ func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, v *pgpoo
 		}
 		return true, nil
 	}
+}
 
+// installAfterConnect sets a new connection up for pgtx before the
+// caller's AfterConnect, then tells connected that the server answers.
+func installAfterConnect(pc *pgxpool.Config, v *pgpool.Verdict, connected func()) {
 	userAfterConnect := pc.AfterConnect
 	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		if err := setUp(ctx, conn, v); err != nil {
@@ -104,12 +126,6 @@ func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, v *pgpoo
 			connected()
 		}
 		return nil
-	}
-
-	pc.ConnConfig.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
-		st := connstate.Attach(pgConn)
-		st.Cancel.Init(c, pgConn, pgConn.Conn())
-		return &st.Cancel
 	}
 }
 
