@@ -46,17 +46,6 @@ type Gate struct {
 	meanAttempt    time.Duration // smoothed attempt time while limiting
 }
 
-// waiter is an attempt waiting at the gate.
-type waiter struct {
-	prio     int64
-	ch       chan struct{}
-	admitted bool // under Gate.mu
-	limit    int  // the limit it was admitted under, and its epoch
-	epoch    int
-	// exclusive: it runs alone (a call that kept losing).
-	exclusive bool
-}
-
 // Admission is what [Gate.Admit] gives an attempt for [Gate.Done].
 type Admission struct {
 	// Held reports that the attempt holds a slot of the limit: the gate
@@ -133,12 +122,7 @@ func (g *Gate) Admit(ctx context.Context, prio int64, lost int) (Admission, erro
 	}
 	now := g.m.clock.Now()
 	if g.free(exclusive) && len(g.waiters) == 0 {
-		g.accrue(now)
-		g.running++
-		g.current++
-		g.alone = exclusive
-		t := Admission{Held: true, Limit: g.limit, epoch: g.epoch, alone: exclusive}
-		g.wait.Observe(0)
+		t := g.admitLocked(now, exclusive)
 		g.mu.Unlock()
 		return t, nil
 	}
@@ -151,59 +135,21 @@ func (g *Gate) Admit(ctx context.Context, prio int64, lost int) (Admission, erro
 			return Admission{}, ErrAdmissionDeadline
 		}
 	}
-	w := &waiter{prio: prio, ch: make(chan struct{}, 1), exclusive: exclusive}
-	i := len(g.waiters)
-	for i > 0 && g.waiters[i-1].prio > prio {
-		i--
-	}
-	g.waiters = append(g.waiters, nil)
-	copy(g.waiters[i+1:], g.waiters[i:])
-	g.waiters[i] = w
-	g.win.waited = true
+	w := g.enqueueLocked(prio, exclusive)
 	g.mu.Unlock()
+	err := g.awaitTurn(ctx, w, bail)
+	return g.leaveQueue(w, now, err)
+}
 
-	var timeout <-chan time.Time
-	var why error
-	if at := g.m.acquireTimeout; at > 0 && (bail < 0 || at < bail) {
-		bail, why = at, g.m.timeoutErr
-	} else if bail > 0 {
-		why = ErrAdmissionDeadline
-	}
-	if bail > 0 {
-		t := time.NewTimer(bail)
-		defer t.Stop()
-		timeout = t.C
-	}
-	var err error
-	select {
-	case <-w.ch:
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-timeout:
-		err = why
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	waited := g.m.clock.Now().Sub(now)
-	g.wait.Observe(waited)
-	if !w.admitted {
-		for j, x := range g.waiters {
-			if x == w {
-				g.waiters = append(g.waiters[:j], g.waiters[j+1:]...)
-				break
-			}
-		}
-		g.inflight.Add(-1)
-		return Admission{}, err
-	}
-	t := Admission{Held: w.limit > 0, Limit: w.limit, epoch: w.epoch, Wait: waited, alone: w.exclusive && w.limit > 0}
-	if err != nil {
-		// Admitted as the wait ended: give the slot to the next.
-		g.releaseLocked(t, g.m.clock.Now())
-		g.inflight.Add(-1)
-		return Admission{}, err
-	}
-	return t, nil
+// admitLocked admits an attempt at once, a slot being free and no one
+// waiting.
+func (g *Gate) admitLocked(now time.Time, exclusive bool) Admission {
+	g.accrue(now)
+	g.running++
+	g.current++
+	g.alone = exclusive
+	g.wait.Observe(0)
+	return Admission{Held: true, Limit: g.limit, epoch: g.epoch, alone: exclusive}
 }
 
 // Done ends an attempt admitted with t that ended with o after d. d
