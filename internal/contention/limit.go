@@ -81,58 +81,15 @@ func (g *Gate) measure(ctx context.Context, now time.Time) {
 	if !w.waited && ratio <= g.m.threshold/2 || g.limit >= g.m.maxLimit && ratio <= g.m.threshold {
 		// The gate holds nobody back, or no more than the pool would, and
 		// the attempts hardly conflict: open it.
-		g.limiting.Store(false)
-		g.epoch++
-		g.current = 0
-		g.openBase = g.attempts.Load()
-		g.openConflicts = 0
-		g.limit = 0
-		g.win = measurement{start: now, last: now}
-		g.releaseLocked(Admission{}, now)
-		g.trace(ctx, prev, ratio)
+		g.openLocked(ctx, now, prev, ratio)
 		return
 	}
 	calm := ratio <= g.m.threshold/2
-	next := g.best
+	var next int
 	if g.probing {
-		g.probing = false
-		// A probe up that hardly conflicted wins unless it clearly
-		// committed less: on rows that are not hot after all, the gate
-		// climbs back to the pool's size, and opens.
-		up := g.probeDir > 0 && calm && g.est[g.limit] >= calmMargin*g.est[g.best]
-		if up || g.est[g.limit] > g.est[g.best] {
-			// Better: go on the same way at once.
-			g.best = g.limit
-			g.probeEvery = probeInterval
-			g.sinceProbe = g.probeEvery - 1
-		} else {
-			// Worse: try the other way, later each time both ways lose.
-			if g.probeDir > 0 {
-				g.probeEvery = min(2*g.probeEvery, maxProbeInterval)
-			}
-			g.probeDir = -g.probeDir
-			g.sinceProbe = 0
-		}
-		next = g.best
+		next = g.judgeProbe(calm)
 	} else {
-		g.best = g.limit
-		g.sinceProbe++
-		if calm && g.probeDir < 0 {
-			// Hardly a conflict at this limit: the next probe goes up.
-			g.probeDir = 1
-		}
-		if g.sinceProbe >= g.probeEvery {
-			g.sinceProbe = 0
-			cand := g.neighbour(g.probeDir)
-			if cand == g.best {
-				g.probeDir = -g.probeDir
-				cand = g.neighbour(g.probeDir)
-			}
-			if cand != g.best {
-				g.probing = true
-				next = cand
-			}
-		}
+		next = g.nextProbe(calm)
 	}
 	g.win = measurement{start: now, last: now}
 	if next != g.limit {
@@ -143,6 +100,69 @@ func (g *Gate) measure(ctx context.Context, now time.Time) {
 		g.releaseLocked(Admission{}, now)
 		g.trace(ctx, prev, ratio)
 	}
+}
+
+// openLocked opens the gate, which limited at prev with a conflict ratio
+// of ratio.
+func (g *Gate) openLocked(ctx context.Context, now time.Time, prev int, ratio float64) {
+	g.limiting.Store(false)
+	g.epoch++
+	g.current = 0
+	g.openBase = g.attempts.Load()
+	g.openConflicts = 0
+	g.limit = 0
+	g.win = measurement{start: now, last: now}
+	g.releaseLocked(Admission{}, now)
+	g.trace(ctx, prev, ratio)
+}
+
+// judgeProbe ends a probe of the current limit, calm when its attempts
+// hardly conflicted, and returns the limit to run at next: the best.
+func (g *Gate) judgeProbe(calm bool) int {
+	g.probing = false
+	// A probe up that hardly conflicted wins unless it clearly
+	// committed less: on rows that are not hot after all, the gate
+	// climbs back to the pool's size, and opens.
+	up := g.probeDir > 0 && calm && g.est[g.limit] >= calmMargin*g.est[g.best]
+	if up || g.est[g.limit] > g.est[g.best] {
+		// Better: go on the same way at once.
+		g.best = g.limit
+		g.probeEvery = probeInterval
+		g.sinceProbe = g.probeEvery - 1
+	} else {
+		// Worse: try the other way, later each time both ways lose.
+		if g.probeDir > 0 {
+			g.probeEvery = min(2*g.probeEvery, maxProbeInterval)
+		}
+		g.probeDir = -g.probeDir
+		g.sinceProbe = 0
+	}
+	return g.best
+}
+
+// nextProbe counts a window at the best limit, calm when its attempts
+// hardly conflicted, and returns the limit to run at next: a neighbour to
+// probe when it is time, else the best.
+func (g *Gate) nextProbe(calm bool) int {
+	g.best = g.limit
+	g.sinceProbe++
+	if calm && g.probeDir < 0 {
+		// Hardly a conflict at this limit: the next probe goes up.
+		g.probeDir = 1
+	}
+	if g.sinceProbe < g.probeEvery {
+		return g.best
+	}
+	g.sinceProbe = 0
+	cand := g.neighbour(g.probeDir)
+	if cand == g.best {
+		g.probeDir = -g.probeDir
+		cand = g.neighbour(g.probeDir)
+	}
+	if cand != g.best {
+		g.probing = true
+	}
+	return cand
 }
 
 // neighbour is the limit a probe from the best one tries in direction
