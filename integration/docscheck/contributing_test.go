@@ -1,6 +1,7 @@
 package docscheck
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -49,5 +50,30 @@ func TestCheckPathFindsMissing(t *testing.T) {
 	got := CheckMap(root, m)
 	if len(got) == 0 || got[0] != "internal/acked: missing from the map" || !strings.Contains(strings.Join(got, "\n"), "internal/nosuch: no such package") {
 		t.Errorf("CheckMap: %q", got)
+	}
+	files := m + "\n| file | what it holds |\n|---|---|\n" +
+		"| `tx.go` | `Transaction`, `validateCall`, `Teleport`, `Options.override`, `Options.nosuch` |\n" +
+		"| `pool.go` | `NewWithConfig`, the pool's `retry.Loop` and `retry.Nosuch`, from `config.go` and `nosuch.go` |\n" +
+		"| `gone.go` | nothing |\n"
+	got = CheckMap(root, files)
+	for _, want := range []string{
+		"Teleport: not declared in tx.go",
+		// override is retry.go's: a file row answers for its own files only.
+		"Options.override: Options has no method override in tx.go",
+		"Options.nosuch: Options has no method nosuch in tx.go",
+		"retry.Nosuch: github.com/pgtx-go/pgtx/internal/retry declares no Nosuch",
+		"nosuch.go: no such file",
+		"gone.go: no such file",
+	} {
+		if !slices.Contains(got, want) {
+			t.Errorf("CheckMap: %q, want %q", got, want)
+		}
+	}
+	for _, ok := range []string{"Transaction", "validateCall", "NewWithConfig", "retry.Loop", "config.go"} {
+		for _, g := range got {
+			if strings.HasPrefix(g, ok+":") {
+				t.Errorf("CheckMap: %q, a name that is there", g)
+			}
+		}
 	}
 }
