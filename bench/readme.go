@@ -196,7 +196,8 @@ func readmeTable(results string) (string, error) {
 	}
 	var b strings.Builder
 	b.WriteString(readmeBegin + "\n")
-	b.WriteString("Measured side by side on one throwaway PostgreSQL 15, 2 shared cores; each\n" +
+	b.WriteString("Measured side by side on one throwaway PostgreSQL 15 on a 2-core machine\n" +
+		"(a row says when the client and the server had a core each); each\n" +
 		"row is the latest dated run of its scenario in\n" +
 		"[bench/RESULTS.md](bench/RESULTS.md), which has the commands, methods and\n" +
 		"spreads. Each row says what its ratios are; above 1×, pgtx is the faster.\n\n")
@@ -229,11 +230,20 @@ func overheadLine(selectOne bool) func([]mdTable) ([3]string, error) {
 			return [3]string{}, err
 		}
 		return [3]string{
-			fmt.Sprintf("%s transaction, %s workers: `pgx.BeginTxFunc`'s median latency over the contender's (`go run . overhead`, %s)", what, strings.Join(workers, " / "), t.when),
+			fmt.Sprintf("%s transaction, %s workers: `pgx.BeginTxFunc`'s median latency over the contender's (`go run . overhead`, %s%s)", what, strings.Join(workers, " / "), t.when, pinned(t)),
 			fmt.Sprintf("%s (mean %s; resolution off, `ResolveTimeout: -1`: %s), %s round trips", fmtRatios(med), fmtRatios(mean), fmtRatios(off), fmtTrips(rt[0])),
 			fmt.Sprintf("`pgx.BeginTxFunc` 1×, %s round trips; cockroach-go %s", fmtTrips(base[0]), fmtRatios(crdb)),
 		}, nil
 	}
+}
+
+// pinned says so when t's run had the client and the server on separate
+// cores, as its heading tells.
+func pinned(t mdTable) string {
+	if strings.Contains(t.heading, "pinned to separate cores") {
+		return ", client and server on separate cores"
+	}
+	return ""
 }
 
 func sqlLine(tables []mdTable) ([3]string, error) {
