@@ -165,6 +165,17 @@ func (t mdTable) cells(name string, n int, keys ...string) ([]string, error) {
 }
 
 // fmtRatio rounds "1.069×" to "1.07×".
+// two returns who's cells in two columns (each by name and its n-th
+// match, as cells takes them).
+func (t mdTable) two(a string, na int, b string, nb int, who string) (string, string, error) {
+	x, err1 := t.cells(a, na, who)
+	y, err2 := t.cells(b, nb, who)
+	if err := errors.Join(err1, err2); err != nil {
+		return "", "", err
+	}
+	return x[0], y[0], nil
+}
+
 func fmtRatio(s string) string {
 	f, err := strconv.ParseFloat(strings.TrimSuffix(s, "×"), 64)
 	if err != nil {
@@ -334,12 +345,7 @@ func cancelLine(tables []mdTable) ([3]string, error) {
 		return [3]string{}, err
 	}
 	get := func(who string) (string, string, error) {
-		p99, err1 := t.cells("p99 ms", 1, who)
-		rec, err2 := t.cells("reconnects per 100 cancels", 0, who)
-		if err := errors.Join(err1, err2); err != nil {
-			return "", "", err
-		}
-		return p99[0], rec[0], nil
+		return t.two("p99 ms", 1, "reconnects per 100 cancels", 0, who)
 	}
 	pp, pr, err1 := get("pgtx*")
 	dp, dr, err2 := get("pgx default handler")
@@ -360,12 +366,7 @@ func overloadLine(tables []mdTable) ([3]string, error) {
 		return [3]string{}, err
 	}
 	get := func(who string) (string, string, error) {
-		g, err1 := t.cells("of capacity", 0, who)
-		a, err2 := t.cells("attempts per call", 0, who)
-		if err := errors.Join(err1, err2); err != nil {
-			return "", "", err
-		}
-		return g[0], a[0], nil
+		return t.two("of capacity", 0, "attempts per call", 0, who)
 	}
 	pg, pa, err1 := get("pgtx (retry budget on)*")
 	ng, na, err2 := get("no retry*")

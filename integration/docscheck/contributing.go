@@ -204,7 +204,7 @@ func parseDecls(root string, files, dirs []string) decls {
 			switch decl := decl.(type) {
 			case *ast.FuncDecl:
 				if decl.Recv != nil && len(decl.Recv.List) == 1 {
-					d.methods[recvType(decl.Recv.List[0].Type)+"."+decl.Name.Name] = true
+					d.methods[recvName(decl.Recv.List[0].Type)+"."+decl.Name.Name] = true
 				} else {
 					d.names[decl.Name.Name] = true
 				}
@@ -224,24 +224,6 @@ func parseDecls(root string, files, dirs []string) decls {
 		}
 	}
 	return d
-}
-
-// recvType is the name of a receiver's type: T of T, *T, T[K] and *T[K].
-func recvType(e ast.Expr) string {
-	for {
-		switch x := e.(type) {
-		case *ast.StarExpr:
-			e = x.X
-		case *ast.IndexExpr:
-			e = x.X
-		case *ast.IndexListExpr:
-			e = x.X
-		case *ast.Ident:
-			return x.Name
-		default:
-			return ""
-		}
-	}
 }
 
 // typeOf is the first element of a span `Type.method`.
@@ -292,45 +274,13 @@ func isGoDir(dir string) bool {
 // declaredIn reports whether name is a top-level function, method, type,
 // variable or constant of one of files or of a package in dirs.
 func declaredIn(root, name string, files, dirs []string) bool {
-	paths := make([]string, 0, len(files))
-	for _, f := range files {
-		paths = append(paths, filepath.Join(root, f))
+	d := parseDecls(root, files, dirs)
+	if d.names[name] {
+		return true
 	}
-	for _, d := range dirs {
-		entries, _ := os.ReadDir(filepath.Join(root, d))
-		for _, e := range entries {
-			if !e.IsDir() && isSource(e.Name()) {
-				paths = append(paths, filepath.Join(root, d, e.Name()))
-			}
-		}
-	}
-	for _, p := range paths {
-		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.SkipObjectResolution)
-		if err != nil {
-			continue
-		}
-		for _, d := range f.Decls {
-			switch d := d.(type) {
-			case *ast.FuncDecl:
-				if d.Name.Name == name {
-					return true
-				}
-			case *ast.GenDecl:
-				for _, s := range d.Specs {
-					switch s := s.(type) {
-					case *ast.TypeSpec:
-						if s.Name.Name == name {
-							return true
-						}
-					case *ast.ValueSpec:
-						for _, n := range s.Names {
-							if n.Name == name {
-								return true
-							}
-						}
-					}
-				}
-			}
+	for m := range d.methods {
+		if strings.HasSuffix(m, "."+name) {
+			return true
 		}
 	}
 	return false
