@@ -18,7 +18,7 @@ import (
 type module struct{ path, dir, tag string }
 
 var (
-	tableHead   = regexp.MustCompile("(?m)^\\| module \\| directory \\| tag for (v\\S+) \\|$")
+	tableHead   = regexp.MustCompile(`(?m)^\| module \| directory \| tag for (v\S+) \|$`)
 	tableRow    = regexp.MustCompile("(?m)^\\| `(github\\.com/pgtx-go/pgtx[^`]*)` \\| `([^`]+)` \\| `([^`]+)` \\|$")
 	readmeVer   = regexp.MustCompile(`\*\*(v\d+\.\d+\.\d+)\*\*`)
 	installLine = regexp.MustCompile(`(?m)^go get (github\.com/pgtx-go/pgtx[a-z/]*)@(\S+)`)
