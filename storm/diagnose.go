@@ -78,6 +78,28 @@ func Diagnose(before, after pgtx.Stats, interval time.Duration, cfg *Config) Dia
 	if cfg == nil {
 		cfg = &Config{}
 	}
+	r := read(before, after, interval, cfg)
+	sat := saturation(r.d, r.delta.acquires, r.hold)
+	if len(sat) == 0 {
+		return r.healthy()
+	}
+	r.d.Reasons = append(r.d.Reasons, sat...)
+	return r.judge(cfg)
+}
+
+// reading is what Diagnose measured between two snapshots, before any
+// verdict.
+type reading struct {
+	d         Diagnosis
+	delta     delta
+	rates     bool          // the interval gives rates
+	hold      time.Duration // the hold time the rules use
+	holdKnown bool
+}
+
+// read measures the interval between before and after: the rates, the
+// mean hold and acquire wait, and the utilization.
+func read(before, after pgtx.Stats, interval time.Duration, cfg *Config) reading {
 	d := Diagnosis{
 		Interval:       interval,
 		Waiting:        max(after.Waiting, 0),
@@ -120,23 +142,29 @@ func Diagnose(before, after pgtx.Stats, interval time.Duration, cfg *Config) Dia
 	if rates && d.MaxConns > 0 && holdKnown {
 		d.Utilization = d.ArrivalRate * hold.Seconds() / float64(d.MaxConns)
 	}
+	return reading{d: d, delta: delta, rates: rates, hold: hold, holdKnown: holdKnown}
+}
 
-	sat := saturation(d, delta.acquires, hold)
-	if len(sat) == 0 {
-		d.Verdict, d.Advice = Healthy, adviceHealthy
-		msg := fmt.Sprintf("not saturated: queue depth 0, no acquire timeouts or refusals, mean acquire wait %s (< %s)",
-			roundDuration(d.MeanAcquireWait), saturatedAcquireWait)
-		if d.MaxConns > 0 && rates {
-			msg += fmt.Sprintf(", utilization %.2f of %d conns (< %.1f)", d.Utilization, d.MaxConns, saturatedUtilization)
-		}
-		d.Reasons = append(d.Reasons, msg)
-		return d
+// healthy is the diagnosis of a pool that is not saturated.
+func (r reading) healthy() Diagnosis {
+	d := r.d
+	d.Verdict, d.Advice = Healthy, adviceHealthy
+	msg := fmt.Sprintf("not saturated: queue depth 0, no acquire timeouts or refusals, mean acquire wait %s (< %s)",
+		roundDuration(d.MeanAcquireWait), saturatedAcquireWait)
+	if d.MaxConns > 0 && r.rates {
+		msg += fmt.Sprintf(", utilization %.2f of %d conns (< %.1f)", d.Utilization, d.MaxConns, saturatedUtilization)
 	}
-	d.Reasons = append(d.Reasons, sat...)
+	d.Reasons = append(d.Reasons, msg)
+	return d
+}
 
+// judge tells a saturated pool's timeout storm from a traffic spike, by
+// its hold time and its arrivals against the baseline.
+func (r reading) judge(cfg *Config) Diagnosis {
+	d := r.d
 	// Arrivals against the baseline. A NaN baseline fails the comparison.
 	baseArrival := cfg.BaselineArrivalRate
-	arrivalKnown := rates && baseArrival > 0 && !math.IsInf(baseArrival, 1)
+	arrivalKnown := r.rates && baseArrival > 0 && !math.IsInf(baseArrival, 1)
 	arrivalHigh := arrivalKnown && d.ArrivalRate >= spikeArrivalFactor*baseArrival
 	if arrivalKnown {
 		d.Reasons = append(d.Reasons, fmt.Sprintf("arrival rate %.1f/s is %.1f× the baseline %.1f/s",
@@ -154,24 +182,25 @@ func Diagnose(before, after pgtx.Stats, interval time.Duration, cfg *Config) Dia
 		d.Reasons = append(d.Reasons, "without hold times, not growing the pool is the safe default")
 		d.Verdict, d.Advice = TimeoutStorm, adviceStorm
 	}
+	held, hold := r.delta.held, r.hold
 	switch {
-	case !holdKnown:
+	case !r.holdKnown:
 		d.Reasons = append(d.Reasons, "hold time unknown: no transaction held a connection in the interval (connections held by plain queries)")
 		unknownHold()
 	case !judged:
 		d.Reasons = append(d.Reasons, fmt.Sprintf("hold time unknown: %s %s, but SlowHold is negative and there is no BaselineHold to judge it by",
-			holdName(delta.held), roundDuration(hold)))
+			holdName(held), roundDuration(hold)))
 		unknownHold()
 	case hold >= threshold:
 		d.Reasons = append(d.Reasons, fmt.Sprintf("%s %s >= %s (%s): connections are held by slow queries",
-			holdName(delta.held), roundDuration(hold), roundDuration(threshold), why))
+			holdName(held), roundDuration(hold), roundDuration(threshold), why))
 		if arrivalHigh {
 			d.Reasons = append(d.Reasons, "arrivals are high too, but while the database is slow more connections add load to it")
 		}
 		d.Verdict, d.Advice = TimeoutStorm, adviceStorm
 	default:
 		d.Reasons = append(d.Reasons, fmt.Sprintf("%s %s < %s (%s): queries are fast",
-			holdName(delta.held), roundDuration(hold), roundDuration(threshold), why))
+			holdName(held), roundDuration(hold), roundDuration(threshold), why))
 		if arrivalKnown && !arrivalHigh {
 			d.Reasons = append(d.Reasons, "arrivals are not above the baseline: the pool is too small for the normal load, or the baseline is stale")
 		}
