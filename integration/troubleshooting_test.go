@@ -254,42 +254,12 @@ func troubleshootingScenarios() []scenario {
 		{doc: "pgtx: timed out waiting for a pool connection (AcquireTimeout …); a connection of the pool is held by a call with the same context: …",
 			is: pgtx.ErrAcquireTimeout,
 			run: func(t *testing.T, ctx context.Context) error {
-				pool := newPool(t, newDB(t), func(c *pgtx.Config) {
-					c.MaxConns = 1
-					c.AcquireTimeout = 100 * time.Millisecond
-				})
-				var inner error
-				err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(fnCtx context.Context, tx pgx.Tx) error {
-					if _, err := tx.Exec(fnCtx, "select 1"); err != nil {
-						return err
-					}
-					inner = pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, noop) // the request's ctx, not fn's
-					return nil
-				})
-				if err != nil {
-					t.Fatalf("the outer call: %v", err)
-				}
-				return inner
+				return nestedCall(t, ctx) // the request's ctx, not fn's
 			}},
 		{doc: "pgtx: timed out waiting for a pool connection (AcquireTimeout …); a connection of the pool is held by a call whose context is never done, as this one's (context.Background()): …",
 			is: pgtx.ErrAcquireTimeout,
-			run: func(t *testing.T, ctx context.Context) error {
-				pool := newPool(t, newDB(t), func(c *pgtx.Config) {
-					c.MaxConns = 1
-					c.AcquireTimeout = 100 * time.Millisecond
-				})
-				var inner error
-				err := pgtx.Transaction(context.Background(), pool, pgtx.ReadCommitted, func(fnCtx context.Context, tx pgx.Tx) error {
-					if _, err := tx.Exec(fnCtx, "select 1"); err != nil {
-						return err
-					}
-					inner = pgtx.Transaction(context.Background(), pool, pgtx.ReadCommitted, noop) // a script's context, not fn's
-					return nil
-				})
-				if err != nil {
-					t.Fatalf("the outer call: %v", err)
-				}
-				return inner
+			run: func(t *testing.T, _ context.Context) error {
+				return nestedCall(t, context.Background()) // a script's context, not fn's
 			}},
 		{doc: "pgtx: too many callers waiting for a pool connection", is: pgtx.ErrQueueFull,
 			run: func(t *testing.T, ctx context.Context) error {
@@ -508,4 +478,27 @@ func troubleshootingScenarios() []scenario {
 				return pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, noop)
 			}},
 	}
+}
+
+// nestedCall runs a Transaction inside the fn of another on a pool of one
+// connection, both given ctx rather than fn's context, and returns the
+// inner call's error.
+func nestedCall(t *testing.T, ctx context.Context) error {
+	t.Helper()
+	pool := newPool(t, newDB(t), func(c *pgtx.Config) {
+		c.MaxConns = 1
+		c.AcquireTimeout = 100 * time.Millisecond
+	})
+	var inner error
+	err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(fnCtx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(fnCtx, "select 1"); err != nil {
+			return err
+		}
+		inner = pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(context.Context, pgx.Tx) error { return nil })
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the outer call: %v", err)
+	}
+	return inner
 }
