@@ -10,10 +10,18 @@
 //	cd bench && go run . -dur 200ms -rounds 1 -workers 8 overhead contention sql   # the short CI run
 //	cd bench && go run . -dur 10s contention           # longer cells
 //	cd bench && go run . readme                        # README.md's performance table from RESULTS.md
+//	cd bench && go run . -fleet 16x4 -fleet-dur 5s -json "" fleet   # the fleet's short CI run
 //
 // Scenarios: overhead, connect, contention, cancel, overload, timeout, sql
-// (all by default), and backoff, a side experiment on pgtx's conflict backoff that
-// runs only when named. Within a scenario the contenders run alternately, in
+// (all by default), and two that run only when named: backoff, a side
+// experiment on pgtx's conflict backoff, and fleet. The fleet scenario runs
+// processes of the bench's own binary, each with its own pool (-fleet
+// 16x4,64x2: processes x MaxConns), against one local server of
+// max_connections 50 that it starts itself (DATABASE_URL is not used there):
+// pgtx, then the usual retry loop over pgxpool, then pgtx in a fleet sized
+// to fit (-fleet-fit) carrying the same workers; -fleet-restart adds both
+// contenders in that fitting fleet through a 2s restart, and -fleet-strict
+// makes pgtx's failed calls fail the run. Within a scenario the contenders run alternately, in
 // rounds, so that machine noise hits all of them alike. The contention
 // scenario runs SERIALIZABLE transfers on 10 hot accounts at 8, 32 and 128
 // workers (-workers), each followed by PostgreSQL's pgbench on the same
@@ -57,6 +65,12 @@ type options struct {
 	deadlock     time.Duration // deadlock_timeout for the transfer scenarios (0: the server's)
 	workers      []int         // contention scenario: worker counts of the hot cells, ascending
 	sweep        []backoffSetting
+	fleet        []fleetCell   // fleet scenario: processes x MaxConns of each cell
+	fleetFit     fleetCell     // fleet scenario: the reference sized to fit, and the restart cell
+	fleetDur     time.Duration // fleet scenario: each fleet's run
+	fleetWorkers int           // fleet scenario: workers per process
+	fleetRestart bool          // fleet scenario: also run the fitting fleet through a restart
+	fleetStrict  bool          // fleet scenario: fail on pgtx's failed calls
 	jsonPath     string
 	mdPath       string
 	svgPath      string
@@ -89,6 +103,7 @@ var scenarios = []scenario{
 	{"timeout", "slow and fast classes: one shared pool vs per-class pools (bulkheads)", true, timeoutStorm},
 	{"sql", "database/sql, sqlx, GORM: each library's own transaction helper against pgtx's module, `select 1` and a one-row update at 1 and 8 workers, interleaved; and hot-row transfers through pgtxsql against a full-jitter loop over database/sql at 8 and 32 workers", true, sqlScenario},
 	{"backoff", "side experiment: pgtx's conflict backoff settings (-sweep) against the full-jitter loop", false, backoffSweep},
+	{"fleet", "processes of the bench's own binary, each its own pool (-fleet), against one server of max_connections 50: pgtx against the pgxpool loop and a fleet sized to fit", false, fleet},
 }
 
 func main() {
@@ -98,6 +113,9 @@ func main() {
 // run is the program; it returns the exit status: 0, 1 on a failure, 2 on
 // bad usage (a bad flag, value or scenario name).
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == fleetWorkerArg {
+		return fleetWorker(args[1:], stdout, stderr)
+	}
 	if len(args) == 1 && args[0] == "readme" {
 		if err := writeReadme("../README.md", "RESULTS.md"); err != nil {
 			fmt.Fprintln(stderr, "bench:", err)
@@ -177,6 +195,12 @@ func parseArgs(args []string, stderr io.Writer) (options, []string, error) {
 	fs.DurationVar(&o.deadlock, "deadlock-timeout", 100*time.Millisecond, "deadlock_timeout of the database during contention and backoff (0: leave the server's, usually 1s)")
 	workers := fs.String("workers", "8,32,128", "contention scenario: worker counts of the hot cells, comma-separated (pgx.BeginTxFunc, crdbpgxv5.ExecuteTx and pgtx without resolution run up to 32 only)")
 	sweep := fs.String("sweep", "2ms/100ms,2ms/500ms,5ms/500ms,10ms/1s", "backoff scenario: pgtx conflict backoffs to try, base/max,... (at most 4)")
+	fleetCells := fs.String("fleet", "16x4,64x2", "fleet scenario: fleets of processes x MaxConns to run, comma-separated")
+	fleetFit := fs.String("fleet-fit", "8x4", fmt.Sprintf("fleet scenario: processes x MaxConns of the fleet sized to fit (at most %d connections), the reference and the restart cell", fleetSlots))
+	fs.DurationVar(&o.fleetDur, "fleet-dur", 30*time.Second, "fleet scenario: how long each fleet runs")
+	fs.IntVar(&o.fleetWorkers, "fleet-workers", 4, "fleet scenario: closed-loop workers per process")
+	fs.BoolVar(&o.fleetRestart, "fleet-restart", false, fmt.Sprintf("fleet scenario: also run both contenders in the -fleet-fit fleet through a %v restart a third into the run", fleetDowntime))
+	fs.BoolVar(&o.fleetStrict, "fleet-strict", false, "fleet scenario: exit 1 when pgtx failed a call, except in the restart cell calls whose deadline ended before the server was back")
 	fs.StringVar(&o.jsonPath, "json", "results.json", "write the results as JSON here (empty: don't)")
 	fs.StringVar(&o.mdPath, "md", "", "also write the markdown report here")
 	fs.StringVar(&o.svgPath, "svg", "contention.svg", "write the contention chart here when contention runs (empty: don't)")
@@ -211,6 +235,10 @@ func parseArgs(args []string, stderr io.Writer) (options, []string, error) {
 		return o, nil, fmt.Errorf("-deadlock-timeout must not be negative, got %v", o.deadlock)
 	case o.conflictBase < 0 || o.conflictMax < 0:
 		return o, nil, errors.New("-conflict-base and -conflict-max must not be negative")
+	case o.fleetDur <= 0:
+		return o, nil, fmt.Errorf("-fleet-dur must be positive, got %v", o.fleetDur)
+	case o.fleetWorkers < 1:
+		return o, nil, fmt.Errorf("-fleet-workers must be at least 1, got %d", o.fleetWorkers)
 	}
 	var err error
 	if o.workers, err = parseWorkers(*workers); err != nil {
@@ -218,6 +246,15 @@ func parseArgs(args []string, stderr io.Writer) (options, []string, error) {
 	}
 	if o.sweep, err = parseSweep(*sweep); err != nil {
 		return o, nil, fmt.Errorf("-sweep: %w", err)
+	}
+	if o.fleet, err = parseFleet(*fleetCells); err != nil {
+		return o, nil, fmt.Errorf("-fleet: %w", err)
+	}
+	if o.fleetFit, err = parseFleetCell(*fleetFit); err != nil {
+		return o, nil, fmt.Errorf("-fleet-fit: %w", err)
+	}
+	if n := o.fleetFit.Procs * o.fleetFit.Conns; n > fleetSlots {
+		return o, nil, fmt.Errorf("-fleet-fit: %s wants %d connections, more than the %d slots it must fit in", o.fleetFit, n, fleetSlots)
 	}
 	if o.cancels == 0 {
 		o.cancels = max(5, int(20*o.dur.Seconds()))
@@ -251,6 +288,7 @@ func runScenarios(ctx context.Context, opts options, names []string, stdout, std
 	fmt.Fprintf(stderr, "bench: %s on %s; %v per cell in %d rounds\n", m.Postgres, m.Server, opts.dur, opts.rounds)
 
 	var results []result
+	var failed []error // the scenarios' verdicts, returned after the reports
 	for _, s := range scenarios {
 		if len(names) == 0 && !s.byDflt || len(names) > 0 && !slices.Contains(names, s.name) {
 			continue
@@ -264,6 +302,7 @@ func runScenarios(ctx context.Context, opts options, names []string, stdout, std
 		r.Name, r.Duration = s.name, time.Since(start)
 		fmt.Fprintf(stderr, "bench: %s done in %.1fs\n", s.name, r.Duration.Seconds())
 		results = append(results, r)
+		failed = append(failed, r.failed)
 		if s.name == "contention" && opts.svgPath != "" {
 			if err := os.WriteFile(opts.svgPath, contentionChart(r.Data.([]contentionRow)), 0o644); err != nil {
 				return err
@@ -282,9 +321,11 @@ func runScenarios(ctx context.Context, opts options, names []string, stdout, std
 		}
 	}
 	if opts.jsonPath != "" {
-		return writeJSON(opts.jsonPath, m, results)
+		if err := writeJSON(opts.jsonPath, m, results); err != nil {
+			return err
+		}
 	}
-	return nil
+	return errors.Join(failed...)
 }
 
 // redacted names the server without its credentials.

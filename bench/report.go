@@ -51,6 +51,9 @@ type result struct {
 	Duration time.Duration `json:"wall_ns"`
 	Tables   []table       `json:"tables"`
 	Data     any           `json:"data"`
+	// failed is the scenario's verdict on what it measured (the fleet's
+	// -fleet-strict), returned after the reports are written.
+	failed error
 }
 
 // machine describes where the benchmark ran.
