@@ -29,6 +29,7 @@ const (
 	fleetTopErrors      = 4
 	fleetDrainTimeout   = 30 * time.Second
 	fleetMaxFailures    = 5000 // failed calls a restart cell's process reports with their times
+	fleetLogQuiet       = 200 * time.Millisecond
 )
 
 // fleetSpec is one fleet to run: a contender in processes of a shape, the
@@ -225,6 +226,9 @@ func (f *fleetBench) run(ctx context.Context, s fleetSpec) (fleetRun, error) {
 	if err := f.waitDrained(ctx); err != nil {
 		return fleetRun{}, err
 	}
+	if err := waitLogQuiet(ctx, f.srv.LogPath()); err != nil {
+		return fleetRun{}, err
+	}
 	refused, _, err := countRefusals(f.srv.LogPath(), from)
 	if err != nil {
 		return fleetRun{}, err
@@ -281,6 +285,34 @@ func (f *fleetBench) waitDrained(ctx context.Context) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// waitLogQuiet waits until the server's log has not grown for
+// fleetLogQuiet, at most fleetDrainTimeout: a backend that refused one of
+// the fleet's last connects may still be writing its line when the
+// fleet's sessions are gone, and that line is this fleet's, not the next.
+func waitLogQuiet(ctx context.Context, path string) error {
+	deadline := time.Now().Add(fleetDrainTimeout)
+	last, err := logSize(path)
+	if err != nil {
+		return err
+	}
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(fleetLogQuiet):
+		}
+		n, err := logSize(path)
+		if err != nil {
+			return err
+		}
+		if n == last {
+			return nil
+		}
+		last = n
+	}
+	return nil
 }
 
 // logSize is the current length of the server's log.

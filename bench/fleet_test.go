@@ -307,3 +307,25 @@ func TestErrorText(t *testing.T) {
 		}
 	}
 }
+
+func TestWaitLogQuiet(t *testing.T) {
+	dir := t.TempDir()
+	quiet := filepath.Join(dir, "server.log")
+	if err := os.WriteFile(quiet, []byte("LOG:  ready\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		path    string
+		wantErr bool
+	}{
+		{"a log that does not grow", quiet, false},
+		{"no log", filepath.Join(dir, "none.log"), true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := waitLogQuiet(t.Context(), c.path); (err != nil) != c.wantErr {
+				t.Errorf("waitLogQuiet(%s) = %v, want an error: %v", c.path, err, c.wantErr)
+			}
+		})
+	}
+}
