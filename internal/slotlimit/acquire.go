@@ -1,0 +1,98 @@
+package slotlimit
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/pgtx-go/pgtx/internal/classify"
+)
+
+// A waiter whose connect the limit held back retries at the next release,
+// or after a poll that starts at pollMin and doubles up to pollMax: a
+// release wakes it just before its connection is back in the pool, and a
+// connection a pool loses wakes nobody.
+const (
+	pollMin = time.Millisecond
+	pollMax = 25 * time.Millisecond
+)
+
+// Acquire takes a connection from pool: when the server refuses its
+// connect for lack of slots while the pool holds connections, or the limit
+// holds the connect back, it waits for one of those until ctx ends, and
+// the refusal is not the caller's. The waits are served first come first:
+// while acquires wait, a new one waits behind them. A pool that holds none
+// gets the refusal back, to back off from.
+func Acquire[C any, P Pool[C]](ctx context.Context, l *Limit, pool P) (C, error) {
+	if l.waiting.Load() == 0 && !l.full() {
+		c, err := pool.Acquire(ctx)
+		if err == nil || !l.mustWait(ctx, err) {
+			return c, err
+		}
+	}
+	return wait(ctx, l, pool)
+}
+
+// Pool is what [Acquire] takes a connection from.
+type Pool[C any] interface {
+	Acquire(ctx context.Context) (C, error)
+}
+
+// mustWait reports whether an acquire that failed with err waits for a
+// held connection: the limit held its connect back, or the server refused
+// it for lack of slots while the pool holds connections.
+func (l *Limit) mustWait(ctx context.Context, err error) bool {
+	switch {
+	case errors.Is(err, ErrNoSlot):
+		return true
+	case classify.NoSlot(err):
+		held := l.established()
+		l.refuse(ctx, held, err)
+		return held > 0
+	}
+	return false
+}
+
+// wait is Acquire's slow path: it waits in the queue, and tries again
+// when a release wakes it, or a poll while it is first.
+func wait[C any, P Pool[C]](ctx context.Context, l *Limit, pool P) (c C, err error) {
+	start := l.s.Now()
+	w := &waiter{ch: make(chan struct{}, 1)}
+	if l.enqueue(w) && !l.full() {
+		w.wake() // first: a release may have come since the last try
+	}
+	woken := false
+	defer func() {
+		l.leave(w, woken && err != nil)
+		d := l.s.Now().Sub(start)
+		l.waits.Add(1)
+		l.waitNanos.Add(int64(d))
+		l.trace(ctx, Data{Event: Waited, Limit: l.Stats().Limit, Held: l.held(), Wait: d})
+	}()
+	poll := pollMin
+	timer := time.NewTimer(poll)
+	defer timer.Stop()
+	for {
+		woken = false
+		select {
+		case <-w.ch:
+			woken = true
+		case <-timer.C:
+			timer.Reset(poll)
+			poll = min(2*poll, pollMax)
+			if !l.first(w) || l.full() {
+				continue
+			}
+		case <-ctx.Done():
+			var zero C
+			return zero, ctx.Err()
+		}
+		c, err = pool.Acquire(ctx)
+		if err == nil || !l.mustWait(ctx, err) {
+			return c, err
+		}
+		if !errors.Is(err, ErrNoSlot) {
+			poll = pollMin // refused: the held connections come back soon
+		}
+	}
+}

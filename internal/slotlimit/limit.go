@@ -1,0 +1,257 @@
+package slotlimit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrNoSlot is what a connect a [Limit] holds back returns, without
+// reaching the server: the pool holds as many connections as the server
+// last gave it, and its next try for one more is not due.
+var ErrNoSlot = errors.New("pgtx: no connection slot: the server refused this pool's last connect for lack of slots, and the pool waits for one of its own connections")
+
+// Event is what a [Limit] tells its tracer.
+type Event int
+
+const (
+	// Refused: the server refused a connect for lack of slots.
+	Refused Event = iota + 1
+	// Raised: a connect beyond the limit succeeded; the limit grew.
+	Raised
+	// Waited: an acquire waited for a held connection after a refusal,
+	// or while the limit held its connect back.
+	Waited
+)
+
+// Data describes an [Event].
+type Data struct {
+	Event Event
+	// Limit is the limit after the event; Held, the connections the pool
+	// held then (those connecting included).
+	Limit, Held int
+	// Err is the refusal (Refused).
+	Err error
+	// Wait is how long the acquire waited (Waited).
+	Wait time.Duration
+}
+
+// Settings configure a [Limit]. Its owner applies the defaults.
+type Settings struct {
+	// Max is the pool's MaxConns: the limit before any refusal.
+	Max int
+	// Stat returns how many connections the pool holds (total), those
+	// connecting included, and how many of them are connecting.
+	Stat func() (total, connecting int)
+	// Every is the pause between two tries of a connection beyond the
+	// limit, scaled by Jitter (a value in [0, 1)) to between half and one
+	// and a half of it.
+	Every  time.Duration
+	Jitter func() float64
+	// Now is the clock.
+	Now func() time.Time
+	// Trace, when set, is told of every event, with the acquirer's
+	// context (the connect's, for Raised).
+	Trace func(ctx context.Context, d Data)
+}
+
+// Limit is how many connections a pool lets itself hold: its MaxConns
+// until the server refuses a connect for lack of slots while the pool
+// holds some, then what it held. A connect beyond it is held back
+// ([Limit.Connecting]) but for one try per Every; each that succeeds
+// raises it, up to Max. It never drops below what the pool holds when
+// the server refuses. Its methods are safe for concurrent use.
+type Limit struct {
+	s Settings
+
+	capped   atomic.Bool  // the limit is below Max: the fast paths test only this
+	limit    atomic.Int32 // written under mu
+	acquired atomic.Int32 // connections acquired from the pool, on every path
+
+	mu      sync.Mutex
+	probeAt time.Time // the next try beyond the limit is due then
+	probing time.Time // a try beyond the limit started then; zero: none
+	// queue holds the acquires waiting for a held connection, first come
+	// first; waiting is its length, read without mu.
+	queue   []*waiter
+	waiting atomic.Int32
+
+	pace pacer
+
+	refused   atomic.Int64
+	probes    atomic.Int64
+	raised    atomic.Int64
+	waits     atomic.Int64
+	waitNanos atomic.Int64
+}
+
+// New returns a Limit with s, at s.Max.
+func New(s Settings) *Limit {
+	l := &Limit{s: s}
+	l.limit.Store(int32(s.Max))
+	return l
+}
+
+func (l *Limit) held() int {
+	total, _ := l.s.Stat()
+	return total
+}
+
+// established returns how many connections the pool holds, not counting
+// those connecting: a connect in flight that then succeeds raises the
+// limit ([Limit.Connected]).
+func (l *Limit) established() int {
+	total, connecting := l.s.Stat()
+	return total - connecting
+}
+
+// Connecting is the pool's BeforeConnect step. It paces the pool's
+// connects ([pacer]); then, while the limit is below Max, it returns
+// [ErrNoSlot] for a connect that would take the pool beyond it, but for
+// one try per Every.
+func (l *Limit) Connecting(ctx context.Context) error {
+	if err := l.pace.wait(ctx, l.s.Stat); err != nil {
+		return err
+	}
+	if !l.capped.Load() {
+		return nil
+	}
+	held := l.held() // this connect included
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch now := l.s.Now(); {
+	case !l.capped.Load() || held <= int(l.limit.Load()):
+		return nil // a connection that replaces one the pool lost
+	case !l.due(now):
+		return ErrNoSlot
+	default:
+		l.probing = now
+		l.probes.Add(1)
+		return nil
+	}
+}
+
+// Connected is the pool's AfterConnect step: the next paced connect may
+// go, and a connect beyond the limit that succeeded raises it.
+func (l *Limit) Connected(ctx context.Context) {
+	l.pace.done()
+	if !l.capped.Load() {
+		return
+	}
+	held := l.held()
+	l.mu.Lock()
+	if !l.capped.Load() || held <= int(l.limit.Load()) {
+		l.mu.Unlock()
+		return
+	}
+	limit := min(held, l.s.Max)
+	l.limit.Store(int32(limit))
+	l.probing = time.Time{}
+	l.probeAt = l.next()
+	if limit >= l.s.Max {
+		l.capped.Store(false)
+	}
+	l.mu.Unlock()
+	l.raised.Add(1)
+	l.trace(ctx, Data{Event: Raised, Limit: limit, Held: held})
+}
+
+// refuse records a refusal of the server for lack of slots, met by an
+// acquire while the pool held held connections (established): with any, the limit drops
+// to them, and the next try beyond it is due an Every from now.
+func (l *Limit) refuse(ctx context.Context, held int, err error) {
+	l.refused.Add(1)
+	l.mu.Lock()
+	if held > 0 {
+		limit := min(held, l.s.Max)
+		l.limit.Store(int32(limit))
+		l.capped.Store(limit < l.s.Max)
+		l.probing = time.Time{}
+		l.probeAt = l.next()
+	}
+	limit := int(l.limit.Load())
+	l.mu.Unlock()
+	l.trace(ctx, Data{Event: Refused, Limit: limit, Held: held, Err: err})
+}
+
+// next returns when the next try beyond the limit is due; l.mu is held.
+func (l *Limit) next() time.Time {
+	j := 0.5
+	if l.s.Jitter != nil {
+		j = l.s.Jitter()
+	}
+	return l.s.Now().Add(time.Duration((0.5 + j) * float64(l.s.Every)))
+}
+
+// Acquired is the pool's acquire step, on every path: it counts a
+// connection taken from the pool.
+func (l *Limit) Acquired() { l.acquired.Add(1) }
+
+// Released is the pool's release step, on every path, which runs just
+// before the connection is back in the pool: it counts it back, and the
+// first acquire waiting for a held connection tries again.
+func (l *Limit) Released() {
+	l.acquired.Add(-1)
+	l.Back()
+}
+
+// Back says that a connection is back in the pool: the first acquire
+// waiting for a held connection tries again.
+func (l *Limit) Back() {
+	if l.waiting.Load() == 0 {
+		return
+	}
+	l.mu.Lock()
+	if len(l.queue) > 0 {
+		l.queue[0].wake()
+	}
+	l.mu.Unlock()
+}
+
+// full reports whether the pool holds its limit, acquired, and no try
+// beyond it is due: an acquire then waits in the queue without trying the
+// pool.
+func (l *Limit) full() bool {
+	if !l.capped.Load() || l.acquired.Load() < l.limit.Load() {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.due(l.s.Now())
+}
+
+// due reports whether a try beyond the limit is due at now; l.mu is held.
+func (l *Limit) due(now time.Time) bool {
+	return !now.Before(l.probeAt) && (l.probing.IsZero() || now.Sub(l.probing) >= l.s.Every)
+}
+
+func (l *Limit) trace(ctx context.Context, d Data) {
+	if l.s.Trace != nil {
+		l.s.Trace(ctx, d)
+	}
+}
+
+// Stats are a snapshot of a [Limit]'s counters.
+type Stats struct {
+	// Refused counts refusals for lack of slots its acquires met.
+	Refused int64
+	// Limit is the limit now.
+	Limit int
+	// Probes counts connects beyond the limit let through; Raised, those
+	// that raised it.
+	Probes, Raised int64
+	// Waits counts acquires that waited for a held connection; WaitTime is
+	// their total.
+	Waits    int64
+	WaitTime time.Duration
+}
+
+// Stats returns l's counters.
+func (l *Limit) Stats() Stats {
+	return Stats{
+		Refused: l.refused.Load(), Limit: int(l.limit.Load()), Probes: l.probes.Load(), Raised: l.raised.Load(),
+		Waits: l.waits.Load(), WaitTime: time.Duration(l.waitNanos.Load()),
+	}
+}

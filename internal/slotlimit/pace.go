@@ -1,0 +1,88 @@
+package slotlimit
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// pacePoll bounds the wait of a paced connect for one in flight whose
+// failure nobody reports.
+const pacePoll = 5 * time.Millisecond
+
+// pacer paces a pool's connects: one at a time until the pool holds two
+// connections, then up to half as many at once as it holds. A pool
+// growing under a burst then ramps up as fast as its connects answer,
+// doubling every few, and a fleet of pools starting together takes the
+// server's slots in turns instead of first come, first served: each pool
+// gets its first connection before any gets its third. A server that
+// restarts is not met by every pool's whole size at once.
+type pacer struct {
+	mu      sync.Mutex
+	blocked int           // connects waiting here
+	next    chan struct{} // closed when a connect in flight ends; nil: none made
+}
+
+// wait returns when a connect may go: fewer connects of the pool are in
+// flight than it may have. stat tells how many connections the pool holds,
+// those connecting included (this one among them), and how many connect.
+func (p *pacer) wait(ctx context.Context, stat func() (total, connecting int)) error {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	p.mu.Lock()
+	blocked := false
+	for {
+		total, connecting := stat()
+		// Those in flight: connecting, but for those blocked here and this
+		// one.
+		inFlight := connecting - p.blocked
+		if !blocked {
+			inFlight--
+		}
+		if inFlight < max(1, (total-connecting)/2) {
+			if blocked {
+				p.blocked--
+			}
+			p.mu.Unlock()
+			return nil
+		}
+		if !blocked {
+			p.blocked++
+			blocked = true
+		}
+		if p.next == nil {
+			p.next = make(chan struct{})
+		}
+		next := p.next
+		p.mu.Unlock()
+		if timer == nil {
+			timer = time.NewTimer(pacePoll)
+		} else {
+			timer.Reset(pacePoll)
+		}
+		select {
+		case <-next:
+		case <-timer.C:
+		case <-ctx.Done():
+			p.mu.Lock()
+			p.blocked--
+			p.mu.Unlock()
+			return ctx.Err()
+		}
+		p.mu.Lock()
+	}
+}
+
+// done says a connect ended: the connects waiting look again.
+func (p *pacer) done() {
+	p.mu.Lock()
+	if p.next != nil {
+		close(p.next)
+		p.next = nil
+	}
+	p.mu.Unlock()
+}
