@@ -125,6 +125,9 @@ func (c *call) Release() {
 		return
 	}
 	c.conn.Release()
+	// The release tracer woke a waiter before the connection was back:
+	// it is now.
+	c.pool.slots.limit.Back()
 	c.pool.queue.inflight.Remove(c.slot, c.pool.clock.Now().Sub(c.heldAt))
 	c.conn = nil
 }

@@ -62,7 +62,9 @@ func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config) (*c
 		DefaultGrace: defaultCancelGrace,
 		Finished:     cancelTracing(cfg.Tracer, cfg.CancelMode),
 	}
-	return cancel.Open(ctx, s, cancelPoolSettings(cfg, mainCfg), realClock{})
+	ps := cancelPoolSettings(cfg, mainCfg)
+	ps.Slots = slotSettings(0, cfg.Tracer, true, cfg.Retry.withDefaults().Jitter)
+	return cancel.Open(ctx, s, ps, realClock{})
 }
 
 // cancelPoolSettings gives the cancel pool's sessions a statement_timeout

@@ -47,6 +47,7 @@ type Pool struct {
 	resolved   resolve.Counters
 	resolver   *resolve.Resolver
 	reach      *reach.Signal // wakes the calls waiting for the server
+	slots      *slotted      // the pool through its slot limit: every acquire of pgtx's
 	loop       retry.Loop    // every call's, before its overrides: the settings resolved once
 	txn        txn.Settings  // what its transactions need of it (txnSettings)
 
@@ -80,18 +81,26 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	var pool *pgxpool.Pool // the probe's, set below before any call can wait
-	signal := newReach(&pool, retryConfig.Jitter)
-	hooks.Install(pc, canceller, &q.Queue, newVerdict(cfg.Tracer), signal.Connected)
+	// pool is set below, before any call can wait or connect.
+	var pool *pgxpool.Pool
+	sl := &slotted{limit: newLimit(&pool, cfg, retryConfig.Jitter)}
+	signal := newReach(sl, retryConfig.Jitter)
+	hooks.Install(pc, canceller, &q.Queue, newVerdict(cfg.Tracer), sl.limit, signal.Connected)
 	pool, err = newPgxpool(ctx, pc)
 	if err != nil {
 		signal.Close()
 		canceller.Close()
 		return nil, err
 	}
-	resolver := resolve.NewResolver(st.resolveTimeout, canceller.Pool(), cfg.ConnConfig, cfg.BeforeConnect)
+	sl.pool = pool
+	var cancelPool resolve.Pool // nil unless there is one: not a nil *cancel.Limited
+	if l := canceller.Limited(); l != nil {
+		cancelPool = l
+	}
+	resolver := resolve.NewResolver(st.resolveTimeout, cancelPool, cfg.ConnConfig, cfg.BeforeConnect)
 	p := &Pool{
 		pool:       pool,
+		slots:      sl,
 		cfg:        own,
 		cancel:     canceller,
 		reach:      signal,
@@ -123,11 +132,11 @@ func mainConfig(cfg *Config) *pgxpool.Config {
 }
 
 // newReach returns the signal that wakes the calls waiting for the server:
-// its probe connects through *pool, set before any call can wait.
-func newReach(pool **pgxpool.Pool, jitter func() float64) *reach.Signal {
+// its probe connects through pool, set before any call can wait.
+func newReach(pool *slotted, jitter func() float64) *reach.Signal {
 	return reach.New(reach.Settings{
 		Probe: func(ctx context.Context) error {
-			c, err := (*pool).Acquire(ctx)
+			c, err := pool.Acquire(ctx)
 			if err == nil {
 				c.Release()
 			}
@@ -222,7 +231,7 @@ func (p *Pool) BreakerState() BreakerState {
 // (a nested Transaction given the request's context, or
 // context.Background(), waits for itself).
 func (p *Pool) acquire(ctx context.Context, caller <-chan struct{}) (*pgxpool.Conn, time.Time, error) {
-	conn, end, waited, err := p.queue.Acquire(ctx, p.pool, p.clock)
+	conn, end, waited, err := p.queue.Acquire(ctx, p.slots, p.clock)
 	if err == acquire.ErrFull {
 		return nil, time.Time{}, ErrQueueFull
 	}

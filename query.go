@@ -27,7 +27,7 @@ func (p *Pool) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 	if err != nil {
 		return pgconn.CommandTag{}, withContextErr(ctx, err)
 	}
-	defer c.Release()
+	defer p.release(c)
 	tag, err := c.Exec(ctx, sql, args...)
 	return tag, withContextErr(ctx, err)
 }
@@ -103,7 +103,7 @@ func (p *Pool) CopyFrom(ctx context.Context, tableName pgx.Identifier, columnNam
 	if err != nil {
 		return 0, withContextErr(ctx, err)
 	}
-	defer c.Release()
+	defer p.release(c)
 	n, err := c.Conn().CopyFrom(ctx, tableName, columnNames, rowSrc)
 	return n, withContextErr(ctx, err)
 }
@@ -137,11 +137,18 @@ func (p *Pool) conn(ctx context.Context) (*pgxpool.Conn, error) {
 	return c, err
 }
 
+// release gives c back, and then wakes an acquire waiting for a held
+// connection, which the release tracer woke too early.
+func (p *Pool) release(c *pgxpool.Conn) {
+	c.Release()
+	p.slots.limit.Back()
+}
+
 // openConn returns a connection of p that is open: one whose session the
 // server ended while it was idle is not used.
 func (p *Pool) openConn(ctx context.Context) (*pgxpool.Conn, error) {
 	for closed := 0; ; {
-		c, err := p.pool.Acquire(ctx)
+		c, err := p.slots.Acquire(ctx)
 		switch {
 		case err != nil:
 			return nil, err

@@ -5,6 +5,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx/internal/resolve"
+	"github.com/pgtx-go/pgtx/slots"
 )
 
 // Stats is a snapshot of a [Pool]'s statistics. Counters end in Count and
@@ -35,6 +36,11 @@ type Stats struct {
 	// the oldest one's age.
 	InFlight       int
 	OldestInFlight time.Duration
+
+	// Slots is what the pool learned of the server's connection slots, and
+	// CancelSlots what the cancel pool did (zero outside
+	// [CancelModePool]). See docs/fleets.md.
+	Slots, CancelSlots slots.Stats
 
 	// Breaker is the pool's circuit breaker; nil when it has none.
 	Breaker *BreakerStats
@@ -125,6 +131,7 @@ func (p *Pool) Stats() Stats {
 		QueueFullCount:      c.Full,
 		TransactionCount:    q.calls.Load(),
 		Resolved:            resolveStats(&p.resolved),
+		Slots:               slotStats(p.slots.limit),
 	}
 	s.HeldCount, s.HeldDuration = q.inflight.Held()
 	s.InFlight, s.OldestInFlight = q.inflight.Snapshot(time.Now())
@@ -140,8 +147,9 @@ func (p *Pool) Stats() Stats {
 	}
 	if p.cancel != nil {
 		s.Cancels = cancelStats(p.cancel)
-		if cp := p.cancel.Pool(); cp != nil {
-			s.CancelPool = cp.Stat()
+		if cp := p.cancel.Limited(); cp != nil {
+			s.CancelPool = cp.Pool.Stat()
+			s.CancelSlots = slotStats(cp.Limit)
 		}
 	}
 	return s

@@ -17,6 +17,10 @@ type Tracer struct {
 	user        pgx.QueryTracer
 	userAcquire pgxpool.AcquireTracer
 	userRelease pgxpool.ReleaseTracer
+	// Acquired and Released, when set, are told of every connection
+	// acquired, and of every release, before the connection is back in
+	// the pool.
+	Acquired, Released func()
 }
 
 // NewTracer returns the tracer counting q's waiters and forwarding the
@@ -49,16 +53,23 @@ func (t *Tracer) TraceAcquireStart(ctx context.Context, p *pgxpool.Pool, d pgxpo
 	return ctx
 }
 
-// TraceAcquireEnd counts the waiter out and tells the caller's tracer.
+// TraceAcquireEnd counts the waiter out, tells Acquired of a connection
+// acquired, and tells the caller's tracer.
 func (t *Tracer) TraceAcquireEnd(ctx context.Context, p *pgxpool.Pool, d pgxpool.TraceAcquireEndData) {
 	t.q.waiters.Add(-1)
+	if d.Err == nil && t.Acquired != nil {
+		t.Acquired()
+	}
 	if t.userAcquire != nil {
 		t.userAcquire.TraceAcquireEnd(ctx, p, d)
 	}
 }
 
-// TraceRelease tells the caller's tracer.
+// TraceRelease tells Released and the caller's tracer.
 func (t *Tracer) TraceRelease(p *pgxpool.Pool, d pgxpool.TraceReleaseData) {
+	if t.Released != nil {
+		t.Released()
+	}
 	if t.userRelease != nil {
 		t.userRelease.TraceRelease(p, d)
 	}

@@ -113,6 +113,8 @@ type Canceller struct {
 	s     Settings
 	clock Clock
 	pool  *pgxpool.Pool // the cancel pool Open opened; nil: none
+	// limited is pool with its slot limit; nil: none.
+	limited *Limited
 
 	sent, signalled, notFound, poolErrors, protocol, closed atomic.Int64
 	// latency is the distribution of the finished cancellations'.

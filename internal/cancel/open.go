@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx/internal/cancelquery"
 	"github.com/pgtx-go/pgtx/internal/classify"
+	"github.com/pgtx-go/pgtx/internal/slotlimit"
 )
 
 // Open returns a Canceller with s, on clk. In [ModePool] it first opens
@@ -23,6 +24,10 @@ import (
 // has a connection set up ([Handler.SetReady]): no cancel can be needed
 // before, and a new pool's first connect, for which its caller waits, does
 // not share the server with it.
+//
+// ps.Slots keeps the cancel pool within the slots the server gives it
+// ([slotlimit.Limit]): a connect refused for lack of slots waits for the
+// pool's own connection, when it holds one.
 func Open(ctx context.Context, s Settings, ps PoolSettings, clk Clock) (*Canceller, error) {
 	c := New(s, clk)
 	if s.Mode != ModePool {
@@ -32,8 +37,21 @@ func Open(ctx context.Context, s Settings, ps PoolSettings, clk Clock) (*Cancell
 	if err != nil {
 		return nil, err
 	}
+	var pool *pgxpool.Pool // set below, before any connect is let through
+	ss := ps.Slots
+	ss.Max = int(cp.MaxConns)
+	ss.Stat = func() (int, int) {
+		st := pool.Stat()
+		return int(st.TotalConns()), int(st.ConstructingConns())
+	}
+	limit := slotlimit.New(ss)
+	cp.ConnConfig.Tracer = releases{limit}
 	before := cp.BeforeConnect
 	cp.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
+		cc.Tracer = nil // the release tracer is the pool's, not the connection's
+		if err := limit.Connecting(ctx); err != nil {
+			return err
+		}
 		if err := c.waitMainReady(ctx); err != nil {
 			return err
 		}
@@ -42,12 +60,20 @@ func Open(ctx context.Context, s Settings, ps PoolSettings, clk Clock) (*Cancell
 		}
 		return nil
 	}
+	cp.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if err := warm(ctx, conn); err != nil {
+			return err
+		}
+		limit.Connected(ctx)
+		return nil
+	}
 	// cp comes from pgxpool.ParseConfig: pgxpool does not panic on it.
-	pool, err := pgxpool.NewWithConfig(ctx, cp)
+	pool, err = pgxpool.NewWithConfig(ctx, cp)
 	if err != nil {
 		return nil, fmt.Errorf("pgtx: cancel pool: %w", err)
 	}
-	c.s.Pool = PgxPool(pool)
+	c.limited = &Limited{Pool: pool, Limit: limit}
+	c.s.Pool = limitedPool{c.limited}
 	c.pool = pool
 	c.s.Node = nodeCanceller(cp.ConnConfig, before)
 	return c, nil
@@ -76,6 +102,9 @@ type PoolSettings struct {
 	// Main is the main pool's config, whose connection lifetimes and health
 	// checks the cancel pool shares.
 	Main *pgxpool.Config
+	// Slots are the settings of the cancel pool's [slotlimit.Limit], but for
+	// Max and Held, which Open sets.
+	Slots slotlimit.Settings
 }
 
 // PoolConfig derives the cancel pool's config: the main pool's server, role

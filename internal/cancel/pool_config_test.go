@@ -129,7 +129,7 @@ func TestOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool := c.Pool()
-	if pool == nil || pool.Config().MaxConns != poolSize || c.s.Pool != (pgxPool{pool}) {
+	if pool == nil || pool.Config().MaxConns != poolSize || c.Limited() == nil || c.Limited().Pool != pool || c.s.Pool != (limitedPool{c.Limited()}) {
 		t.Fatalf("cancel pool %v, the one cancelled over %v; want one of %d connections, the same", pool, c.s.Pool, poolSize)
 	}
 	c.Close()

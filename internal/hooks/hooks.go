@@ -13,6 +13,7 @@ import (
 	"github.com/pgtx-go/pgtx/internal/cancel"
 	"github.com/pgtx-go/pgtx/internal/connstate"
 	"github.com/pgtx-go/pgtx/internal/pgpool"
+	"github.com/pgtx-go/pgtx/internal/slotlimit"
 )
 
 // Install installs on pc, the main pool's config, every hook pgtx needs,
@@ -43,11 +44,20 @@ import (
 //   - ShouldPing, BeforeConnect and PrepareConn mark the acquire's context
 //     shared, as hooks may keep it ([acquire.MarkShared]);
 //   - connected, when set, is told of every connection made and set up,
-//     after the caller's AfterConnect.
-func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, v *pgpool.Verdict, connected func()) {
-	installConnect(pc, q, v)
+//     after the caller's AfterConnect;
+//   - lim keeps the pool within the slots the server gives it: its
+//     BeforeConnect step runs first, before the caller's hook can fetch a
+//     credential for a connect it holds back, its AfterConnect step last,
+//     and the connection tracer tells it of every release.
+func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, v *pgpool.Verdict, lim *slotlimit.Limit, connected func()) {
+	installConnect(pc, q, v, lim)
 	installPrepare(pc)
-	installAfterConnect(pc, v, connected)
+	installAfterConnect(pc, v, func(ctx context.Context) {
+		lim.Connected(ctx)
+		if connected != nil {
+			connected()
+		}
+	})
 	pc.ConnConfig.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
 		st := connstate.Attach(pgConn)
 		st.Cancel.Init(c, pgConn, pgConn.Conn())
@@ -58,11 +68,16 @@ func Install(pc *pgxpool.Config, c *cancel.Canceller, q *acquire.Queue, v *pgpoo
 // installConnect traces the acquires through q, and gives a connect the
 // caller's tracer and BeforeConnect; behind Pgpool-II (v) a statement
 // cache becomes a describe cache.
-func installConnect(pc *pgxpool.Config, q *acquire.Queue, v *pgpool.Verdict) {
+func installConnect(pc *pgxpool.Config, q *acquire.Queue, v *pgpool.Verdict, lim *slotlimit.Limit) {
 	user := pc.ConnConfig.Tracer
-	pc.ConnConfig.Tracer = acquire.NewTracer(q, user)
+	tracer := acquire.NewTracer(q, user)
+	tracer.Acquired, tracer.Released = lim.Acquired, lim.Released
+	pc.ConnConfig.Tracer = tracer
 	userBeforeConnect := pc.BeforeConnect
 	pc.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
+		if err := lim.Connecting(ctx); err != nil {
+			return err
+		}
 		// The connect keeps what it derives from the acquire's context.
 		acquire.MarkShared(ctx)
 		cc.Tracer = user
@@ -111,7 +126,7 @@ func installPrepare(pc *pgxpool.Config) {
 
 // installAfterConnect sets a new connection up for pgtx before the
 // caller's AfterConnect, then tells connected that the server answers.
-func installAfterConnect(pc *pgxpool.Config, v *pgpool.Verdict, connected func()) {
+func installAfterConnect(pc *pgxpool.Config, v *pgpool.Verdict, connected func(context.Context)) {
 	userAfterConnect := pc.AfterConnect
 	pc.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		if err := setUp(ctx, conn, v); err != nil {
@@ -122,9 +137,7 @@ func installAfterConnect(pc *pgxpool.Config, v *pgpool.Verdict, connected func()
 				return err
 			}
 		}
-		if connected != nil {
-			connected()
-		}
+		connected(ctx)
 		return nil
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/pgtx-go/pgtx/internal/cancel"
 	"github.com/pgtx-go/pgtx/internal/connstate"
 	"github.com/pgtx-go/pgtx/internal/pgpool"
+	"github.com/pgtx-go/pgtx/internal/slotlimit"
 )
 
 type sysClock struct{}
@@ -90,7 +91,7 @@ func TestInstallWrapsTheCallersHooks(t *testing.T) {
 			pc.BeforeConnect = func(context.Context, *pgx.ConnConfig) error { return errHook }
 			pc.ShouldPing = func(context.Context, pgxpool.ShouldPingParams) bool { pinged = true; return true }
 		}
-		Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeProtocol}, sysClock{}), &acquire.Queue{}, &pgpool.Verdict{}, nil)
+		Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeProtocol}, sysClock{}), &acquire.Queue{}, &pgpool.Verdict{}, slotlimit.New(slotlimit.Settings{Max: 4, Stat: func() (int, int) { return 1, 1 }}), nil)
 
 		if _, ok := pc.ConnConfig.Tracer.(*acquire.Tracer); !ok {
 			t.Errorf("the pool's tracer is %T, want the queue's", pc.ConnConfig.Tracer)
@@ -156,7 +157,7 @@ func TestInstallThroughPgxpool(t *testing.T) {
 			}
 			// ModeClose: a cancel closes the connection at once, never
 			// confirmed: it dooms it.
-			Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeClose}, sysClock{}), &acquire.Queue{}, &pgpool.Verdict{}, func() {
+			Install(pc, cancel.New(cancel.Settings{Mode: cancel.ModeClose}, sysClock{}), &acquire.Queue{}, &pgpool.Verdict{}, slotlimit.New(slotlimit.Settings{Max: 4, Stat: func() (int, int) { return 1, 1 }}), func() {
 				if connected.Add(1) != afterConnects.Load() {
 					t.Error("connected was told before the caller's AfterConnect ran")
 				}

@@ -28,7 +28,7 @@ const askShare = 4
 // connection of its own made for the question.
 type Resolver struct {
 	timeout time.Duration   // ResolveTimeout
-	pool    *pgxpool.Pool   // the cancel pool; nil: connect directly
+	pool    Pool            // the cancel pool; nil: connect directly
 	direct  *pgx.ConnConfig // the main pool's server, without pgtx's hooks
 	// beforeConnect is the caller's pgxpool BeforeConnect, run on a copy of
 	// direct before each connect, as the main pool runs it.
@@ -39,11 +39,16 @@ type Resolver struct {
 	cannotTerminate, cannotMessage atomic.Bool
 }
 
-// NewResolver builds the resolver of a pool: over cancelPool when there is
-// one, else connecting with connConfig (the caller's, before pgtx installed
+// Pool is the cancel pool as a [Resolver] takes its connections.
+type Pool interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
+// NewResolver builds the resolver of a pool: over cancelPool when it is
+// not nil, else connecting with connConfig (the caller's, before pgtx installed
 // its hooks) and the caller's beforeConnect, as the main pool connects.
 // timeout is the ResolveTimeout.
-func NewResolver(timeout time.Duration, cancelPool *pgxpool.Pool, connConfig *pgx.ConnConfig, beforeConnect func(context.Context, *pgx.ConnConfig) error) *Resolver {
+func NewResolver(timeout time.Duration, cancelPool Pool, connConfig *pgx.ConnConfig, beforeConnect func(context.Context, *pgx.ConnConfig) error) *Resolver {
 	if cancelPool != nil {
 		return &Resolver{timeout: timeout, pool: cancelPool}
 	}

@@ -1,0 +1,61 @@
+package pgtx
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgtx-go/pgtx/internal/slotlimit"
+	"github.com/pgtx-go/pgtx/slots"
+)
+
+// slotProbeEvery is how often a pool the server refused for lack of slots
+// tries one connection more, jittered to between half and one and a half
+// of it: a full server sees about one refused connect per pool every two
+// seconds.
+const slotProbeEvery = 2 * time.Second
+
+func slotStats(l *slotlimit.Limit) slots.Stats {
+	s := l.Stats()
+	return slots.Stats{
+		RefusedCount: s.Refused, Limit: int32(s.Limit), ProbeCount: s.Probes, RaisedCount: s.Raised,
+		WaitCount: s.Waits, WaitDuration: s.WaitTime,
+	}
+}
+
+// slotSettings returns the settings of the limit of a pool of maxConns
+// connections, but for its Held: they tell tracer when it is a
+// [slots.Tracer].
+func slotSettings(maxConns int32, tracer TransactionTracer, cancelPool bool, jitter func() float64) slotlimit.Settings {
+	s := slotlimit.Settings{Max: int(maxConns), Every: slotProbeEvery, Jitter: jitter, Now: time.Now}
+	if st, ok := tracer.(slots.Tracer); ok {
+		s.Trace = func(ctx context.Context, d slotlimit.Data) {
+			st.TraceSlots(ctx, slots.Data{Event: slots.Event(d.Event), CancelPool: cancelPool,
+				Limit: int32(d.Limit), Held: int32(d.Held), Err: d.Err, Wait: d.Wait})
+		}
+	}
+	return s
+}
+
+// newLimit returns the slot limit of the main pool, *pool, set before
+// any connect.
+func newLimit(pool **pgxpool.Pool, cfg *Config, jitter func() float64) *slotlimit.Limit {
+	s := slotSettings(cfg.MaxConns, cfg.Tracer, false, jitter)
+	s.Stat = func() (int, int) {
+		st := (*pool).Stat()
+		return int(st.TotalConns()), int(st.ConstructingConns())
+	}
+	return slotlimit.New(s)
+}
+
+// slotted is a pool whose acquires wait for a held connection when the
+// server has no slot for another.
+type slotted struct {
+	pool  *pgxpool.Pool
+	limit *slotlimit.Limit
+}
+
+// Acquire takes a connection of the pool through its limit.
+func (s *slotted) Acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	return slotlimit.Acquire[*pgxpool.Conn](ctx, s.limit, s.pool)
+}
