@@ -81,17 +81,18 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	// pool is set below, before any call can wait or connect.
-	var pool *pgxpool.Pool
-	sl := &slotted{limit: newLimit(&pool, cfg, retryConfig.Jitter)}
+	// made is set below; its MinConns may connect before.
+	var made atomic.Pointer[pgxpool.Pool]
+	sl := &slotted{limit: newLimit(&made, cfg, retryConfig.Jitter)}
 	signal := newReach(sl, retryConfig.Jitter)
 	hooks.Install(pc, canceller, &q.Queue, newVerdict(cfg.Tracer), sl.limit, signal.Connected)
-	pool, err = newPgxpool(ctx, pc)
+	pool, err := newPgxpool(ctx, pc)
 	if err != nil {
 		signal.Close()
 		canceller.Close()
 		return nil, err
 	}
+	made.Store(pool)
 	sl.pool = pool
 	var cancelPool resolve.Pool // nil unless there is one: not a nil *cancel.Limited
 	if l := canceller.Limited(); l != nil {

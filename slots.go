@@ -2,6 +2,7 @@ package pgtx
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -37,14 +38,11 @@ func slotSettings(maxConns int32, tracer TransactionTracer, cancelPool bool, jit
 	return s
 }
 
-// newLimit returns the slot limit of the main pool, *pool, set before
-// any connect.
-func newLimit(pool **pgxpool.Pool, cfg *Config, jitter func() float64) *slotlimit.Limit {
+// newLimit returns the slot limit of the main pool, which pool will hold
+// once pgxpool made it.
+func newLimit(pool *atomic.Pointer[pgxpool.Pool], cfg *Config, jitter func() float64) *slotlimit.Limit {
 	s := slotSettings(cfg.MaxConns, cfg.Tracer, false, jitter)
-	s.Stat = func() (int, int) {
-		st := (*pool).Stat()
-		return int(st.TotalConns()), int(st.ConstructingConns())
-	}
+	s.Stat = slotlimit.PoolStat(pool)
 	return slotlimit.New(s)
 }
 

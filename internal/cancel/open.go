@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,13 +38,10 @@ func Open(ctx context.Context, s Settings, ps PoolSettings, clk Clock) (*Cancell
 	if err != nil {
 		return nil, err
 	}
-	var pool *pgxpool.Pool // set below, before any connect is let through
+	var made atomic.Pointer[pgxpool.Pool] // set below; its MinConns may connect before
 	ss := ps.Slots
 	ss.Max = int(cp.MaxConns)
-	ss.Stat = func() (int, int) {
-		st := pool.Stat()
-		return int(st.TotalConns()), int(st.ConstructingConns())
-	}
+	ss.Stat = slotlimit.PoolStat(&made)
 	limit := slotlimit.New(ss)
 	cp.ConnConfig.Tracer = releases{limit}
 	before := cp.BeforeConnect
@@ -68,10 +66,11 @@ func Open(ctx context.Context, s Settings, ps PoolSettings, clk Clock) (*Cancell
 		return nil
 	}
 	// cp comes from pgxpool.ParseConfig: pgxpool does not panic on it.
-	pool, err = pgxpool.NewWithConfig(ctx, cp)
+	pool, err := pgxpool.NewWithConfig(ctx, cp)
 	if err != nil {
 		return nil, fmt.Errorf("pgtx: cancel pool: %w", err)
 	}
+	made.Store(pool)
 	c.limited = &Limited{Pool: pool, Limit: limit}
 	c.s.Pool = limitedPool{c.limited}
 	c.pool = pool
