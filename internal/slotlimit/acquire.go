@@ -8,13 +8,14 @@ import (
 	"github.com/pgtx-go/pgtx/internal/classify"
 )
 
-// A waiter whose connect the limit held back retries at the next release,
-// or after a poll that starts at pollMin and doubles up to pollMax: a
-// release wakes it just before its connection is back in the pool, and a
-// connection a pool loses wakes nobody.
+// The first waiter in the queue also tries again after a poll, which
+// starts at pollMin and doubles up to pollMax: a release wakes it just
+// before its connection is back in the pool (the release tracer), a
+// connection the pool loses wakes nobody, and a try beyond the limit falls
+// due unannounced. The others wait for their turn without a timer.
 const (
-	pollMin = time.Millisecond
-	pollMax = 25 * time.Millisecond
+	pollMin = 2 * time.Millisecond
+	pollMax = 50 * time.Millisecond
 )
 
 // Acquire takes a connection from pool: when the server refuses its
@@ -46,6 +47,7 @@ func (l *Limit) mustWait(ctx context.Context, err error) bool {
 	case errors.Is(err, ErrNoSlot):
 		return true
 	case classify.NoSlot(err):
+		l.pace.done() // the refused connect is no longer in flight
 		held := l.established()
 		l.refuse(ctx, held, err)
 		return held > 0
@@ -70,17 +72,29 @@ func wait[C any, P Pool[C]](ctx context.Context, l *Limit, pool P) (c C, err err
 		l.trace(ctx, Data{Event: Waited, Limit: l.Stats().Limit, Held: l.held(), Wait: d})
 	}()
 	poll := pollMin
-	timer := time.NewTimer(poll)
-	defer timer.Stop()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
 	for {
 		woken = false
+		var tick <-chan time.Time
+		if l.first(w) {
+			if timer == nil {
+				timer = time.NewTimer(poll)
+			} else {
+				timer.Reset(poll)
+			}
+			tick = timer.C
+		}
 		select {
 		case <-w.ch:
 			woken = true
-		case <-timer.C:
-			timer.Reset(poll)
+		case <-tick:
 			poll = min(2*poll, pollMax)
-			if !l.first(w) || l.full() {
+			if l.full() {
 				continue
 			}
 		case <-ctx.Done():

@@ -107,14 +107,20 @@ func (l *Limit) established() int {
 	return total - connecting
 }
 
-// Connecting is the pool's BeforeConnect step. It paces the pool's
-// connects ([pacer]); then, while the limit is below Max, it returns
-// [ErrNoSlot] for a connect that would take the pool beyond it, but for
-// one try per Every.
+// Connecting is the pool's BeforeConnect step. While the limit is below
+// Max, it returns [ErrNoSlot] at once for a connect that would take the
+// pool beyond it, but for one try per Every; a connect that goes is paced
+// ([pacer]).
 func (l *Limit) Connecting(ctx context.Context) error {
-	if err := l.pace.wait(ctx, l.s.Stat); err != nil {
+	if err := l.admit(); err != nil {
 		return err
 	}
+	return l.pace.wait(ctx, l.s.Stat)
+}
+
+// admit returns [ErrNoSlot] for a connect beyond the limit, but for one
+// try per Every.
+func (l *Limit) admit() error {
 	if !l.capped.Load() {
 		return nil
 	}

@@ -267,7 +267,7 @@ func TestProbeRaisesLimit(t *testing.T) {
 		server.mu.Lock()
 		server.free = 2 // slots free up elsewhere
 		server.mu.Unlock()
-		time.Sleep(time.Second) // jitter 0.5: the probe is due 1s after the refusal
+		time.Sleep(1100 * time.Millisecond) // jitter 0.5: the probe is due 1s after the refusal; the first waiter polls
 		synctest.Wait()
 		s := p.limit.Stats()
 		if s.Probes < 1 || s.Raised < 1 || s.Limit < 2 {
