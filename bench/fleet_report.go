@@ -114,6 +114,13 @@ type fleetPoolStats struct {
 	AcquireTimeouts  int64 `json:"pgtx_acquire_timeout_count,omitempty"`
 	QueueFull        int64 `json:"pgtx_queue_full_count,omitempty"`
 	AcquireWaitCount int64 `json:"pgtx_acquire_wait_count,omitempty"`
+	// pgtx's Stats.Slots, summed over the processes: refused connects,
+	// limits, probes, and the waits for a held connection.
+	SlotRefused   int64 `json:"pgtx_slot_refused_count,omitempty"`
+	SlotLimit     int64 `json:"pgtx_slot_limit,omitempty"`
+	SlotProbes    int64 `json:"pgtx_slot_probe_count,omitempty"`
+	SlotWaits     int64 `json:"pgtx_slot_wait_count,omitempty"`
+	SlotWaitNanos int64 `json:"pgtx_slot_wait_ns,omitempty"`
 }
 
 // add adds o's counts to s.
@@ -128,6 +135,11 @@ func (s *fleetPoolStats) add(o fleetPoolStats) {
 	s.AcquireTimeouts += o.AcquireTimeouts
 	s.QueueFull += o.QueueFull
 	s.AcquireWaitCount += o.AcquireWaitCount
+	s.SlotRefused += o.SlotRefused
+	s.SlotLimit += o.SlotLimit
+	s.SlotProbes += o.SlotProbes
+	s.SlotWaits += o.SlotWaits
+	s.SlotWaitNanos += o.SlotWaitNanos
 }
 
 // Bounds of the error texts a worker keeps.

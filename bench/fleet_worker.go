@@ -176,6 +176,8 @@ func openFleetPool(ctx context.Context, c fleetWorkerConfig) (call func(context.
 			s := pgxpoolStats(st.Pool)
 			s.Transactions, s.AcquireTimeouts, s.QueueFull = st.TransactionCount, st.AcquireTimeoutCount, st.QueueFullCount
 			s.AcquireWaitCount = st.AcquireWait.Count
+			s.SlotRefused, s.SlotLimit, s.SlotProbes = st.Slots.RefusedCount, int64(st.Slots.Limit), st.Slots.ProbeCount
+			s.SlotWaits, s.SlotWaitNanos = st.Slots.WaitCount, int64(st.Slots.WaitDuration)
 			return s
 		}
 		return call, stats, p.Close, nil
