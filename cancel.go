@@ -55,7 +55,10 @@ const (
 	defaultCancelConnectTimeout = time.Second
 )
 
-func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config) (*cancel.Canceller, error) {
+// newCanceller opens the pool's canceller; yield reports that the main
+// pool's server has no slot to spare, and the cancel pool then keeps no
+// connection idle.
+func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config, yield func() bool) (*cancel.Canceller, error) {
 	s := cancel.Settings{
 		Mode:         cancelMode(cfg.CancelMode),
 		Grace:        defaultOrNone(cfg.CancelGrace, defaultCancelGrace),
@@ -64,6 +67,7 @@ func newCanceller(ctx context.Context, cfg *Config, mainCfg *pgxpool.Config) (*c
 	}
 	ps := cancelPoolSettings(cfg, mainCfg)
 	ps.Slots = slotSettings(0, cfg.Tracer, true, cfg.Retry.withDefaults().Jitter)
+	ps.Yield = yield
 	return cancel.Open(ctx, s, ps, realClock{})
 }
 

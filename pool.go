@@ -77,13 +77,19 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	retryConfig := cfg.Retry.withDefaults()
 	st := newSettings(cfg, pc)
 	q := newQueue(st.acquireTimeout, cfg.MaxWaiters)
-	canceller, err := newCanceller(ctx, cfg, pc)
+	// made is set below; its MinConns may connect before.
+	var made atomic.Pointer[pgxpool.Pool]
+	var cancelPool atomic.Pointer[cancel.Limited] // set below: a limit drops only once a call runs
+	sl := &slotted{limit: newLimit(&made, cfg, retryConfig.Jitter, func() {
+		if l := cancelPool.Load(); l != nil {
+			l.Yield()
+		}
+	})}
+	canceller, err := newCanceller(ctx, cfg, pc, sl.limit.Capped)
 	if err != nil {
 		return nil, err
 	}
-	// made is set below; its MinConns may connect before.
-	var made atomic.Pointer[pgxpool.Pool]
-	sl := &slotted{limit: newLimit(&made, cfg, retryConfig.Jitter)}
+	cancelPool.Store(canceller.Limited())
 	signal := newReach(sl, retryConfig.Jitter)
 	hooks.Install(pc, canceller, &q.Queue, newVerdict(cfg.Tracer), sl.limit, signal.Connected)
 	pool, err := newPgxpool(ctx, pc)
@@ -94,11 +100,11 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	}
 	made.Store(pool)
 	sl.pool = pool
-	var cancelPool resolve.Pool // nil unless there is one: not a nil *cancel.Limited
+	var resolvePool resolve.Pool // nil unless there is one: not a nil *cancel.Limited
 	if l := canceller.Limited(); l != nil {
-		cancelPool = l
+		resolvePool = l
 	}
-	resolver := resolve.NewResolver(st.resolveTimeout, cancelPool, cfg.ConnConfig, cfg.BeforeConnect)
+	resolver := resolve.NewResolver(st.resolveTimeout, resolvePool, cfg.ConnConfig, cfg.BeforeConnect)
 	p := &Pool{
 		pool:       pool,
 		slots:      sl,

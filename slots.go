@@ -39,10 +39,11 @@ func slotSettings(maxConns int32, tracer TransactionTracer, cancelPool bool, jit
 }
 
 // newLimit returns the slot limit of the main pool, which pool will hold
-// once pgxpool made it.
-func newLimit(pool *atomic.Pointer[pgxpool.Pool], cfg *Config, jitter func() float64) *slotlimit.Limit {
+// once pgxpool made it; capped is called when it drops below MaxConns.
+func newLimit(pool *atomic.Pointer[pgxpool.Pool], cfg *Config, jitter func() float64, capped func()) *slotlimit.Limit {
 	s := slotSettings(cfg.MaxConns, cfg.Tracer, false, jitter)
 	s.Stat = slotlimit.PoolStat(pool)
+	s.Capped = capped
 	return slotlimit.New(s)
 }
 

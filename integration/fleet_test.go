@@ -141,6 +141,11 @@ func TestFleetOversubscribed(t *testing.T) {
 		if s.Slots.Limit < int32(s.Pool.TotalConns()) && s.Pool.ConstructingConns() == 0 {
 			t.Errorf("pool %d: limit %d below the %d connections it holds", i, s.Slots.Limit, s.Pool.TotalConns())
 		}
+		// A pool the server refused gives its slots to its work: its
+		// cancel pool keeps no connection.
+		if s.Slots.Limit < 4 && s.CancelPool.TotalConns() != 0 {
+			t.Errorf("pool %d: limit %d, and its cancel pool holds %d connections, want none", i, s.Slots.Limit, s.CancelPool.TotalConns())
+		}
 	}
 	// A probe every 2s (jittered to 1-3s) per pool, and those of the
 	// start: about one refusal per pool per second at most.

@@ -43,10 +43,16 @@ func Open(ctx context.Context, s Settings, ps PoolSettings, clk Clock) (*Cancell
 	ss.Max = int(cp.MaxConns)
 	ss.Stat = slotlimit.PoolStat(&made)
 	limit := slotlimit.New(ss)
-	cp.ConnConfig.Tracer = releases{limit}
+	lim := &Limited{Limit: limit, yield: ps.Yield}
+	cp.ConnConfig.Tracer = releases{lim}
 	before := cp.BeforeConnect
 	cp.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
 		cc.Tracer = nil // the release tracer is the pool's, not the connection's
+		if lim.yielding() && ctx.Value(onDemand{}) == nil {
+			// Not a cancel's: the warm connection the main pool's server
+			// has no slot for.
+			return slotlimit.ErrNoSlot
+		}
 		if err := limit.Connecting(ctx); err != nil {
 			return err
 		}
@@ -59,6 +65,9 @@ func Open(ctx context.Context, s Settings, ps PoolSettings, clk Clock) (*Cancell
 		return nil
 	}
 	cp.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
+		if lim.yielding() && ctx.Value(onDemand{}) == nil {
+			return slotlimit.ErrNoSlot // the main pool was refused while it connected
+		}
 		if err := warm(ctx, conn); err != nil {
 			return err
 		}
@@ -71,7 +80,8 @@ func Open(ctx context.Context, s Settings, ps PoolSettings, clk Clock) (*Cancell
 		return nil, fmt.Errorf("pgtx: cancel pool: %w", err)
 	}
 	made.Store(pool)
-	c.limited = &Limited{Pool: pool, Limit: limit}
+	lim.Pool = pool
+	c.limited = lim
 	c.s.Pool = limitedPool{c.limited}
 	c.pool = pool
 	c.s.Node = nodeCanceller(cp.ConnConfig, before)
@@ -102,8 +112,11 @@ type PoolSettings struct {
 	// checks the cancel pool shares.
 	Main *pgxpool.Config
 	// Slots are the settings of the cancel pool's [slotlimit.Limit], but for
-	// Max and Held, which Open sets.
+	// Max and Stat, which Open sets.
 	Slots slotlimit.Settings
+	// Yield, when set, reports that the main pool's server has no slot to
+	// spare: the cancel pool then keeps no connection idle ([Limited]).
+	Yield func() bool
 }
 
 // PoolConfig derives the cancel pool's config: the main pool's server, role

@@ -55,6 +55,9 @@ type Settings struct {
 	// Trace, when set, is told of every event, with the acquirer's
 	// context (the connect's, for Raised).
 	Trace func(ctx context.Context, d Data)
+	// Capped, when set, is called when the limit drops below Max, after
+	// the refusal's event.
+	Capped func()
 }
 
 // Limit is how many connections a pool lets itself hold: its MaxConns
@@ -170,6 +173,7 @@ func (l *Limit) Connected(ctx context.Context) {
 func (l *Limit) refuse(ctx context.Context, held int, err error) {
 	l.refused.Add(1)
 	l.mu.Lock()
+	was := l.capped.Load()
 	if held > 0 {
 		limit := min(held, l.s.Max)
 		l.limit.Store(int32(limit))
@@ -178,9 +182,17 @@ func (l *Limit) refuse(ctx context.Context, held int, err error) {
 		l.probeAt = l.next()
 	}
 	limit := int(l.limit.Load())
+	capped := !was && l.capped.Load()
 	l.mu.Unlock()
 	l.trace(ctx, Data{Event: Refused, Limit: limit, Held: held, Err: err})
+	if capped && l.s.Capped != nil {
+		l.s.Capped()
+	}
 }
+
+// Capped reports whether the limit is below Max: the server has no slot
+// to spare.
+func (l *Limit) Capped() bool { return l.capped.Load() }
 
 // next returns when the next try beyond the limit is due; l.mu is held.
 func (l *Limit) next() time.Time {
@@ -220,6 +232,8 @@ func (l *Limit) Back() {
 // beyond it is due: an acquire then waits in the queue without trying the
 // pool.
 func (l *Limit) full() bool {
+	// acquired may run below zero when the pool's own AcquireAllIdle lent
+	// connections the tracer was not told of: then it is not full.
 	if !l.capped.Load() || l.acquired.Load() < l.limit.Load() {
 		return false
 	}
