@@ -25,7 +25,9 @@ const (
 // while acquires wait, a new one waits behind them. A pool that holds none
 // gets the refusal back, to back off from.
 func Acquire[C any, P Pool[C]](ctx context.Context, l *Limit, pool P) (C, error) {
-	if l.waiting.Load() == 0 && !l.full() {
+	// A try beyond the limit, when due, goes ahead of the queue: the
+	// waiters, woken by releases, would seldom make it.
+	if l.waiting.Load() == 0 && !l.full() || l.capped.Load() && l.due(l.s.Now()) {
 		c, err := pool.Acquire(ctx)
 		if err == nil || !l.mustWait(ctx, err) {
 			return c, err

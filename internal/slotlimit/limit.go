@@ -73,9 +73,12 @@ type Limit struct {
 	limit    atomic.Int32 // written under mu
 	acquired atomic.Int32 // connections acquired from the pool, on every path
 
-	mu      sync.Mutex
-	probeAt time.Time // the next try beyond the limit is due then
-	probing time.Time // a try beyond the limit started then; zero: none
+	// probeAt is when the next try beyond the limit is due, and probing
+	// when one started (0: none), in unix nanoseconds: read without mu,
+	// written under it.
+	probeAt, probing atomic.Int64
+
+	mu sync.Mutex
 	// queue holds the acquires waiting for a held connection, first come
 	// first; waiting is its length, read without mu.
 	queue   []*waiter
@@ -136,7 +139,7 @@ func (l *Limit) admit() error {
 	case !l.due(now):
 		return ErrNoSlot
 	default:
-		l.probing = now
+		l.probing.Store(now.UnixNano())
 		l.probes.Add(1)
 		return nil
 	}
@@ -157,8 +160,8 @@ func (l *Limit) Connected(ctx context.Context) {
 	}
 	limit := min(held, l.s.Max)
 	l.limit.Store(int32(limit))
-	l.probing = time.Time{}
-	l.probeAt = l.next()
+	l.probing.Store(0)
+	l.probeAt.Store(l.next())
 	if limit >= l.s.Max {
 		l.capped.Store(false)
 	}
@@ -178,8 +181,8 @@ func (l *Limit) refuse(ctx context.Context, held int, err error) {
 		limit := min(held, l.s.Max)
 		l.limit.Store(int32(limit))
 		l.capped.Store(limit < l.s.Max)
-		l.probing = time.Time{}
-		l.probeAt = l.next()
+		l.probing.Store(0)
+		l.probeAt.Store(l.next())
 	}
 	limit := int(l.limit.Load())
 	capped := !was && l.capped.Load()
@@ -194,13 +197,14 @@ func (l *Limit) refuse(ctx context.Context, held int, err error) {
 // to spare.
 func (l *Limit) Capped() bool { return l.capped.Load() }
 
-// next returns when the next try beyond the limit is due; l.mu is held.
-func (l *Limit) next() time.Time {
+// next returns when the next try beyond the limit is due, in unix
+// nanoseconds; l.mu is held.
+func (l *Limit) next() int64 {
 	j := 0.5
 	if l.s.Jitter != nil {
 		j = l.s.Jitter()
 	}
-	return l.s.Now().Add(time.Duration((0.5 + j) * float64(l.s.Every)))
+	return l.s.Now().Add(time.Duration((0.5 + j) * float64(l.s.Every))).UnixNano()
 }
 
 // Acquired is the pool's acquire step, on every path: it counts a
@@ -234,17 +238,14 @@ func (l *Limit) Back() {
 func (l *Limit) full() bool {
 	// acquired may run below zero when the pool's own AcquireAllIdle lent
 	// connections the tracer was not told of: then it is not full.
-	if !l.capped.Load() || l.acquired.Load() < l.limit.Load() {
-		return false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return !l.due(l.s.Now())
+	return l.capped.Load() && l.acquired.Load() >= l.limit.Load() && !l.due(l.s.Now())
 }
 
-// due reports whether a try beyond the limit is due at now; l.mu is held.
+// due reports whether a try beyond the limit is due at now.
 func (l *Limit) due(now time.Time) bool {
-	return !now.Before(l.probeAt) && (l.probing.IsZero() || now.Sub(l.probing) >= l.s.Every)
+	n := now.UnixNano()
+	probing := l.probing.Load()
+	return n >= l.probeAt.Load() && (probing == 0 || n-probing >= int64(l.s.Every))
 }
 
 func (l *Limit) trace(ctx context.Context, d Data) {

@@ -283,7 +283,7 @@ func TestProbeRaisesLimit(t *testing.T) {
 		p.total++ // a third connection, as a probe makes
 		p.mu.Unlock()
 		p.limit.capped.Store(true)
-		p.limit.probing = time.Now()
+		p.limit.probing.Store(time.Now().UnixNano())
 		p.limit.Connected(t.Context())
 		if s := p.limit.Stats(); s.Limit != 3 || p.limit.capped.Load() {
 			t.Errorf("stats %+v, capped %v: want the limit back at Max (3), and off", s, p.limit.capped.Load())
