@@ -98,6 +98,8 @@ type Collector struct {
 	cancels, cancelPoolErrors, cancelLatency        *prometheus.Desc
 	cancelPoolConnections, cancelPoolMaxConnections *prometheus.Desc
 
+	slots, cancelSlots slotDescs
+
 	breakerState, breakerRejected, breakerOpens *prometheus.Desc
 
 	resolutions *prometheus.Desc
@@ -187,6 +189,9 @@ func NewCollector(pool *pgtx.Pool, name string, opts ...CollectorOption) (*Colle
 	c.cancelPoolMaxConnections = desc("cancel_pool_max_connections",
 		"Maximum size of the cancel pool.")
 
+	c.slots = newSlotDescs(desc, "pool_slot_", "pool")
+	c.cancelSlots = newSlotDescs(desc, "cancel_pool_slot_", "cancel pool")
+
 	c.breakerState = desc("breaker_state",
 		"State of the pool's circuit breaker: 1 for the state it is in (closed, half-open, open), 0 for the others.", labelState)
 	c.breakerRejected = desc("breaker_rejected_total",
@@ -272,6 +277,10 @@ func (c *Collector) collectPool(ch chan<- prometheus.Metric, s pgtx.Stats) {
 	if ps := s.CancelPool; ps != nil {
 		connections(gauge, c.cancelPoolConnections, ps)
 		gauge(c.cancelPoolMaxConnections, float64(ps.MaxConns()))
+	}
+	c.slots.collect(gauge, counter, s.Slots)
+	if s.CancelSlots.Limit > 0 { // a cancel pool's limit is never 0
+		c.cancelSlots.collect(gauge, counter, s.CancelSlots)
 	}
 
 	rs := s.Resolved

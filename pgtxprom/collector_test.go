@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/slots"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -106,6 +107,26 @@ pgtx_pool_waiters{pool="b"} 0
 # TYPE pgtx_pool_max_connections gauge
 pgtx_pool_max_connections{pool="a"} 3
 pgtx_pool_max_connections{pool="b"} 7
+`,
+		},
+		{
+			name:   "slot limit at the maximum before any refusal",
+			metric: "pgtx_pool_slot_limit",
+			want: `
+# HELP pgtx_pool_slot_limit Connections the pool lets itself hold: its maximum until a connect is refused for lack of slots while it holds some, then what it held, raised by each probe that connects.
+# TYPE pgtx_pool_slot_limit gauge
+pgtx_pool_slot_limit{pool="a"} 3
+pgtx_pool_slot_limit{pool="b"} 7
+`,
+		},
+		{
+			name:   "no refused connects",
+			metric: "pgtx_pool_slot_refused_connects_total",
+			want: `
+# HELP pgtx_pool_slot_refused_connects_total Connects of the pool the server or a pooler refused for lack of connection slots (53300, too many clients).
+# TYPE pgtx_pool_slot_refused_connects_total counter
+pgtx_pool_slot_refused_connects_total{pool="a"} 0
+pgtx_pool_slot_refused_connects_total{pool="b"} 0
 `,
 		},
 		{
@@ -221,6 +242,19 @@ func TestCollectAndCount(t *testing.T) {
 		// No cancel pool in CancelModeProtocol.
 		{"pgtx_cancel_pool_connections", 0},
 		{"pgtx_cancel_pool_max_connections", 0},
+		{"pgtx_pool_slot_refused_connects_total", 2},
+		{"pgtx_pool_slot_limit", 2},
+		{"pgtx_pool_slot_probes_total", 2},
+		{"pgtx_pool_slot_raises_total", 2},
+		{"pgtx_pool_slot_waits_total", 2},
+		{"pgtx_pool_slot_wait_seconds_total", 2},
+		// No cancel pool, so no slot limit of its own.
+		{"pgtx_cancel_pool_slot_refused_connects_total", 0},
+		{"pgtx_cancel_pool_slot_limit", 0},
+		{"pgtx_cancel_pool_slot_probes_total", 0},
+		{"pgtx_cancel_pool_slot_raises_total", 0},
+		{"pgtx_cancel_pool_slot_waits_total", 0},
+		{"pgtx_cancel_pool_slot_wait_seconds_total", 0},
 		// No circuit breaker.
 		{"pgtx_breaker_state", 0},
 		{"pgtx_breaker_rejected_total", 0},
@@ -538,6 +572,10 @@ func TestCollectStatsFields(t *testing.T) {
 			{Label: ""},
 			{Label: "transfer", Limiting: true, Limit: 24, Waiting: 25, AttemptCount: 26, ConflictCount: 27, CommitCount: 28},
 		},
+		Slots: slots.Stats{RefusedCount: 32, Limit: 33, ProbeCount: 34, RaisedCount: 35, WaitCount: 36,
+			WaitDuration: 37500 * time.Millisecond},
+		CancelSlots: slots.Stats{RefusedCount: 38, Limit: 1, ProbeCount: 39, RaisedCount: 40, WaitCount: 41,
+			WaitDuration: 420 * time.Millisecond},
 	}
 	sc := statsCollector{c: newCollector(t, newOfflinePool(t, 1), "main"), s: s}
 	want := `
@@ -625,6 +663,42 @@ pgtx_contention_attempts_total{label="transfer",pool="main"} 26
 # TYPE pgtx_contention_conflicts_total counter
 pgtx_contention_conflicts_total{label="",pool="main"} 0
 pgtx_contention_conflicts_total{label="transfer",pool="main"} 27
+# HELP pgtx_pool_slot_refused_connects_total Connects of the pool the server or a pooler refused for lack of connection slots (53300, too many clients).
+# TYPE pgtx_pool_slot_refused_connects_total counter
+pgtx_pool_slot_refused_connects_total{pool="main"} 32
+# HELP pgtx_pool_slot_limit Connections the pool lets itself hold: its maximum until a connect is refused for lack of slots while it holds some, then what it held, raised by each probe that connects.
+# TYPE pgtx_pool_slot_limit gauge
+pgtx_pool_slot_limit{pool="main"} 33
+# HELP pgtx_pool_slot_probes_total Connects of the pool let through beyond its slot limit, about one every 2s while the limit is below the maximum.
+# TYPE pgtx_pool_slot_probes_total counter
+pgtx_pool_slot_probes_total{pool="main"} 34
+# HELP pgtx_pool_slot_raises_total Probes of the pool that connected and raised its slot limit.
+# TYPE pgtx_pool_slot_raises_total counter
+pgtx_pool_slot_raises_total{pool="main"} 35
+# HELP pgtx_pool_slot_waits_total Acquires of the pool that waited for a connection it held, instead of connecting, because the server had no slot.
+# TYPE pgtx_pool_slot_waits_total counter
+pgtx_pool_slot_waits_total{pool="main"} 36
+# HELP pgtx_pool_slot_wait_seconds_total Total time the acquires of the pool waited for a connection it held because the server had no slot.
+# TYPE pgtx_pool_slot_wait_seconds_total counter
+pgtx_pool_slot_wait_seconds_total{pool="main"} 37.5
+# HELP pgtx_cancel_pool_slot_refused_connects_total Connects of the cancel pool the server or a pooler refused for lack of connection slots (53300, too many clients).
+# TYPE pgtx_cancel_pool_slot_refused_connects_total counter
+pgtx_cancel_pool_slot_refused_connects_total{pool="main"} 38
+# HELP pgtx_cancel_pool_slot_limit Connections the cancel pool lets itself hold: its maximum until a connect is refused for lack of slots while it holds some, then what it held, raised by each probe that connects.
+# TYPE pgtx_cancel_pool_slot_limit gauge
+pgtx_cancel_pool_slot_limit{pool="main"} 1
+# HELP pgtx_cancel_pool_slot_probes_total Connects of the cancel pool let through beyond its slot limit, about one every 2s while the limit is below the maximum.
+# TYPE pgtx_cancel_pool_slot_probes_total counter
+pgtx_cancel_pool_slot_probes_total{pool="main"} 39
+# HELP pgtx_cancel_pool_slot_raises_total Probes of the cancel pool that connected and raised its slot limit.
+# TYPE pgtx_cancel_pool_slot_raises_total counter
+pgtx_cancel_pool_slot_raises_total{pool="main"} 40
+# HELP pgtx_cancel_pool_slot_waits_total Acquires of the cancel pool that waited for a connection it held, instead of connecting, because the server had no slot.
+# TYPE pgtx_cancel_pool_slot_waits_total counter
+pgtx_cancel_pool_slot_waits_total{pool="main"} 41
+# HELP pgtx_cancel_pool_slot_wait_seconds_total Total time the acquires of the cancel pool waited for a connection it held because the server had no slot.
+# TYPE pgtx_cancel_pool_slot_wait_seconds_total counter
+pgtx_cancel_pool_slot_wait_seconds_total{pool="main"} 0.42
 `
 	err := testutil.CollectAndCompare(sc, strings.NewReader(want),
 		"pgtx_pool_waiters", "pgtx_pool_acquire_timeouts_total", "pgtx_pool_queue_full_total",
@@ -632,7 +706,11 @@ pgtx_contention_conflicts_total{label="transfer",pool="main"} 27
 		"pgtx_transactions_in_flight", "pgtx_transaction_oldest_in_flight_seconds",
 		"pgtx_cancels_total", "pgtx_cancel_pool_errors_total", "pgtx_cancel_latency_seconds",
 		"pgtx_commit_resolutions_total", "pgtx_failover_commit_checks_total", "pgtx_breaker_state", "pgtx_breaker_rejected_total", "pgtx_breaker_opens_total",
-		"pgtx_contention_limit", "pgtx_contention_waiting", "pgtx_contention_attempts_total", "pgtx_contention_conflicts_total")
+		"pgtx_contention_limit", "pgtx_contention_waiting", "pgtx_contention_attempts_total", "pgtx_contention_conflicts_total",
+		"pgtx_pool_slot_refused_connects_total", "pgtx_pool_slot_limit", "pgtx_pool_slot_probes_total",
+		"pgtx_pool_slot_raises_total", "pgtx_pool_slot_waits_total", "pgtx_pool_slot_wait_seconds_total",
+		"pgtx_cancel_pool_slot_refused_connects_total", "pgtx_cancel_pool_slot_limit", "pgtx_cancel_pool_slot_probes_total",
+		"pgtx_cancel_pool_slot_raises_total", "pgtx_cancel_pool_slot_waits_total", "pgtx_cancel_pool_slot_wait_seconds_total")
 	if err != nil {
 		t.Error(err)
 	}

@@ -144,6 +144,7 @@ func TestDashboardQueries(t *testing.T) {
 		"pgtx_cancels_total", "pgtx_commit_resolutions_total", "pgtx_transactions_total", "pgtx_breaker_state",
 		"pgtx_contention_limit", "pgtx_retry_budget_refusals_total",
 		"pgtx_failover_commit_checks_total", "pgtx_replication_asynchronous",
+		"pgtx_pool_slot_refused_connects_total", "pgtx_pool_slot_limit",
 	} {
 		if !used[n] {
 			t.Errorf("no panel reads %s", n)

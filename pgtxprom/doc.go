@@ -4,8 +4,9 @@
 //
 // A [Collector] exports what a pool counts itself, [pgtx.Stats], reading it
 // at each collection, so nothing is counted on the transactions' path:
-// the pool and its queue depth, cancels, resolutions of ambiguous COMMITs,
-// the breaker and the contention manager. A [Tracer], set as the pool's
+// the pool and its queue depth, the connection slots it learned the server
+// has (pool_slot_*, cancel_pool_slot_*), cancels, resolutions of ambiguous
+// COMMITs, the breaker and the contention manager. A [Tracer], set as the pool's
 // [pgtx.Config].Tracer, counts what only the events know: how calls end,
 // their attempts, retries and backoff, budget refusals, every breaker
 // transition and the commits a failover lost. Make one of each per pool,
