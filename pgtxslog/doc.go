@@ -3,8 +3,9 @@
 // A [Tracer], set as [pgtx.Config].Tracer, logs what is worth a look:
 // retries, failed calls, ambiguous COMMITs, retry budget refusals,
 // cancelled statements, the circuit breaker's changes, the contention
-// manager's limits, commits a failover lost and a server that acknowledges
-// commits no standby has. Each kind of line is an [Event] with a default
+// manager's limits, commits a failover lost, a server that acknowledges
+// commits no standby has, and connects refused for lack of connection
+// slots. Each kind of line is an [Event] with a default
 // level chosen by severity: a call's own error (a constraint violation,
 // the caller's error) goes to its caller and is logged at Debug; what the
 // operator must act on (a COMMIT whose outcome is unknown, a lost commit,

@@ -128,6 +128,24 @@ const (
 	// Default level: Warn.
 	PoolerSetting
 
+	// SlotRefused is a connect the server or a pooler refused for lack of
+	// connection slots (53300, too many clients) ([slots.Tracer]): the
+	// fleet's pools want more connections than the server has. With
+	// connections held, the pool stops growing and its callers wait for
+	// one; with none, the call backs off as from any overload: "connect
+	// refused for lack of slots".
+	// Default level: Warn.
+	SlotRefused
+	// SlotRaised is a pool's slot limit raised by a connect beyond it that
+	// succeeded: "slot limit raised".
+	// Default level: Info.
+	SlotRaised
+	// SlotWaited is an acquire that waited for a connection the pool held
+	// instead of connecting, because the server had no slot for another:
+	// "waited for a held connection".
+	// Default level: Debug.
+	SlotWaited
+
 	numEvents = iota
 )
 
@@ -164,6 +182,9 @@ var events = [numEvents]struct {
 	ReplicationChanged:  {"replication_changed", slog.LevelInfo, "replication changed"},
 	PoolerFound:         {"pooler_found", slog.LevelInfo, "pooler found"},
 	PoolerSetting:       {"pooler_setting", slog.LevelWarn, "pooler setting"},
+	SlotRefused:         {"slot_refused", slog.LevelWarn, "connect refused for lack of slots"},
+	SlotRaised:          {"slot_raised", slog.LevelInfo, "slot limit raised"},
+	SlotWaited:          {"slot_waited", slog.LevelDebug, "waited for a held connection"},
 }
 
 // String returns the kind's name in snake case, such as "retry_conflict",

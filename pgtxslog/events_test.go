@@ -12,6 +12,7 @@ import (
 	"github.com/pgtx-go/pgtx/failover"
 	"github.com/pgtx-go/pgtx/pgtxslog"
 	"github.com/pgtx-go/pgtx/pooler"
+	"github.com/pgtx-go/pgtx/slots"
 )
 
 // trigger is an event that makes a Tracer write a line of one kind.
@@ -85,6 +86,15 @@ func triggers() []trigger {
 		}},
 		{pgtxslog.PoolerSetting, "pooler_setting", slog.LevelWarn, "pooler setting", func(ctx context.Context, tr *pgtxslog.Tracer) {
 			tr.TracePooler(ctx, pooler.Data{Name: "Pgpool-II", Advice: []pooler.Advice{{Setting: "failover_on_backend_error"}}})
+		}},
+		{pgtxslog.SlotRefused, "slot_refused", slog.LevelWarn, "connect refused for lack of slots", func(ctx context.Context, tr *pgtxslog.Tracer) {
+			tr.TraceSlots(ctx, slots.Data{Event: slots.Refused, Limit: 3, Held: 3, Err: errOverload})
+		}},
+		{pgtxslog.SlotRaised, "slot_raised", slog.LevelInfo, "slot limit raised", func(ctx context.Context, tr *pgtxslog.Tracer) {
+			tr.TraceSlots(ctx, slots.Data{Event: slots.Raised, Limit: 4, Held: 4})
+		}},
+		{pgtxslog.SlotWaited, "slot_waited", slog.LevelDebug, "waited for a held connection", func(ctx context.Context, tr *pgtxslog.Tracer) {
+			tr.TraceSlots(ctx, slots.Data{Event: slots.Waited, Limit: 3, Held: 3, Wait: time.Millisecond})
 		}},
 	}
 }

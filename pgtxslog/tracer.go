@@ -8,6 +8,7 @@ import (
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/failover"
 	"github.com/pgtx-go/pgtx/pooler"
+	"github.com/pgtx-go/pgtx/slots"
 )
 
 // Option configures a [Tracer] made by [NewTracer]; the With functions
@@ -48,10 +49,10 @@ func WithLevels(levels map[Event]slog.Leveler) Option {
 
 // Tracer logs pgtx events to a [*slog.Logger]. It implements every tracer
 // interface of pgtx: [pgtx.TransactionTracer], [pgtx.CancelTracer],
-// [pgtx.BreakerTracer], [pgtx.ContentionTracer], [failover.Tracer] and
-// [pooler.Tracer]; set as [pgtx.Config].Tracer it receives the events of
-// the pool's calls, cancels, circuit breaker, contention manager,
-// failovers and pooler. Create it
+// [pgtx.BreakerTracer], [pgtx.ContentionTracer], [failover.Tracer],
+// [pooler.Tracer] and [slots.Tracer]; set as [pgtx.Config].Tracer it
+// receives the events of the pool's calls, cancels, circuit breaker,
+// contention manager, failovers, pooler and connection slots. Create it
 // with [NewTracer]; the zero Tracer logs to [slog.Default] at the default
 // levels. It is safe for concurrent use.
 type Tracer struct {
@@ -66,6 +67,7 @@ var (
 	_ pgtx.ContentionTracer  = (*Tracer)(nil)
 	_ failover.Tracer        = (*Tracer)(nil)
 	_ pooler.Tracer          = (*Tracer)(nil)
+	_ slots.Tracer           = (*Tracer)(nil)
 )
 
 // NewTracer returns a [Tracer] configured by opts (nil options are

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/slots"
 	"github.com/pgtx-go/pgtx/storm"
 )
 
@@ -21,10 +22,13 @@ import (
 //	commits {lost, unproven, survived}     reported commits a later run of the server was asked about
 //	breaker {name, state, calls, failures, slow, rejected, opened}
 //	contention {<label> {limit, running, waiting}}
+//	slots, cancel_slots {refused, limit, probes, raised, waits, wait}
 //
 // cancels, resolved and commits are left out while all their counts are 0,
 // breaker when the pool has none (name when it is empty), and contention
-// while the contention manager limits no label; a label's group lists only
+// while the contention manager limits no label, slots and cancel_slots
+// while the pool's or the cancel pool's slot counts are all 0 (the server
+// never refused it for lack of slots); a label's group lists only
 // the labels it limits, the empty label under the key "_". The p99 figures
 // are estimates from above ([pgtx.Histogram.Quantile]). The group is built
 // only when a line is written:
@@ -36,7 +40,7 @@ type statsValue pgtx.Stats
 
 // LogValue returns the group documented at [Stats].
 func (s statsValue) LogValue() slog.Value {
-	attrs := make([]slog.Attr, 0, 16)
+	attrs := make([]slog.Attr, 0, 18)
 	attrs = append(attrs,
 		slog.Int64("waiting", s.Waiting),
 		slog.Int("in_flight", s.InFlight),
@@ -95,6 +99,12 @@ func (s statsValue) LogValue() slog.Value {
 	if v, ok := contentionValue(s.Contention); ok {
 		attrs = append(attrs, slog.Attr{Key: "contention", Value: v})
 	}
+	if v, ok := slotsValue(s.Slots); ok {
+		attrs = append(attrs, slog.Attr{Key: "slots", Value: v})
+	}
+	if v, ok := slotsValue(s.CancelSlots); ok {
+		attrs = append(attrs, slog.Attr{Key: "cancel_slots", Value: v})
+	}
 	return slog.GroupValue(attrs...)
 }
 
@@ -139,6 +149,21 @@ func contentionValue(cs []pgtx.ContentionStats) (slog.Value, bool) {
 			slog.Int("waiting", c.Waiting)))
 	}
 	return slog.GroupValue(attrs...), len(attrs) > 0
+}
+
+// slotsValue returns the group of a pool's slot statistics, and false
+// while its counts are all 0.
+func slotsValue(s slots.Stats) (slog.Value, bool) {
+	if s.RefusedCount|s.ProbeCount|s.RaisedCount|s.WaitCount == 0 {
+		return slog.Value{}, false
+	}
+	return slog.GroupValue(
+		slog.Int64("refused", s.RefusedCount),
+		slog.Int64("limit", int64(s.Limit)),
+		slog.Int64("probes", s.ProbeCount),
+		slog.Int64("raised", s.RaisedCount),
+		slog.Int64("waits", s.WaitCount),
+		slog.Duration("wait", s.WaitDuration)), true
 }
 
 // Diagnosis returns a [slog.LogValuer] of a storm diagnosis, as a group of

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/pgtxslog"
+	"github.com/pgtx-go/pgtx/slots"
 	"github.com/pgtx-go/pgtx/storm"
 )
 
@@ -124,6 +125,22 @@ func TestStats(t *testing.T) {
 				"breaker.slow", "0", "breaker.rejected", "0", "breaker.opened", "0",
 				"cancels.sent", "0", "cancels.signalled", "0", "cancels.not_found", "0", "cancels.pool_errors", "0",
 				"cancels.protocol", "0", "cancels.closed", "1", "cancels.latency_p99", "0s"),
+		},
+		{
+			name: "slots: the main pool refused, the cancel pool not",
+			stats: pgtx.Stats{
+				Slots: slots.Stats{RefusedCount: 12, Limit: 3, ProbeCount: 5, RaisedCount: 1, WaitCount: 40,
+					WaitDuration: 2 * time.Second},
+				CancelSlots: slots.Stats{Limit: 1},
+			},
+			want: with("slots.refused", "12", "slots.limit", "3", "slots.probes", "5", "slots.raised", "1",
+				"slots.waits", "40", "slots.wait", "2s"),
+		},
+		{
+			name:  "cancel slots",
+			stats: pgtx.Stats{Slots: slots.Stats{Limit: 4}, CancelSlots: slots.Stats{RefusedCount: 1, Limit: 1}},
+			want: with("cancel_slots.refused", "1", "cancel_slots.limit", "1", "cancel_slots.probes", "0",
+				"cancel_slots.raised", "0", "cancel_slots.waits", "0", "cancel_slots.wait", "0s"),
 		},
 		{
 			name:  "only a resolution",
