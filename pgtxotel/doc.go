@@ -8,8 +8,9 @@
 // [pgtx.Transaction] call with a child span per attempt, under which the
 // client spans of pgx's own tracers (otelpgx's) nest, and counts calls,
 // attempts, retries, cancels, breaker and contention changes and lost
-// commits. [RegisterPoolMetrics] observes a pool's [pgtx.Stats] at each
-// collection. A [PoolTracer], a pgx tracer of the pool's connections,
+// commits, and marks on the attempt's span the connects refused for lack
+// of connection slots. [RegisterPoolMetrics] observes a pool's
+// [pgtx.Stats] at each collection, its connection slots included. A [PoolTracer], a pgx tracer of the pool's connections,
 // records the connection wait and use times, which a snapshot cannot give:
 //
 //	cfg, err := pgtx.ParseConfig(connString)

@@ -15,6 +15,7 @@ const (
 	eventCancel        = "pgtx.cancel"
 	eventBreaker       = "pgtx.breaker.state_change"
 	eventContention    = "pgtx.contention.change"
+	eventSlot          = "pgtx.slot"
 	keyLabel           = attribute.Key("pgtx.label")
 	keyIsolation       = attribute.Key("pgtx.isolation")
 	keyAttemptNumber   = attribute.Key("pgtx.attempt.number")
@@ -43,6 +44,11 @@ const (
 	keyPreviousLimit   = attribute.Key("pgtx.contention.previous_limit")
 	keyConflictRatio   = attribute.Key("pgtx.contention.conflict_ratio")
 	keyLostStatus      = attribute.Key("pgtx.commit_lost.status")
+	keySlotEvent       = attribute.Key("pgtx.slot.event")
+	keySlotPool        = attribute.Key("pgtx.slot.pool")
+	keySlotLimit       = attribute.Key("pgtx.slot.limit")
+	keySlotHeld        = attribute.Key("pgtx.slot.held")
+	keySlotWait        = attribute.Key("pgtx.slot.wait")
 	outcomeCommitted   = "committed"
 	outcomeFailed      = "failed"
 )

@@ -24,6 +24,7 @@ type poolInstruments struct {
 	breakerState    metric.Int64ObservableGauge
 	breakerRejected metric.Int64ObservableCounter
 	breakerOpens    metric.Int64ObservableCounter
+	slots           slotInstruments // pgtx.slot.*
 }
 
 // RegisterPoolMetrics registers observable instruments that report a
@@ -31,8 +32,10 @@ type poolInstruments struct {
 // statistics once and observes every instrument, so they all describe the
 // same moment and the pool pays nothing between collections. They are the
 // convention's db.client.connection.count, .max, .pending_requests (the
-// queue depth) and .timeouts, and pgtx's pool and breaker signals;
-// docs/observability.md lists them.
+// queue depth) and .timeouts, and pgtx's pool, breaker and connection
+// slot signals; docs/observability.md lists them. The slot instruments
+// (pgtx.slot.*) carry pgtx.slot.pool=main, or =cancel for the cancel
+// pool's, which is observed only when the pool has one.
 //
 // Every measurement carries db.client.connection.pool.name=name and the
 // attributes of [WithAttributes]. Call it once per pool, with a distinct
@@ -59,6 +62,8 @@ func RegisterPoolMetrics(pool *pgtx.Pool, name string, opts ...PoolOption) (metr
 	poolOpt := with()
 	used := with(semconv.DBClientConnectionStateUsed)
 	idle := with(semconv.DBClientConnectionStateIdle)
+	mainSlots := with(keySlotPool.String(slotPoolName(false)))
+	cancelSlots := with(keySlotPool.String(slotPoolName(true)))
 
 	callback := func(_ context.Context, o metric.Observer) error {
 		s := pool.Stats()
@@ -77,11 +82,16 @@ func RegisterPoolMetrics(pool *pgtx.Pool, name string, opts ...PoolOption) (metr
 			o.ObserveInt64(ins.breakerRejected, bs.RejectedCount, poolOpt)
 			o.ObserveInt64(ins.breakerOpens, bs.OpenedCount, poolOpt)
 		}
+		ins.slots.observe(o, s.Slots, mainSlots)
+		if s.CancelSlots.Limit > 0 { // a cancel pool's limit is never 0
+			ins.slots.observe(o, s.CancelSlots, cancelSlots)
+		}
 		return nil
 	}
-	reg, err := meter.RegisterCallback(callback,
+	reg, err := meter.RegisterCallback(callback, append([]metric.Observable{
 		ins.connections, ins.maxConnections, ins.pending, ins.timeouts, ins.queueFull,
-		ins.inFlight, ins.oldestInFlight, ins.breakerState, ins.breakerRejected, ins.breakerOpens)
+		ins.inFlight, ins.oldestInFlight, ins.breakerState, ins.breakerRejected, ins.breakerOpens},
+		ins.slots.all()...)...)
 	if err != nil {
 		return nil, fmt.Errorf("pgtxotel: registering the pool metrics callback: %w", err)
 	}
@@ -138,6 +148,7 @@ func newPoolInstruments(m metric.Meter) (*poolInstruments, error) {
 	ins.breakerState = gauge("pgtx.breaker.state", "{state}", "State of the pool's circuit breaker: 0 closed, 1 half-open, 2 open.")
 	ins.breakerRejected = counter("pgtx.breaker.rejection.count", "{transaction}", "Transaction calls the circuit breaker refused because it was open.")
 	ins.breakerOpens = counter("pgtx.breaker.open.count", "{open}", "Times the circuit breaker opened.")
+	ins.slots = newSlotInstruments(m, &errs)
 
 	if err := errors.Join(errs...); err != nil {
 		return nil, errors.Join(errors.New("pgtxotel: creating pool metric instruments"), err)

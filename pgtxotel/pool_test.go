@@ -155,7 +155,10 @@ func int64Counter(unit string) instrumentKind { return instrumentKind{"int64 cou
 func int64UpDown(unit string) instrumentKind  { return instrumentKind{"int64 updowncounter", unit} }
 
 var (
-	secondsGauge = instrumentKind{"float64 gauge", "s"}
+	secondsGauge   = instrumentKind{"float64 gauge", "s"}
+	secondsCounter = instrumentKind{"float64 counter", "s"}
+	mainSlots      = attribute.String("pgtx.slot.pool", "main")
+	cancelSlots    = attribute.String("pgtx.slot.pool", "cancel")
 )
 
 func TestRegisterPoolMetrics(t *testing.T) {
@@ -190,6 +193,12 @@ func TestRegisterPoolMetrics(t *testing.T) {
 		{name: "pgtx.pool.queue_full.count", kind: int64Counter("{transaction}")},
 		{name: "pgtx.pool.in_flight", kind: int64UpDown("{transaction}")},
 		{name: "pgtx.pool.oldest_in_flight", kind: secondsGauge},
+		{name: "pgtx.slot.limit", kind: int64UpDown("{connection}"), by: []attribute.KeyValue{mainSlots}, wantA: 3, wantB: 5},
+		{name: "pgtx.slot.refusal.count", kind: int64Counter("{connect}"), by: []attribute.KeyValue{mainSlots}},
+		{name: "pgtx.slot.probe.count", kind: int64Counter("{connect}"), by: []attribute.KeyValue{mainSlots}},
+		{name: "pgtx.slot.raise.count", kind: int64Counter("{connect}"), by: []attribute.KeyValue{mainSlots}},
+		{name: "pgtx.slot.wait.count", kind: int64Counter("{acquire}"), by: []attribute.KeyValue{mainSlots}},
+		{name: "pgtx.slot.wait.time", kind: secondsCounter, by: []attribute.KeyValue{mainSlots}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name+attrString(tt.by), func(t *testing.T) {
@@ -228,6 +237,41 @@ func TestRegisterPoolMetrics(t *testing.T) {
 				t.Errorf("%s: %d points, want %d", m.Name, n, want)
 			}
 		}
+	}
+}
+
+// TestRegisterPoolMetricsCancelSlots: a pool with a cancel pool reports
+// the cancel pool's slots beside its own, under pgtx.slot.pool=cancel; a
+// pool without one reports only its own.
+func TestRegisterPoolMetricsCancelSlots(t *testing.T) {
+	mp, reader := newManualMeterProvider(t)
+	withCancel := newOfflinePoolWith(t, func(cfg *pgtx.Config) {
+		cfg.MaxConns = 4
+		cfg.CancelMode = pgtx.CancelModePool
+	})
+	registerPool(t, withCancel, "with", WithMeterProvider(mp))
+	registerPool(t, newOfflinePool(t, 2), "without", WithMeterProvider(mp))
+	rm := collect(t, reader)
+	tests := []struct {
+		pool string
+		by   attribute.KeyValue
+		want []float64
+	}{
+		{"with", mainSlots, []float64{4}},
+		{"with", cancelSlots, []float64{float64(withCancel.Stats().CancelSlots.Limit)}},
+		{"without", mainSlots, []float64{2}},
+		{"without", cancelSlots, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.pool+attrString([]attribute.KeyValue{tt.by}), func(t *testing.T) {
+			got := poolPoints(t, rm, "pgtx.slot.limit", int64UpDown("{connection}"), semconv.DBClientConnectionPoolName(tt.pool), tt.by)
+			if fmt.Sprint(got) != fmt.Sprint(tt.want) {
+				t.Errorf("pgtx.slot.limit = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	if withCancel.Stats().CancelSlots.Limit < 1 {
+		t.Errorf("the cancel pool's slot limit is %d, want at least 1", withCancel.Stats().CancelSlots.Limit)
 	}
 }
 

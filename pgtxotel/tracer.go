@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/failover"
+	"github.com/pgtx-go/pgtx/slots"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -62,10 +63,10 @@ var classNames = func() [numClasses]string {
 
 // Tracer reports pgtx calls as OpenTelemetry spans and metrics. It
 // implements every tracer interface of pgtx: [pgtx.TransactionTracer],
-// [pgtx.CancelTracer], [pgtx.BreakerTracer], [pgtx.ContentionTracer] and
-// [failover.Tracer]; set as [pgtx.Config].Tracer it receives the events
-// of the pool's calls, cancels, circuit breaker, contention manager and
-// failovers. docs/observability.md lists its spans, events and
+// [pgtx.CancelTracer], [pgtx.BreakerTracer], [pgtx.ContentionTracer],
+// [failover.Tracer] and [slots.Tracer]; set as [pgtx.Config].Tracer it
+// receives the events of the pool's calls, cancels, circuit breaker,
+// contention manager, failovers and connection slots. docs/observability.md lists its spans, events and
 // instruments. A Tracer is safe for concurrent use and may be shared by
 // several pools.
 type Tracer struct {
@@ -110,6 +111,7 @@ var (
 	_ pgtx.BreakerTracer     = (*Tracer)(nil)
 	_ pgtx.ContentionTracer  = (*Tracer)(nil)
 	_ failover.Tracer        = (*Tracer)(nil)
+	_ slots.Tracer           = (*Tracer)(nil)
 )
 
 // NewTracer returns a [Tracer] configured by opts (nil options are
