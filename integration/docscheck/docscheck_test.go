@@ -76,9 +76,20 @@ func TestDocIdentifiers(t *testing.T) {
 	}
 }
 
-// TestCheckerFindsMadeUpNames runs the checker on a document of its own.
+// TestCheckerFindsMadeUpNames runs the checker on a document of its own,
+// whose breaking changes are those of v1.0.0 against v0.3.0 (whatever
+// release CHANGELOG.md prepares now): v0.3.0 had multitracer and
+// pgtxtest.NewDatabaseOn.
 func TestCheckerFindsMadeUpNames(t *testing.T) {
-	cur, base := apis(t)
+	cur, _ := apis(t)
+	commit, err := ReleaseCommit(root, "v0.3.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := NewAPI()
+	if err := LoadCommit(base, root, commit); err != nil {
+		t.Fatal(err)
+	}
 	c := &Checker{Current: cur, Base: base}
 	doc := strings.Join([]string{
 		"# A guide",

@@ -73,12 +73,22 @@ func PreviousRelease(root string) (version, commit string, err error) {
 		return "", "", fmt.Errorf("CHANGELOG.md has fewer than two versions: %v", vs)
 	}
 	version = vs[1]
+	commit, err = ReleaseCommit(root, version)
+	if err != nil {
+		return "", "", fmt.Errorf("%w, the release before CHANGELOG.md's newest", err)
+	}
+	return version, commit, nil
+}
+
+// ReleaseCommit returns the commit of release version: its tag, or the
+// commit RELEASING.md names for it, now or in its history.
+func ReleaseCommit(root, version string) (string, error) {
 	if out, err := git(root, "rev-parse", "--verify", "-q", version+"^{commit}"); err == nil {
-		return version, strings.TrimSpace(string(out)), nil
+		return strings.TrimSpace(string(out)), nil
 	}
 	rel, err := os.ReadFile(filepath.Join(root, "RELEASING.md"))
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	// RELEASING.md names the last release; once the next is cut, its
 	// history still does.
@@ -86,9 +96,9 @@ func PreviousRelease(root string) (version, commit string, err error) {
 	for _, text := range []string{string(rel), string(hist)} {
 		for _, m := range baseLine.FindAllStringSubmatch(text, -1) {
 			if m[1] == version {
-				return version, m[2], nil
+				return m[2], nil
 			}
 		}
 	}
-	return "", "", fmt.Errorf("no commit for %s, the release before CHANGELOG.md's newest: neither a tag nor a line \"`%s` at commit `<40 hex>`\" in RELEASING.md or its history", version, version)
+	return "", fmt.Errorf("no commit for %s: neither a tag nor a line \"`%s` at commit `<40 hex>`\" in RELEASING.md or its history", version, version)
 }

@@ -1,6 +1,8 @@
 // Package releasecheck holds the test that the places naming the release
 // agree: README's version and install lines, RELEASING.md's table,
-// CHANGELOG.md's first heading and the go.mod requires between the modules.
+// CHANGELOG.md's latest released heading and the go.mod requires between
+// the modules. CHANGELOG.md may open with the section of the version being
+// prepared, "## vX.Y.Z — Unreleased", newer than the release.
 package releasecheck
 
 import (
@@ -22,7 +24,7 @@ var (
 	tableRow    = regexp.MustCompile("(?m)^\\| `(github\\.com/pgtx-go/pgtx[^`]*)` \\| `([^`]+)` \\| `([^`]+)` \\|$")
 	readmeVer   = regexp.MustCompile(`\*\*(v\d+\.\d+\.\d+)\*\*`)
 	installLine = regexp.MustCompile(`(?m)^go get (github\.com/pgtx-go/pgtx[a-z/]*)@(\S+)`)
-	heading     = regexp.MustCompile(`(?m)^## (v\d+\.\d+\.\d+)\b`)
+	heading     = regexp.MustCompile(`(?m)^## (v(\d+)\.(\d+)\.(\d+))\b(.*)$`)
 	requireLine = regexp.MustCompile(`(?m)^\s*(?:require\s+)?(github\.com/pgtx-go/pgtx(?:/[a-z/]+)?) (v\S+)$`)
 )
 
@@ -81,9 +83,7 @@ func check(readme, releasing, changelog string, gomods map[string]string) []stri
 		}
 	}
 
-	if h := heading.FindStringSubmatch(changelog); h == nil || h[1] != version {
-		bad = append(bad, fmt.Sprintf("CHANGELOG.md's first heading is for %v, RELEASING.md's table for %s", first(h), version))
-	}
+	bad = append(bad, checkChangelog(changelog, version)...)
 
 	dirs := make([]string, 0, len(gomods))
 	for d := range gomods {
@@ -98,6 +98,50 @@ func check(readme, releasing, changelog string, gomods map[string]string) []stri
 		}
 	}
 	return bad
+}
+
+// checkChangelog returns the disagreements of CHANGELOG.md with the
+// release version: its latest released heading must be version's. Only
+// the first heading may be "— Unreleased", and its version must be newer.
+func checkChangelog(changelog, version string) []string {
+	var bad []string
+	hs := heading.FindAllStringSubmatch(changelog, -1)
+	if len(hs) > 0 && unreleased(hs[0]) {
+		if !newer(hs[0][2:5], version) {
+			bad = append(bad, fmt.Sprintf("CHANGELOG.md's unreleased %s is not newer than %s, the release", hs[0][1], version))
+		}
+		hs = hs[1:]
+	}
+	for _, h := range hs {
+		if unreleased(h) {
+			bad = append(bad, fmt.Sprintf("CHANGELOG.md's %s is unreleased but not its first section", h[1]))
+		}
+	}
+	var released []string
+	if len(hs) > 0 {
+		released = hs[0]
+	}
+	if released == nil || released[1] != version {
+		bad = append(bad, fmt.Sprintf("CHANGELOG.md's latest released heading is for %v, RELEASING.md's table for %s", first(released), version))
+	}
+	return bad
+}
+
+// unreleased reports whether a heading's match is of a version not yet
+// released: its text after the version says "Unreleased".
+func unreleased(h []string) bool { return strings.Contains(h[5], "Unreleased") }
+
+// newer reports whether the version of major, minor and patch numbers
+// is after the version v ("vX.Y.Z").
+func newer(numbers []string, v string) bool {
+	var a, b [3]int
+	for i, n := range numbers {
+		fmt.Sscan(n, &a[i])
+	}
+	if _, err := fmt.Sscanf(v, "v%d.%d.%d", &b[0], &b[1], &b[2]); err != nil {
+		return false
+	}
+	return slices.Compare(a[:], b[:]) > 0
 }
 
 func first(m []string) string {
@@ -171,8 +215,11 @@ func TestCheckFindsDisagreement(t *testing.T) {
 		"pgtxotel":    "module github.com/pgtx-go/pgtx/pgtxotel\n\nrequire github.com/pgtx-go/pgtx v1.0.0\n",
 		"integration": "module github.com/pgtx-go/pgtx/integration\n\nrequire (\n\tgithub.com/pgtx-go/pgtx v1.0.0\n\tgithub.com/pgtx-go/pgtx/examples v0.0.0\n)\n",
 	}
-	if bad := check(readme, releasing, changelog, gomods); len(bad) != 0 {
-		t.Fatalf("agreeing places: %q", bad)
+	for _, cl := range []string{changelog, "# Changelog\n\n## v1.1.0 — Unreleased\n\n### Added\n\n" + changelog[len("# Changelog\n\n"):],
+		"## v2.0.0 — Unreleased\n\n" + changelog, "## v1.0.1 — Unreleased\n\n" + changelog} {
+		if bad := check(readme, releasing, cl, gomods); len(bad) != 0 {
+			t.Fatalf("agreeing places, CHANGELOG.md opening %q: %q", cl[:min(len(cl), 40)], bad)
+		}
 	}
 	with := func(gm map[string]string, dir, text string) map[string]string {
 		c := map[string]string{}
@@ -193,7 +240,12 @@ func TestCheckFindsDisagreement(t *testing.T) {
 		{"install missing", strings.Replace(readme, "go get github.com/pgtx-go/pgtx/pgtxotel@v1.0.0\n", "", 1), releasing, changelog, gomods, "no install line for github.com/pgtx-go/pgtx/pgtxotel"},
 		{"install unreleased", readme + "go get github.com/pgtx-go/pgtx/pgtxextra@v1.0.0\n", releasing, changelog, gomods, "which RELEASING.md's table does not release"},
 		{"table tag", readme, strings.Replace(releasing, "`pgtxotel/v1.0.0`", "`pgtxotel/v0.3.0`", 1), changelog, gomods, "tag is pgtxotel/v0.3.0"},
-		{"changelog", readme, releasing, strings.Replace(changelog, "## v1.0.0 — 2026-12-07\n\n", "", 1), gomods, "first heading is for v0.3.0"},
+		{"changelog", readme, releasing, strings.Replace(changelog, "## v1.0.0 — 2026-12-07\n\n", "", 1), gomods, "latest released heading is for v0.3.0"},
+		{"unreleased, then an old release", readme, releasing, "## v1.1.0 — Unreleased\n\n## v0.3.0 — 2026-12-02\n", gomods, "latest released heading is for v0.3.0"},
+		{"unreleased, not newer", readme, releasing, "## v1.0.0 — Unreleased\n\n" + changelog, gomods, "unreleased v1.0.0 is not newer than v1.0.0"},
+		{"unreleased, older", readme, releasing, "## v0.9.9 — Unreleased\n\n" + changelog, gomods, "unreleased v0.9.9 is not newer"},
+		{"unreleased, not first", readme, releasing, strings.Replace(changelog, "## v0.3.0 — 2026-12-02", "## v0.3.0 — Unreleased", 1), gomods, "v0.3.0 is unreleased but not its first section"},
+		{"only unreleased", readme, releasing, "## v1.1.0 — Unreleased\n", gomods, "latest released heading is for none"},
 		{"require", readme, releasing, changelog, with(gomods, "pgtxotel", "module github.com/pgtx-go/pgtx/pgtxotel\n\nrequire github.com/pgtx-go/pgtx v0.3.0\n"), "pgtxotel/go.mod requires github.com/pgtx-go/pgtx v0.3.0"},
 		{"directory", readme, releasing, changelog, with(gomods, "pgtxotel", "module example.com/other\n"), `holds module "example.com/other"`},
 		{"no table", readme, "# Releasing\n", changelog, gomods, "has no table"},
