@@ -9,7 +9,8 @@
 // of it) refuses a pool's connect for lack of slots while the pool holds
 // connections, the pool stops growing at what it holds, and the caller
 // waits for one of those, within its AcquireTimeout and deadline, instead
-// of failing. About once a second the pool tries one connection more. The
+// of failing. About every two seconds (jittered to between one and three)
+// the pool tries one connection more. The
 // [fleets guide] says what to set instead: a pooler, or pools sized to the
 // server.
 //

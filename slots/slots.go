@@ -66,8 +66,8 @@ type Stats struct {
 	// until a refusal while it held some, then what it held, raised by each
 	// connection a probe made beyond it.
 	Limit int32
-	// ProbeCount counts connects let through beyond Limit, about one per
-	// second while Limit is below MaxConns; RaisedCount, those that
+	// ProbeCount counts connects let through beyond Limit, about one every
+	// two seconds while Limit is below MaxConns; RaisedCount, those that
 	// connected and raised it.
 	ProbeCount, RaisedCount int64
 	// WaitCount counts acquires that waited for a connection the pool held
