@@ -41,6 +41,7 @@ type fleetSpec struct {
 	workers   int  // in all, spread evenly over the processes
 	fit       bool // the reference sized to fit of its cell
 	restart   bool
+	dur       time.Duration // how long it runs: set by runAll
 }
 
 // fleetRun is what a fleetSpec measured.
@@ -116,19 +117,78 @@ func fleet(ctx context.Context, e *env) (result, error) {
 			fleetSpec{label: label, contender: fleetPgtx, shape: o.fleetFit, workers: w, restart: true},
 			fleetSpec{label: label, contender: fleetLoop, shape: o.fleetFit, workers: w, restart: true})
 	}
-	var runs []fleetRun
-	for _, s := range specs {
-		r, err := f.run(ctx, s)
-		if err != nil {
-			return result{}, fmt.Errorf("%s, %s in %s: %w", s.label, s.contender, s.shape, err)
-		}
-		runs = append(runs, r)
+	runs, err := f.runAll(ctx, specs)
+	if err != nil {
+		return result{}, err
 	}
 	res := result{Tables: fleetTables(o, runs), Data: runs}
 	if o.fleetStrict {
 		res.failed = fleetStrictCheck(runs)
 	}
 	return res, nil
+}
+
+// runAll runs specs. The fleets of one cell (the restart's aside) run in
+// o.rounds slices of the duration each, their order rotating from one
+// round to the next, and each fleet's slices add up to one run: the
+// server's drift over the minutes of a cell then weighs on each alike.
+func (f *fleetBench) runAll(ctx context.Context, specs []fleetSpec) ([]fleetRun, error) {
+	rounds := max(f.opts.rounds, 1)
+	runs := make([]fleetRun, len(specs))
+	for start := 0; start < len(specs); {
+		end := start + 1
+		for end < len(specs) && specs[end].label == specs[start].label && !specs[start].restart {
+			end++
+		}
+		cell := specs[start:end]
+		n := rounds
+		if cell[0].restart {
+			n = 1
+		}
+		for round := range n {
+			for k := range cell {
+				i := start + (k+round)%len(cell)
+				s := specs[i]
+				s.dur = f.opts.fleetDur / time.Duration(n)
+				r, err := f.run(ctx, s)
+				if err != nil {
+					return nil, fmt.Errorf("%s, %s in %s: %w", s.label, s.contender, s.shape, err)
+				}
+				runs[i] = mergeRuns(runs[i], r, round == 0)
+			}
+		}
+		start = end
+	}
+	return runs, nil
+}
+
+// mergeRuns adds run r, a slice of a fleet's run, to acc; first says r
+// is its first slice.
+func mergeRuns(acc, r fleetRun, first bool) fleetRun {
+	if first {
+		return r
+	}
+	acc.Dur += r.Dur
+	acc.Refused += r.Refused
+	s := &acc.Sum
+	s.Commits += r.Sum.Commits
+	s.Failed += r.Sum.Failed
+	for text, n := range r.Sum.Errors {
+		if s.Errors == nil {
+			s.Errors = map[string]int64{}
+		}
+		s.Errors[text] += n
+	}
+	s.PerSecond = append(s.PerSecond, r.Sum.PerSecond...)
+	s.Commits1s = append(s.Commits1s, r.Sum.Commits1s...)
+	s.Failures = append(s.Failures, r.Sum.Failures...)
+	s.Unrecorded += r.Sum.Unrecorded
+	// The pools' sizes and limits are the last slice's; their counts add up.
+	last := r.Sum.Pool
+	s.Pool.add(last)
+	s.Pool.MaxConns, s.Pool.TotalConns, s.Pool.SlotLimit = last.MaxConns, last.TotalConns, last.SlotLimit
+	acc.Top = topErrors(s.Errors, fleetTopErrors)
+	return acc
 }
 
 // withUser is dsn with its user replaced.
@@ -189,7 +249,7 @@ func (f *fleetBench) run(ctx context.Context, s fleetSpec) (fleetRun, error) {
 	if err != nil {
 		return fleetRun{}, err
 	}
-	dur := f.opts.fleetDur
+	dur := s.dur
 	start := time.Now().Add(time.Second + time.Duration(s.shape.Procs)*25*time.Millisecond)
 	failures := 0
 	if s.restart {
@@ -383,10 +443,11 @@ func fleetTables(o options, runs []fleetRun) []table {
 		Title: fmt.Sprintf("Fleet: processes each with its own pool, one server of max_connections %d (%d slots for the fleet's role)",
 			fleetMaxConnections, fleetSlots),
 		Note: fmt.Sprintf("Each process runs %d closed-loop workers of one-row updates (%d rows), each call with a %v deadline, for %v; "+
-			"the contenders ran one after the other. pgxpool loop: up to %d tries, %v apart, on 40001, 40P01, 53300 or a connect error. "+
+			"the contenders ran in %d rounds of a %v slice each, their order rotating, each from a vacuumed table. pgxpool loop: up to %d tries, %v apart, on 40001, 40P01, 53300 or a connect error. "+
 			"Sized to fit: pgtx in %s processes carrying the same workers. Refused connections: the server log's "+
 			"\"too many clients\" and \"remaining connection slots are reserved\" lines during the run.",
-			o.fleetWorkers, fleetRows, fleetCallTimeout, o.fleetDur, fleetLoopTries, fleetLoopPause, o.fleetFit),
+			o.fleetWorkers, fleetRows, fleetCallTimeout, o.fleetDur, max(o.rounds, 1), o.fleetDur/time.Duration(max(o.rounds, 1)),
+			fleetLoopTries, fleetLoopPause, o.fleetFit),
 		Header: []string{"fleet", "contender", "commits", "× pgxpool loop", "× sized to fit", "failed calls",
 			"failed per second (min–max)", "refused connections", "refused per process per second"},
 	}

@@ -86,6 +86,8 @@ type fleetReport struct {
 	// PerSecond counts the failed calls by the second of the run they
 	// ended in (calls that ended after the run, in its last second).
 	PerSecond []int64 `json:"failed_per_second"`
+	// CommitsPerSecond counts the commits by the second of the run.
+	CommitsPerSecond []int64 `json:"commits_per_second,omitempty"`
 	// Failures are the failed calls with their times, up to the number
 	// asked for (the restart cell); Unrecorded counts those left out.
 	Failures   []fleetFailure `json:"failures,omitempty"`
@@ -180,6 +182,7 @@ type fleetSum struct {
 	Failed     int64            `json:"failed"`
 	Errors     map[string]int64 `json:"errors,omitempty"`
 	PerSecond  []int64          `json:"failed_per_second"`
+	Commits1s  []int64          `json:"commits_per_second,omitempty"`
 	Failures   []fleetFailure   `json:"-"`
 	Unrecorded int64            `json:"unrecorded_failures,omitempty"`
 	Pool       fleetPoolStats   `json:"pool"`
@@ -200,6 +203,12 @@ func sumReports(rs []fleetReport) fleetSum {
 		}
 		for i, n := range r.PerSecond {
 			s.PerSecond[i] += n
+		}
+		if len(r.CommitsPerSecond) > len(s.Commits1s) {
+			s.Commits1s = append(s.Commits1s, make([]int64, len(r.CommitsPerSecond)-len(s.Commits1s))...)
+		}
+		for i, n := range r.CommitsPerSecond {
+			s.Commits1s[i] += n
 		}
 		s.Failures = append(s.Failures, r.Failures...)
 		s.Unrecorded += r.Unrecorded

@@ -329,3 +329,32 @@ func TestWaitLogQuiet(t *testing.T) {
 		})
 	}
 }
+
+// TestMergeRuns: a fleet's slices add up to one run: counts and errors
+// add, the seconds follow one another, and the pools' sizes are the last
+// slice's.
+func TestMergeRuns(t *testing.T) {
+	slice := func(commits, failed int64, perSecond []int64, conns int64) fleetRun {
+		return fleetRun{Dur: float64(len(perSecond)), Refused: failed, Sum: fleetSum{
+			Commits: commits, Failed: failed, Errors: map[string]int64{"e": failed}, PerSecond: perSecond,
+			Pool: fleetPoolStats{TotalConns: conns, SlotLimit: conns, AcquireCount: commits, SlotWaits: commits},
+		}}
+	}
+	var acc fleetRun
+	for i, r := range []fleetRun{slice(10, 1, []int64{1, 0}, 4), slice(20, 2, []int64{2}, 3), slice(30, 0, []int64{0, 0}, 2)} {
+		acc = mergeRuns(acc, r, i == 0)
+	}
+	s := acc.Sum
+	if acc.Dur != 5 || acc.Refused != 3 || s.Commits != 60 || s.Failed != 3 || s.Errors["e"] != 3 {
+		t.Errorf("merged %+v: want 5s, 3 refused, 60 commits, 3 failed", acc)
+	}
+	if !slices.Equal(s.PerSecond, []int64{1, 0, 2, 0, 0}) {
+		t.Errorf("per second %v, want the slices' seconds one after the other", s.PerSecond)
+	}
+	if s.Pool.TotalConns != 2 || s.Pool.SlotLimit != 2 || s.Pool.AcquireCount != 60 || s.Pool.SlotWaits != 60 {
+		t.Errorf("pool %+v: want the last slice's size (2) and the counts added (60)", s.Pool)
+	}
+	if len(acc.Top) != 1 || acc.Top[0].Count != 3 {
+		t.Errorf("top errors %+v, want e × 3", acc.Top)
+	}
+}

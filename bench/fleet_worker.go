@@ -121,6 +121,7 @@ func runFleetWorker(ctx context.Context, c fleetWorkerConfig) (fleetReport, erro
 			r := &reports[w]
 			r.Errors = map[string]int64{}
 			r.PerSecond = make([]int64, seconds)
+			r.CommitsPerSecond = make([]int64, seconds)
 			for time.Now().Before(end) {
 				id := rand.IntN(c.rows) + 1
 				t0 := time.Now()
@@ -129,6 +130,7 @@ func runFleetWorker(ctx context.Context, c fleetWorkerConfig) (fleetReport, erro
 				cancel()
 				if err == nil {
 					r.Commits++
+					r.CommitsPerSecond[min(seconds-1, max(0, int(time.Since(c.start)/time.Second)))]++
 					continue
 				}
 				t1 := time.Now()
@@ -146,7 +148,7 @@ func runFleetWorker(ctx context.Context, c fleetWorkerConfig) (fleetReport, erro
 	}
 	wg.Wait()
 	s := sumReports(reports)
-	out := fleetReport{Contender: c.contender, Commits: s.Commits, Failed: s.Failed, PerSecond: s.PerSecond,
+	out := fleetReport{Contender: c.contender, Commits: s.Commits, Failed: s.Failed, PerSecond: s.PerSecond, CommitsPerSecond: s.Commits1s,
 		Failures: s.Failures, Unrecorded: s.Unrecorded, Pool: stats()}
 	if len(s.Errors) > 0 {
 		out.Errors = map[string]int64{}
