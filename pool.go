@@ -80,11 +80,12 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	// made is set below; its MinConns may connect before.
 	var made atomic.Pointer[pgxpool.Pool]
 	var cancelPool atomic.Pointer[cancel.Limited] // set below: a limit drops only once a call runs
-	sl := &slotted{limit: newLimit(&made, cfg, retryConfig.Jitter, func() {
-		if l := cancelPool.Load(); l != nil {
-			l.Yield()
+	sl := &slotted{}
+	sl.limit = newLimit(&made, cfg, retryConfig.Jitter, func() {
+		if l := cancelPool.Load(); l != nil && l.Yield() > 0 {
+			sl.limit.ProbeSoon() // the slot it gave back is the work's to take
 		}
-	})}
+	})
 	canceller, err := newCanceller(ctx, cfg, pc, sl.limit.Capped)
 	if err != nil {
 		return nil, err

@@ -9,8 +9,8 @@
 // of it) refuses a pool's connect for lack of slots while the pool holds
 // connections, the pool stops growing at what it holds, and the caller
 // waits for one of those, within its AcquireTimeout and deadline, instead
-// of failing. About every two seconds (jittered to between one and three)
-// the pool tries one connection more. The
+// of failing. It tries one connection more 250ms later, then after a
+// delay that doubles with each refusal up to two seconds. The
 // [fleets guide] says what to set instead: a pooler, or pools sized to the
 // server.
 //

@@ -20,7 +20,9 @@ const closeTimeout = time.Second
 // resolution releases is closed, and its warm connection is not made
 // again. A cancel or a resolution then connects for itself, and a cancel
 // whose connect is refused goes as a protocol cancel request, which takes
-// no slot. The slots go to the main pool's work.
+// no slot; a routine question ([slotlimit.Routine]: the survey of the
+// commits a failover may lose) waits for a server with slots to spare.
+// The slots go to the main pool's work.
 type Limited struct {
 	Pool  *pgxpool.Pool
 	Limit *slotlimit.Limit
@@ -35,6 +37,9 @@ type onDemand struct{}
 // own connection, if it holds one, until ctx ends.
 func (l *Limited) Acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	if l.yielding() {
+		if slotlimit.IsRoutine(ctx) {
+			return nil, slotlimit.ErrNoSlot // it waits for a server with slots to spare
+		}
 		ctx = context.WithValue(ctx, onDemand{}, true)
 	}
 	return slotlimit.Acquire[*pgxpool.Conn](ctx, l.Limit, l.Pool)
@@ -43,18 +48,20 @@ func (l *Limited) Acquire(ctx context.Context) (*pgxpool.Conn, error) {
 func (l *Limited) yielding() bool { return l.yield != nil && l.yield() }
 
 // Yield closes the cancel pool's idle connections, when the main pool's
-// server has no slot to spare.
-func (l *Limited) Yield() {
+// server has no slot to spare, and returns how many it closed.
+func (l *Limited) Yield() int {
 	if !l.yielding() {
-		return
+		return 0
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
 	defer cancel()
-	for _, c := range l.Pool.AcquireAllIdle(ctx) {
+	conns := l.Pool.AcquireAllIdle(ctx)
+	for _, c := range conns {
 		// Hijacked, not released: the limit counts only the acquires it
 		// was told of.
 		_ = c.Hijack().Close(ctx)
 	}
+	return len(conns)
 }
 
 // limitedPool is a [Limited] as a Canceller's [Pool].

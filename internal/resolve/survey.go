@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pgtx-go/pgtx/internal/slotlimit"
 )
 
 // surveySQL asks a server, in one statement, what became of a pool's
@@ -69,9 +70,11 @@ func (r Replication) Asynchronous() bool {
 }
 
 // Survey asks, once, on the resolver's connection, what became of the
-// commits xids of system, and how the server replicates.
+// commits xids of system, and how the server replicates. It is routine
+// ([slotlimit.Routine]): a cancel pool that gave its slots back while the
+// server is full does not connect for it, and it fails at once.
 func (r *Resolver) Survey(ctx context.Context, system int64, xids []uint64) (Survey, error) {
-	actx, cancel := context.WithTimeout(ctx, r.timeout/askShare)
+	actx, cancel := context.WithTimeout(slotlimit.Routine(ctx), r.timeout/askShare)
 	defer cancel()
 	conn, release, err := r.conn(actx)
 	if err != nil {

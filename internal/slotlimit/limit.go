@@ -38,6 +38,13 @@ type Data struct {
 	Wait time.Duration
 }
 
+// firstProbe divides Every into the delay of the first try beyond the
+// limit after it dropped, or after a try raised it: the delay then doubles
+// with each refusal, up to Every. A pool refused at a moment's crowding
+// (a fleet starting) soon takes the slots that free up; one that stays
+// refused knocks once per Every.
+const firstProbe = 8
+
 // Settings configure a [Limit]. Its owner applies the defaults.
 type Settings struct {
 	// Max is the pool's MaxConns: the limit before any refusal.
@@ -45,9 +52,9 @@ type Settings struct {
 	// Stat returns how many connections the pool holds (total), those
 	// connecting included, and how many of them are connecting.
 	Stat func() (total, connecting int)
-	// Every is the pause between two tries of a connection beyond the
-	// limit, scaled by Jitter (a value in [0, 1)) to between half and one
-	// and a half of it.
+	// Every is the longest pause between two tries of a connection beyond
+	// the limit ([firstProbe]), each scaled by Jitter (a value in [0, 1))
+	// to between half and one and a half of it.
 	Every  time.Duration
 	Jitter func() float64
 	// Now is the clock.
@@ -78,7 +85,8 @@ type Limit struct {
 	// written under it.
 	probeAt, probing atomic.Int64
 
-	mu sync.Mutex
+	mu    sync.Mutex
+	delay time.Duration // before the next try beyond the limit
 	// queue holds the acquires waiting for a held connection, first come
 	// first; waiting is its length, read without mu.
 	queue   []*waiter
@@ -161,6 +169,8 @@ func (l *Limit) Connected(ctx context.Context) {
 	limit := min(held, l.s.Max)
 	l.limit.Store(int32(limit))
 	l.probing.Store(0)
+	// Slots are free: the next try comes soon.
+	l.delay = l.s.Every / firstProbe
 	l.probeAt.Store(l.next())
 	if limit >= l.s.Max {
 		l.capped.Store(false)
@@ -171,8 +181,9 @@ func (l *Limit) Connected(ctx context.Context) {
 }
 
 // refuse records a refusal of the server for lack of slots, met by an
-// acquire while the pool held held connections (established): with any, the limit drops
-// to them, and the next try beyond it is due an Every from now.
+// acquire while the pool held held connections (established): with any,
+// the limit drops to them, and the next try beyond it is due after a
+// delay that doubles with each refusal, from Every/firstProbe up to Every.
 func (l *Limit) refuse(ctx context.Context, held int, err error) {
 	l.refused.Add(1)
 	l.mu.Lock()
@@ -182,7 +193,11 @@ func (l *Limit) refuse(ctx context.Context, held int, err error) {
 		l.limit.Store(int32(limit))
 		l.capped.Store(limit < l.s.Max)
 		l.probing.Store(0)
+		if !was || l.delay == 0 {
+			l.delay = l.s.Every / firstProbe
+		}
 		l.probeAt.Store(l.next())
+		l.delay = min(2*l.delay, l.s.Every)
 	}
 	limit := int(l.limit.Load())
 	capped := !was && l.capped.Load()
@@ -198,13 +213,24 @@ func (l *Limit) refuse(ctx context.Context, held int, err error) {
 func (l *Limit) Capped() bool { return l.capped.Load() }
 
 // next returns when the next try beyond the limit is due, in unix
-// nanoseconds; l.mu is held.
+// nanoseconds: l.delay from now, jittered; l.mu is held.
 func (l *Limit) next() int64 {
 	j := 0.5
 	if l.s.Jitter != nil {
 		j = l.s.Jitter()
 	}
-	return l.s.Now().Add(time.Duration((0.5 + j) * float64(l.s.Every))).UnixNano()
+	return l.s.Now().Add(time.Duration((0.5 + j) * float64(l.delay))).UnixNano()
+}
+
+// ProbeSoon makes the next try beyond the limit due at once: the pool
+// gave a slot back (its cancel pool's), which its own work may take.
+func (l *Limit) ProbeSoon() {
+	if !l.capped.Load() {
+		return
+	}
+	l.mu.Lock()
+	l.probeAt.Store(l.s.Now().UnixNano())
+	l.mu.Unlock()
 }
 
 // Acquired is the pool's acquire step, on every path: it counts a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -183,15 +184,15 @@ func TestRefusedWaitsForHeld(t *testing.T) {
 			t.Fatalf("acquire returned %v, %v before any release, want it waiting", r.c, r.err)
 		default:
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 		p.release(held[1])
 		r := <-got
 		if r.err != nil || r.c != held[1] {
 			t.Fatalf("acquire = %v, %v, want the released %v", r.c, r.err, held[1])
 		}
 		s := p.limit.Stats()
-		if s.Refused != 1 || s.Limit != 2 || s.Waits != 1 || s.WaitTime < 99*time.Millisecond {
-			t.Errorf("stats %+v, want 1 refused, limit 2, 1 wait of about 100ms", s)
+		if s.Refused != 1 || s.Limit != 2 || s.Waits != 1 || s.WaitTime < 49*time.Millisecond {
+			t.Errorf("stats %+v, want 1 refused, limit 2, 1 wait of about 50ms", s)
 		}
 		// The pool no longer tries the server while it holds its limit.
 		done := make(chan error, 1)
@@ -199,7 +200,7 @@ func TestRefusedWaitsForHeld(t *testing.T) {
 			_, err := Acquire[conn](t.Context(), p.limit, p)
 			done <- err
 		}()
-		time.Sleep(400 * time.Millisecond) // before the next probe (1s after the refusal)
+		time.Sleep(50 * time.Millisecond) // before the next probe (125ms after the refusal)
 		synctest.Wait()
 		if _, refused := server.counts(); refused != 1 {
 			t.Errorf("%d refusals, want the one: the limit let a connect through", refused)
@@ -348,8 +349,9 @@ func TestRefusalsPerSecond(t *testing.T) {
 		if failed > 0 {
 			t.Errorf("%d acquires failed, want none", failed)
 		}
-		// At most one per probe, one per second, and one at the start.
-		if limit := pools * (20 + 1); refused > limit {
+		// At most one per probe: after the first few (125ms, 250ms, 500ms
+		// apart), one per second; and one at the start.
+		if limit := pools * (20 + 4); refused > limit {
 			t.Errorf("%d refusals, want at most %d (one per pool per second)", refused, limit)
 		}
 	})
@@ -472,4 +474,34 @@ func TestPacerRamp(t *testing.T) {
 			t.Errorf("%d held, %d connecting: %d waiting after, want %d", tc.total, tc.connecting, p.blocked, tc.blocked)
 		}
 	}
+}
+
+// TestProbeBacksOff: after the limit drops, the next try beyond it comes
+// after Every/8, and the delay doubles with each refusal up to Every; a
+// try that raises the limit makes the next one come soon again.
+func TestProbeBacksOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		held := 2
+		l := New(Settings{Max: 4, Stat: func() (int, int) { return held, 0 }, Every: time.Second,
+			Jitter: func() float64 { return 0.5 }, Now: time.Now})
+		due := func() time.Duration { return time.Duration(l.probeAt.Load() - time.Now().UnixNano()) }
+		var got []time.Duration
+		for range 6 {
+			l.refuse(t.Context(), held, refusal)
+			got = append(got, due())
+		}
+		want := []time.Duration{125 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second, time.Second, time.Second}
+		if !slices.Equal(got, want) {
+			t.Errorf("delays %v, want %v", got, want)
+		}
+		held = 3 // a probe connected
+		l.Connected(t.Context())
+		if d := due(); d != 125*time.Millisecond || l.Stats().Limit != 3 {
+			t.Errorf("after a raise: next try in %v, limit %d; want 125ms, 3", d, l.Stats().Limit)
+		}
+		l.ProbeSoon()
+		if d := due(); d != 0 {
+			t.Errorf("after ProbeSoon: next try in %v, want now", d)
+		}
+	})
 }

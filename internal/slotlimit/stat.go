@@ -1,6 +1,7 @@
 package slotlimit
 
 import (
+	"context"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,3 +20,14 @@ func PoolStat(p *atomic.Pointer[pgxpool.Pool]) func() (total, connecting int) {
 		return int(st.TotalConns()), int(st.ConstructingConns())
 	}
 }
+
+// routine marks the context of an acquire that may wait for a pool with
+// slots to spare.
+type routine struct{}
+
+// Routine returns ctx marked as a routine acquire's: a pool that gives its
+// slots back while its server is full does not connect for it.
+func Routine(ctx context.Context) context.Context { return context.WithValue(ctx, routine{}, true) }
+
+// IsRoutine reports whether ctx was marked by [Routine].
+func IsRoutine(ctx context.Context) bool { return ctx.Value(routine{}) != nil }
