@@ -216,7 +216,9 @@ func (p *Pool) Config() *Config {
 
 // Pgxpool returns the underlying [pgxpool.Pool], for what pgtx does not
 // wrap (LISTEN, say). It bypasses every guarantee of pgtx but cancellation:
-// do not use it for transactions.
+// do not use it for transactions. While the server's slots hold the pool
+// below MaxConns ([Stats].Slots), its Acquire does not wait for a
+// held connection: one that would connect beyond the limit fails at once.
 func (p *Pool) Pgxpool() *pgxpool.Pool {
 	if p == nil {
 		return nil

@@ -5,12 +5,14 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pgtx-go/pgtx"
+	"github.com/pgtx-go/pgtx/slots"
 )
 
 // conn is a connection of the *sql.DB. It takes a connection of the pool
@@ -70,13 +72,53 @@ func (c *conn) take(ctx context.Context) error {
 	return nil
 }
 
+// acquire takes a connection of the pool. While the server's slots hold
+// the pool at the connections it has ([slots.ErrNoSlot]), or when the
+// server refuses it one more for lack of slots while it holds some, it
+// waits for one of those until ctx ends, as the pool's own statements do.
 func (c *conn) acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	if t := c.c.acquireTimeout; t > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, t)
 		defer cancel()
 	}
-	return c.c.pool.Pgxpool().Acquire(ctx)
+	p := c.c.pool.Pgxpool()
+	var timer *time.Timer
+	for pause := slotPoll; ; pause = min(2*pause, maxSlotPoll) {
+		pc, err := p.Acquire(ctx)
+		if err == nil || !waitForSlot(p, err) {
+			return pc, err
+		}
+		if timer == nil {
+			timer = time.NewTimer(pause)
+			defer timer.Stop()
+		} else {
+			timer.Reset(pause)
+		}
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// A plain statement waiting for a held connection tries again after
+// slotPoll, doubling up to maxSlotPoll.
+const (
+	slotPoll    = time.Millisecond
+	maxSlotPoll = 20 * time.Millisecond
+)
+
+// waitForSlot reports whether an acquire of p that failed with err waits
+// for a connection p holds: the pool's slot limit held its connect back,
+// or the server refused it for lack of slots while p holds connections.
+func waitForSlot(p *pgxpool.Pool, err error) bool {
+	if errors.Is(err, slots.ErrNoSlot) {
+		return true
+	}
+	var connectErr *pgconn.ConnectError
+	return errors.As(err, &connectErr) && pgtx.Classify(err) == pgtx.ClassOverload && p.Stat().TotalConns() > 0
 }
 
 // Prepare implements [driver.Conn].

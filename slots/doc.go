@@ -1,8 +1,8 @@
 // Package slots holds what a pgtx pool reports of its server's connection
 // slots: the tracer interface told when the server refuses a connect for
-// lack of slots, and the statistics of what the pool learned. It has types
-// only and imports nothing of pgtx: a tracer implements [Tracer] beside
-// pgtx's own interfaces, and a pool whose Config.Tracer does is told.
+// lack of slots, the statistics of what the pool learned, and [ErrNoSlot].
+// It imports nothing of pgtx: a tracer implements [Tracer] beside pgtx's
+// own interfaces, and a pool whose Config.Tracer does is told.
 //
 // A fleet of processes, each with its own pool, can want more connections
 // than the server's max_connections. When the server (or a pooler in front

@@ -2,9 +2,17 @@ package slots
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 )
+
+// ErrNoSlot is the error of a connect a pool held back without reaching
+// the server: the server refused the pool a connect for lack of slots, and
+// the pool holds the connections it has until a probe finds one more.
+// pgtx's own acquires wait for a held connection instead; an acquire of
+// the underlying pgxpool.Pool (pgtx's Pool.Pgxpool) gets it at once.
+var ErrNoSlot = errors.New("pgtx: no connection slot: the server refused the pool a connect for lack of slots, and the pool holds the connections it has")
 
 // Tracer is an optional interface of a pgtx Config.Tracer, told when the
 // server refuses a pool a connect for lack of slots, when the pool's limit

@@ -2,16 +2,17 @@ package slotlimit
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pgtx-go/pgtx/slots"
 )
 
 // ErrNoSlot is what a connect a [Limit] holds back returns, without
 // reaching the server: the pool holds as many connections as the server
 // last gave it, and its next try for one more is not due.
-var ErrNoSlot = errors.New("pgtx: no connection slot: the server refused this pool's last connect for lack of slots, and the pool waits for one of its own connections")
+var ErrNoSlot = slots.ErrNoSlot
 
 // Event is what a [Limit] tells its tracer.
 type Event int
