@@ -138,6 +138,10 @@ func TestFleetOversubscribed(t *testing.T) {
 			tr[slots.Raised] != s.Slots.RaisedCount+s.CancelSlots.RaisedCount {
 			t.Errorf("pool %d: the tracer was told %v, the stats say %+v and %+v", i, tr, s.Slots, s.CancelSlots)
 		}
+		// A refused connect is not an attempt: no call ran twice.
+		if n := tracers[i].retriedCalls(); n > 0 {
+			t.Errorf("pool %d: %d calls took more than one attempt, want none", i, n)
+		}
 		if s.Slots.Limit < int32(s.Pool.TotalConns()) && s.Pool.ConstructingConns() == 0 {
 			t.Errorf("pool %d: limit %d below the %d connections it holds", i, s.Slots.Limit, s.Pool.TotalConns())
 		}
@@ -157,11 +161,21 @@ func TestFleetOversubscribed(t *testing.T) {
 	}
 }
 
-// slotTracer counts the slot events a pool tells it.
+// slotTracer counts the slot events a pool tells it, and the calls that
+// took more than one attempt.
 type slotTracer struct {
 	nopTracer
-	mu     sync.Mutex
-	events map[slots.Event]int64
+	mu      sync.Mutex
+	events  map[slots.Event]int64
+	retried int64
+}
+
+func (s *slotTracer) TraceTransactionEnd(_ context.Context, d pgtx.TraceTransactionEndData) {
+	if d.Attempts > 1 {
+		s.mu.Lock()
+		s.retried++
+		s.mu.Unlock()
+	}
 }
 
 func (s *slotTracer) TraceSlots(_ context.Context, d slots.Data) {
@@ -171,6 +185,12 @@ func (s *slotTracer) TraceSlots(_ context.Context, d slots.Data) {
 		s.events = map[slots.Event]int64{}
 	}
 	s.events[d.Event]++
+}
+
+func (s *slotTracer) retriedCalls() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.retried
 }
 
 func (s *slotTracer) counts() map[slots.Event]int64 {
