@@ -63,8 +63,8 @@ type Settings struct {
 	// Trace, when set, is told of every event, with the acquirer's
 	// context (the connect's, for Raised).
 	Trace func(ctx context.Context, d Data)
-	// Capped, when set, is called when the limit drops below Max, after
-	// the refusal's event.
+	// Capped, when set, is called after each refusal that leaves the
+	// limit below Max, after the refusal's event.
 	Capped func()
 }
 
@@ -201,7 +201,7 @@ func (l *Limit) refuse(ctx context.Context, held int, err error) {
 		l.delay = min(2*l.delay, l.s.Every)
 	}
 	limit := int(l.limit.Load())
-	capped := !was && l.capped.Load()
+	capped := held > 0 && l.capped.Load()
 	l.mu.Unlock()
 	l.trace(ctx, Data{Event: Refused, Limit: limit, Held: held, Err: err})
 	if capped && l.s.Capped != nil {

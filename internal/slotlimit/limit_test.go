@@ -505,3 +505,22 @@ func TestProbeBacksOff(t *testing.T) {
 		}
 	})
 }
+
+// TestPacerWaitsAtMostPaceMax: a connect in flight that hangs holds the
+// pool's next connect back paceMax at most.
+func TestPacerWaitsAtMostPaceMax(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var p pacer
+		start := time.Now()
+		// One connect in flight that never ends, and this one.
+		if err := p.wait(t.Context(), func() (int, int) { return 2, 2 }); err != nil {
+			t.Fatal(err)
+		}
+		if waited := time.Since(start); waited != paceMax {
+			t.Errorf("waited %v, want paceMax (%v)", waited, paceMax)
+		}
+		if p.blocked != 0 {
+			t.Errorf("%d connects counted waiting after, want 0", p.blocked)
+		}
+	})
+}

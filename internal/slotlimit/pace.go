@@ -7,11 +7,17 @@ import (
 )
 
 // pacePoll bounds the wait of a paced connect for one in flight whose
-// failure nobody reports.
-const pacePoll = 5 * time.Millisecond
+// failure nobody reports, and paceMax the whole of its wait: a connect in
+// flight that hangs (a server or a network gone slow) must not hold the
+// pool's next connects back for longer.
+const (
+	pacePoll = 5 * time.Millisecond
+	paceMax  = 100 * time.Millisecond
+)
 
 // pacer paces a pool's connects: one at a time until the pool holds two
-// connections, then up to half as many at once as it holds. A pool
+// connections, then up to half as many at once as it holds; a connect
+// waits paceMax at most. A pool
 // growing under a burst then ramps up as fast as its connects answer,
 // doubling every few, and a fleet of pools starting together takes the
 // server's slots in turns instead of first come, first served: each pool
@@ -24,10 +30,12 @@ type pacer struct {
 }
 
 // wait returns when a connect may go: fewer connects of the pool are in
-// flight than it may have. stat tells how many connections the pool holds,
-// those connecting included (this one among them), and how many connect.
+// flight than it may have, or it waited paceMax. stat tells how many
+// connections the pool holds, those connecting included (this one among
+// them), and how many connect.
 func (p *pacer) wait(ctx context.Context, stat func() (total, connecting int)) error {
 	var timer *time.Timer
+	var deadline time.Time
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -43,7 +51,7 @@ func (p *pacer) wait(ctx context.Context, stat func() (total, connecting int)) e
 		if !blocked {
 			inFlight--
 		}
-		if inFlight < max(1, (total-connecting)/2) {
+		if inFlight < max(1, (total-connecting)/2) || blocked && !time.Now().Before(deadline) {
 			if blocked {
 				p.blocked--
 			}
@@ -53,6 +61,7 @@ func (p *pacer) wait(ctx context.Context, stat func() (total, connecting int)) e
 		if !blocked {
 			p.blocked++
 			blocked = true
+			deadline = time.Now().Add(paceMax)
 		}
 		if p.next == nil {
 			p.next = make(chan struct{})
@@ -60,9 +69,9 @@ func (p *pacer) wait(ctx context.Context, stat func() (total, connecting int)) e
 		next := p.next
 		p.mu.Unlock()
 		if timer == nil {
-			timer = time.NewTimer(pacePoll)
+			timer = time.NewTimer(min(pacePoll, time.Until(deadline)))
 		} else {
-			timer.Reset(pacePoll)
+			timer.Reset(min(pacePoll, time.Until(deadline)))
 		}
 		select {
 		case <-next:
