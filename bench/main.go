@@ -9,6 +9,7 @@
 //	cd bench && go run .                               # every scenario, default durations
 //	cd bench && go run . -dur 200ms -rounds 1 -workers 8 overhead contention sql   # the short CI run
 //	cd bench && go run . -dur 10s contention           # longer cells
+//	cd bench && go run . -latency 0,250us,500us overhead  # its cells on loopback and through the kit's fault proxy
 //	cd bench && go run . readme                        # README.md's performance table from RESULTS.md
 //	cd bench && go run . -fleet 16x4 -fleet-dur 5s -json "" fleet   # the fleet's short CI run
 //
@@ -65,12 +66,13 @@ type options struct {
 	deadlock     time.Duration // deadlock_timeout for the transfer scenarios (0: the server's)
 	workers      []int         // contention scenario: worker counts of the hot cells, ascending
 	sweep        []backoffSetting
-	fleet        []fleetCell   // fleet scenario: processes x MaxConns of each cell
-	fleetFit     fleetCell     // fleet scenario: the reference sized to fit, and the restart cell
-	fleetDur     time.Duration // fleet scenario: each fleet's run
-	fleetWorkers int           // fleet scenario: workers per process
-	fleetRestart bool          // fleet scenario: also run the fitting fleet through a restart
-	fleetStrict  bool          // fleet scenario: fail on pgtx's failed calls
+	fleet        []fleetCell     // fleet scenario: processes x MaxConns of each cell
+	fleetFit     fleetCell       // fleet scenario: the reference sized to fit, and the restart cell
+	fleetDur     time.Duration   // fleet scenario: each fleet's run
+	fleetWorkers int             // fleet scenario: workers per process
+	fleetRestart bool            // fleet scenario: also run the fitting fleet through a restart
+	fleetStrict  bool            // fleet scenario: fail on pgtx's failed calls
+	latencies    []time.Duration // overhead scenario: one-way latencies of its cells (0: loopback)
 	jsonPath     string
 	mdPath       string
 	svgPath      string
@@ -202,6 +204,7 @@ func parseArgs(args []string, stderr io.Writer) (options, []string, error) {
 	fs.BoolVar(&o.fleetRestart, "fleet-restart", false, fmt.Sprintf("fleet scenario: also run both contenders in the -fleet-fit fleet through a %v restart a third into the run", fleetDowntime))
 	fs.BoolVar(&o.fleetStrict, "fleet-strict", false, "fleet scenario: exit 1 when pgtx failed a call, except in the restart cell calls whose deadline ended before the server was back")
 	fs.StringVar(&o.jsonPath, "json", "results.json", "write the results as JSON here (empty: don't)")
+	latency := fs.String("latency", "0", "overhead scenario: one-way latencies to run its cells at, comma-separated (0: loopback; others through the kit's fault proxy), e.g. 0,250us,500us")
 	fs.StringVar(&o.mdPath, "md", "", "also write the markdown report here")
 	fs.StringVar(&o.svgPath, "svg", "contention.svg", "write the contention chart here when contention runs (empty: don't)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run here")
@@ -246,6 +249,9 @@ func parseArgs(args []string, stderr io.Writer) (options, []string, error) {
 	}
 	if o.sweep, err = parseSweep(*sweep); err != nil {
 		return o, nil, fmt.Errorf("-sweep: %w", err)
+	}
+	if o.latencies, err = parseLatencies(*latency); err != nil {
+		return o, nil, err
 	}
 	if o.fleet, err = parseFleet(*fleetCells); err != nil {
 		return o, nil, fmt.Errorf("-fleet: %w", err)

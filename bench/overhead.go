@@ -52,6 +52,9 @@ const minOverheadReps = 5
 // median over the repetitions with their minimum and maximum.
 type overheadRow struct {
 	Statement string `json:"statement"`
+	// Latency is the network the cell ran over: loopback, or the fault
+	// proxy's one-way delay (-latency).
+	Latency   string `json:"network"`
 	Contender string `json:"contender"`
 	Workers   int    `json:"workers"`
 	// Median and Mean are the median over the repetitions of each
@@ -92,12 +95,26 @@ func overhead(ctx context.Context, e *env) (result, error) {
 	}
 	var tables []table
 	var rows []overheadRow
-	for _, st := range overheadStatements {
-		t, r, err := overheadOf(ctx, e, st)
+	for _, d := range e.opts.latencies {
+		at, closeProxy, err := atLatency(e, d)
 		if err != nil {
-			return result{}, err
+			return result{}, fmt.Errorf("overhead at %v: %w", d, err)
 		}
-		tables, rows = append(tables, t), append(rows, r...)
+		for _, st := range overheadStatements {
+			t, r, err := overheadOf(ctx, at, st)
+			if err != nil {
+				closeProxy()
+				return result{}, err
+			}
+			if d != 0 {
+				t.Title += ", at " + latencyName(d)
+			}
+			for i := range r {
+				r[i].Latency = latencyName(d)
+			}
+			tables, rows = append(tables, t), append(rows, r...)
+		}
+		closeProxy()
 	}
 	return result{Tables: tables, Data: rows}, nil
 }
