@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -215,22 +214,11 @@ func fleetLoopCall(ctx context.Context, p *pgxpool.Pool, id int) error {
 	}
 }
 
-// fleetLoopRetryable is what the loop retries: 40001, 40P01, 53300 and any
-// connect error.
+// fleetLoopRetryable is what the loop retries: what the other loops do
+// (40001, 40P01, 53300) and any connect error.
 func fleetLoopRetryable(err error) bool {
 	var connErr *pgconn.ConnectError
-	if errors.As(err, &connErr) {
-		return true
-	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return false
-	}
-	switch pgErr.Code {
-	case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected, pgerrcode.TooManyConnections:
-		return true
-	}
-	return false
+	return errors.As(err, &connErr) || loopRetryable(err)
 }
 
 // pgxpoolStats reads a pgxpool's statistics; nil reads as zero.

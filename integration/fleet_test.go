@@ -88,6 +88,33 @@ func runFleet(ctx context.Context, pools []*pgtx.Pool, workers int) *fleetResult
 	return r
 }
 
+// runFleetNoFailures runs the fleet (runFleet) and fails the test when a
+// call failed or none committed.
+func runFleetNoFailures(t *testing.T, ctx context.Context, pools []*pgtx.Pool, workers int) {
+	t.Helper()
+	r := runFleet(ctx, pools, workers)
+	n, top := r.failures()
+	t.Logf("%d commits, %d failed calls%s", r.commits, n, top)
+	if n > 0 {
+		t.Errorf("%d calls failed, want none:%s", n, top)
+	}
+	if r.commits == 0 {
+		t.Fatal("no call committed")
+	}
+}
+
+// createFleetTable makes the table runFleet updates, in the database of
+// dsn, and closes its connection: on a server of few slots, the fleet's.
+func createFleetTable(t *testing.T, ctx context.Context, dsn string) {
+	t.Helper()
+	admin := directConn(t, dsn)
+	mustExec(t, ctx, admin, "create table fleet (id int primary key, n int not null default 0)")
+	mustExec(t, ctx, admin, "insert into fleet (id) select generate_series(0, 99)")
+	if err := admin.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestFleetOversubscribed: pools that together want more connections than
 // the server has slots fail no call. Each pool keeps the connections the
 // server gave it, and a caller whose pool's connect was refused for lack of
@@ -100,12 +127,7 @@ func TestFleetOversubscribed(t *testing.T) {
 		"max_connections": "12", "superuser_reserved_connections": "0",
 	}})
 	dsn := srv.DSN("")
-	admin := directConn(t, dsn)
-	mustExec(t, ctx, admin, "create table fleet (id int primary key, n int not null default 0)")
-	mustExec(t, ctx, admin, "insert into fleet (id) select generate_series(0, 99)")
-	if err := admin.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	createFleetTable(t, ctx, dsn)
 	var pools []*pgtx.Pool
 	tracers := make([]*slotTracer, 4)
 	for i := range tracers {
@@ -118,15 +140,7 @@ func TestFleetOversubscribed(t *testing.T) {
 	const run = 4 * time.Second
 	runCtx, stop := context.WithTimeout(ctx, run)
 	defer stop()
-	r := runFleet(runCtx, pools, 4)
-	n, top := r.failures()
-	t.Logf("%d commits, %d failed calls%s", r.commits, n, top)
-	if n > 0 {
-		t.Errorf("%d calls failed, want none:%s", n, top)
-	}
-	if r.commits == 0 {
-		t.Fatal("no call committed")
-	}
+	runFleetNoFailures(t, runCtx, pools, 4)
 	var refused, limits int64
 	for i, pool := range pools {
 		s := pool.Stats()
@@ -267,7 +281,7 @@ func TestFleetBehindBouncer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
 			direct, through, _ := behindBouncer(t, tc.cfg)
-			mustExec(t, ctx, directConn(t, direct), "create table fleet (id int primary key, n int not null default 0); insert into fleet (id) select generate_series(0, 99)")
+			createFleetTable(t, ctx, direct)
 			var pools []*pgtx.Pool
 			for range 4 {
 				pools = append(pools, newPool(t, through, func(c *pgtx.Config) {
@@ -277,15 +291,7 @@ func TestFleetBehindBouncer(t *testing.T) {
 			}
 			runCtx, stop := context.WithTimeout(ctx, 3*time.Second)
 			defer stop()
-			r := runFleet(runCtx, pools, 4)
-			n, top := r.failures()
-			t.Logf("%d commits, %d failed calls%s", r.commits, n, top)
-			if n > 0 {
-				t.Errorf("%d calls failed, want none:%s", n, top)
-			}
-			if r.commits == 0 {
-				t.Fatal("no call committed")
-			}
+			runFleetNoFailures(t, runCtx, pools, 4)
 		})
 	}
 }
