@@ -65,9 +65,8 @@ func wait[C any, P Pool[C]](ctx context.Context, l *Limit, pool P) (c C, err err
 	if l.enqueue(w) && !l.full() {
 		w.wake() // first: a release may have come since the last try
 	}
-	woken := false
 	defer func() {
-		l.leave(w, woken && err != nil)
+		l.leave(w)
 		d := l.s.Now().Sub(start)
 		l.waits.Add(1)
 		l.waitNanos.Add(int64(d))
@@ -81,7 +80,6 @@ func wait[C any, P Pool[C]](ctx context.Context, l *Limit, pool P) (c C, err err
 		}
 	}()
 	for {
-		woken = false
 		var tick <-chan time.Time
 		if l.first(w) {
 			if timer == nil {
@@ -93,7 +91,9 @@ func wait[C any, P Pool[C]](ctx context.Context, l *Limit, pool P) (c C, err err
 		}
 		select {
 		case <-w.ch:
-			woken = true
+			if l.full() {
+				continue // first now, or woken for a connection taken
+			}
 		case <-tick:
 			poll = min(2*poll, pollMax)
 			if l.full() {

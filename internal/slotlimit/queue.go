@@ -28,19 +28,22 @@ func (l *Limit) first(w *waiter) bool {
 	return len(l.queue) > 0 && l.queue[0] == w
 }
 
-// leave takes w out of the queue; with passOn, the next one, if any,
-// tries at once: the wake w took was for a connection it no longer wants.
-func (l *Limit) leave(w *waiter, passOn bool) {
+// leave takes w out of the queue. When w was first, the next one is woken:
+// it looks at the pool at once, and polls from then on. A wake w took with
+// it, for a connection it did not take (two came back at once, or its
+// context ended), is not lost, and a waiter that becomes first does not
+// wait for a release without its poll.
+func (l *Limit) leave(w *waiter) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i, q := range l.queue {
 		if q == w {
 			l.queue = append(l.queue[:i], l.queue[i+1:]...)
 			l.waiting.Add(-1)
-			break
+			if i == 0 && len(l.queue) > 0 {
+				l.queue[0].wake()
+			}
+			return
 		}
-	}
-	if passOn && len(l.queue) > 0 {
-		l.queue[0].wake()
 	}
 }
