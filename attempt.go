@@ -3,6 +3,8 @@ package pgtx
 import (
 	"context"
 	"sync"
+
+	"github.com/pgtx-go/pgtx/internal/txn"
 )
 
 // attempt is the context fn receives, carrying what the call's guards
@@ -14,16 +16,18 @@ type attempt struct {
 	parent *attempt // the attempt whose fn made this call (on another pool)
 	n      int
 
-	// mu guards inFn and hooks: fn's goroutines may call AfterCommit.
+	// mu guards inFn, tx and hooks: fn's goroutines may call AfterCommit.
 	mu    sync.Mutex
-	inFn  bool // fn is running
+	inFn  bool    // fn is running
+	tx    *txn.Tx // fn's while it runs, for the deferred package
 	hooks []func(context.Context)
 }
 
-// setInFn says whether fn is running, for AfterCommit.
-func (a *attempt) setInFn(in bool) {
+// setInFn says whether fn is running on t, for AfterCommit and the
+// deferred package.
+func (a *attempt) setInFn(in bool, t *txn.Tx) {
 	a.mu.Lock()
-	a.inFn = in
+	a.inFn, a.tx = in, t
 	a.mu.Unlock()
 }
 
@@ -32,8 +36,16 @@ type attemptKey struct{}
 
 // Value makes the attempt findable from any context derived from it.
 func (a *attempt) Value(key any) any {
-	if key == (attemptKey{}) {
+	switch key {
+	case attemptKey{}:
 		return a
+	case txn.RunningKey{}:
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if !a.inFn {
+			return (*txn.Tx)(nil)
+		}
+		return a.tx
 	}
 	return a.Context.Value(key)
 }

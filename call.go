@@ -165,6 +165,9 @@ func (c *call) transact(ctx context.Context, conn *pgxpool.Conn) (Class, error) 
 	if err == nil && c.pool.acked != nil {
 		c.pool.acknowledged(t, c.label)
 	}
+	if err == nil {
+		t.Committed(pc)
+	}
 	return Class(class), err
 }
 
@@ -173,12 +176,20 @@ func (c *call) transact(ctx context.Context, conn *pgxpool.Conn) (Class, error) 
 func (c *call) runFn(ctx context.Context, t *txn.Tx, conn *pgxpool.Conn) (Class, error) {
 	a := c.cur
 	a.Context = ctx
-	a.setInFn(true)
+	a.setInFn(true, t)
 	err := c.fn(a, t)
-	a.setInFn(false)
+	a.setInFn(false, nil)
 	if berr := t.BeginErr(); berr != nil {
 		// BEGIN failed: that is the attempt's failure, whatever fn made of it.
 		return classifyFnError(berr, conn), berr
+	}
+	if derr := t.DeferErr(); derr != nil {
+		// A deferred statement failed: that too, but fn's error may wrap
+		// it.
+		if err == nil || !errors.Is(err, derr) {
+			err = derr
+		}
+		return classifyFnError(err, conn), err
 	}
 	if err != nil {
 		if misuse := t.CheckFailed(err); misuse != nil {

@@ -45,6 +45,30 @@ type State struct {
 	RestoreTimeout bool
 
 	idle idle // what [State.Spoke] peeks with
+
+	described map[string]*pgconn.StatementDescription // [State.Described]
+}
+
+// maxDescribed bounds the descriptions a connection keeps of its
+// deferred statements' texts.
+const maxDescribed = 256
+
+// Described returns the description of sql that [State.Describe] kept,
+// or nil.
+func (s *State) Described(sql string) *pgconn.StatementDescription { return s.described[sql] }
+
+// ForgetDescribed forgets every description kept: a deferred statement
+// failed, perhaps for one the schema changed since.
+func (s *State) ForgetDescribed() { s.described = nil }
+
+// Describe keeps sd, sql's description, for the deferred statements sent
+// in COMMIT's write, which encode their arguments with it. At
+// maxDescribed texts the connection forgets them all and starts again.
+func (s *State) Describe(sql string, sd *pgconn.StatementDescription) {
+	if s.described == nil || len(s.described) >= maxDescribed {
+		s.described = make(map[string]*pgconn.StatementDescription)
+	}
+	s.described[sql] = sd
 }
 
 // SetMode records the connection's exec mode.

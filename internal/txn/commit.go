@@ -32,12 +32,25 @@ type Releaser interface{ Release() }
 // with r (nil: none).
 func (w *writer) commit(ctx context.Context, r Releaser) (classify.Class, error) {
 	x := &w.track
-	if !w.beginSent {
+	if !w.beginSent && !w.pending() {
 		return classify.None, nil // fn sent nothing: there is nothing to commit
+	}
+	if w.pending() && !w.finalOwnWrite() {
+		if err := w.flushDeferred(ctx); err != nil {
+			w.rollback(ctx)
+			return classify.Err(err), err
+		}
+	}
+	final := w.pending()
+	for range w.deferred {
+		x.after() // sent without the id read after it
 	}
 	pgConn := w.pgConn
 	status := pgConn.TxStatus()
-	send := x.plan(w.beginSent, status, x.resolvedWith() == InRecovery && status != 'E' && resolve.StillInRecovery(pgConn))
+	send := x.plan(w.beginSent || final, status, x.resolvedWith() == InRecovery && status != 'E' && resolve.StillInRecovery(pgConn))
+	if send == sendRollback {
+		w.deferred = nil
+	}
 	if send == sendRollback {
 		// A statement failed inside fn, which swallowed the error: COMMIT
 		// would only answer ROLLBACK.
@@ -56,9 +69,12 @@ func (w *writer) commit(ctx context.Context, r Releaser) (classify.Class, error)
 	_ = nc.SetDeadline(deadlineAfter(w.s.CommitTimeout))
 	var tag pgconn.CommandTag
 	var err error
-	if send == sendCommitReadingID {
+	switch {
+	case final:
+		tag, err = w.commitDeferred(cctx, send == sendCommitReadingID || !w.beginSent && x.reads())
+	case send == sendCommitReadingID:
 		tag, err = w.commitReadingID(cctx)
-	} else {
+	default:
 		tag, err = endTransaction(cctx, pgConn, "commit")
 	}
 	_ = nc.SetDeadline(time.Time{})

@@ -17,17 +17,16 @@ type savepoint struct {
 
 // inSavepoint refuses a savepoint's method once the attempt has ended, and
 // notes sql, a statement sent in the savepoint.
-func (t *Tx) inSavepoint(sql string) error {
+func (t *Tx) inSavepoint(ctx context.Context, sql string) error {
 	if t.closed.Load() {
 		return pgx.ErrTxClosed
 	}
-	t.w.inSavepoint(sql)
-	return nil
+	return t.w.inSavepoint(ctx, sql)
 }
 
 // batchInSavepoint is inSavepoint for the statements of b.
-func (t *Tx) batchInSavepoint(b *pgx.Batch) error {
-	if err := t.inSavepoint(""); err != nil {
+func (t *Tx) batchInSavepoint(ctx context.Context, b *pgx.Batch) error {
+	if err := t.inSavepoint(ctx, ""); err != nil {
 		return err
 	}
 	t.w.scanBatch(b)
@@ -36,7 +35,7 @@ func (t *Tx) batchInSavepoint(b *pgx.Batch) error {
 
 // Begin starts a savepoint inside this one.
 func (s *savepoint) Begin(ctx context.Context) (pgx.Tx, error) {
-	if err := s.t.inSavepoint(""); err != nil {
+	if err := s.t.inSavepoint(ctx, ""); err != nil {
 		return nil, err
 	}
 	sp, err := s.Tx.Begin(ctx)
@@ -48,7 +47,7 @@ func (s *savepoint) Begin(ctx context.Context) (pgx.Tx, error) {
 
 // Commit releases the savepoint.
 func (s *savepoint) Commit(ctx context.Context) error {
-	if err := s.t.inSavepoint(""); err != nil {
+	if err := s.t.inSavepoint(ctx, ""); err != nil {
 		return err
 	}
 	return s.Tx.Commit(ctx)
@@ -56,7 +55,7 @@ func (s *savepoint) Commit(ctx context.Context) error {
 
 // Rollback rolls back to the savepoint.
 func (s *savepoint) Rollback(ctx context.Context) error {
-	if err := s.t.inSavepoint(""); err != nil {
+	if err := s.t.inSavepoint(ctx, ""); err != nil {
 		return err
 	}
 	return s.Tx.Rollback(ctx)
@@ -64,7 +63,7 @@ func (s *savepoint) Rollback(ctx context.Context) error {
 
 // CopyFrom runs COPY FROM in the savepoint.
 func (s *savepoint) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	if err := s.t.inSavepoint(""); err != nil {
+	if err := s.t.inSavepoint(ctx, ""); err != nil {
 		return 0, err
 	}
 	return s.Tx.CopyFrom(ctx, table, columns, src)
@@ -72,7 +71,7 @@ func (s *savepoint) CopyFrom(ctx context.Context, table pgx.Identifier, columns 
 
 // SendBatch sends b in the savepoint.
 func (s *savepoint) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if err := s.t.batchInSavepoint(b); err != nil {
+	if err := s.t.batchInSavepoint(ctx, b); err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
 	return s.Tx.SendBatch(ctx, b)
@@ -80,7 +79,7 @@ func (s *savepoint) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResult
 
 // Prepare prepares a statement.
 func (s *savepoint) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if err := s.t.inSavepoint(sql); err != nil {
+	if err := s.t.inSavepoint(ctx, sql); err != nil {
 		return nil, err
 	}
 	return s.Tx.Prepare(ctx, name, sql)
@@ -88,7 +87,7 @@ func (s *savepoint) Prepare(ctx context.Context, name, sql string) (*pgconn.Stat
 
 // Exec runs a statement in the savepoint.
 func (s *savepoint) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if err := s.t.inSavepoint(sql); err != nil {
+	if err := s.t.inSavepoint(ctx, sql); err != nil {
 		return pgconn.CommandTag{}, err
 	}
 	return s.Tx.Exec(ctx, sql, args...)
@@ -96,7 +95,7 @@ func (s *savepoint) Exec(ctx context.Context, sql string, args ...any) (pgconn.C
 
 // Query runs a query in the savepoint.
 func (s *savepoint) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if err := s.t.inSavepoint(sql); err != nil {
+	if err := s.t.inSavepoint(ctx, sql); err != nil {
 		return errs.NewRows(err), err
 	}
 	return s.Tx.Query(ctx, sql, args...)
@@ -104,7 +103,7 @@ func (s *savepoint) Query(ctx context.Context, sql string, args ...any) (pgx.Row
 
 // QueryRow runs a query for one row in the savepoint.
 func (s *savepoint) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if err := s.t.inSavepoint(sql); err != nil {
+	if err := s.t.inSavepoint(ctx, sql); err != nil {
 		return errs.NewRows(err)
 	}
 	return s.Tx.QueryRow(ctx, sql, args...)

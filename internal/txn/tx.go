@@ -23,6 +23,8 @@ type Tx struct {
 	ctx    context.Context // the attempt's: BEGIN sent for Conn and LargeObjects runs on it
 	ended  string          // "Commit" or "Rollback" once fn called it
 	closed atomic.Bool     // the attempt has ended
+
+	committed func(conn *pgx.Conn) // [Tx.OnCommitted]
 }
 
 // Tx is fn's pgx.Tx.

@@ -46,6 +46,11 @@ type writer struct {
 	pgpool, balanced bool
 
 	track idTracker
+
+	// deferred are fn's statements not sent yet ([Tx.Defer]); deferErr is
+	// the error one of them met, the attempt's failure.
+	deferred []*deferred
+	deferErr error
 }
 
 // start readies w for an attempt on conn, in a pool with settings s.
@@ -71,10 +76,13 @@ func (w *writer) exec(ctx context.Context, sql string, args []any) (pgconn.Comma
 	if err := w.beginFirst(ctx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	if !w.beginSent || w.track.tracking() {
+	if !w.beginSent || w.track.tracking() || w.pending() {
 		switch {
 		case sentAfterBegin(sql, args):
-		case len(args) == 0:
+			if err := w.flushDeferred(ctx); err != nil {
+				return pgconn.CommandTag{}, err
+			}
+		case len(args) == 0 && !w.pending():
 			return w.firstSimple(ctx, sql)
 		default:
 			return w.firstExec(ctx, sql, args)
@@ -94,9 +102,12 @@ func (w *writer) query(ctx context.Context, sql string, args []any) (pgx.Rows, e
 	if err := w.beginFirst(ctx); err != nil {
 		return errs.NewRows(err), err
 	}
-	if !w.beginSent || w.track.tracking() {
+	if !w.beginSent || w.track.tracking() || w.pending() {
 		if !sentAfterBegin(sql, args) {
 			return w.firstQuery(ctx, sql, args)
+		}
+		if err := w.flushDeferred(ctx); err != nil {
+			return errs.NewRows(err), err
 		}
 		if err := w.beginNow(ctx); err != nil {
 			return errs.NewRows(err), err
@@ -112,9 +123,12 @@ func (w *writer) queryRow(ctx context.Context, sql string, args []any) pgx.Row {
 	if err := w.beginFirst(ctx); err != nil {
 		return errs.NewRows(err)
 	}
-	if !w.beginSent || w.track.tracking() {
+	if !w.beginSent || w.track.tracking() || w.pending() {
 		if !sentAfterBegin(sql, args) {
 			return w.firstQueryRow(ctx, sql, args)
+		}
+		if err := w.flushDeferred(ctx); err != nil {
+			return errs.NewRows(err)
 		}
 		if err := w.beginNow(ctx); err != nil {
 			return errs.NewRows(err)
@@ -133,9 +147,12 @@ func (w *writer) sendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 			return pgx.FailedBatchResults(b, err)
 		}
 	}
-	if (!w.beginSent || w.track.tracking()) && len(b.QueuedQueries) > 0 {
+	if (!w.beginSent || w.track.tracking() || w.pending()) && len(b.QueuedQueries) > 0 {
 		if !slices.ContainsFunc(b.QueuedQueries, func(qq *pgx.QueuedQuery) bool { return mayBeName(qq.SQL) }) {
 			return w.firstBatch(ctx, b)
+		}
+		if err := w.flushDeferred(ctx); err != nil {
+			return pgx.FailedBatchResults(b, err)
 		}
 		if err := w.beginNow(ctx); err != nil {
 			return pgx.FailedBatchResults(b, err)
@@ -157,6 +174,9 @@ func (w *writer) scanBatch(b *pgx.Batch) {
 // alone readies the connection for a statement that cannot share BEGIN's
 // write (a copy, a savepoint, a prepare): BEGIN goes alone first.
 func (w *writer) alone(ctx context.Context) error {
+	if err := w.flushDeferred(ctx); err != nil {
+		return err
+	}
 	if !w.beginSent {
 		return w.beginNow(ctx)
 	}
@@ -182,16 +202,21 @@ func (w *writer) prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 }
 
 // inSavepoint notes sql, a statement sent in a savepoint (after BEGIN,
-// without the id read).
-func (w *writer) inSavepoint(sql string) {
+// without the id read), after sending the deferred statements.
+func (w *writer) inSavepoint(ctx context.Context, sql string) error {
+	if err := w.flushDeferred(ctx); err != nil {
+		return err
+	}
 	w.track.scan(sql)
 	w.track.after()
+	return nil
 }
 
 // handOut readies the connection for fn's own use (Conn, LargeObjects),
 // whose statements pgtx does not see, and returns it: BEGIN goes first,
 // its error the attempt's.
 func (w *writer) handOut(ctx context.Context) *pgx.Conn {
+	_ = w.flushDeferred(ctx) // its error is the attempt's (deferErr)
 	if !w.beginSent {
 		_ = w.beginNow(ctx)
 	}
@@ -234,8 +259,10 @@ func (w *writer) beginBatch(ctx context.Context, n int) (*pgx.Batch, int) {
 }
 
 // send sends b, which begins the transaction with its first skip results,
-// and reads those. BEGIN's failure is the attempt's (beginErr).
-func (w *writer) send(ctx context.Context, b *pgx.Batch, skip int) (pgx.BatchResults, error) {
+// and the deferred statements ds after them, and reads those. BEGIN's
+// failure is the attempt's (beginErr), and so is a deferred statement's
+// (deferErr).
+func (w *writer) send(ctx context.Context, b *pgx.Batch, skip int, ds []*deferred) (pgx.BatchResults, error) {
 	w.beginSent = true
 	br := w.conn.SendBatch(ctx, b)
 	if skip > 0 {
@@ -251,6 +278,12 @@ func (w *writer) send(ctx context.Context, b *pgx.Batch, skip int) (pgx.BatchRes
 		w.beginErr = err
 		_ = br.Close()
 		return nil, err
+	}
+	if len(ds) > 0 {
+		if err := w.readDeferred(br, ds); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
 	}
 	return br, nil
 }
@@ -270,7 +303,7 @@ func (w *writer) beginNow(ctx context.Context) error {
 	} else {
 		b, skip := w.beginBatch(ctx, 0)
 		var br pgx.BatchResults
-		if br, err = w.send(ctx, b, skip); err == nil {
+		if br, err = w.send(ctx, b, skip, nil); err == nil {
 			if err = br.Close(); err != nil {
 				w.beginErr = err
 			}
@@ -300,10 +333,11 @@ func closeConn(conn *pgx.Conn) {
 
 // firstBatch sends fn's batch b after BEGIN, and the id read after it.
 func (w *writer) firstBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	nb, skip := w.beginBatch(ctx, len(b.QueuedQueries))
+	nb, skip := w.beginBatch(ctx, len(b.QueuedQueries)+len(w.deferred))
+	ds := w.queueDeferred(nb)
 	nb.QueuedQueries = append(nb.QueuedQueries, b.QueuedQueries...)
 	w.queueID(nb)
-	br, err := w.send(ctx, nb, skip)
+	br, err := w.send(ctx, nb, skip, ds)
 	if err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
@@ -314,10 +348,11 @@ func (w *writer) firstBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults 
 func (w *writer) firstExec(ctx context.Context, sql string, args []any) (tag pgconn.CommandTag, err error) {
 	ctx, end := w.traceQuery(ctx, sql, args)
 	defer func() { end(tag, err) }()
-	b, skip := w.beginBatch(ctx, 1)
+	b, skip := w.beginBatch(ctx, 1+len(w.deferred))
+	ds := w.queueDeferred(b)
 	b.Queue(sql, args...)
 	w.queueID(b)
-	br, err := w.send(ctx, b, skip)
+	br, err := w.send(ctx, b, skip, ds)
 	if err != nil {
 		return tag, err
 	}
@@ -332,10 +367,11 @@ func (w *writer) firstExec(ctx context.Context, sql string, args []any) (tag pgc
 // read) when fn closes the rows.
 func (w *writer) firstQuery(ctx context.Context, sql string, args []any) (pgx.Rows, error) {
 	ctx, end := w.traceQuery(ctx, sql, args)
-	b, skip := w.beginBatch(ctx, 1)
+	b, skip := w.beginBatch(ctx, 1+len(w.deferred))
+	ds := w.queueDeferred(b)
 	b.Queue(sql, args...)
 	w.queueID(b)
-	br, err := w.send(ctx, b, skip)
+	br, err := w.send(ctx, b, skip, ds)
 	if err != nil {
 		end(pgconn.CommandTag{}, err)
 		return errs.NewRows(err), err
@@ -358,9 +394,10 @@ func (w *writer) firstQueryRow(ctx context.Context, sql string, args []any) pgx.
 	return firstRow{rows.(*firstRows)}
 }
 
-// queueID queues the read of the id after fn's statements.
+// queueID queues the read of the id after fn's statements, in the
+// transaction's first write and while it is tracked.
 func (w *writer) queueID(b *pgx.Batch) {
-	if !w.track.reads() {
+	if !w.track.reads() || w.beginSent && !w.track.tracking() {
 		return
 	}
 	b.Queue(w.track.readSQL()).QueryRow(w.track.scanRow)

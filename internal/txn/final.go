@@ -1,0 +1,190 @@
+package txn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// The final write: deferred statements that are still pending at COMMIT
+// travel with it, in one write: [BEGIN, deferred…, select id, Flush,
+// COMMIT, Sync] for a transaction that sent nothing else, and [deferred…,
+// select id, Flush, COMMIT, Sync] after its other statements. The id read
+// goes when COMMIT's would (its Flush sends the id before COMMIT runs), or
+// when the transaction began in this write. A deferred statement that
+// fails skips COMMIT (up to Sync): nothing commits, and its error is the
+// attempt's. An answer lost after the write left is a lost COMMIT answer
+// like any other, resolved with what arrived of the id.
+
+// finalOwnWrite reports that COMMIT's write can carry the deferred
+// statements: not behind Pgpool-II, where BEGIN goes alone and COMMIT
+// restores the session's timeout.
+func (w *writer) finalOwnWrite() bool {
+	return !w.pgpool && (w.st == nil || !w.st.RestoreTimeout)
+}
+
+// encoded is a deferred statement's parameters, encoded.
+type encoded struct {
+	oids             []uint32
+	values           [][]byte
+	formats, results []int16
+}
+
+// encodeDeferred encodes the deferred statements' arguments as pgx's exec
+// mode would: with the statement's description (described once per
+// connection and text) in the modes that describe, by the arguments' Go
+// types in the others.
+func (w *writer) encodeDeferred(ctx context.Context, ds []*deferred) ([]encoded, error) {
+	mode := w.conn.Config().DefaultQueryExecMode
+	describe := mode != pgx.QueryExecModeExec && mode != pgx.QueryExecModeSimpleProtocol
+	out := make([]encoded, len(ds))
+	var eqb pgx.ExtendedQueryBuilder
+	for i, d := range ds {
+		var sd *pgconn.StatementDescription
+		if describe {
+			var err error
+			if sd, err = w.describe(ctx, d.sql); err != nil {
+				return nil, err
+			}
+			out[i].oids = sd.ParamOIDs
+		}
+		if err := eqb.Build(w.conn.TypeMap(), sd, d.args); err != nil {
+			return nil, fmt.Errorf("pgtx: deferred statement %q: %w", d.sql, err)
+		}
+		e := &out[i]
+		e.values = make([][]byte, len(eqb.ParamValues))
+		for j, v := range eqb.ParamValues {
+			if v != nil {
+				e.values[j] = append([]byte{}, v...)
+			}
+		}
+		e.formats = append([]int16(nil), eqb.ParamFormats...)
+		e.results = append([]int16(nil), eqb.ResultFormats...)
+	}
+	return out, nil
+}
+
+// describe returns sql's description, from the connection's cache or
+// from the server (an unnamed statement: one round trip).
+func (w *writer) describe(ctx context.Context, sql string) (*pgconn.StatementDescription, error) {
+	if w.st != nil {
+		if sd := w.st.Described(sql); sd != nil {
+			return sd, nil
+		}
+	}
+	sd, err := w.pgConn.Prepare(ctx, "", sql, nil)
+	if err != nil {
+		return nil, err
+	}
+	if w.st != nil {
+		w.st.Describe(sql, sd)
+	}
+	return sd, nil
+}
+
+// commitDeferred sends the final write, with the id read when readID, and
+// returns COMMIT's tag, or the first error of the write.
+func (w *writer) commitDeferred(ctx context.Context, readID bool) (pgconn.CommandTag, error) {
+	ds := w.deferred
+	w.deferred = nil
+	enc, err := w.encodeDeferred(ctx, ds)
+	if err != nil {
+		w.deferErr = err
+		return pgconn.CommandTag{}, err
+	}
+	p := w.pgConn.StartPipeline(ctx)
+	skip := 0
+	if !w.beginSent {
+		w.beginSent = true
+		p.SendQueryParams(w.beginSQL, nil, nil, nil, nil)
+		skip = 1
+		if ms, ok := statementTimeout(ctx, w.timeout, w.s.SessionTimeout); ok {
+			p.SendQueryParams(setTimeoutSQL, [][]byte{strconv.AppendInt(nil, ms, 10)}, nil, nil, nil)
+			skip = 2
+		}
+	}
+	for i, d := range ds {
+		e := &enc[i]
+		p.SendQueryParams(d.sql, e.values, e.oids, e.formats, e.results)
+	}
+	if readID {
+		w.track.unread()
+		if name, ok := w.track.preparedRead(w.st); ok {
+			p.SendQueryPrepared(name, nil, nil, nil)
+		} else {
+			p.SendQueryParams(w.track.readSQL(), nil, nil, nil, nil)
+		}
+		p.SendFlushRequest()
+	}
+	p.SendQueryParams("commit", nil, nil, nil, nil)
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		_ = p.Close()
+		return pgconn.CommandTag{}, err
+	}
+	fail := func(err error) (pgconn.CommandTag, error) {
+		if cerr := p.Close(); cerr != nil && !isPgError(err) {
+			err = errors.Join(err, cerr)
+		}
+		return pgconn.CommandTag{}, err
+	}
+	for range skip {
+		if _, err := nextResult(p, nil); err != nil {
+			if isPgError(err) {
+				w.beginErr = err
+			}
+			return fail(err)
+		}
+	}
+	for _, d := range ds {
+		var res *Result
+		if d.keep {
+			res = &d.res
+		}
+		if _, err := nextResult(p, res); err != nil {
+			if isPgError(err) {
+				w.deferErr = err
+				if w.st != nil {
+					w.st.ForgetDescribed()
+				}
+			}
+			return fail(err)
+		}
+	}
+	if readID {
+		res, err := p.GetResults()
+		if rr, ok := res.(*pgconn.ResultReader); ok && err == nil {
+			err = w.track.readID(rr)
+		}
+		if err != nil {
+			return fail(err)
+		}
+	}
+	tag, err := nextResult(p, nil)
+	if cerr := p.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// nextResult reads the pipeline's next result, into res when it is kept,
+// and returns its tag.
+func nextResult(p *pgconn.Pipeline, res *Result) (pgconn.CommandTag, error) {
+	r, err := p.GetResults()
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	rr, ok := r.(*pgconn.ResultReader)
+	if !ok {
+		return pgconn.CommandTag{}, fmt.Errorf("pgtx: unexpected %T in COMMIT's write", r)
+	}
+	if res != nil {
+		err := res.readFrom(rr)
+		return res.Tag, err
+	}
+	return rr.Close()
+}
