@@ -29,8 +29,9 @@
 //
 // Around it: the contention manager for hot rows, a circuit breaker,
 // [Pool.Stats], the commits a failover lost, and tracer interfaces
-// ([TransactionTracer] and the optional ones). The sub-packages replica,
-// bulkhead, storm, tracers and pgtxslog, and the modules pgtxotel,
+// ([TransactionTracer] and the optional ones). The sub-packages deferred
+// (statements fn does not wait for), replica, bulkhead, storm, tracers and
+// pgtxslog, and the modules pgtxotel,
 // pgtxprom, pgtxtest, pgtxsql (database/sql, Bun, ent), pgtxsqlx (sqlx)
 // and pgtxgorm (GORM), build on this package's API.
 //

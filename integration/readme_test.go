@@ -25,6 +25,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/pgtx-go/pgtx"
 	"github.com/pgtx-go/pgtx/bulkhead"
+	"github.com/pgtx-go/pgtx/deferred"
 	"github.com/pgtx-go/pgtx/examples/repository/db"
 	"github.com/pgtx-go/pgtx/failover"
 	"github.com/pgtx-go/pgtx/pgtxgorm"
@@ -304,8 +305,41 @@ func readmeTestingMigrations() pgtxtest.Option {
 	return migrations
 }
 
+// docs/roundtrips.md: a transfer whose writes are deferred, and a batch
+// as one transaction.
+func roundtripsDeferred(ctx context.Context, pool *pgtx.Pool, from, to, amount int64) error {
+	err := pgtx.Transaction(ctx, pool, pgtx.Serializable, func(ctx context.Context, tx pgx.Tx) error {
+		var balance int64
+		if err := tx.QueryRow(ctx, "select balance from accounts where id = $1 for update", from).Scan(&balance); err != nil {
+			return err
+		}
+		if balance < amount {
+			return ErrInsufficientFunds // the read steers fn: it goes at once
+		}
+		if err := deferred.Exec(ctx, "update accounts set balance = balance - $2 where id = $1", from, amount); err != nil {
+			return err
+		}
+		if err := deferred.Exec(ctx, "update accounts set balance = balance + $2 where id = $1", to, amount); err != nil {
+			return err
+		}
+		return deferred.Exec(ctx, "insert into ledger (payer, payee, amount) values ($1, $2, $3)", from, to, amount)
+	})
+	return err
+}
+
+func roundtripsBatch(ctx context.Context, pool *pgtx.Pool, from, to, amount int64) (int64, error) {
+	var ledgerID int64
+	b := &pgx.Batch{}
+	b.Queue("update accounts set balance = balance - $2 where id = $1 and balance >= $2", from, amount)
+	b.Queue("update accounts set balance = balance + $2 where id = $1", to, amount)
+	b.Queue("insert into ledger (payer, payee, amount) values ($1, $2, $3) returning id", from, to, amount).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&ledgerID) })
+	err := deferred.Transaction(ctx, pool, pgtx.ReadCommitted, pgtx.Options{}, b)
+	return ledgerID, err
+}
+
 // The README's snippets are used, so the compiler checks every one of them.
-var _ = []any{readmeIntro, readmeOpen, readmeBackpressure, readmeDefaults, readmeObservability, readmeReplica, readmeBulkheads, readmeMigrate,
+var _ = []any{roundtripsDeferred, roundtripsBatch, readmeIntro, readmeOpen, readmeBackpressure, readmeDefaults, readmeObservability, readmeReplica, readmeBulkheads, readmeMigrate,
 	readmeAdopt, readmeGuards, readmeTestingMigrations, lostCommitsTracer, lostCommitsXid, sqlOpen, readmeSQL}
 
 // TestReadmeCodeBlocks checks that every Go code block of README.md and of
