@@ -73,6 +73,9 @@ type Counts struct {
 	Closed int64
 }
 
+// resignalFirst is [Settings].Resignal's default.
+const resignalFirst = 50 * time.Millisecond
+
 // Clock tells a [Canceller] the time, from which it sets the sockets'
 // deadlines and the cancel's: in use the system's clock; tests pass a fake
 // one, with fake connections.
@@ -95,6 +98,14 @@ type Settings struct {
 	// Finished, when set, receives every finished cancellation once it is
 	// counted. ctx is the statement's ended context.
 	Finished func(ctx context.Context, r Result)
+	// Resignal is how long a statement whose backend the cancel pool
+	// signalled may run on before it is signalled again, the wait doubling
+	// each time, until it returns or the grace ends: a backend ignores a
+	// signal that arrives while it reads its next message, even one its
+	// client already sent in the same write (a pipeline, or a pooler
+	// forwarding one message at a time), and pg_stat_activity shows it
+	// active until the pipeline's Sync. 0: resignalFirst; negative: never.
+	Resignal time.Duration
 	// Dial connects to a server for a cancel request sent past a pooler
 	// ([Standby].OwnKey); nil: a net.Dialer's.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)

@@ -53,6 +53,8 @@ type Handler struct {
 	// The in-flight cancel, set by HandleCancel and read by
 	// HandleUnwatchAfterCancel once done is closed.
 	done      chan struct{}   // nil when no cancel goroutine runs
+	sent      chan struct{}   // closed once the first cancel's result is in
+	returned  chan struct{}   // closed when the statement has returned
 	ctx       context.Context // the ended context, for the report
 	began     time.Time
 	deadline  time.Time // when the grace ends
@@ -99,14 +101,24 @@ func (h *Handler) HandleCancel(ctx context.Context) {
 		h.deadline = h.began.Add(h.c.s.Grace)
 	}
 	_ = h.netConn.SetDeadline(h.deadline)
-	done := make(chan struct{})
-	h.done = done
+	done, sent := make(chan struct{}), make(chan struct{})
+	h.done, h.sent, h.returned = done, sent, make(chan struct{})
 	h.c.wg.Add(1)
 	go func() {
 		defer h.c.wg.Done()
 		defer close(done)
-		h.result, h.confirmed = h.send(h.deadline)
-		h.result.Latency = h.c.clock.Now().Sub(h.began)
+		ctx, cancel := context.WithCancel(context.Background())
+		if !h.deadline.IsZero() {
+			ctx, cancel = context.WithDeadline(ctx, h.deadline)
+		}
+		defer cancel()
+		r, confirmed := h.send(ctx)
+		r.Latency = h.c.clock.Now().Sub(h.began)
+		h.result, h.confirmed = r, confirmed
+		close(sent)
+		if confirmed && r.Outcome == Signalled && !h.resignal(ctx) {
+			h.confirmed = false
+		}
 	}()
 }
 
@@ -119,6 +131,7 @@ func (h *Handler) HandleCancel(ctx context.Context) {
 func (h *Handler) HandleUnwatchAfterCancel() {
 	returned := h.c.clock.Now()
 	if h.done != nil {
+		close(h.returned)
 		<-h.done
 		h.done = nil
 	}
@@ -153,16 +166,12 @@ func (h *Handler) HandleUnwatchAfterCancel() {
 // finished: over the cancel pool when the backend is reachable there, else
 // (or when the cancel pool could not send it) with the protocol cancel
 // request.
-func (h *Handler) send(deadline time.Time) (r Result, confirmed bool) {
-	ctx, cancel := context.WithCancel(context.Background())
-	if !deadline.IsZero() {
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-	}
-	defer cancel()
+func (h *Handler) send(ctx context.Context) (r Result, confirmed bool) {
 	h.c.sent.Add(1)
 	if h.c.s.Mode == ModePool && h.target.PID != 0 {
 		switch res := h.c.viaPool(ctx, h.target); res {
 		case poolSignalled:
+			h.c.signalled.Add(1)
 			return Result{Outcome: Signalled}, true
 		case poolNotFound:
 			return Result{Outcome: NotFound}, true
@@ -197,6 +206,43 @@ func (h *Handler) send(deadline time.Time) (r Result, confirmed bool) {
 	}
 	r.Outcome = Closed
 	return r, false
+}
+
+// resignal signals the backend again while the statement has not
+// returned ([Settings].Resignal), and reports whether every signal sent is
+// confirmed finished: one whose answer was lost may still arrive.
+func (h *Handler) resignal(ctx context.Context) bool {
+	wait := h.c.s.Resignal
+	if wait < 0 {
+		return true
+	}
+	if wait == 0 {
+		wait = resignalFirst
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-h.returned:
+			return true
+		case <-ctx.Done():
+			return true
+		case <-h.c.closing:
+			return true
+		case <-timer.C:
+		}
+		switch h.c.viaPool(ctx, h.target) {
+		case poolSignalled:
+		case poolUnknown:
+			return false
+		default:
+			// Not sent, or the backend runs no statement of ours: the
+			// first signal stands.
+			return true
+		}
+		wait *= 2
+		timer.Reset(wait)
+	}
 }
 
 // protocolCancel sends the protocol's CancelRequest and reports whether the

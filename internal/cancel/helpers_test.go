@@ -113,6 +113,8 @@ type fakePool struct {
 	pid         atomic.Uint32
 	start       atomic.Int64
 	whileActive atomic.Bool
+	// queried, when set, receives a value at each query.
+	queried chan struct{}
 }
 
 func (p *fakePool) Acquire(ctx context.Context) (PoolConn, error) {
@@ -136,6 +138,9 @@ func (c fakePoolConn) Cancel(ctx context.Context, t Target) (Answer, error) {
 	p.start.Store(t.Start)
 	p.whileActive.Store(t.WhileActive)
 	p.clk.advance(queryTakes)
+	if p.queried != nil {
+		p.queried <- struct{}{}
+	}
 	if p.answer.lost {
 		<-ctx.Done()
 		return Answer{}, errors.New("read tcp: i/o timeout")
@@ -178,6 +183,9 @@ func newHarness(t *testing.T, s Settings, offset time.Duration, pa poolAnswer, p
 		pool:   &fakePool{clk: clk, answer: pa},
 	}
 	s.Pool = hs.pool
+	if s.Resignal == 0 {
+		s.Resignal = -1 // a statement the table's tests end returns at once
+	}
 	s.Finished = func(ctx context.Context, r Result) {
 		hs.results = append(hs.results, r)
 		hs.ctxs = append(hs.ctxs, ctx)
@@ -198,8 +206,8 @@ func (hs *harness) cancel(t *testing.T, returnAfter time.Duration) Result {
 	ctx, stop := context.WithCancel(context.Background())
 	stop()
 	hs.h.HandleCancel(ctx)
-	if hs.h.done != nil {
-		<-hs.h.done
+	if hs.h.sent != nil {
+		<-hs.h.sent
 	}
 	hs.clk.advance(returnAfter)
 	hs.h.HandleUnwatchAfterCancel()

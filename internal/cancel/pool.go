@@ -168,7 +168,6 @@ func (c *Canceller) viaPool(ctx context.Context, t Target) poolResult {
 	case err == nil && !a.Visible:
 		return poolHidden
 	case err == nil && a.Signalled:
-		c.signalled.Add(1)
 		return poolSignalled
 	case err == nil && a.Ours && t.WhileActive:
 		return poolElsewhere
