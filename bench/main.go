@@ -10,12 +10,16 @@
 //	cd bench && go run . -dur 200ms -rounds 1 -workers 8 overhead contention sql   # the short CI run
 //	cd bench && go run . -dur 10s contention           # longer cells
 //	cd bench && go run . -latency 0,250us,500us overhead  # its cells on loopback and through the kit's fault proxy
+//	cd bench && go run . -latency 0,250us,500us roundtrips  # deferred statements and batches against pgx.BeginTxFunc
 //	cd bench && go run . readme                        # README.md's performance table from RESULTS.md
 //	cd bench && go run . -fleet 16x4 -fleet-dur 5s -json "" fleet   # the fleet's short CI run
 //
 // Scenarios: overhead, connect, contention, cancel, overload, timeout, sql
-// (all by default), and two that run only when named: backoff, a side
-// experiment on pgtx's conflict backoff, and fleet. The fleet scenario runs
+// (all by default), and three that run only when named: backoff, a side
+// experiment on pgtx's conflict backoff; roundtrips, transactions of one to
+// four statements at each -latency, pgx.BeginTxFunc against pgtx's
+// statements, its deferred ones (package deferred) and whole batches; and
+// fleet. The fleet scenario runs
 // processes of the bench's own binary, each with its own pool (-fleet
 // 16x4,64x2: processes x MaxConns), against one local server of
 // max_connections 50 that it starts itself (DATABASE_URL is not used there):
@@ -72,7 +76,7 @@ type options struct {
 	fleetWorkers int             // fleet scenario: workers per process
 	fleetRestart bool            // fleet scenario: also run the fitting fleet through a restart
 	fleetStrict  bool            // fleet scenario: fail on pgtx's failed calls
-	latencies    []time.Duration // overhead scenario: one-way latencies of its cells (0: loopback)
+	latencies    []time.Duration // overhead and roundtrips scenarios: one-way latencies of its cells (0: loopback)
 	jsonPath     string
 	mdPath       string
 	svgPath      string
@@ -98,6 +102,7 @@ type scenario struct {
 // scenarios lists the benchmarks in the order they run.
 var scenarios = []scenario{
 	{"overhead", "one-statement transaction, 1 and 8 workers: latency and CPU against pgx.BeginTxFunc, interleaved", true, overhead},
+	{"roundtrips", "transactions of 1 to 4 statements at each -latency, 1 worker: pgx.BeginTxFunc against pgtx, its deferred statements and whole batches, interleaved", false, roundtripsScenario},
 	{"connect", "a reconnect in a warm pool (Reset, then one statement) and a new pool with its first statement: pgtx against pgxpool, alternated", true, connect},
 	{"contention", "SERIALIZABLE transfers on 10 hot accounts at -workers (8, 32, 128), ordered and random updates, pgbench as an outside anchor; and 1,000 accounts at 8 workers", true, contention},
 	{"cancel", "a deadline ends a statement holding a row lock: time to return, to release, reconnects", true, cancelBench},
@@ -204,7 +209,7 @@ func parseArgs(args []string, stderr io.Writer) (options, []string, error) {
 	fs.BoolVar(&o.fleetRestart, "fleet-restart", false, fmt.Sprintf("fleet scenario: also run both contenders in the -fleet-fit fleet through a %v restart a third into the run", fleetDowntime))
 	fs.BoolVar(&o.fleetStrict, "fleet-strict", false, "fleet scenario: exit 1 when pgtx failed a call, except in the restart cell calls whose deadline ended before the server was back")
 	fs.StringVar(&o.jsonPath, "json", "results.json", "write the results as JSON here (empty: don't)")
-	latency := fs.String("latency", "0", "overhead scenario: one-way latencies to run its cells at, comma-separated (0: loopback; others through the kit's fault proxy), e.g. 0,250us,500us")
+	latency := fs.String("latency", "0", "overhead and roundtrips scenarios: one-way latencies to run its cells at, comma-separated (0: loopback; others through the kit's fault proxy), e.g. 0,250us,500us")
 	fs.StringVar(&o.mdPath, "md", "", "also write the markdown report here")
 	fs.StringVar(&o.svgPath, "svg", "contention.svg", "write the contention chart here when contention runs (empty: don't)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run here")

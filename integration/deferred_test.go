@@ -410,3 +410,39 @@ func TestDeferredBeforeWhatCannotCarryIt(t *testing.T) {
 		}
 	}
 }
+
+// TestDeferredAfterDeallocateAll: a DEALLOCATE ALL of fn's drops the
+// statements the connection prepared for its deferred statements: the call
+// that meets it fails with 26000 and commits nothing, and the connection
+// prepares them again for the next call.
+func TestDeferredAfterDeallocateAll(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := newDB(t)
+	admin := directConn(t, dsn)
+	mustExec(t, ctx, admin, transferSchema)
+	pool := newPool(t, dsn, func(c *pgtx.Config) { c.MaxConns = 1 })
+	insert := func(deallocate bool) error {
+		return pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+			if deallocate {
+				if _, err := tx.Exec(ctx, "deallocate all"); err != nil {
+					return err
+				}
+			}
+			return deferred.Exec(ctx, "insert into ledger (payer, payee, amount) values ($1, 2, 3)", 7)
+		})
+	}
+	if err := insert(false); err != nil {
+		t.Fatal(err)
+	}
+	err := insert(true)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "26000" {
+		t.Errorf("after DEALLOCATE ALL: err = %v, want 26000", err)
+	}
+	if err := insert(false); err != nil {
+		t.Errorf("the next call: %v", err)
+	}
+	if n := queryInt(t, ctx, admin, "select count(*) from ledger where payer = 7"); n != 2 {
+		t.Errorf("%d rows, want 2", n)
+	}
+}

@@ -2,6 +2,7 @@ package connstate
 
 import (
 	"errors"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -47,10 +48,12 @@ type State struct {
 	idle idle // what [State.Spoke] peeks with
 
 	described map[string]*pgconn.StatementDescription // [State.Described]
+	named     int                                     // deferred statements named so far
 }
 
-// maxDescribed bounds the descriptions a connection keeps of its
-// deferred statements' texts.
+// maxDescribed bounds the texts of deferred statements a connection keeps
+// a description of (named prepared statements, in the mode that names
+// them): those beyond go unnamed, their arguments encoded by Go type.
 const maxDescribed = 256
 
 // Described returns the description of sql that [State.Describe] kept,
@@ -58,17 +61,28 @@ const maxDescribed = 256
 func (s *State) Described(sql string) *pgconn.StatementDescription { return s.described[sql] }
 
 // ForgetDescribed forgets every description kept: a deferred statement
-// failed, perhaps for one the schema changed since.
+// failed, perhaps for one the schema changed since, or one deallocated.
+// The statements named stay prepared on the server, unused.
 func (s *State) ForgetDescribed() { s.described = nil }
 
+// CanDescribe reports whether [State.Describe] keeps another text.
+func (s *State) CanDescribe() bool { return len(s.described) < maxDescribed }
+
 // Describe keeps sd, sql's description, for the deferred statements sent
-// in COMMIT's write, which encode their arguments with it. At
-// maxDescribed texts the connection forgets them all and starts again.
+// in COMMIT's write, which encode their arguments with it (and run it by
+// its name, when it has one).
 func (s *State) Describe(sql string, sd *pgconn.StatementDescription) {
-	if s.described == nil || len(s.described) >= maxDescribed {
+	if s.described == nil {
 		s.described = make(map[string]*pgconn.StatementDescription)
 	}
 	s.described[sql] = sd
+}
+
+// DeferredName returns the name of the next deferred statement prepared
+// on the connection.
+func (s *State) DeferredName() string {
+	s.named++
+	return "pgtx_deferred_" + strconv.Itoa(s.named)
 }
 
 // SetMode records the connection's exec mode.
@@ -76,11 +90,12 @@ func (s *State) SetMode(mode pgx.QueryExecMode) { s.Named = mode == pgx.QueryExe
 
 // Forget notes a statement's error: a prepared statement that no longer
 // exists (26000, after a DEALLOCATE ALL or DISCARD ALL of fn's) means the
-// id reads are prepared no more.
+// id reads and the deferred statements are prepared no more.
 func (s *State) Forget(err error) {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "26000" {
 		s.XidPrepared = false
+		s.described = nil
 	}
 }
 

@@ -27,35 +27,41 @@ func (w *writer) finalOwnWrite() bool {
 	return !w.pgpool && (w.st == nil || !w.st.RestoreTimeout)
 }
 
-// encoded is a deferred statement's parameters, encoded.
+// encoded is a deferred statement, ready to send: by name, or its text
+// with its parameters' types.
 type encoded struct {
+	name             string
 	oids             []uint32
 	values           [][]byte
 	formats, results []int16
 }
 
 // encodeDeferred encodes the deferred statements' arguments as pgx's exec
-// mode would: with the statement's description (described once per
-// connection and text) in the modes that describe, by the arguments' Go
-// types in the others.
+// mode would: with the statement's description in the modes that describe
+// (described once per connection and text: one round trip; in the mode
+// that prepares named statements, prepared under a name of pgtx's), by the
+// arguments' Go types in the others, and for texts beyond the
+// connection's [connstate.State.CanDescribe].
 func (w *writer) encodeDeferred(ctx context.Context, ds []*deferred) ([]encoded, error) {
 	mode := w.conn.Config().DefaultQueryExecMode
-	describe := mode != pgx.QueryExecModeExec && mode != pgx.QueryExecModeSimpleProtocol
+	describe := w.st != nil && mode != pgx.QueryExecModeExec && mode != pgx.QueryExecModeSimpleProtocol
 	out := make([]encoded, len(ds))
 	var eqb pgx.ExtendedQueryBuilder
 	for i, d := range ds {
 		var sd *pgconn.StatementDescription
 		if describe {
 			var err error
-			if sd, err = w.describe(ctx, d.sql); err != nil {
+			if sd, err = w.describe(ctx, d.sql, mode == pgx.QueryExecModeCacheStatement); err != nil {
 				return nil, err
 			}
-			out[i].oids = sd.ParamOIDs
 		}
 		if err := eqb.Build(w.conn.TypeMap(), sd, d.args); err != nil {
 			return nil, fmt.Errorf("pgtx: deferred statement %q: %w", d.sql, err)
 		}
 		e := &out[i]
+		if sd != nil {
+			e.name, e.oids = sd.Name, sd.ParamOIDs
+		}
 		e.values = make([][]byte, len(eqb.ParamValues))
 		for j, v := range eqb.ParamValues {
 			if v != nil {
@@ -68,21 +74,25 @@ func (w *writer) encodeDeferred(ctx context.Context, ds []*deferred) ([]encoded,
 	return out, nil
 }
 
-// describe returns sql's description, from the connection's cache or
-// from the server (an unnamed statement: one round trip).
-func (w *writer) describe(ctx context.Context, sql string) (*pgconn.StatementDescription, error) {
-	if w.st != nil {
-		if sd := w.st.Described(sql); sd != nil {
-			return sd, nil
-		}
+// describe returns sql's description kept on the connection, or asks the
+// server for it (one round trip), preparing it under a name of pgtx's when
+// named; nil for a text beyond those the connection keeps.
+func (w *writer) describe(ctx context.Context, sql string, named bool) (*pgconn.StatementDescription, error) {
+	if sd := w.st.Described(sql); sd != nil {
+		return sd, nil
 	}
-	sd, err := w.pgConn.Prepare(ctx, "", sql, nil)
+	if !w.st.CanDescribe() {
+		return nil, nil
+	}
+	name := ""
+	if named {
+		name = w.st.DeferredName()
+	}
+	sd, err := w.pgConn.Prepare(ctx, name, sql, nil)
 	if err != nil {
 		return nil, err
 	}
-	if w.st != nil {
-		w.st.Describe(sql, sd)
-	}
+	w.st.Describe(sql, sd)
 	return sd, nil
 }
 
@@ -109,7 +119,11 @@ func (w *writer) commitDeferred(ctx context.Context, readID bool) (pgconn.Comman
 	}
 	for i, d := range ds {
 		e := &enc[i]
-		p.SendQueryParams(d.sql, e.values, e.oids, e.formats, e.results)
+		if e.name != "" {
+			p.SendQueryPrepared(e.name, e.values, e.formats, e.results)
+		} else {
+			p.SendQueryParams(d.sql, e.values, e.oids, e.formats, e.results)
+		}
 	}
 	if readID {
 		w.track.unread()
@@ -148,7 +162,7 @@ func (w *writer) commitDeferred(ctx context.Context, readID bool) (pgconn.Comman
 		if _, err := nextResult(p, res); err != nil {
 			if isPgError(err) {
 				w.deferErr = err
-				if w.st != nil {
+				if w.st != nil && stale(err) {
 					w.st.ForgetDescribed()
 				}
 			}
@@ -187,4 +201,20 @@ func nextResult(p *pgconn.Pipeline, res *Result) (pgconn.CommandTag, error) {
 		return res.Tag, err
 	}
 	return rr.Close()
+}
+
+// stale reports an error that says a description kept for a deferred
+// statement no longer holds: its prepared statement is gone (26000, after
+// a DEALLOCATE ALL or DISCARD ALL), or the schema changed under it (0A000,
+// cached plan must not change result type; 42804, a parameter's type).
+func stale(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	switch pgErr.Code {
+	case "26000", "0A000", "42804":
+		return true
+	}
+	return false
 }
