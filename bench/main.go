@@ -76,7 +76,7 @@ type options struct {
 	fleetWorkers int             // fleet scenario: workers per process
 	fleetRestart bool            // fleet scenario: also run the fitting fleet through a restart
 	fleetStrict  bool            // fleet scenario: fail on pgtx's failed calls
-	latencies    []time.Duration // overhead and roundtrips scenarios: one-way latencies of its cells (0: loopback)
+	latencies    []time.Duration // one-way latencies the scenarios' cells run at (0: loopback), but fleet's and backoff's
 	jsonPath     string
 	mdPath       string
 	svgPath      string
@@ -97,20 +97,25 @@ type scenario struct {
 	what    string
 	byDflt  bool
 	measure func(ctx context.Context, e *env) (result, error)
+	// atEachLatency: the program runs the whole scenario once per
+	// -latency, through the kit's fault proxy (those that do not set it
+	// run their cells at each latency themselves, or start servers of
+	// their own).
+	atEachLatency bool
 }
 
 // scenarios lists the benchmarks in the order they run.
 var scenarios = []scenario{
-	{"overhead", "one-statement transaction, 1 and 8 workers: latency and CPU against pgx.BeginTxFunc, interleaved", true, overhead},
-	{"roundtrips", "transactions of 1 to 4 statements at each -latency, 1 worker: pgx.BeginTxFunc against pgtx, its deferred statements and whole batches, interleaved", false, roundtripsScenario},
-	{"connect", "a reconnect in a warm pool (Reset, then one statement) and a new pool with its first statement: pgtx against pgxpool, alternated", true, connect},
-	{"contention", "SERIALIZABLE transfers on 10 hot accounts at -workers (8, 32, 128), ordered and random updates, pgbench as an outside anchor; and 1,000 accounts at 8 workers", true, contention},
-	{"cancel", "a deadline ends a statement holding a row lock: time to return, to release, reconnects", true, cancelBench},
-	{"overload", "open-loop arrivals at 2x capacity against a server-side admission limit (53300)", true, overload},
-	{"timeout", "slow and fast classes: one shared pool vs per-class pools (bulkheads)", true, timeoutStorm},
-	{"sql", "database/sql, sqlx, GORM: each library's own transaction helper against pgtx's module, `select 1` and a one-row update at 1 and 8 workers, interleaved; and hot-row transfers through pgtxsql against a full-jitter loop over database/sql at 8 and 32 workers", true, sqlScenario},
-	{"backoff", "side experiment: pgtx's conflict backoff settings (-sweep) against the full-jitter loop", false, backoffSweep},
-	{"fleet", "processes of the bench's own binary, each its own pool (-fleet), against one server of max_connections 50: pgtx against the pgxpool loop and a fleet sized to fit", false, fleet},
+	{"overhead", "one-statement transaction, 1 and 8 workers: latency and CPU against pgx.BeginTxFunc, interleaved", true, overhead, false},
+	{"roundtrips", "transactions of 1 to 4 statements at each -latency, 1 worker: pgx.BeginTxFunc against pgtx, its deferred statements and whole batches, interleaved", false, roundtripsScenario, false},
+	{"connect", "a reconnect in a warm pool (Reset, then one statement) and a new pool with its first statement: pgtx against pgxpool, alternated", true, connect, true},
+	{"contention", "SERIALIZABLE transfers on 10 hot accounts at -workers (8, 32, 128), ordered and random updates, pgbench as an outside anchor; and 1,000 accounts at 8 workers", true, contention, true},
+	{"cancel", "a deadline ends a statement holding a row lock: time to return, to release, reconnects", true, cancelBench, true},
+	{"overload", "open-loop arrivals at 2x capacity against a server-side admission limit (53300)", true, overload, true},
+	{"timeout", "slow and fast classes: one shared pool vs per-class pools (bulkheads)", true, timeoutStorm, true},
+	{"sql", "database/sql, sqlx, GORM: each library's own transaction helper against pgtx's module, `select 1` and a one-row update at 1 and 8 workers, interleaved; and hot-row transfers through pgtxsql against a full-jitter loop over database/sql at 8 and 32 workers", true, sqlScenario, true},
+	{"backoff", "side experiment: pgtx's conflict backoff settings (-sweep) against the full-jitter loop", false, backoffSweep, false},
+	{"fleet", "processes of the bench's own binary, each its own pool (-fleet), against one server of max_connections 50: pgtx against the pgxpool loop and a fleet sized to fit", false, fleet, false},
 }
 
 func main() {
@@ -209,7 +214,7 @@ func parseArgs(args []string, stderr io.Writer) (options, []string, error) {
 	fs.BoolVar(&o.fleetRestart, "fleet-restart", false, fmt.Sprintf("fleet scenario: also run both contenders in the -fleet-fit fleet through a %v restart a third into the run", fleetDowntime))
 	fs.BoolVar(&o.fleetStrict, "fleet-strict", false, "fleet scenario: exit 1 when pgtx failed a call, except in the restart cell calls whose deadline ended before the server was back")
 	fs.StringVar(&o.jsonPath, "json", "results.json", "write the results as JSON here (empty: don't)")
-	latency := fs.String("latency", "0", "overhead and roundtrips scenarios: one-way latencies to run its cells at, comma-separated (0: loopback; others through the kit's fault proxy), e.g. 0,250us,500us")
+	latency := fs.String("latency", "0", "one-way latencies to run every scenario's cells at but the fleet's and backoff's, comma-separated (0: loopback; others through the kit's fault proxy), e.g. 0,250us,500us")
 	fs.StringVar(&o.mdPath, "md", "", "also write the markdown report here")
 	fs.StringVar(&o.svgPath, "svg", "contention.svg", "write the contention chart here when contention runs (empty: don't)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run here")
@@ -305,15 +310,33 @@ func runScenarios(ctx context.Context, opts options, names []string, stdout, std
 			continue
 		}
 		fmt.Fprintf(stderr, "bench: %s: %s\n", s.name, s.what)
-		start := time.Now()
-		r, err := s.measure(ctx, e)
-		if err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
+		latencies := []time.Duration{0}
+		if s.atEachLatency {
+			latencies = opts.latencies
 		}
-		r.Name, r.Duration = s.name, time.Since(start)
-		fmt.Fprintf(stderr, "bench: %s done in %.1fs\n", s.name, r.Duration.Seconds())
-		results = append(results, r)
-		failed = append(failed, r.failed)
+		var r result
+		for _, d := range latencies {
+			start := time.Now()
+			at, closeProxy, err := atLatency(e, d)
+			if err != nil {
+				return fmt.Errorf("%s at %v: %w", s.name, d, err)
+			}
+			r, err = s.measure(ctx, at)
+			closeProxy()
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			r.Name, r.Duration = s.name, time.Since(start)
+			if d != 0 {
+				r.Name += " at " + d.String()
+				for i := range r.Tables {
+					r.Tables[i].Title += ", at " + latencyName(d)
+				}
+			}
+			fmt.Fprintf(stderr, "bench: %s done in %.1fs\n", r.Name, r.Duration.Seconds())
+			results = append(results, r)
+			failed = append(failed, r.failed)
+		}
 		if s.name == "contention" && opts.svgPath != "" {
 			if err := os.WriteFile(opts.svgPath, contentionChart(r.Data.([]contentionRow)), 0o644); err != nil {
 				return err
