@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -444,5 +445,35 @@ func TestDeferredAfterDeallocateAll(t *testing.T) {
 	}
 	if n := queryInt(t, ctx, admin, "select count(*) from ledger where payer = 7"); n != 2 {
 		t.Errorf("%d rows, want 2", n)
+	}
+}
+
+// TestQueryTracerSeesDeferred: a pgx QueryTracer sees the deferred
+// statements, those sent with fn's next statement and those sent with
+// COMMIT.
+func TestQueryTracerSeesDeferred(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := newDB(t)
+	qt := &queryTracer{mu: make(chan struct{}, 1)}
+	pool := newPool(t, dsn, func(c *pgtx.Config) { c.ConnConfig.Tracer = qt })
+	err := pgtx.Transaction(ctx, pool, pgtx.ReadCommitted, func(ctx context.Context, tx pgx.Tx) error {
+		if err := deferred.Exec(ctx, "select $1::int", 1); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "select 2"); err != nil {
+			return err
+		}
+		return deferred.Exec(ctx, "select $1::int + 2", 1)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qt.mu <- struct{}{}
+	sqls := append([]string(nil), qt.sqls...)
+	<-qt.mu
+	for _, want := range []string{"select $1::int", "select 2", "select $1::int + 2"} {
+		if !slices.Contains(sqls, want) {
+			t.Errorf("the tracer saw %q; want %q among them", sqls, want)
+		}
 	}
 }

@@ -105,18 +105,26 @@ func (w *writer) queueDeferred(b *pgx.Batch) []*deferred {
 	return ds
 }
 
-// readDeferred reads the results of ds from br, and returns the first
-// error: it is the attempt's (deferErr), and the statements after it did
-// not run.
-func (w *writer) readDeferred(br pgx.BatchResults, ds []*deferred) error {
-	for _, d := range ds {
+// readDeferred reads the results of ds from br, telling the query tracer
+// of each (ends, when traced), and returns the first error: it is the
+// attempt's (deferErr), and the statements after it did not run.
+func (w *writer) readDeferred(br pgx.BatchResults, ds []*deferred, ends []func(pgconn.CommandTag, error)) error {
+	for i, d := range ds {
 		var err error
+		var tag pgconn.CommandTag
 		if d.keep {
 			err = d.res.read(br)
+			tag = d.res.Tag
 		} else {
-			_, err = br.Exec()
+			tag, err = br.Exec()
+		}
+		if i < len(ends) {
+			ends[i](tag, err)
 		}
 		if err != nil {
+			for _, end := range ends[min(i+1, len(ends)):] {
+				end(pgconn.CommandTag{}, errNotRun)
+			}
 			w.deferErr = err
 			return err
 		}

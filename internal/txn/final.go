@@ -106,6 +106,12 @@ func (w *writer) commitDeferred(ctx context.Context, readID bool) (pgconn.Comman
 		w.deferErr = err
 		return pgconn.CommandTag{}, err
 	}
+	ends := w.traceDeferred(ctx, ds)
+	defer func() {
+		for _, end := range ends {
+			end(pgconn.CommandTag{}, errNotRun)
+		}
+	}()
 	p := w.pgConn.StartPipeline(ctx)
 	skip := 0
 	if !w.beginSent {
@@ -159,7 +165,12 @@ func (w *writer) commitDeferred(ctx context.Context, readID bool) (pgconn.Comman
 		if d.keep {
 			res = &d.res
 		}
-		if _, err := nextResult(p, res); err != nil {
+		tag, err := nextResult(p, res)
+		if len(ends) > 0 {
+			ends[0](tag, err)
+			ends = ends[1:]
+		}
+		if err != nil {
 			if isPgError(err) {
 				w.deferErr = err
 				if w.st != nil && stale(err) {
@@ -217,4 +228,23 @@ func stale(err error) bool {
 		return true
 	}
 	return false
+}
+
+// errNotRun is what the query tracer is told of a deferred statement that
+// did not run: one before it failed, or the write's answer was lost.
+var errNotRun = errors.New("pgtx: the deferred statement did not run")
+
+// traceDeferred reports the deferred statements that go in COMMIT's write
+// to the connection's QueryTracer, as pgx reports every statement, and
+// returns the functions that report their ends, in order (none without a
+// tracer).
+func (w *writer) traceDeferred(ctx context.Context, ds []*deferred) []func(pgconn.CommandTag, error) {
+	if w.st == nil || w.st.Tracer == nil {
+		return nil
+	}
+	ends := make([]func(pgconn.CommandTag, error), len(ds))
+	for i, d := range ds {
+		_, ends[i] = w.traceQuery(ctx, d.sql, d.args)
+	}
+	return ends
 }

@@ -264,6 +264,7 @@ func (w *writer) beginBatch(ctx context.Context, n int) (*pgx.Batch, int) {
 // (deferErr).
 func (w *writer) send(ctx context.Context, b *pgx.Batch, skip int, ds []*deferred) (pgx.BatchResults, error) {
 	w.beginSent = true
+	ends := w.traceDeferred(ctx, ds)
 	br := w.conn.SendBatch(ctx, b)
 	if skip > 0 {
 		w.ptx = br.Tx()
@@ -277,10 +278,13 @@ func (w *writer) send(ctx context.Context, b *pgx.Batch, skip int, ds []*deferre
 	if err != nil {
 		w.beginErr = err
 		_ = br.Close()
+		for _, end := range ends {
+			end(pgconn.CommandTag{}, errNotRun)
+		}
 		return nil, err
 	}
 	if len(ds) > 0 {
-		if err := w.readDeferred(br, ds); err != nil {
+		if err := w.readDeferred(br, ds, ends); err != nil {
 			_ = br.Close()
 			return nil, err
 		}
