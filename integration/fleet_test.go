@@ -165,10 +165,13 @@ func TestFleetOversubscribed(t *testing.T) {
 			t.Errorf("pool %d: limit %d, and its cancel pool holds %d connections, want none", i, s.Slots.Limit, s.CancelPool.TotalConns())
 		}
 	}
-	// Probes 250ms, 500ms, 1s, then 2s apart per pool, and those of the
-	// start: about one refusal per pool per second at most.
-	if max := int64(len(pools)) * int64(run/time.Second+4); refused > max {
-		t.Errorf("%d refused connects in %v, want at most %d (one per pool per second)", refused, run, max)
+	// Per pool: the start's refusals, probes 250ms, 500ms, 1s, then 2s
+	// apart (jittered ×0.5–1.5), the sequence again after a probe raised
+	// the limit, and the cancel pool's on-demand connects. Over 4s that is
+	// at most 2.5 a second per pool; over the bench's 30s it comes to
+	// under one (bench/RESULTS.md), where the pgxpool loop's is 3.9.
+	if max := int64(len(pools)) * int64(run/time.Second) * 5 / 2; refused > max {
+		t.Errorf("%d refused connects in %v, want at most %d (2.5 per pool per second)", refused, run, max)
 	}
 	if limits > 12 {
 		t.Errorf("the pools' limits add up to %d, more than the server's 12 slots", limits)
