@@ -58,7 +58,13 @@ func TestPgpoolTransactionsStayOnTheirNode(t *testing.T) {
 			ctx := itest.CtxFor(t, 5*time.Minute)
 			// Six connections and the cancel pool's two fill Pgpool-II's
 			// eight children (num_init_children), as docs/poolers.md asks.
-			pool := itest.NewPool(t, e.through, func(c *pgtx.Config) { c.MaxConns = 6 })
+			// Eight workers share the six: the acquire may wait as long as
+			// a call's deadline, since what is tested is which node answers
+			// (CI's load once held a connection past the 2s default).
+			pool := itest.NewPool(t, e.through, func(c *pgtx.Config) {
+				c.MaxConns = 6
+				c.AcquireTimeout = 10 * time.Second
+			})
 			var stale, failed atomic.Int64
 			var firstErr error
 			var once sync.Once
