@@ -19,8 +19,12 @@ func TestResignalUntilReturned(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	stop()
 	hs.h.HandleCancel(ctx)
-	for range 3 { // the signal, and two more while the statement runs
-		<-hs.pool.queried
+	for i := range 3 { // the signal, and two more while the statement runs
+		select {
+		case <-hs.pool.queried:
+		case <-time.After(10 * time.Second): // a bound on a hang, not a measure
+			t.Fatalf("%d signals while the statement ran for 10s, want it signalled again", i)
+		}
 	}
 	done := make(chan struct{})
 	go func() {

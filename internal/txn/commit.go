@@ -70,10 +70,8 @@ func (w *writer) commit(ctx context.Context, r Releaser) (classify.Class, error)
 	var tag pgconn.CommandTag
 	var err error
 	switch {
-	case final:
-		tag, err = w.commitDeferred(cctx, send == sendCommitReadingID || !w.beginSent && x.reads())
-	case send == sendCommitReadingID:
-		tag, err = w.commitReadingID(cctx)
+	case final || send == sendCommitReadingID:
+		tag, err = w.commitWrite(cctx, send == sendCommitReadingID || !w.beginSent && x.reads())
 	default:
 		tag, err = endTransaction(cctx, pgConn, "commit")
 	}
@@ -145,48 +143,6 @@ func commitOutcome(tag pgconn.CommandTag, err error, closed bool) (classify.Clas
 		return classify.Err(err), err
 	}
 	return classify.Ambiguous, &errs.CommitUnknownError{Err: err}
-}
-
-// commitReadingID sends [select id, Flush, COMMIT, Sync] and reads the id
-// as it arrives, before COMMIT's answer.
-func (w *writer) commitReadingID(ctx context.Context) (pgconn.CommandTag, error) {
-	w.track.unread()
-	p := w.pgConn.StartPipeline(ctx)
-	if name, ok := w.track.preparedRead(w.st); ok {
-		// Prepared once per connection (PREPARE pgtx_xid): no parse and
-		// plan per transaction.
-		p.SendQueryPrepared(name, nil, nil, nil)
-	} else {
-		p.SendQueryParams(w.track.readSQL(), nil, nil, nil, nil)
-	}
-	p.SendFlushRequest()
-	p.SendQueryParams("commit", nil, nil, nil, nil)
-	p.SendPipelineSync()
-	if err := p.Flush(); err != nil {
-		_ = p.Close()
-		return pgconn.CommandTag{}, err
-	}
-	res, err := p.GetResults()
-	if rr, ok := res.(*pgconn.ResultReader); ok && err == nil {
-		err = w.track.readID(rr)
-	}
-	if err != nil {
-		// The id read failed: a server error skips COMMIT (up to Sync),
-		// and the transaction stays open.
-		if cerr := p.Close(); cerr != nil && !isPgError(err) {
-			err = errors.Join(err, cerr)
-		}
-		return pgconn.CommandTag{}, err
-	}
-	var tag pgconn.CommandTag
-	res, err = p.GetResults()
-	if rr, ok := res.(*pgconn.ResultReader); ok && err == nil {
-		tag, err = rr.Close()
-	}
-	if cerr := p.Close(); err == nil {
-		err = cerr
-	}
-	return tag, err
 }
 
 // isPgError reports a server error.

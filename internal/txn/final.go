@@ -43,6 +43,9 @@ type encoded struct {
 // arguments' Go types in the others, and for texts beyond the
 // connection's [connstate.State.CanDescribe].
 func (w *writer) encodeDeferred(ctx context.Context, ds []*deferred) ([]encoded, error) {
+	if len(ds) == 0 {
+		return nil, nil
+	}
 	mode := w.conn.Config().DefaultQueryExecMode
 	describe := w.st != nil && mode != pgx.QueryExecModeExec && mode != pgx.QueryExecModeSimpleProtocol
 	out := make([]encoded, len(ds))
@@ -96,9 +99,12 @@ func (w *writer) describe(ctx context.Context, sql string, named bool) (*pgconn.
 	return sd, nil
 }
 
-// commitDeferred sends the final write, with the id read when readID, and
-// returns COMMIT's tag, or the first error of the write.
-func (w *writer) commitDeferred(ctx context.Context, readID bool) (pgconn.CommandTag, error) {
+// commitWrite sends COMMIT's write, with the deferred statements still
+// pending and the id read when readID ([select id, Flush, COMMIT, Sync]
+// when none is pending), and returns COMMIT's tag, or the first error of
+// the write. A failed id read skips COMMIT (up to Sync): the transaction
+// stays open.
+func (w *writer) commitWrite(ctx context.Context, readID bool) (pgconn.CommandTag, error) {
 	ds := w.deferred
 	w.deferred = nil
 	enc, err := w.encodeDeferred(ctx, ds)
@@ -134,6 +140,8 @@ func (w *writer) commitDeferred(ctx context.Context, readID bool) (pgconn.Comman
 	if readID {
 		w.track.unread()
 		if name, ok := w.track.preparedRead(w.st); ok {
+			// Prepared once per connection (PREPARE pgtx_xid): no parse
+			// and plan per transaction.
 			p.SendQueryPrepared(name, nil, nil, nil)
 		} else {
 			p.SendQueryParams(w.track.readSQL(), nil, nil, nil, nil)
@@ -239,7 +247,7 @@ var errNotRun = errors.New("pgtx: the deferred statement did not run")
 // returns the functions that report their ends, in order (none without a
 // tracer).
 func (w *writer) traceDeferred(ctx context.Context, ds []*deferred) []func(pgconn.CommandTag, error) {
-	if w.st == nil || w.st.Tracer == nil {
+	if len(ds) == 0 || w.st == nil || w.st.Tracer == nil {
 		return nil
 	}
 	ends := make([]func(pgconn.CommandTag, error), len(ds))
