@@ -29,11 +29,14 @@ const RunSQL = timelineSQL + ", " + startSQL + ", " + epochSQL + ", " + flushedS
 // standbys), whether it is in recovery, whether it has the functions
 // resolution uses, the pid of the session's backend (a pooler hands out
 // pids of its own), the server's run, and whether the session may write
-// the message that marks a transaction's WAL ([Conn].Emit).
+// the message that marks a transaction's WAL ([Conn].Emit). The backend's
+// start is read from pg_stat_get_activity of its own pid, not the
+// pg_stat_activity view, whose joins cost a new backend's cold catalog
+// caches twice as much as the rest of the question.
 const systemSQL = `select (select system_identifier from pg_control_system()), pg_is_in_recovery(),
 	to_regproc('pg_catalog.pg_xact_status') is not null and to_regproc('pg_catalog.pg_current_xact_id') is not null,
 	pg_backend_pid(), ` + RunSQL + `,
-	coalesce((select round(extract(epoch from backend_start) * 1000000)::int8 from pg_stat_activity where pid = pg_backend_pid()), 0),
+	coalesce((select round(extract(epoch from a.backend_start) * 1000000)::int8 from pg_stat_get_activity(pg_backend_pid()) a), 0),
 	coalesce(has_function_privilege(to_regprocedure('pg_catalog.pg_logical_emit_message(boolean,text,text)'), 'execute'), false)`
 
 // backendXidSQL finds the transaction that backend $1, started at $2 (unix
