@@ -33,6 +33,9 @@ type call struct {
 	firstTx          txn.Tx     // the first attempt's handle, without an allocation
 	loop             retry.Loop // the pool's loop, with the call's overrides
 	trace            callTrace  // the loop's tracer when the pool has one, without an allocation
+	// acquiring is the context of the first attempt's acquire, without
+	// an allocation.
+	acquiring waitsForHeld
 	// The attempt's connection while it holds it.
 	conn   *pgxpool.Conn
 	heldAt time.Time
@@ -85,7 +88,14 @@ func (c *call) runAttempt(ctx context.Context) (Class, error) {
 	}
 	*a = attempt{Context: ctx, pool: c.pool, parent: c.parent, n: c.attempts}
 	c.cur = a
-	conn, held, err := c.pool.acquire(ctx, c.caller)
+	// A connect made for an attempt's acquire may outlive it: the next
+	// attempt's context is a new one.
+	w := &c.acquiring
+	if c.attempts > 1 {
+		w = new(waitsForHeld)
+	}
+	w.Context = ctx
+	conn, held, err := c.pool.acquire(w, c.caller)
 	if err != nil {
 		return acquireClass(ctx, err), err
 	}

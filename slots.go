@@ -58,3 +58,15 @@ type slotted struct {
 func (s *slotted) Acquire(ctx context.Context) (*pgxpool.Conn, error) {
 	return slotlimit.Acquire[*pgxpool.Conn](ctx, s.limit, s.pool)
 }
+
+// waitsForHeld is the context of a Transaction's acquire: while the pool
+// connects, the acquire takes the first connection released rather than
+// wait for a connect its pacing holds back ([slotlimit.WaitsKey]).
+type waitsForHeld struct{ context.Context }
+
+func (w *waitsForHeld) Value(key any) any {
+	if key == (slotlimit.WaitsKey{}) {
+		return true
+	}
+	return w.Context.Value(key)
+}

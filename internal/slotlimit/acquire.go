@@ -42,11 +42,11 @@ type Pool[C any] interface {
 }
 
 // mustWait reports whether an acquire that failed with err waits for a
-// held connection: the limit held its connect back, or the server refused
-// it for lack of slots while the pool holds connections.
+// held connection: the limit or the pacer held its connect back, or the
+// server refused it for lack of slots while the pool holds connections.
 func (l *Limit) mustWait(ctx context.Context, err error) bool {
 	switch {
-	case errors.Is(err, ErrNoSlot):
+	case errors.Is(err, ErrNoSlot), errors.Is(err, errPaced):
 		return true
 	case classify.NoSlot(err):
 		l.pace.done() // the refused connect is no longer in flight
@@ -62,6 +62,9 @@ func (l *Limit) mustWait(ctx context.Context, err error) bool {
 func wait[C any, P Pool[C]](ctx context.Context, l *Limit, pool P) (c C, err error) {
 	start := l.s.Now()
 	w := &waiter{ch: make(chan struct{}, 1)}
+	// A connect the acquire goes on to make takes w out of the turns of
+	// the releases' wakes ([Limit.Connecting]).
+	wctx := context.WithValue(ctx, waiterKey{}, w)
 	if l.enqueue(w) && !l.full() {
 		w.wake() // first: a release may have come since the last try
 	}
@@ -103,11 +106,12 @@ func wait[C any, P Pool[C]](ctx context.Context, l *Limit, pool P) (c C, err err
 			var zero C
 			return zero, ctx.Err()
 		}
-		c, err = pool.Acquire(ctx)
+		c, err = pool.Acquire(wctx)
+		l.connected(w)
 		if err == nil || !l.mustWait(ctx, err) {
 			return c, err
 		}
-		if !errors.Is(err, ErrNoSlot) {
+		if !errors.Is(err, ErrNoSlot) && !errors.Is(err, errPaced) {
 			poll = pollMin // refused: the held connections come back soon
 		}
 	}

@@ -125,32 +125,52 @@ func (l *Limit) established() int {
 // Connecting is the pool's BeforeConnect step. While the limit is below
 // Max, it returns [ErrNoSlot] at once for a connect that would take the
 // pool beyond it, but for one try per Every; a connect that goes is paced
-// ([pacer]).
+// ([pacer]), and one made for a waiter takes it out of the turns of the
+// releases' wakes until the connect ends.
 func (l *Limit) Connecting(ctx context.Context) error {
-	if err := l.admit(); err != nil {
+	probe, err := l.admit()
+	if err != nil {
 		return err
 	}
-	return l.pace.wait(ctx, l.s.Stat)
+	if err := l.pace.wait(ctx, l.s.Stat); err != nil {
+		if probe != 0 {
+			l.unprobe(probe) // not made: the try stays due
+		}
+		return err
+	}
+	l.connecting(ctx)
+	return nil
 }
 
 // admit returns [ErrNoSlot] for a connect beyond the limit, but for one
-// try per Every.
-func (l *Limit) admit() error {
+// try per Every; probe is when the try it let through started (0: none).
+func (l *Limit) admit() (probe int64, err error) {
 	if !l.capped.Load() {
-		return nil
+		return 0, nil
 	}
 	held := l.held() // this connect included
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch now := l.s.Now(); {
 	case !l.capped.Load() || held <= int(l.limit.Load()):
-		return nil // a connection that replaces one the pool lost
+		return 0, nil // a connection that replaces one the pool lost
 	case !l.due(now):
-		return ErrNoSlot
+		return 0, ErrNoSlot
 	default:
 		l.probing.Store(now.UnixNano())
 		l.probes.Add(1)
-		return nil
+		return now.UnixNano(), nil
+	}
+}
+
+// unprobe takes back the try beyond the limit that started at probe, which
+// the pacer held back.
+func (l *Limit) unprobe(probe int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.probing.Load() == probe {
+		l.probing.Store(0)
+		l.probes.Add(-1)
 	}
 }
 
@@ -253,9 +273,7 @@ func (l *Limit) Back() {
 		return
 	}
 	l.mu.Lock()
-	if len(l.queue) > 0 {
-		l.queue[0].wake()
-	}
+	l.wakeHead()
 	l.mu.Unlock()
 }
 

@@ -33,6 +33,8 @@ type fakePool struct {
 	next       int
 	freed      chan struct{} // closed at the next release
 	limit      *Limit
+	// connectTime is how long a connect's round trips take (1ms when 0).
+	connectTime time.Duration
 }
 
 // fakeServer is the slots a fleet of fake pools shares.
@@ -116,7 +118,7 @@ func (p *fakePool) connect(ctx context.Context) (conn, error) {
 	if err := p.limit.Connecting(ctx); err != nil {
 		return fail(err)
 	}
-	time.Sleep(time.Millisecond) // the connect's round trips
+	time.Sleep(max(p.connectTime, time.Millisecond)) // the connect's round trips
 	if !p.server.take() {
 		return fail(fmt.Errorf("failed to connect: %w", refusal))
 	}

@@ -2,6 +2,7 @@ package slotlimit
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -15,9 +16,15 @@ const (
 	paceMax  = 100 * time.Millisecond
 )
 
+// errPaced is what a connect the pacer holds back returns, when its
+// acquire may wait for a held connection instead ([WaitsKey]) and the pool
+// holds one: the acquire takes the first one released.
+var errPaced = errors.New("slotlimit: the connect waits for those in flight")
+
 // pacer paces a pool's connects: one at a time until the pool holds two
 // connections, then up to half as many at once as it holds; a connect
-// waits paceMax at most. A pool
+// waits paceMax at most, or, when its acquire can take a held connection
+// instead, not at all (errPaced). A pool
 // growing under a burst then ramps up as fast as its connects answer,
 // doubling every few, and a fleet of pools starting together takes the
 // server's slots in turns instead of first come, first served: each pool
@@ -30,7 +37,9 @@ type pacer struct {
 }
 
 // wait returns when a connect may go: fewer connects of the pool are in
-// flight than it may have, or it waited paceMax. stat tells how many
+// flight than it may have, or it waited paceMax; or, with errPaced, at
+// once when it would wait, ctx is marked with [WaitsKey] and the pool holds
+// a connection. stat tells how many
 // connections the pool holds, those connecting included (this one among
 // them), and how many connect.
 func (p *pacer) wait(ctx context.Context, stat func() (total, connecting int)) error {
@@ -41,6 +50,7 @@ func (p *pacer) wait(ctx context.Context, stat func() (total, connecting int)) e
 			timer.Stop()
 		}
 	}()
+	waits := waitsForHeld(ctx)
 	p.mu.Lock()
 	blocked := false
 	for {
@@ -51,11 +61,15 @@ func (p *pacer) wait(ctx context.Context, stat func() (total, connecting int)) e
 		if !blocked {
 			inFlight--
 		}
-		if inFlight < max(1, (total-connecting)/2) || blocked && !time.Now().Before(deadline) {
+		held := total - connecting
+		if goes := inFlight < max(1, held/2) || blocked && !time.Now().Before(deadline); goes || held > 0 && waits {
 			if blocked {
 				p.blocked--
 			}
 			p.mu.Unlock()
+			if !goes {
+				return errPaced
+			}
 			return nil
 		}
 		if !blocked {

@@ -1,9 +1,18 @@
 package slotlimit
 
+import "context"
+
 // waiter is an acquire waiting for a held connection.
 type waiter struct {
 	ch chan struct{} // receives a wake; holds one
+	// connecting: the acquire is making a connect and waits for it; the
+	// wakes of releases go to the next waiter. Guarded by the Limit's mu.
+	connecting bool
 }
+
+// waiterKey is the context key of the waiter an acquire's connect is
+// made for.
+type waiterKey struct{}
 
 func (w *waiter) wake() {
 	select {
@@ -12,36 +21,78 @@ func (w *waiter) wake() {
 	}
 }
 
-// enqueue adds w at the queue's end, and reports whether it is first.
+// head returns the waiter that takes the next wake, the first that is not
+// connecting; l.mu is held.
+func (l *Limit) head() *waiter {
+	for _, w := range l.queue {
+		if !w.connecting {
+			return w
+		}
+	}
+	return nil
+}
+
+// wakeHead wakes the head; l.mu is held.
+func (l *Limit) wakeHead() {
+	if h := l.head(); h != nil {
+		h.wake()
+	}
+}
+
+// enqueue adds w at the queue's end, and reports whether it is the head.
 func (l *Limit) enqueue(w *waiter) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.queue = append(l.queue, w)
 	l.waiting.Add(1)
-	return len(l.queue) == 1
+	return l.head() == w
 }
 
-// first reports whether w is the first in the queue.
+// first reports whether w is the head: the waiter that polls.
 func (l *Limit) first(w *waiter) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.queue) > 0 && l.queue[0] == w
+	return l.head() == w
 }
 
-// leave takes w out of the queue. When w was first, the next one is woken:
-// it looks at the pool at once, and polls from then on. A wake w took with
-// it, for a connection it did not take (two came back at once, or its
-// context ended), is not lost, and a waiter that becomes first does not
-// wait for a release without its poll.
+// connecting says that the acquire of ctx's waiter, if any, makes a
+// connect: the next waiter takes the wakes of releases, and polls, until
+// that connect ends ([Limit.connected]).
+func (l *Limit) connecting(ctx context.Context) {
+	w, ok := ctx.Value(waiterKey{}).(*waiter)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !w.connecting {
+		w.connecting = true
+		l.wakeHead()
+	}
+}
+
+// connected says that w's acquire is no longer connecting.
+func (l *Limit) connected(w *waiter) {
+	l.mu.Lock()
+	w.connecting = false
+	l.mu.Unlock()
+}
+
+// leave takes w out of the queue. When w was the head, the next one is
+// woken: it looks at the pool at once, and polls from then on. A wake w
+// took with it, for a connection it did not take (two came back at once,
+// or its context ended), is not lost, and a waiter that becomes the head
+// does not wait for a release without its poll.
 func (l *Limit) leave(w *waiter) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	wasHead := l.head() == w
 	for i, q := range l.queue {
 		if q == w {
 			l.queue = append(l.queue[:i], l.queue[i+1:]...)
 			l.waiting.Add(-1)
-			if i == 0 && len(l.queue) > 0 {
-				l.queue[0].wake()
+			if wasHead {
+				l.wakeHead()
 			}
 			return
 		}

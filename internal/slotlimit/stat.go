@@ -31,3 +31,17 @@ func Routine(ctx context.Context) context.Context { return context.WithValue(ctx
 
 // IsRoutine reports whether ctx was marked by [Routine].
 func IsRoutine(ctx context.Context) bool { return ctx.Value(routine{}) != nil }
+
+// WaitsKey is the context key whose value, true, marks the context of an
+// acquire that may wait for a held connection while the pacer holds its
+// connect back: one made through [Acquire]. A context of the caller's own
+// may answer it, so that marking costs nothing.
+type WaitsKey struct{}
+
+// WaitForHeld returns ctx marked with [WaitsKey].
+func WaitForHeld(ctx context.Context) context.Context {
+	return context.WithValue(ctx, WaitsKey{}, true)
+}
+
+// waitsForHeld reports whether ctx is marked with [WaitsKey].
+func waitsForHeld(ctx context.Context) bool { v, _ := ctx.Value(WaitsKey{}).(bool); return v }
