@@ -424,7 +424,7 @@ func fleetStrictCheck(runs []fleetRun) error {
 		where := fmt.Sprintf("fleet %s (%s, %d workers)", r.Cell, r.Shape, r.Workers)
 		switch {
 		case !r.Restart && r.Sum.Failed > 0:
-			errs = append(errs, fmt.Errorf("%s: pgtx failed %d calls", where, r.Sum.Failed))
+			errs = append(errs, fmt.Errorf("%s: pgtx failed %d calls (%s)", where, r.Sum.Failed, failedSeconds(r.Sum.PerSecond)))
 		case r.Restart && r.Verdict != nil && r.Verdict.NotExcused+r.Sum.Unrecorded > 0:
 			errs = append(errs, fmt.Errorf("%s: pgtx failed %d calls whose deadline ended after the server was back (%d unrecorded)",
 				where, r.Verdict.NotExcused, r.Sum.Unrecorded))
@@ -434,6 +434,22 @@ func fleetStrictCheck(runs []fleetRun) error {
 		return fmt.Errorf("-fleet-strict: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// failedSeconds says in which seconds of the run calls failed, and how
+// many: "second 1: 2, second 5: 1".
+func failedSeconds(perSecond []int64) string {
+	var b strings.Builder
+	for i, n := range perSecond {
+		if n == 0 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "second %d: %d", i+1, n)
+	}
+	return b.String()
 }
 
 // fleetTables are the scenario's tables: the fleets, their failed calls by

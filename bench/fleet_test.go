@@ -268,7 +268,7 @@ func TestFleetStrictCheck(t *testing.T) {
 	ok := fleetRun{Cell: "16x4", Contender: fleetPgtx, Shape: fleetCell{16, 4}}
 	failedLoop := fleetRun{Cell: "16x4", Contender: fleetLoop, Shape: fleetCell{16, 4}, Sum: fleetSum{Failed: 9}}
 	failed := ok
-	failed.Sum.Failed = 2
+	failed.Sum.Failed, failed.Sum.PerSecond = 2, []int64{0, 1, 0, 1}
 	excused := fleetRun{Cell: "8x4 restart", Contender: fleetPgtx, Shape: fleetCell{8, 4}, Restart: true,
 		Sum: fleetSum{Failed: 3}, Verdict: &restartVerdict{Excused: 3}}
 	notExcused := excused
@@ -280,7 +280,7 @@ func TestFleetStrictCheck(t *testing.T) {
 	}{
 		{"none failed", []fleetRun{ok, failedLoop}, ""},
 		{"excused in the restart", []fleetRun{ok, excused}, ""},
-		{"pgtx failed", []fleetRun{failed, excused}, "fleet 16x4 (16x4, 0 workers): pgtx failed 2 calls"},
+		{"pgtx failed", []fleetRun{failed, excused}, "fleet 16x4 (16x4, 0 workers): pgtx failed 2 calls (second 2: 1, second 4: 1)"},
 		{"not excused", []fleetRun{ok, notExcused}, "pgtx failed 1 calls whose deadline ended after the server was back"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
