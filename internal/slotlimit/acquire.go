@@ -32,8 +32,9 @@ func Acquire[C any, P Pool[C]](ctx context.Context, l *Limit, pool P) (C, error)
 		if err == nil || !l.mustWait(ctx, err) {
 			return c, err
 		}
+		return wait(ctx, l, pool, errors.Is(err, errPaced))
 	}
-	return wait(ctx, l, pool)
+	return wait(ctx, l, pool, false)
 }
 
 // Pool is what [Acquire] takes a connection from.
@@ -58,10 +59,14 @@ func (l *Limit) mustWait(ctx context.Context, err error) bool {
 }
 
 // wait is Acquire's slow path: it waits in the queue, and tries again
-// when a release wakes it, or a poll while it is first.
-func wait[C any, P Pool[C]](ctx context.Context, l *Limit, pool P) (c C, err error) {
+// when a release wakes it, or a poll while it is first. paced: the pacer
+// held the acquire's connect back before it came to wait.
+func wait[C any, P Pool[C]](ctx context.Context, l *Limit, pool P, paced bool) (c C, err error) {
 	start := l.s.Now()
 	w := &waiter{ch: make(chan struct{}, 1)}
+	if paced {
+		w.paced()
+	}
 	// A connect the acquire goes on to make takes w out of the turns of
 	// the releases' wakes ([Limit.Connecting]).
 	wctx := context.WithValue(ctx, waiterKey{}, w)
@@ -111,7 +116,10 @@ func wait[C any, P Pool[C]](ctx context.Context, l *Limit, pool P) (c C, err err
 		if err == nil || !l.mustWait(ctx, err) {
 			return c, err
 		}
-		if !errors.Is(err, ErrNoSlot) && !errors.Is(err, errPaced) {
+		switch {
+		case errors.Is(err, errPaced):
+			w.paced()
+		case !errors.Is(err, ErrNoSlot):
 			poll = pollMin // refused: the held connections come back soon
 		}
 	}

@@ -70,6 +70,13 @@ func newFakePool(max int, server *fakeServer) *fakePool {
 	return p
 }
 
+// setConnectTime sets the time of the connects that start from now on.
+func (p *fakePool) setConnectTime(d time.Duration) {
+	p.mu.Lock()
+	p.connectTime = d
+	p.mu.Unlock()
+}
+
 func (p *fakePool) stat() (total, connecting int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -118,7 +125,10 @@ func (p *fakePool) connect(ctx context.Context) (conn, error) {
 	if err := p.limit.Connecting(ctx); err != nil {
 		return fail(err)
 	}
-	time.Sleep(max(p.connectTime, time.Millisecond)) // the connect's round trips
+	p.mu.Lock()
+	d := max(p.connectTime, time.Millisecond)
+	p.mu.Unlock()
+	time.Sleep(d) // the connect's round trips
 	if !p.server.take() {
 		return fail(fmt.Errorf("failed to connect: %w", refusal))
 	}

@@ -24,7 +24,8 @@ var errPaced = errors.New("slotlimit: the connect waits for those in flight")
 // pacer paces a pool's connects: one at a time until the pool holds two
 // connections, then up to half as many at once as it holds; a connect
 // waits paceMax at most, or, when its acquire can take a held connection
-// instead, not at all (errPaced). A pool
+// instead, not at all (errPaced) until that acquire has waited paceMax
+// since the pacer first held it back. A pool
 // growing under a burst then ramps up as fast as its connects answer,
 // doubling every few, and a fleet of pools starting together takes the
 // server's slots in turns instead of first come, first served: each pool
@@ -62,7 +63,11 @@ func (p *pacer) wait(ctx context.Context, stat func() (total, connecting int)) e
 			inFlight--
 		}
 		held := total - connecting
-		if goes := inFlight < max(1, held/2) || blocked && !time.Now().Before(deadline); goes || held > 0 && waits {
+		goes := inFlight < max(1, held/2) || blocked && !time.Now().Before(deadline)
+		if !goes && waits {
+			goes = pacedFor(ctx) >= paceMax // no release served it meanwhile
+		}
+		if goes || held > 0 && waits {
 			if blocked {
 				p.blocked--
 			}

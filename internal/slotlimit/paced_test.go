@@ -1,6 +1,7 @@
 package slotlimit
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"testing/synctest"
@@ -80,12 +81,12 @@ func TestConnectingWaiterYieldsTheHead(t *testing.T) {
 			second <- result{c, err}
 		}()
 		synctest.Wait()
-		// The connect in flight ends; the first waiter, polling, finds
-		// nothing idle and connects, for 300ms.
-		time.Sleep(350 * time.Millisecond)
+		// paceMax passes without a release: the first waiter connects,
+		// for 300ms, while the second is paced in its turn.
+		time.Sleep(150 * time.Millisecond)
 		synctest.Wait()
-		if s, _ := p.stat(); s != 4 {
-			t.Fatalf("the pool holds %d connections, want 4: 2 held, 1 made, 1 connecting", s)
+		if s, c := p.stat(); s != 4 || c != 2 {
+			t.Fatalf("the pool holds %d connections, %d connecting; want 4: 2 held, 2 connecting", s, c)
 		}
 		released := time.Now()
 		p.release(held[0])
@@ -120,5 +121,34 @@ func TestPacedProbeStaysDue(t *testing.T) {
 		if !l.due(time.Now()) || l.Stats().Probes != 0 {
 			t.Errorf("due %v, %d probes; want the try still due, none counted", l.due(time.Now()), l.Stats().Probes)
 		}
+	})
+}
+
+// TestPacedAcquireConnectsAfterPaceMax: a paced acquire that no release
+// serves connects after paceMax, as any paced connect does: a connect in
+// flight that hangs (a server gone slow) and connections held by calls
+// that do not return must not hold it until its context ends.
+func TestPacedAcquireConnectsAfterPaceMax(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newFakePool(4, &fakeServer{free: 10})
+		held := hold(t, p, 1)
+		p.setConnectTime(5 * time.Second)
+		ctx, cancel := context.WithTimeout(WaitForHeld(t.Context()), time.Second)
+		defer cancel()
+		hung := make(chan conn, 1)
+		go func() { // the pool's second connect, hung
+			c, _ := Acquire[conn](t.Context(), p.limit, p)
+			hung <- c
+		}()
+		synctest.Wait()
+		p.setConnectTime(time.Millisecond)
+		start := time.Now()
+		c, err := Acquire[conn](ctx, p.limit, p)
+		if at := time.Since(start); err != nil || c == held[0] || at > paceMax+pollMax+time.Millisecond {
+			t.Errorf("acquire = %v, %v after %v; want a connection of its own after %v", c, err, at, paceMax)
+		}
+		p.release(held[0])
+		p.release(c)
+		p.release(<-hung)
 	})
 }

@@ -1,6 +1,10 @@
 package slotlimit
 
-import "context"
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
 
 // waiter is an acquire waiting for a held connection.
 type waiter struct {
@@ -8,6 +12,26 @@ type waiter struct {
 	// connecting: the acquire is making a connect and waits for it; the
 	// wakes of releases go to the next waiter. Guarded by the Limit's mu.
 	connecting bool
+	// pacedAt is when the pacer first held its connect back (unix
+	// nanoseconds; 0: never): paceMax after, the pacer lets it go.
+	pacedAt atomic.Int64
+}
+
+// paced notes that the pacer held w's connect back, the first time.
+func (w *waiter) paced() { w.pacedAt.CompareAndSwap(0, time.Now().UnixNano()) }
+
+// pacedFor returns how long ctx's waiter has been held back by the pacer
+// (0: it is not a waiter, or never was).
+func pacedFor(ctx context.Context) time.Duration {
+	w, ok := ctx.Value(waiterKey{}).(*waiter)
+	if !ok {
+		return 0
+	}
+	at := w.pacedAt.Load()
+	if at == 0 {
+		return 0
+	}
+	return time.Duration(time.Now().UnixNano() - at)
 }
 
 // waiterKey is the context key of the waiter an acquire's connect is
