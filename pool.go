@@ -95,6 +95,7 @@ func NewWithConfig(ctx context.Context, cfg *Config) (*Pool, error) {
 	hooks.Install(pc, canceller, &q.Queue, newVerdict(cfg.Tracer), sl.limit, signal.Connected)
 	pool, err := newPgxpool(ctx, pc)
 	if err != nil {
+		sl.limit.Close()
 		signal.Close()
 		canceller.Close()
 		return nil, err
@@ -190,6 +191,9 @@ func (p *Pool) Close() {
 		p.reach.Close()
 	}
 	p.acked.Close()
+	if p.slots != nil {
+		p.slots.limit.Close() // before the pool: its connects for the waiters end
+	}
 	p.pool.Close()
 	if p.cancel != nil {
 		p.cancel.Close()

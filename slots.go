@@ -44,7 +44,33 @@ func newLimit(pool *atomic.Pointer[pgxpool.Pool], cfg *Config, jitter func() flo
 	s := slotSettings(cfg.MaxConns, cfg.Tracer, false, jitter)
 	s.Stat = slotlimit.PoolStat(pool)
 	s.Capped = capped
+	s.Grow = func(ctx context.Context) error { return grow(ctx, pool.Load()) }
+	s.Idle = func() int {
+		if p := pool.Load(); p != nil {
+			return int(p.Stat().IdleConns())
+		}
+		return 0
+	}
 	return slotlimit.New(s)
+}
+
+// grow adds a connection to pool, which a Transaction waiting for a held
+// connection takes ([slotlimit.Settings].Grow): it acquires one and
+// releases it at once. At MaxConns, or with a connection idle (which the
+// waiters take), it does nothing.
+func grow(ctx context.Context, pool *pgxpool.Pool) error {
+	if pool == nil {
+		return nil
+	}
+	if st := pool.Stat(); st.TotalConns() >= st.MaxConns() || st.IdleConns() > 0 {
+		return nil
+	}
+	c, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	c.Release()
+	return nil
 }
 
 // slotted is a pool whose acquires wait for a held connection when the

@@ -32,9 +32,15 @@ func Acquire[C any, P Pool[C]](ctx context.Context, l *Limit, pool P) (C, error)
 		if err == nil || !l.mustWait(ctx, err) {
 			return c, err
 		}
-		return wait(ctx, l, pool, errors.Is(err, errPaced))
+		// The pacer held the connect back, or a grow took it over (which
+		// mustWait started, for no waiter yet).
+		w := &waiter{ch: make(chan struct{}, 1), grew: errors.Is(err, errGrow)}
+		if errors.Is(err, errPaced) || w.grew {
+			w.paced()
+		}
+		return wait(ctx, l, pool, w)
 	}
-	return wait(ctx, l, pool, false)
+	return wait(ctx, l, pool, &waiter{ch: make(chan struct{}, 1)})
 }
 
 // Pool is what [Acquire] takes a connection from.
@@ -49,6 +55,9 @@ func (l *Limit) mustWait(ctx context.Context, err error) bool {
 	switch {
 	case errors.Is(err, ErrNoSlot), errors.Is(err, errPaced):
 		return true
+	case errors.Is(err, errGrow):
+		l.grow(waiterOf(ctx))
+		return true
 	case classify.NoSlot(err):
 		l.pace.done() // the refused connect is no longer in flight
 		held := l.established()
@@ -58,15 +67,10 @@ func (l *Limit) mustWait(ctx context.Context, err error) bool {
 	return false
 }
 
-// wait is Acquire's slow path: it waits in the queue, and tries again
-// when a release wakes it, or a poll while it is first. paced: the pacer
-// held the acquire's connect back before it came to wait.
-func wait[C any, P Pool[C]](ctx context.Context, l *Limit, pool P, paced bool) (c C, err error) {
+// wait is Acquire's slow path: it waits in the queue as w, and tries
+// again when a release wakes it, or a poll while it is first.
+func wait[C any, P Pool[C]](ctx context.Context, l *Limit, pool P, w *waiter) (c C, err error) {
 	start := l.s.Now()
-	w := &waiter{ch: make(chan struct{}, 1)}
-	if paced {
-		w.paced()
-	}
 	// A connect the acquire goes on to make takes w out of the turns of
 	// the releases' wakes ([Limit.Connecting]).
 	wctx := context.WithValue(ctx, waiterKey{}, w)
@@ -111,13 +115,16 @@ func wait[C any, P Pool[C]](ctx context.Context, l *Limit, pool P, paced bool) (
 			var zero C
 			return zero, ctx.Err()
 		}
+		if l.growsFor(wctx) {
+			continue // nothing idle: the pool grows for it
+		}
 		c, err = pool.Acquire(wctx)
 		l.connected(w)
-		if err == nil || !l.mustWait(ctx, err) {
+		if err == nil || !l.mustWait(wctx, err) {
 			return c, err
 		}
 		switch {
-		case errors.Is(err, errPaced):
+		case errors.Is(err, errPaced), errors.Is(err, errGrow):
 			w.paced()
 		case !errors.Is(err, ErrNoSlot):
 			poll = pollMin // refused: the held connections come back soon

@@ -66,6 +66,17 @@ type Settings struct {
 	// Capped, when set, is called after each refusal that leaves the
 	// limit below Max, after the refusal's event.
 	Capped func()
+	// Grow, when set, adds a connection to the pool and gives it back:
+	// it acquires one, which makes the pool connect when none is idle,
+	// and releases it. The limit calls it in the background ([Limit.grow])
+	// for the acquires that wait for a held connection rather than connect
+	// ([WaitsKey]). An error it returns is a refusal to learn from, or
+	// nothing.
+	Grow func(ctx context.Context) error
+	// Idle, when set with Grow, returns how many connections are idle in
+	// the pool: an acquire that may wait for a held connection does not
+	// try the pool while none is idle and the pool grows for it.
+	Idle func() int
 }
 
 // Limit is how many connections a pool lets itself hold: its MaxConns
@@ -95,6 +106,15 @@ type Limit struct {
 
 	pace pacer
 
+	// growing counts the connects of Grow in flight; closed: Close ran.
+	// They are guarded by mu.
+	growing int
+	grewAt  time.Time // when the last of them started
+	closed  bool
+	grows   sync.WaitGroup
+	stop    context.Context // ends at Close
+	cancel  context.CancelFunc
+
 	refused   atomic.Int64
 	probes    atomic.Int64
 	raised    atomic.Int64
@@ -106,7 +126,18 @@ type Limit struct {
 func New(s Settings) *Limit {
 	l := &Limit{s: s}
 	l.limit.Store(int32(s.Max))
+	l.stop, l.cancel = context.WithCancel(context.Background())
 	return l
+}
+
+// Close ends the connects Settings.Grow makes and waits for them: call it
+// before the pool closes.
+func (l *Limit) Close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.cancel()
+	l.grows.Wait()
 }
 
 func (l *Limit) held() int {
@@ -132,7 +163,7 @@ func (l *Limit) Connecting(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := l.pace.wait(ctx, l.s.Stat); err != nil {
+	if err := l.pace.wait(ctx, l.s.Stat, l.s.Grow != nil); err != nil {
 		if probe != 0 {
 			l.unprobe(probe) // not made: the try stays due
 		}

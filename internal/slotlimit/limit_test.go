@@ -35,6 +35,9 @@ type fakePool struct {
 	limit      *Limit
 	// connectTime is how long a connect's round trips take (1ms when 0).
 	connectTime time.Duration
+	// attempts counts the connects the pool started, those the limit's
+	// steps turned back included.
+	attempts int
 }
 
 // fakeServer is the slots a fleet of fake pools shares.
@@ -65,8 +68,38 @@ func (s *fakeServer) counts() (connects, refused int) {
 }
 
 func newFakePool(max int, server *fakeServer) *fakePool {
+	return newFakePoolGrowing(max, server, false)
+}
+
+// newFakePoolGrowing returns a fakePool whose limit, when grow, adds its
+// connections in the background for the acquires marked with WaitsKey
+// (Settings.Grow), as pgtx's pool does.
+func newFakePoolGrowing(max int, server *fakeServer, grow bool) *fakePool {
 	p := &fakePool{max: max, server: server, freed: make(chan struct{})}
-	p.limit = New(Settings{Max: max, Stat: p.stat, Every: time.Second, Jitter: func() float64 { return 0.5 }, Now: time.Now})
+	s := Settings{Max: max, Stat: p.stat, Every: time.Second, Jitter: func() float64 { return 0.5 }, Now: time.Now}
+	if grow {
+		s.Grow = func(ctx context.Context) error {
+			p.mu.Lock()
+			full, idle := p.total >= p.max, len(p.idle) > 0
+			p.mu.Unlock()
+			if full || idle {
+				return nil
+			}
+			c, err := p.Acquire(ctx)
+			if err == nil {
+				p.release(c)
+			}
+			return err
+		}
+	}
+	if grow {
+		s.Idle = func() int {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return len(p.idle)
+		}
+	}
+	p.limit = New(s)
 	return p
 }
 
@@ -96,6 +129,7 @@ func (p *fakePool) Acquire(ctx context.Context) (conn, error) {
 		if p.total < p.max {
 			p.total++
 			p.connecting++
+			p.attempts++
 			p.mu.Unlock()
 			c, err := p.connect(ctx)
 			if err == nil {
@@ -128,7 +162,11 @@ func (p *fakePool) connect(ctx context.Context) (conn, error) {
 	p.mu.Lock()
 	d := max(p.connectTime, time.Millisecond)
 	p.mu.Unlock()
-	time.Sleep(d) // the connect's round trips
+	select { // the connect's round trips; the acquire gives up at ctx's end
+	case <-time.After(d):
+	case <-ctx.Done():
+		return fail(ctx.Err())
+	}
 	if !p.server.take() {
 		return fail(fmt.Errorf("failed to connect: %w", refusal))
 	}
@@ -478,7 +516,7 @@ func TestPacerRamp(t *testing.T) {
 		p := &pacer{blocked: tc.blocked}
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel() // a wait returns ctx's error at once
-		err := p.wait(ctx, func() (int, int) { return tc.total, tc.connecting })
+		err := p.wait(ctx, func() (int, int) { return tc.total, tc.connecting }, false)
 		if got := err == nil; got != tc.want {
 			t.Errorf("%d held, %d connecting (%d waiting): went %v, want %v", tc.total, tc.connecting, tc.blocked, got, tc.want)
 		}
@@ -525,7 +563,7 @@ func TestPacerWaitsAtMostPaceMax(t *testing.T) {
 		var p pacer
 		start := time.Now()
 		// One connect in flight that never ends, and this one.
-		if err := p.wait(t.Context(), func() (int, int) { return 2, 2 }); err != nil {
+		if err := p.wait(t.Context(), func() (int, int) { return 2, 2 }, false); err != nil {
 			t.Fatal(err)
 		}
 		if waited := time.Since(start); waited != paceMax {

@@ -21,6 +21,12 @@ const (
 // holds one: the acquire takes the first one released.
 var errPaced = errors.New("slotlimit: the connect waits for those in flight")
 
+// errGrow is what a connect returns that its acquire, which may wait for
+// a held connection ([WaitsKey]), does not make: the pool connects in the
+// background instead ([Limit.grow]), and the acquire takes the first
+// connection back in the pool.
+var errGrow = errors.New("slotlimit: the pool connects in the background")
+
 // pacer paces a pool's connects: one at a time until the pool holds two
 // connections, then up to half as many at once as it holds; a connect
 // waits paceMax at most, or, when its acquire can take a held connection
@@ -40,10 +46,18 @@ type pacer struct {
 // wait returns when a connect may go: fewer connects of the pool are in
 // flight than it may have, or it waited paceMax; or, with errPaced, at
 // once when it would wait, ctx is marked with [WaitsKey] and the pool holds
-// a connection. stat tells how many
-// connections the pool holds, those connecting included (this one among
-// them), and how many connect.
-func (p *pacer) wait(ctx context.Context, stat func() (total, connecting int)) error {
+// a connection. stat tells how many connections the pool holds, those
+// connecting included (this one among them), and how many connect.
+//
+// When the pool can grow in the background (grow), an acquire marked with
+// [WaitsKey] makes a connect only when the pool holds none and none is in
+// flight: otherwise it gets errGrow where its connect would go (or has
+// been held back paceMax), and errPaced before. A connect of grow's own
+// goes at once.
+func (p *pacer) wait(ctx context.Context, stat func() (total, connecting int), grow bool) error {
+	if grow && ctx.Value(growKey{}) != nil {
+		return nil
+	}
 	var timer *time.Timer
 	var deadline time.Time
 	defer func() {
@@ -64,6 +78,18 @@ func (p *pacer) wait(ctx context.Context, stat func() (total, connecting int)) e
 		}
 		held := total - connecting
 		goes := inFlight < max(1, held/2) || blocked && !time.Now().Before(deadline)
+		if waits && grow && (held > 0 || inFlight > 0) {
+			// The acquire waits for a connection in the pool, or for the
+			// one in flight: the pool grows in the background.
+			if blocked {
+				p.blocked--
+			}
+			p.mu.Unlock()
+			if goes || pacedFor(ctx) >= paceMax {
+				return errGrow
+			}
+			return errPaced
+		}
 		if !goes && waits {
 			goes = pacedFor(ctx) >= paceMax // no release served it meanwhile
 		}

@@ -3,6 +3,7 @@ package slotlimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -125,30 +126,37 @@ func TestPacedProbeStaysDue(t *testing.T) {
 }
 
 // TestPacedAcquireConnectsAfterPaceMax: a paced acquire that no release
-// serves connects after paceMax, as any paced connect does: a connect in
-// flight that hangs (a server gone slow) and connections held by calls
-// that do not return must not hold it until its context ends.
+// serves gets a connection after paceMax, as any paced connect does: a
+// connect in flight that hangs (a server gone slow) and connections held
+// by calls that do not return must not hold it until its context ends.
+// Without Settings.Grow it connects itself; with it, the pool connects in
+// the background and the acquire takes that connection.
 func TestPacedAcquireConnectsAfterPaceMax(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := newFakePool(4, &fakeServer{free: 10})
-		held := hold(t, p, 1)
-		p.setConnectTime(5 * time.Second)
-		ctx, cancel := context.WithTimeout(WaitForHeld(t.Context()), time.Second)
-		defer cancel()
-		hung := make(chan conn, 1)
-		go func() { // the pool's second connect, hung
-			c, _ := Acquire[conn](t.Context(), p.limit, p)
-			hung <- c
-		}()
-		synctest.Wait()
-		p.setConnectTime(time.Millisecond)
-		start := time.Now()
-		c, err := Acquire[conn](ctx, p.limit, p)
-		if at := time.Since(start); err != nil || c == held[0] || at > paceMax+pollMax+time.Millisecond {
-			t.Errorf("acquire = %v, %v after %v; want a connection of its own after %v", c, err, at, paceMax)
-		}
-		p.release(held[0])
-		p.release(c)
-		p.release(<-hung)
-	})
+	for _, grow := range []bool{false, true} {
+		t.Run(fmt.Sprintf("grow=%v", grow), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := newFakePoolGrowing(4, &fakeServer{free: 10}, grow)
+				defer p.limit.Close()
+				held := hold(t, p, 1)
+				p.setConnectTime(5 * time.Second)
+				ctx, cancel := context.WithTimeout(WaitForHeld(t.Context()), time.Second)
+				defer cancel()
+				hung := make(chan conn, 1)
+				go func() { // the pool's second connect, hung
+					c, _ := Acquire[conn](t.Context(), p.limit, p)
+					hung <- c
+				}()
+				synctest.Wait()
+				p.setConnectTime(time.Millisecond)
+				start := time.Now()
+				c, err := Acquire[conn](ctx, p.limit, p)
+				if at := time.Since(start); err != nil || c == held[0] || at > paceMax+pollMax+2*time.Millisecond {
+					t.Errorf("acquire = %v, %v after %v; want a new connection after %v", c, err, at, paceMax)
+				}
+				p.release(held[0])
+				p.release(c)
+				p.release(<-hung)
+			})
+		})
+	}
 }

@@ -15,6 +15,15 @@ type waiter struct {
 	// pacedAt is when the pacer first held its connect back (unix
 	// nanoseconds; 0: never): paceMax after, the pacer lets it go.
 	pacedAt atomic.Int64
+	// grew: the acquire started a background connect beyond the bound
+	// ([Limit.grow]). Guarded by the Limit's mu.
+	grew bool
+}
+
+// waiterOf returns the waiter of ctx's acquire, or nil.
+func waiterOf(ctx context.Context) *waiter {
+	w, _ := ctx.Value(waiterKey{}).(*waiter)
+	return w
 }
 
 // paced notes that the pacer held w's connect back, the first time.
@@ -23,8 +32,8 @@ func (w *waiter) paced() { w.pacedAt.CompareAndSwap(0, time.Now().UnixNano()) }
 // pacedFor returns how long ctx's waiter has been held back by the pacer
 // (0: it is not a waiter, or never was).
 func pacedFor(ctx context.Context) time.Duration {
-	w, ok := ctx.Value(waiterKey{}).(*waiter)
-	if !ok {
+	w := waiterOf(ctx)
+	if w == nil {
 		return 0
 	}
 	at := w.pacedAt.Load()
