@@ -32,8 +32,8 @@ func Acquire[C any, P Pool[C]](ctx context.Context, l *Limit, pool P) (C, error)
 		if err == nil || !l.mustWait(ctx, err) {
 			return c, err
 		}
-		// The pacer held the connect back, or a grow took it over (which
-		// mustWait started, for no waiter yet).
+		// The pacer held the connect back, or the acquire asked for a
+		// background connect instead (mustWait, for no waiter yet).
 		w := &waiter{ch: make(chan struct{}, 1), grew: errors.Is(err, errGrow)}
 		if errors.Is(err, errPaced) || w.grew {
 			w.paced()

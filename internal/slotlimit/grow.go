@@ -53,18 +53,17 @@ func (l *Limit) growsFor(ctx context.Context) bool {
 // one. Beyond that, the waiter w (nil: none) that started none yet may
 // start one, paceMax after the last started: connects that hang (a server
 // gone slow) then hold its acquire back no longer than the pacer would,
-// and no more of them pile up than there are acquires. grow reports
-// whether it started one.
-func (l *Limit) grow(w *waiter) bool {
+// and no more of them pile up than there are acquires.
+func (l *Limit) grow(w *waiter) {
 	if l.s.Grow == nil {
-		return false
+		return
 	}
 	allowed := max(1, l.established()/2)
 	now := time.Now()
 	l.mu.Lock()
 	if l.closed || l.growing >= allowed && (w == nil || w.grew || now.Sub(l.grewAt) < paceMax) {
 		l.mu.Unlock()
-		return false
+		return
 	}
 	if w != nil {
 		w.grew = true
@@ -86,5 +85,4 @@ func (l *Limit) grow(w *waiter) bool {
 		l.mu.Unlock()
 		l.Back() // the waiters look again: the connection is idle, or a next grow may go
 	}()
-	return true
 }

@@ -15,8 +15,8 @@ type waiter struct {
 	// pacedAt is when the pacer first held its connect back (unix
 	// nanoseconds; 0: never): paceMax after, the pacer lets it go.
 	pacedAt atomic.Int64
-	// grew: the acquire started a background connect beyond the bound
-	// ([Limit.grow]). Guarded by the Limit's mu.
+	// grew: the acquire asked for a background connect ([Limit.grow])
+	// and may start none beyond the bound. Guarded by the Limit's mu.
 	grew bool
 }
 
